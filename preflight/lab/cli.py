@@ -1,0 +1,121 @@
+"""`ddp-preflight lab up|down|status|exec|fault|faults`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from .errors import LabError
+from .faults import FAULTS
+from .lab import Lab
+from .state import DEFAULT_LAB_NAME
+
+
+def render_status(status: dict) -> str:
+    lines = [f"lab {status['name']!r}: {len(status['nodes'])} nodes on {status['subnet4']} "
+             f"and {status['subnet6']}"]
+    width = max(len(n["name"]) for n in status["nodes"])
+    for n in status["nodes"]:
+        faults = ", ".join(n["faults"]) or "-"
+        sshd = "sshd up" if n["sshd"] else "sshd DOWN"
+        lines.append(f"  {n['name']:<{width}}  {n['ipv4']:<15} {n['ipv6']:<24} {n['iface']:<7} "
+                     f"{sshd:<9}  faults: {faults}")
+    lines.append(f"this machine: {status['operator']['ipv4']} on {status['operator']['iface']}")
+    lines.append(f"data folder on every node: {status['data_dir']}")
+    lines.append(f"ssh config: {status['ssh_config']}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddp-preflight lab",
+                                     description="A multi-machine LAN on this box, with the seeds' faults.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    default_name = os.environ.get("DDP_PREFLIGHT_LAB", DEFAULT_LAB_NAME)
+
+    def with_name(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--name", default=default_name,
+                       help=f"which lab (default: $DDP_PREFLIGHT_LAB or {DEFAULT_LAB_NAME!r})")
+        return p
+
+    up = with_name(sub.add_parser("up", help="create the nodes (safe to run twice)"))
+    up.add_argument("--nodes", type=int, default=2, help="how many nodes, 1-16 (default 2)")
+    up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]",
+                    help="add a fault, e.g. firewall@worker1 (see 'lab faults')")
+    up.add_argument("--subnet", help="IPv4 /24 to use (default: a free one under 10.213.0.0/16)")
+    up.add_argument("--shards", type=int, default=8, help="data shards per node (default 8)")
+    with_name(sub.add_parser("down", help="remove everything 'up' created (safe to run twice)"))
+    status = with_name(sub.add_parser("status", help="nodes, addresses and faults"))
+    status.add_argument("--json", action="store_true")
+    ex = with_name(sub.add_parser("exec", help="run a command inside a node"))
+    ex.add_argument("node")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD")
+    fault = sub.add_parser("fault", help="add or clear faults on a running lab")
+    fault_sub = fault.add_subparsers(dest="action", required=True)
+    add = with_name(fault_sub.add_parser("add"))
+    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]")
+    clear = with_name(fault_sub.add_parser("clear"))
+    clear.add_argument("faults", nargs="*", metavar="FAULT@NODE", help="default: all")
+    sub.add_parser("faults", help="list the faults and what each reproduces")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except LabError as exc:
+        print(f"ddp-preflight lab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "faults":
+        for kind in FAULTS.values():
+            print(f"{kind.name:<14} {kind.what} (seed {kind.seed})")
+        return 0
+    if args.command == "up":
+        started = time.monotonic()
+        lab, built = Lab.up(args.name, nodes=args.nodes, faults=args.fault, subnet=args.subnet,
+                            shard_count=args.shards)
+        took = time.monotonic() - started
+        print(("built in %.1f s" % took) if built else "already up")
+        print(render_status(lab.status()))
+        print(f"try: ssh -F {lab.ssh_config} worker1 hostname" if len(lab.nodes) > 1 else "")
+        print(f"export DDP_PREFLIGHT_SSH_CONFIG={lab.ssh_config}")
+        return 0
+    if args.command == "down":
+        report = Lab.down(args.name)
+        if report is None:
+            print(f"no lab named {args.name!r} is up")
+            return 0
+        print(f"lab {args.name!r} is down; stopped {len(report.stopped)} processes in its nodes")
+        for problem in report.problems:
+            print(f"  could not remove: {problem}", file=sys.stderr)
+        return 1 if report.problems else 0
+    lab = Lab.open(args.name)
+    if args.command == "status":
+        status = lab.status()
+        print(json.dumps(status, indent=2) if args.json else render_status(status))
+        return 0
+    if args.command == "exec":
+        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        if not argv:
+            raise LabError("lab exec needs a command: ddp-preflight lab exec NODE -- CMD [ARGS]")
+        lab.node(args.node)
+        return subprocess.call(lab.command(args.node, argv))
+    if args.command == "fault":
+        if args.action == "add":
+            for text in args.faults:
+                lab.add_fault(text)
+                print(f"added {text}")
+        else:
+            removed = lab.clear_faults(args.faults or None)
+            print("cleared " + (", ".join(removed) if removed else "nothing"))
+        return 0
+    raise AssertionError(args.command)

@@ -1,0 +1,182 @@
+"""The seeds' failures, each made real inside one lab node and removable.
+
+A fault's `apply` changes the node and returns undo records; the lab runs them in reverse
+to clear it. Each record is plain data, so a crashed process can still be cleaned up."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .addressing import vpn_ipv6_address
+from .errors import LabError
+from .nodeexec import in_node
+from .shards import make_mismatched
+from .state import LabState, Node
+from .system import ip_batch, process_start_ticks, run
+
+FIREWALL_TABLE = "ddp_lab_firewall"
+VPN_IFACE = "tailscale0"
+WIFI_IFACE = "wlp3s0"         # the seed worker's wireless interface name
+DEFAULT_WIFI_RATE = "50mbit"
+DEFAULT_BUSY_PORT = "29500"
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    seed: str                  # which write-up in shared/seeds shows it
+    what: str                  # what it does to the node, in one line
+    apply: Callable[[LabState, Node, str | None], list[dict]]
+    default_param: str | None = None
+
+
+def ephemeral_range(node: Node) -> tuple[int, int]:
+    text = run(["ip", "netns", "exec", node.netns, "cat",
+                "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()
+    return int(text[0]), int(text[1])
+
+
+def _firewall(state: LabState, node: Node, param: str | None) -> list[dict]:
+    low, high = ephemeral_range(node)
+    # Like a default ufw: answers and ssh pass, new inbound connections to the ephemeral
+    # range (where Gloo listens) are dropped silently, not refused.
+    rules = f"""
+table inet {FIREWALL_TABLE} {{
+  chain input {{
+    type filter hook input priority filter; policy accept;
+    ct state established,related accept
+    iifname "lo" accept
+    tcp dport 22 accept
+    tcp dport {low}-{high} ct state new drop
+  }}
+}}
+"""
+    run(["ip", "netns", "exec", node.netns, "nft", "-f", "-"], input=rules)
+    return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": FIREWALL_TABLE}]
+
+
+def _vpn_ipv6(state: LabState, node: Node, param: str | None) -> list[dict]:
+    ip_batch([f"tuntap add dev {VPN_IFACE} mode tun",
+              f"addr add {vpn_ipv6_address(node.ipv4)}/128 dev {VPN_IFACE} nodad",
+              f"link set {VPN_IFACE} up"], netns=node.netns)
+    # The hostname now resolves to the VPN address (hosts files are rendered from the faults).
+    return [{"kind": "link", "netns": node.netns, "name": VPN_IFACE},
+            {"kind": "hosts", "node": node.name}]
+
+
+def _rename_commands(old: str, new: str, node: Node) -> list[str]:
+    # Taking the link down drops its IPv6 address; put it back (IPv4 stays).
+    return [f"link set {old} down", f"link set {old} name {new}", f"link set {new} up",
+            f"addr replace {node.ipv6}/64 dev {new} nodad"]
+
+
+def _tbf(rate: str) -> list[str]:
+    bits = _rate_bits(rate)
+    burst = max(bits // 8 // 100, 16000)      # 10 ms worth of bytes, at least a few packets
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
+
+
+def _rate_bits(rate: str) -> int:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate)
+    if not match:
+        raise LabError(f"wifi rate {rate!r} is not understood: write it like 50mbit, 800kbit or 1gbit")
+    scale = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[match.group(2)]
+    return int(float(match.group(1)) * scale)
+
+
+def _wifi(state: LabState, node: Node, param: str | None) -> list[dict]:
+    rate = param or DEFAULT_WIFI_RATE
+    shape = _tbf(rate)
+    old = node.iface
+    ip_batch(_rename_commands(old, WIFI_IFACE, node), netns=node.netns)
+    node.iface = WIFI_IFACE
+    undo = [{"kind": "rename", "node": node.name, "from": WIFI_IFACE, "to": old}]
+    # Both directions: the node's sending side, and the switch port that sends to it.
+    run(["tc", "-n", node.netns, "qdisc", "replace", "dev", WIFI_IFACE, "root", *shape])
+    undo.append({"kind": "qdisc", "netns": node.netns, "dev": WIFI_IFACE})
+    run(["tc", "-n", state.switch_netns, "qdisc", "replace", "dev", node.switch_port, "root", *shape])
+    undo.append({"kind": "qdisc", "netns": state.switch_netns, "dev": node.switch_port})
+    return undo
+
+
+def _loopback_host(state: LabState, node: Node, param: str | None) -> list[dict]:
+    return [{"kind": "hosts", "node": node.name}]
+
+
+LEFTOVER_SCRIPT = """\
+# A training run's leftover (seed 002): it still holds the rendezvous port.
+import socket, sys, time
+port = int(sys.argv[sys.argv.index("--master-port") + 1])
+server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+server.bind(("0.0.0.0", port))
+server.listen(16)
+while True:
+    time.sleep(3600)
+"""
+
+
+def _port_busy(state: LabState, node: Node, param: str | None) -> list[dict]:
+    port = param or DEFAULT_BUSY_PORT
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise LabError(f"port-busy@{node.name}:{port}: the port must be a number from 1 to 65535")
+    script = state.node_dir(node.name) / "train.py"
+    script.write_text(LEFTOVER_SCRIPT)
+    proc = subprocess.Popen(in_node(state, node, [sys.executable, str(script),
+                                                  "--master-port", port]),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc.returncode = 0   # it outlives us on purpose
+    undo = [{"kind": "process", "pid": proc.pid, "start": process_start_ticks(proc.pid) or 0}]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((node.ipv4, int(port)), timeout=0.5).close()
+            return undo
+        except OSError:
+            time.sleep(0.05)
+    raise LabError(f"port-busy@{node.name}: the leftover process did not take port {port}")
+
+
+def _shards(state: LabState, node: Node, param: str | None) -> list[dict]:
+    make_mismatched(state.path / "dataset", state.node_dir(node.name) / "data", state.shard_count)
+    return [{"kind": "shards", "node": node.name}]
+
+
+FAULTS: dict[str, FaultKind] = {f.name: f for f in [
+    FaultKind("firewall", "002", "nftables drops new inbound TCP to the node's ephemeral ports "
+              "(ssh and established traffic pass), like a default ufw", _firewall),
+    FaultKind("vpn-ipv6", "004", f"adds {VPN_IFACE} with only an IPv6 address and makes the "
+              "hostname resolve to it, so Gloo binds IPv6 there", _vpn_ipv6),
+    FaultKind("wifi", "001, 003", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "
+              "ways with tc tbf (default 50mbit)", _wifi, DEFAULT_WIFI_RATE),
+    FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "
+              "binds loopback", _loopback_host),
+    FaultKind("port-busy", "002", "a leftover train.py process holds the master port "
+              "(default 29500)", _port_busy, DEFAULT_BUSY_PORT),
+    FaultKind("shards", "001, 004", "the node's data folder holds fewer shards than the "
+              "master's, and one of them differs", _shards),
+]}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    kind: str
+    node: str
+    param: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSpec:
+        match = re.fullmatch(r"([a-z0-9-]+)@([a-z0-9]+)(?::([A-Za-z0-9.]+))?", text)
+        if not match:
+            raise LabError(f"fault {text!r} is not FAULT@NODE[:PARAM], e.g. firewall@worker1 "
+                           "or wifi@worker1:100mbit")
+        kind, node, param = match.groups()
+        if kind not in FAULTS:
+            raise LabError(f"unknown fault {kind!r}: choose from {', '.join(FAULTS)}")
+        return cls(kind, node, param)

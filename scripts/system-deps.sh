@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Debian packages the lab and the tests use. Installs only what is missing; needs root.
+set -euo pipefail
+declare -A need=(
+  [ip]=iproute2 [tc]=iproute2 [nft]=nftables [unshare]=util-linux [setpriv]=util-linux
+  [ssh]=openssh-client [ssh-keygen]=openssh-client [/usr/sbin/sshd]=openssh-server
+  [ss]=iproute2 [getent]=libc-bin [b3sum]=b3sum [xxhsum]=xxhash [tmux]=tmux
+)
+missing=()
+for cmd in "${!need[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: $pkgs; install them as root: apt-get install $pkgs" >&2
+  exit 1
+fi
+echo "installing Debian packages: $pkgs"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $pkgs >/dev/null

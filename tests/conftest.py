@@ -1,0 +1,38 @@
+import os
+import secrets
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    # Lab tests are marked by folder, so a test cannot forget the marker.
+    for item in items:
+        if "/tests/lab/" in str(item.fspath):
+            item.add_marker(pytest.mark.lab)
+
+
+@pytest.fixture(scope="session")
+def lab_name():
+    return "t" + secrets.token_hex(3)
+
+
+@pytest.fixture(scope="session")
+def lab(lab_name):
+    """A 2-node lab shared by the lab tests; each test leaves it without faults."""
+    from preflight.lab import Lab, LabError
+
+    if os.geteuid() != 0:
+        pytest.fail("lab tests need root (network namespaces, sshd); run them as root, "
+                    "or deselect them with -m 'not lab'")
+    try:
+        lab, _ = Lab.up(lab_name, nodes=2)
+    except LabError as exc:
+        pytest.fail(f"the lab did not come up: {exc}")
+    yield lab
+    Lab.down(lab_name)
+
+
+@pytest.fixture
+def clean_lab(lab):
+    yield lab
+    lab.clear_faults()
