@@ -2,7 +2,45 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import socket
 import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ddp-preflight",
+        usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
+              "       ddp-preflight lab up|down|status|exec|fault|faults ...",
+        description="Check every node before PyTorch distributed training. The first host is the "
+                    "master (rank 0's node); no host checks this machine alone.",
+        epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error")
+    p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
+    p.add_argument("--hostfile", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
+    p.add_argument("--slurm", action="store_true", help="hosts from $SLURM_JOB_NODELIST")
+    p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
+    p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
+    p.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
+    p.add_argument("--data-dir", help="the folder of training shards, compared across nodes")
+    p.add_argument("--code-dir", help="the training code's folder, compared across nodes")
+    p.add_argument("--backend", choices=["gloo", "nccl"], help="default gloo")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default cpu")
+    p.add_argument("--master-port", type=int, help="default 29500")
+    p.add_argument("--master-addr", help="the address workers dial (default: the master's, as ssh reaches it)")
+    p.add_argument("--nproc-per-node", type=int, help="processes per node (default 1, or the hostfile's slots)")
+    p.add_argument("--only", help="comma-separated check ids (see --list)")
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per check and node)")
+    p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show passing checks too")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -10,9 +48,144 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lab"]:
         from .lab.cli import main as lab_main
         return lab_main(argv[1:])
-    print("ddp-preflight: the preflight checks are not built yet; try 'ddp-preflight lab up'",
-          file=sys.stderr)
-    return 2
+    launch_args: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, launch_args = argv[:at], argv[at + 1:]
+    args = _parser().parse_args(argv)
+    try:
+        return _preflight(args, launch_args)
+    except KeyboardInterrupt:
+        print("ddp-preflight: interrupted", file=sys.stderr)
+        return 130
+    except UsageError as exc:
+        print(f"ddp-preflight: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+class UsageError(Exception):
+    pass
+
+
+def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
+    from .checks import CHECKS, UnknownCheck, run_checks, select
+    from .config import ConfigError, load
+    from .model import Context, Options, Report
+    from .remote.hosts import HostListError, expand_slurm, read_hostfile
+
+    if args.list:
+        for check in CHECKS:
+            print(f"{check.id:<18} {check.title}")
+        return EXIT_OK
+    try:
+        config = load(args.config)
+        checks = select(args.only.split(",") if args.only else None)
+    except (ConfigError, UnknownCheck) as exc:
+        raise UsageError(str(exc)) from None
+
+    hosts = list(args.hosts)
+    slots = None
+    try:
+        if args.hostfile:
+            entries = read_hostfile(args.hostfile)
+            hosts += [e.host for e in entries]
+            slot_counts = {e.slots for e in entries if e.slots}
+            slots = slot_counts.pop() if len(slot_counts) == 1 else None
+    except HostListError as exc:
+        raise UsageError(str(exc)) from None
+    if args.slurm:
+        nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+        if not nodelist:
+            raise UsageError("--slurm: SLURM_JOB_NODELIST is not set (run inside an allocation: salloc/sbatch)")
+        hosts += expand_slurm(nodelist)
+    if not hosts:
+        hosts = list(config.values.get("hosts", []))
+
+    def pick(name, default):
+        value = getattr(args, name)
+        return value if value is not None else config.values.get(name, default)
+
+    options = Options(
+        backend=pick("backend", "gloo"), device=pick("device", "cpu"),
+        master_port=int(pick("master_port", 29500)), master_addr=pick("master_addr", None),
+        nproc_per_node=int(pick("nproc_per_node", slots or 1)), data_dir=pick("data_dir", None),
+        launch_args=tuple(launch_args))
+    if not 0 < options.master_port < 65536:
+        raise UsageError(f"--master-port {options.master_port} is not a port number")
+    ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
+    if ssh_config and not Path(ssh_config).is_file():
+        raise UsageError(f"ssh config {ssh_config} does not exist")
+
+    targets = _targets(args, config, hosts, launch_args)
+    nodes, master_addr = _gather(targets, options, ssh_config, launch_args, quiet=args.json)
+    options = Options(**{**options.__dict__, "master_addr": master_addr})
+    ctx = Context(tuple(nodes), options)
+    report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
+
+    if args.junit:
+        from .report import junit
+        try:
+            Path(args.junit).write_text(junit.render(report))
+        except OSError as exc:
+            print(f"ddp-preflight: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        from .report import text
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        width = os.get_terminal_size().columns if sys.stdout.isatty() else 120
+        sys.stdout.write(text.render(report, width=width, color=color, verbose=args.verbose))
+    ok = report.ok_strict() if args.strict else report.ok
+    return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _targets(args, config, hosts, launch_args):
+    from .remote.gather import Target
+
+    default_python = args.python or config.values.get("python") or sys.executable
+    code_dir = args.code_dir or config.values.get("code_dir") or _code_dir_of(launch_args)
+    if not hosts:
+        return [Target(socket.gethostname(), default_python, args.data_dir or config.values.get("data_dir"),
+                       code_dir, local=True)]
+    return [Target(h, args.python or config.for_node(h, "python", default_python),
+                   args.data_dir or config.for_node(h, "data_dir"),
+                   args.code_dir or config.for_node(h, "code_dir", code_dir)) for h in hosts]
+
+
+def _code_dir_of(launch_args: list[str]) -> str | None:
+    """The folder of the training script, or this folder for `-m module`."""
+    if not launch_args:
+        return None
+    if "-m" in launch_args or "--module" in launch_args:
+        return os.getcwd()
+    script = next((a for a in launch_args if not a.startswith("-")), None)
+    if script and Path(script).exists():
+        return str(Path(script).resolve().parent)
+    return None
+
+
+def _gather(targets, options, ssh_config, launch_args, *, quiet: bool):
+    from .remote.gather import gather
+
+    progress = None
+    if not quiet and sys.stderr.isatty():
+        shown = {"at": 0.0}
+
+        def progress(node, p):
+            now = time.monotonic()
+            if now - shown["at"] > 0.25 or p[0] == p[1]:
+                shown["at"] = now
+                sys.stderr.write(f"\rhashing shards on {node}: {p[0] / 1e9:.2f}/{p[1] / 1e9:.2f} GB, "
+                                 f"{p[2]}/{p[3]} files\x1b[K")
+                sys.stderr.flush()
+    request = {"master_port": options.master_port, "master_addr": options.master_addr,
+               "launch_args": launch_args, "nnodes": len(targets),
+               "nproc_per_node": options.nproc_per_node}
+    nodes, master_addr = gather(targets, request, ssh_config=ssh_config, on_progress=progress)
+    if progress:
+        sys.stderr.write("\r\x1b[K")
+    return nodes, master_addr
 
 
 if __name__ == "__main__":

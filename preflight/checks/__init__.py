@@ -1,0 +1,64 @@
+"""The checks: one explicit table. Each is a pure function of all nodes' facts."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterable
+
+from ..model import Check, Context, Result, Status
+from .clock import check_clock_skew
+from .data_shards import check_data_shards
+from .hardware import check_device_dtype, check_omp_threads
+from .launch_args import check_launch_args
+from .network import check_address_family, check_interface_choice
+from .processes import check_master_port, check_ptrace, check_stale_processes
+from .reachability import check_node_reachable
+from .versions import check_code_parity, check_python_parity, check_torch_parity
+
+CHECKS: tuple[Check, ...] = (
+    Check("node-reachable", "every node answers over SSH and runs the training Python", check_node_reachable),
+    Check("torch-parity", "the same torch release and build on every node", check_torch_parity),
+    Check("python-parity", "the same Python version on every node", check_python_parity),
+    Check("code-parity", "the same training code (git commit and changes, or file hashes) on every node", check_code_parity),
+    Check("address-family", "Gloo binds one address family on every node, and not loopback", check_address_family),
+    Check("interface-choice", "the interface each node reaches the master on, and the GLOO_SOCKET_IFNAME to pin it", check_interface_choice),
+    Check("master-port", "the master port is free on the master, or who holds it", check_master_port),
+    Check("stale-processes", "no leftover training or torchrun processes on any node", check_stale_processes),
+    Check("data-shards", "the same data shard files, with the same content, on every node", check_data_shards),
+    Check("device-dtype", "the backend fits the device; a GPU beside a CPU run, or bf16 without bf16 instructions", check_device_dtype),
+    Check("omp-threads", "OMP_NUM_THREADS x processes per node against the physical cores", check_omp_threads),
+    Check("ptrace", "hangwatch will be able to read the ranks' Python stacks", check_ptrace),
+    Check("clock-skew", "node clocks agree within a second or two", check_clock_skew),
+    Check("launch-args", "torchrun's options and the script's options do not collide", check_launch_args),
+)
+
+BY_ID = {c.id: c for c in CHECKS}
+
+
+class UnknownCheck(ValueError):
+    pass
+
+
+def select(only: Iterable[str] | None) -> tuple[Check, ...]:
+    if not only:
+        return CHECKS
+    wanted = list(only)
+    unknown = [c for c in wanted if c not in BY_ID]
+    if unknown:
+        raise UnknownCheck(f"unknown check {', '.join(unknown)}: see --list")
+    return tuple(BY_ID[c] for c in wanted)
+
+
+def run_checks(ctx: Context, checks: Iterable[Check]) -> list[Result]:
+    """Every check isolated: an exception becomes an error result with the reason."""
+    results: list[Result] = []
+    for check in checks:
+        try:
+            results.extend(check.run(ctx))
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            results.append(Result(check.id, Status.ERROR, None,
+                                  f"the check failed: {type(exc).__name__}: {exc}",
+                                  "please report this with the --json output",
+                                  {"at": f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"}))
+    return results

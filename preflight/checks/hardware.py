@@ -1,0 +1,116 @@
+"""device-dtype and omp-threads: the backend fits the device, and threads fit the cores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..model import Context, NodeFacts, Result, Status
+from .common import env_of
+
+# Switches training code reads for its dtype and attention kernel (nanochat's, and common ones).
+DTYPE_VARS = ("NANOCHAT_DTYPE", "DTYPE", "COMPUTE_DTYPE", "TORCH_DTYPE")
+ATTENTION_VARS = ("NANOCHAT_FORCE_SDPA",)
+
+
+def _gpu_present(node: NodeFacts) -> str | None:
+    gpu = node.section("gpu") or {}
+    torch = node.section("torch") or {}
+    if torch.get("cuda_devices"):
+        return ", ".join(d["name"] for d in torch["cuda_devices"])
+    if gpu.get("nvidia_devices"):
+        return f"{len(gpu['nvidia_devices'])} NVIDIA device(s)"
+    if gpu.get("amd_kfd"):
+        return "an AMD GPU"
+    return None
+
+
+def check_device_dtype(ctx: Context) -> Iterator[Result]:
+    ID = "device-dtype"
+    backend, device = ctx.options.backend, ctx.options.device
+    for node in ctx.reachable:
+        torch = node.section("torch")
+        if torch is None:
+            yield Result(ID, Status.SKIP, node.node, f"{node.node}: no torch to check (see torch-parity)")
+            continue
+        env = env_of(node)
+        cpu = node.section("cpu") or {}
+        details = {"backend": backend, "device": device, "backends": torch.get("backends"),
+                   "cuda_available": torch.get("cuda_available"), "gpu": _gpu_present(node),
+                   "bf16_instructions": cpu.get("bf16_instructions")}
+        if backend == "nccl" and device == "cpu":
+            yield Result(ID, Status.FAIL, node.node, "NCCL moves CUDA tensors only: a CPU run needs Gloo",
+                         "--backend gloo (and init_process_group('gloo') in the training code)", details)
+            continue
+        if backend not in (torch.get("backends") or []):
+            yield Result(ID, Status.FAIL, node.node,
+                         f"{node.node}'s torch has no {backend} backend (it has: {', '.join(torch.get('backends') or []) or 'none'})",
+                         "install a torch build with it, or pick a backend it has with --backend", details)
+            continue
+        if device == "cuda" and not torch.get("cuda_available"):
+            yield Result(ID, Status.FAIL, node.node,
+                         f"{node.node} has no usable CUDA device (torch {torch['version']}, {torch['build']} build)",
+                         "install the CUDA build of torch there, or train on CPU with --device cpu --backend gloo", details)
+            continue
+        dtype = next((env[v] for v in DTYPE_VARS if env.get(v)), None)
+        gpu = _gpu_present(node)
+        hidden = env.get("CUDA_VISIBLE_DEVICES", None) == ""
+        if device == "cpu" and dtype and "bf16" in dtype.replace("bfloat16", "bf16") and not cpu.get("bf16_instructions"):
+            yield Result(ID, Status.WARN, node.node,
+                         f"bf16 on {node.node}'s CPU, which has no bf16 instructions (no avx512_bf16 or AMX): "
+                         "much slower than float32 (seed 001)",
+                         f"export {next(v for v in DTYPE_VARS if env.get(v))}=float32   # on {node.node}", details)
+        elif device == "cpu" and gpu and not hidden and not (dtype and "32" in dtype):
+            yield Result(ID, Status.WARN, node.node,
+                         f"{node.node} has {gpu} but trains on CPU: code that asks torch.cuda.is_available() "
+                         "picks bf16 and flash attention anyway (seeds 001, 004)",
+                         f"export NANOCHAT_DTYPE=float32 NANOCHAT_FORCE_SDPA=1   # your code's switches; or "
+                         f"CUDA_VISIBLE_DEVICES= to hide the GPU, on {node.node}", details)
+        elif device == "cuda" and backend == "gloo":
+            yield Result(ID, Status.WARN, node.node, "CUDA tensors over Gloo are copied through the CPU: use NCCL",
+                         "--backend nccl", details)
+        else:
+            yield Result(ID, Status.PASS, node.node,
+                         f"{backend} on {device}" + (f", dtype {dtype}" if dtype else "")
+                         + (f"; {gpu} present and hidden" if gpu and hidden else ""), None, details)
+
+
+def check_omp_threads(ctx: Context) -> Iterator[Result]:
+    ID = "omp-threads"
+    procs = max(1, ctx.options.nproc_per_node)
+    for node in ctx.reachable:
+        cpu = node.section("cpu")
+        if cpu is None:
+            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('cpu')}")
+            continue
+        cores = min(cpu["physical_cores"], cpu.get("usable_cores") or cpu["physical_cores"])
+        raw = env_of(node).get("OMP_NUM_THREADS")
+        best = max(1, cores // procs)
+        details = {"physical_cores": cpu["physical_cores"], "usable_cores": cpu.get("usable_cores"),
+                   "logical_cores": cpu["logical_cores"], "omp_num_threads": raw, "nproc_per_node": procs,
+                   "recommended": best}
+        fix = f"export OMP_NUM_THREADS={best}   # on {node.node}"
+        if raw is None:
+            if procs > 1 and ctx.options.device == "cpu" and best > 1:
+                yield Result(ID, Status.WARN, node.node,
+                             f"OMP_NUM_THREADS is not set: torchrun sets it to 1 for {procs} processes, so each "
+                             f"rank computes on one of {cores} cores", fix, details)
+            else:
+                yield Result(ID, Status.PASS, node.node, f"torch picks {cores} threads for {procs} process(es) on {cores} cores",
+                             None, details)
+            continue
+        try:
+            threads = int(raw)
+        except ValueError:
+            yield Result(ID, Status.FAIL, node.node, f"OMP_NUM_THREADS={raw!r} is not a number", fix, details)
+            continue
+        total = threads * procs
+        if total > cores:
+            yield Result(ID, Status.WARN, node.node,
+                         f"{threads} threads x {procs} processes = {total} on {cores} physical cores: "
+                         "oversubscribed, ranks slow each other down", fix, details)
+        elif ctx.options.device == "cpu" and total * 2 <= cores:
+            yield Result(ID, Status.WARN, node.node,
+                         f"{threads} threads x {procs} processes use {total} of {cores} physical cores", fix, details)
+        else:
+            yield Result(ID, Status.PASS, node.node, f"{threads} threads x {procs} processes on {cores} physical cores",
+                         None, details)

@@ -1,0 +1,84 @@
+"""master-port, stale-processes, ptrace: what is already running, and whether hangwatch can look."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..model import Context, Result, Status
+from .common import describe_process
+
+
+def check_master_port(ctx: Context) -> Iterator[Result]:
+    ID = "master-port"
+    master, port = ctx.master, ctx.options.master_port
+    if master.error:
+        return
+    facts = master.section("master_port")
+    if facts is None:
+        yield Result(ID, Status.ERROR, master.node, f"{master.node}: {master.section_error('master_port')}")
+        return
+    details = {"port": port, "holders": [dict(h) for h in facts["holders"]]}
+    if not facts["listening"]:
+        yield Result(ID, Status.PASS, master.node, f"port {port} is free on {master.node}", None, details)
+        return
+    if facts["holders"]:
+        holders = facts["holders"]
+        pids = " ".join(str(h["pid"]) for h in holders)
+        yield Result(ID, Status.FAIL, master.node,
+                     f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
+                     + ": rendezvous fails with EADDRINUSE (seed 002)",
+                     f"kill {pids}   # on {master.node}; or choose another port with --master-port", details)
+    else:
+        yield Result(ID, Status.FAIL, master.node,
+                     f"port {port} on {master.node} is held by a process of another user",
+                     f"sudo ss -ltnp 'sport = :{port}'   # on {master.node}, to see who; or use --master-port",
+                     details)
+
+
+def check_stale_processes(ctx: Context) -> Iterator[Result]:
+    ID = "stale-processes"
+    for node in ctx.reachable:
+        facts = node.section("processes")
+        if facts is None:
+            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('processes')}")
+            continue
+        found = facts["processes"]
+        if not found:
+            yield Result(ID, Status.PASS, node.node, "no leftover training processes")
+            continue
+        orphans = [p for p in found if p.get("orphan")]
+        listed = "; ".join(describe_process(p) for p in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+        yield Result(ID, Status.FAIL if orphans else Status.WARN, node.node,
+                     f"{len(found)} training process{'es' if len(found) > 1 else ''} already on {node.node}"
+                     f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {listed}",
+                     f"kill {' '.join(str(p['pid']) for p in found)}   # on {node.node}, if they are not a run you want",
+                     {"processes": [dict(p) for p in found]})
+
+
+PTRACE_FIX = {
+    1: "sudo sysctl kernel.yama.ptrace_scope=0   # or run hangwatch with sudo",
+    2: "run hangwatch with sudo (ptrace_scope=2 allows only CAP_SYS_PTRACE)",
+    3: "ptrace_scope=3 forbids ptrace until reboot: set kernel.yama.ptrace_scope=1 in /etc/sysctl.d and reboot",
+}
+
+
+def check_ptrace(ctx: Context) -> Iterator[Result]:
+    ID = "ptrace"
+    for node in ctx.reachable:
+        facts = node.section("ptrace")
+        if facts is None:
+            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('ptrace')}")
+            continue
+        scope = facts.get("ptrace_scope")
+        privileged = facts.get("euid") == 0 or facts.get("cap_sys_ptrace")
+        details = dict(facts)
+        if privileged and scope != 3:
+            yield Result(ID, Status.PASS, node.node, "hangwatch can read stacks (root or CAP_SYS_PTRACE)", None, details)
+        elif scope in (None, 0):
+            yield Result(ID, Status.PASS, node.node,
+                         "hangwatch can read stacks of this user's processes"
+                         + (" (no Yama ptrace restriction)" if scope is None else " (ptrace_scope=0)"), None, details)
+        else:
+            yield Result(ID, Status.WARN, node.node,
+                         f"ptrace_scope={scope} on {node.node}: hangwatch cannot read the ranks' stacks, "
+                         "only their CPU and state", PTRACE_FIX.get(scope), details)

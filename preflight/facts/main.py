@@ -1,0 +1,81 @@
+"""Entry point on the node: run the requested collectors, print one JSON line.
+
+Every collector is isolated: an exception becomes {"error": ...} for its section only."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+from . import code, launch, network, processes, system, torchinfo
+
+MARKER = "DDP_PREFLIGHT_FACTS "
+PROGRESS = "DDP_PREFLIGHT_PROGRESS "
+
+
+def _guard(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:   # a broken collector must not lose the others
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        return {"error": f"{type(exc).__name__}: {exc} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"}
+
+
+def _progress(done_bytes, total_bytes, done_files, total_files):
+    sys.stderr.write(PROGRESS + json.dumps([done_bytes, total_bytes, done_files, total_files]) + "\n")
+    sys.stderr.flush()
+
+
+def collect(request: dict) -> dict:
+    sections = request.get("sections") or ["facts"]
+    out: dict = {"collected_at": time.time(), "version": 1}
+    if "facts" in sections:
+        env = _guard(system.env_facts)
+        env_vars = env.get("vars", {}) if isinstance(env, dict) else {}
+        port = int(request.get("master_port") or 29500)
+        out.update({
+            "os": _guard(system.os_facts), "python": _guard(system.python_facts),
+            "cpu": _guard(system.cpu_facts), "memory": _guard(system.memory_facts),
+            "gpu": _guard(system.gpu_facts), "env": env, "torch": _guard(torchinfo.torch_facts),
+            "network": _guard(network.network_facts, request, env_vars),
+            "master_port": _guard(processes.port_holders, port),
+            "processes": _guard(processes.training_processes, port),
+            "ptrace": _guard(processes.ptrace_facts),
+        })
+        code_facts = _guard(code.code_facts, request.get("code_dir"))
+        if code_facts is not None:
+            out["code"] = code_facts
+        out["hash_algorithms"] = _guard(_hash_algorithms)
+        if request.get("launch_args") and request.get("is_master"):
+            out["launch"] = _guard(launch.torchrun_parse, request["launch_args"],
+                                   int(request.get("nnodes") or 1), int(request.get("nproc_per_node") or 1))
+    if "shards" in sections and request.get("data_dir"):
+        out["shards"] = _guard(_shards, request)
+    return out
+
+
+def _hash_algorithms():
+    from .shards import available_algorithms
+    return {"available": available_algorithms()}
+
+
+def _shards(request: dict):
+    from . import shards
+    try:
+        cache = shards.default_cache_path(request["data_dir"])
+        return shards.manifest(request["data_dir"], request.get("hash_algorithm") or "blake2b",
+                               cache_path=cache, progress=_progress)
+    except shards.ShardError as exc:
+        return {"error": str(exc), "missing": isinstance(exc, shards.DataDirMissing)}
+
+
+def run(request: dict) -> None:
+    facts = collect(request)
+    sys.stdout.write(MARKER + json.dumps(facts, default=str) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    run(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})

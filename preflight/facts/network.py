@@ -1,0 +1,195 @@
+"""Interfaces, what the hostname resolves to, what Gloo will bind, the route to the master,
+the ephemeral port range and the firewall."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import socket
+
+from .util import command, read
+
+VPN_NAMES = re.compile(r"^(tailscale|wg|zt|tun|utun|tap|ppp|ipsec|nordlynx|proton)")
+BRIDGE_NAMES = re.compile(r"^(docker|br-|virbr|lxcbr|lxdbr|cni|flannel|cali|vmnet|vboxnet)")
+WIRELESS_NAMES = re.compile(r"^(wl|wlan|wifi|ath|ra\d)")
+TUNNEL_KINDS = {"tun", "wireguard", "ipip", "gre", "sit", "vxlan", "geneve", "ip6tnl", "ipvlan"}
+
+
+def classify(name: str, kind: str | None, flags: list[str]) -> str:
+    """The interface's kind in the user's words."""
+    if "LOOPBACK" in flags or name == "lo":
+        return "loopback"
+    if os.path.isdir(f"/sys/class/net/{name}/wireless") or os.path.exists(
+            f"/sys/class/net/{name}/phy80211") or WIRELESS_NAMES.match(name):
+        return "wireless"
+    if kind in TUNNEL_KINDS or VPN_NAMES.match(name) or "POINTOPOINT" in flags:
+        return "vpn"
+    if BRIDGE_NAMES.match(name):
+        return "docker/bridge"
+    if kind == "bridge":
+        return "bridge"
+    if kind == "veth":
+        return "veth"
+    if kind in ("dummy", "macvlan", "vlan", "bond", "team"):
+        return kind
+    return "ethernet"
+
+
+def _speed(name: str) -> int | None:
+    text = read(f"/sys/class/net/{name}/speed")
+    try:
+        value = int(text) if text else -1
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def interfaces() -> list[dict]:
+    done = command(["ip", "-j", "-d", "addr", "show"])
+    if done is None or done.returncode != 0:
+        return _interfaces_from_sysfs()
+    result = []
+    for link in json.loads(done.stdout or "[]"):
+        name = link["ifname"]
+        kind = (link.get("linkinfo") or {}).get("info_kind")
+        flags = link.get("flags", [])
+        addrs = [{"family": 6 if a["family"] == "inet6" else 4, "address": a["local"],
+                  "prefixlen": a.get("prefixlen"), "scope": a.get("scope")}
+                 for a in link.get("addr_info", []) if a.get("family") in ("inet", "inet6")]
+        result.append({"name": name, "kind": classify(name, kind, flags), "link_kind": kind,
+                       "up": "UP" in flags and link.get("operstate") not in ("DOWN",),
+                       "operstate": link.get("operstate"), "mtu": link.get("mtu"),
+                       "speed_mbit": _speed(name), "addresses": addrs})
+    return result
+
+
+def _interfaces_from_sysfs() -> list[dict]:
+    """Without iproute2: names, kinds and IPv6 addresses from /proc (IPv4 needs `ip`)."""
+    v6: dict[str, list[dict]] = {}
+    for line in (read("/proc/net/if_inet6", "") or "").splitlines():
+        hexaddr, _, plen, scope, _, name = line.split()
+        addr = str(ipaddress.IPv6Address(bytes.fromhex(hexaddr)))
+        v6.setdefault(name, []).append({"family": 6, "address": addr, "prefixlen": int(plen, 16),
+                                        "scope": "link" if scope == "20" else "global"})
+    result = []
+    for _, name in socket.if_nameindex():
+        flags = ["LOOPBACK"] if name == "lo" else []
+        up = (read(f"/sys/class/net/{name}/operstate", "") or "").strip() in ("up", "unknown")
+        result.append({"name": name, "kind": classify(name, None, flags), "link_kind": None,
+                       "up": up, "operstate": None, "mtu": None, "speed_mbit": _speed(name),
+                       "addresses": v6.get(name, []), "partial": "IPv4 addresses need iproute2"})
+    return result
+
+
+def resolve(name: str) -> list[dict]:
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return [{"error": str(exc)}]
+    seen, out = set(), []
+    for family, _, _, _, sockaddr in infos:
+        if sockaddr[0] not in seen:
+            seen.add(sockaddr[0])
+            out.append({"family": 6 if family == socket.AF_INET6 else 4, "address": sockaddr[0]})
+    return out
+
+
+def _bindable(family: int, address: str) -> bool:
+    sock = socket.socket(socket.AF_INET6 if family == 6 else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, 0))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def gloo_bind(ifaces: list[dict], hostname: str, env: dict) -> dict:
+    """The address Gloo will bind, by Gloo's own rule: GLOO_SOCKET_IFNAME's interface
+    (its first IPv4 address, else IPv6), else the first address the hostname resolves to
+    that can be bound, else loopback."""
+    ifname = env.get("GLOO_SOCKET_IFNAME")
+    if ifname:
+        first = ifname.split(",")[0]
+        for iface in ifaces:
+            if iface["name"] == first:
+                ordered = sorted(iface["addresses"], key=lambda a: (a["family"], a["scope"] == "link"))
+                if ordered:
+                    a = ordered[0]
+                    return {"source": "GLOO_SOCKET_IFNAME", "interface": first,
+                            "family": a["family"], "address": a["address"]}
+        return {"source": "GLOO_SOCKET_IFNAME", "interface": first, "family": None,
+                "address": None, "error": f"GLOO_SOCKET_IFNAME={first} names no interface with an address"}
+    for entry in resolve(hostname):
+        if "error" in entry:
+            break
+        if _bindable(entry["family"], entry["address"]):
+            return {"source": "hostname", "hostname": hostname, "interface": interface_of(ifaces, entry["address"]),
+                    "family": entry["family"], "address": entry["address"]}
+    return {"source": "fallback", "hostname": hostname, "interface": "lo", "family": 4,
+            "address": "127.0.0.1"}
+
+
+def interface_of(ifaces: list[dict], address: str) -> str | None:
+    if address.startswith("127."):
+        return "lo"
+    for iface in ifaces:
+        if any(a["address"] == address for a in iface["addresses"]):
+            return iface["name"]
+    return None
+
+
+def route_to(address: str | None) -> dict | None:
+    if not address:
+        return None
+    resolved = resolve(address)
+    if resolved and "error" in resolved[0]:
+        return {"target": address, "error": f"{address} does not resolve here: {resolved[0]['error']}"}
+    ip = resolved[0]["address"]
+    done = command(["ip", "-j", "route", "get", ip])
+    if done is None:
+        return {"target": address, "address": ip, "error": "iproute2 is not installed"}
+    if done.returncode != 0:
+        return {"target": address, "address": ip, "error": (done.stderr or "no route").strip()}
+    route = (json.loads(done.stdout or "[]") or [{}])[0]
+    return {"target": address, "address": ip, "interface": route.get("dev"),
+            "source": route.get("prefsrc"), "gateway": route.get("gateway")}
+
+
+def port_range() -> list[int] | None:
+    text = read("/proc/sys/net/ipv4/ip_local_port_range")
+    return [int(x) for x in text.split()] if text else None
+
+
+def firewall() -> dict:
+    """The firewall as far as it can be read here; reading it needs root."""
+    out: dict = {"readable": False}
+    nft = command(["nft", "list", "ruleset"])
+    if nft is not None:
+        if nft.returncode == 0:
+            text = nft.stdout
+            out.update(readable=True, tool="nftables", rules=text[:20000],
+                       input_drops=len(re.findall(r"\b(drop|reject)\b", text)),
+                       input_policy_drop=bool(re.search(r"hook input.*policy drop", text)))
+        else:
+            out["reason"] = (nft.stderr or "").strip().splitlines()[-1:] or ["nft failed"]
+    ufw = command(["ufw", "status"])
+    if ufw is not None and ufw.returncode == 0:
+        out["ufw"] = ufw.stdout.strip()[:4000]
+        out["readable"] = True
+    if not out["readable"] and os.geteuid() != 0:
+        out["reason"] = "reading the firewall needs root"
+    return out
+
+
+def network_facts(request: dict, env: dict) -> dict:
+    ifaces = interfaces()
+    hostname = socket.gethostname()
+    return {"hostname": hostname, "fqdn": socket.getfqdn(), "interfaces": ifaces,
+            "hostname_resolves_to": resolve(hostname),
+            "gloo_bind": gloo_bind(ifaces, hostname, env),
+            "route_to_master": route_to(request.get("master_addr")),
+            "ephemeral_ports": port_range(), "firewall": firewall()}

@@ -1,0 +1,100 @@
+"""OS, Python, CPU, memory, GPU presence, environment, clock."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import sys
+import time
+
+from .util import read
+
+# Variables that decide how training binds, threads and picks dtypes. Prefixes match many.
+ENV_PREFIXES = ("GLOO_", "NCCL_", "TORCH_", "OMP_", "MKL_", "MASTER_", "NANOCHAT_", "TP_",
+                "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTORCH_")
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+
+
+def os_facts() -> dict:
+    release = {}
+    for line in (read("/etc/os-release", "") or "").splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            release[k] = v.strip('"')
+    return {"system": platform.system(), "kernel": platform.release(),
+            "distro": release.get("PRETTY_NAME"), "machine": platform.machine(),
+            "hostname": socket.gethostname()}
+
+
+def python_facts() -> dict:
+    return {"version": platform.python_version(), "implementation": platform.python_implementation(),
+            "executable": sys.executable, "prefix": sys.prefix,
+            "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}
+
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_facts() -> dict:
+    info = read("/proc/cpuinfo", "") or ""
+    model, flags, cores = None, set(), set()
+    physical_id = core_id = None
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and model is None:
+            model = value
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "physical id":
+            physical_id = value
+        elif key == "core id":
+            core_id = value
+        elif not line.strip() and core_id is not None:
+            cores.add((physical_id, core_id))
+            physical_id = core_id = None
+    if core_id is not None:
+        cores.add((physical_id, core_id))
+    logical = os.cpu_count() or 1
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = logical
+    return {"model": model, "logical_cores": logical, "usable_cores": usable,
+            "physical_cores": len(cores) or logical,
+            "flags": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4"))),
+            "bf16_instructions": sorted(f for f in BF16_FLAGS if f in flags)}
+
+
+def memory_facts() -> dict:
+    values = {}
+    for line in (read("/proc/meminfo", "") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            values[key] = int(rest.split()[0]) * 1024
+    return {"total_bytes": values.get("MemTotal"), "available_bytes": values.get("MemAvailable")}
+
+
+def gpu_facts() -> dict:
+    """Whether a GPU is physically here, whatever torch build is installed (seeds 001, 004:
+    a GPU in the box made auto-detection pick bf16 and flash attention for a CPU run)."""
+    nvidia = sorted(d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)) \
+        if os.path.isdir("/dev") else []
+    driver = read("/proc/driver/nvidia/version")
+    amd = os.path.exists("/dev/kfd")
+    return {"nvidia_devices": nvidia, "nvidia_driver": driver.splitlines()[0] if driver else None,
+            "amd_kfd": amd}
+
+
+def env_facts() -> dict:
+    picked = {}
+    for key, value in os.environ.items():
+        if key.startswith(ENV_PREFIXES):
+            picked[key] = "<redacted>" if SECRET.search(key) else value
+    return {"vars": dict(sorted(picked.items()))}
+
+
+def clock_facts() -> dict:
+    return {"time": time.time()}

@@ -1,0 +1,127 @@
+"""The one model every output renders: results of checks about nodes.
+
+The JSON report, the text table, the JUnit file and the dashboard are views of these objects."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"       # could not or need not check (e.g. no --data-dir given)
+    ERROR = "error"     # the check itself could not run on this node: the reason is the summary
+
+    @property
+    def rank(self) -> int:
+        """Severity for sorting and the overall outcome."""
+        return {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "error": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Result:
+    check: str                  # a stable id from the registry, e.g. "address-family"
+    status: Status
+    node: str | None            # the node it is about; None for the cluster as a whole
+    summary: str                # one line: what is wrong (or right)
+    fix: str | None = None      # what to paste to fix it
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+
+    def to_json(self) -> dict:
+        return {"check": self.check, "status": self.status.value, "node": self.node,
+                "summary": self.summary, "fix": self.fix, "details": _plain(self.details)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What was collected on one node. `facts` is the collector's JSON: one section per
+    collector; a section that failed is {"error": "..."}. `error` means no facts at all."""
+    node: str                   # the name the user gave (host alias)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None    # why the node could not be reached or run the collector
+    fix: str | None = None
+
+    def section(self, name: str) -> Mapping[str, Any] | None:
+        """A collector's section, or None when it is missing or failed."""
+        value = self.facts.get(name)
+        if not isinstance(value, Mapping) or "error" in value:
+            return None
+        return value
+
+    def section_error(self, name: str) -> str | None:
+        value = self.facts.get(name)
+        if value is None:
+            return f"no {name} facts were collected"
+        if isinstance(value, Mapping) and "error" in value:
+            return str(value["error"])
+        return None
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for: the run preflight checks against."""
+    backend: str = "gloo"
+    device: str = "cpu"
+    master_port: int = 29500
+    master_addr: str | None = None       # as the workers will dial it
+    nproc_per_node: int = 1
+    data_dir: str | None = None
+    launch_args: tuple[str, ...] = ()    # the training command after `--`, if given
+    clock_tolerance: float = 2.0         # seconds
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a check may read. nodes[0] is the master."""
+    nodes: tuple[NodeFacts, ...]
+    options: Options = Options()
+
+    @property
+    def master(self) -> NodeFacts:
+        return self.nodes[0]
+
+    @property
+    def reachable(self) -> tuple[NodeFacts, ...]:
+        return tuple(n for n in self.nodes if n.error is None)
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str                  # one line for --list
+    run: Callable[[Context], Iterable[Result]]
+    phase: str = "facts"        # facts (pure over collected facts) or probe (runs across nodes)
+
+
+@dataclass(frozen=True)
+class Report:
+    results: tuple[Result, ...]
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.status.rank >= 2 for r in self.results)
+
+    def ok_strict(self) -> bool:
+        return not any(r.status.rank >= 1 for r in self.results)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "nodes": list(self.nodes),
+                "results": [r.to_json() for r in self.results]}

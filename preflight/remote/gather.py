@@ -1,0 +1,108 @@
+"""Collect every node's facts in parallel: one unreachable node never stops the others."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..facts.shards import ALGORITHMS
+from ..model import NodeFacts
+from .errors import NodeError
+from .hosts import bad_host_reason
+from .run import LocalNode, Progress, SshNode
+
+MAX_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class Target:
+    """A node to check, with its own settings (from the command line or the config)."""
+    name: str
+    python: str
+    data_dir: str | None = None
+    code_dir: str | None = None
+    local: bool = False
+
+
+def gather(targets: list[Target], request: dict, *, ssh_config: str | None,
+           on_progress: Progress | None = None) -> tuple[list[NodeFacts], str | None]:
+    """Returns each node's facts (in the order given) and the master address workers dial.
+
+    `request` goes to every node's collector: master_port, master_addr (None: the master's
+    address as the ssh config names it), launch_args, nnodes, nproc_per_node."""
+    master_addr = request.get("master_addr")
+    nodes = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
+             for t in targets]
+    facts: list[dict | None] = [None] * len(nodes)
+    errors: list[NodeError | None] = [None] * len(nodes)
+
+    def guarded(i: int, fn) -> None:
+        if errors[i] is not None:
+            return
+        try:
+            fn()
+        except NodeError as exc:
+            errors[i] = exc
+        except Exception as exc:   # an unexpected failure is still one node's error
+            errors[i] = NodeError(f"{targets[i].name}: {type(exc).__name__}: {exc}")
+
+    for i, target in enumerate(targets):
+        reason = bad_host_reason(target.name)
+        if reason and not target.local:
+            errors[i] = NodeError(reason, "fix the host list; nothing was run for this entry")
+
+    with ThreadPoolExecutor(min(MAX_PARALLEL, len(nodes))) as pool:
+        # Connect first: the master's address (as the ssh config names it) goes to the workers.
+        list(pool.map(lambda i: guarded(i, nodes[i].connect), range(len(nodes))))
+        if master_addr is None and errors[0] is None:
+            master_addr = nodes[0].address
+
+        def phase_facts(i: int) -> None:
+            node_request = {**request, "sections": ["facts"], "master_addr": master_addr,
+                            "code_dir": targets[i].code_dir, "is_master": i == 0}
+            result = nodes[i].collect(node_request)
+            result["clock"] = nodes[i].clock_offset()
+            result["reached_at"] = nodes[i].address
+            facts[i] = result
+
+        list(pool.map(lambda i: guarded(i, lambda: phase_facts(i)), range(len(nodes))))
+
+        with_data = [i for i, t in enumerate(targets) if t.data_dir and facts[i] is not None]
+        if with_data:
+            algorithm = common_algorithm([facts[i] for i in with_data])
+
+            def phase_shards(i: int) -> None:
+                shard_request = {"sections": ["shards"], "data_dir": targets[i].data_dir,
+                                 "hash_algorithm": algorithm}
+                facts[i]["shards"] = nodes[i].collect(shard_request, on_progress).get(
+                    "shards", {"error": "the collector returned no shard manifest"})
+
+            list(pool.map(lambda i: guarded(i, lambda: phase_shards(i)), with_data))
+        for node in nodes:
+            try:
+                node.close()
+            except Exception:
+                pass
+
+    out = []
+    for i, target in enumerate(targets):
+        if errors[i] is not None and facts[i] is None:
+            out.append(NodeFacts(target.name, {}, errors[i].summary, errors[i].fix))
+        else:
+            result = facts[i] or {}
+            if errors[i] is not None:    # facts came, a later phase failed on this node
+                result.setdefault("shards", {"error": errors[i].summary})
+            out.append(NodeFacts(target.name, result))
+    return out, master_addr
+
+
+def common_algorithm(all_facts: list[dict]) -> str:
+    """The fastest hash every node can compute, so digests compare across nodes."""
+    available = None
+    for facts in all_facts:
+        have = set((facts.get("hash_algorithms") or {}).get("available") or ["blake2b"])
+        available = have if available is None else available & have
+    for name in ALGORITHMS:
+        if name in (available or set()):
+            return name
+    return "blake2b"

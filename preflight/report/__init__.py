@@ -1,0 +1,1 @@
+"""Renderers: each turns a Report into a string. Only the CLI prints."""

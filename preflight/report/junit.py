@@ -1,0 +1,30 @@
+"""JUnit XML: one testcase per check and node, so CI shows each as a test."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ..model import Report, Status
+
+
+def render(report: Report) -> str:
+    suite = ET.Element("testsuite", name="ddp-preflight", tests=str(len(report.results)),
+                       failures=str(sum(r.status == Status.FAIL for r in report.results)),
+                       errors=str(sum(r.status == Status.ERROR for r in report.results)),
+                       skipped=str(sum(r.status == Status.SKIP for r in report.results)))
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", classname=f"ddp-preflight.{r.check}",
+                             name=f"{r.check} [{r.node or 'cluster'}]")
+        message = r.summary + (f"\nfix: {r.fix}" if r.fix else "")
+        if r.status == Status.FAIL:
+            ET.SubElement(case, "failure", message=r.summary).text = message
+        elif r.status == Status.ERROR:
+            ET.SubElement(case, "error", message=r.summary).text = message
+        elif r.status == Status.SKIP:
+            ET.SubElement(case, "skipped", message=r.summary)
+        elif r.status == Status.WARN:
+            ET.SubElement(case, "system-out").text = "warning: " + message
+    suites = ET.Element("testsuites")
+    suites.append(suite)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

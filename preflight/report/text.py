@@ -1,0 +1,43 @@
+"""The text table: check, node, status, summary, fix."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..model import Report, Status
+
+STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red",
+         Status.ERROR: "bold magenta", Status.SKIP: "dim"}
+
+
+def render(report: Report, *, width: int = 120, color: bool = True, verbose: bool = False) -> str:
+    table = Table(show_lines=False, expand=False, pad_edge=False)
+    table.add_column("check", no_wrap=True)
+    table.add_column("node", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("summary / fix", overflow="fold")
+    for r in report.results:
+        if not verbose and r.status == Status.PASS and r.check not in ("node-reachable",):
+            continue
+        body = Text(r.summary)
+        if r.fix:
+            body.append("\nfix: ", style="bold")
+            body.append(r.fix, style="cyan")
+        table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), body)
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=color, no_color=not color,
+                      color_system="standard" if color else None, highlight=False)
+    console.print(table)
+    counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
+    verdict = Text("OK" if report.ok else "NOT READY", style="bold green" if report.ok else "bold red")
+    line = Text.assemble(verdict, f": {counts[Status.PASS]} passed, {counts[Status.WARN]} warnings, "
+                                  f"{counts[Status.FAIL]} failed, {counts[Status.ERROR]} errors, "
+                                  f"{counts[Status.SKIP]} skipped on {len(report.nodes)} node(s)")
+    if not verbose and counts[Status.PASS]:
+        line.append("  (passes hidden: -v shows them)", style="dim")
+    console.print(line)
+    return out.getvalue()

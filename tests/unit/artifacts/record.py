@@ -1,0 +1,24 @@
+"""Re-record the facts artifacts from a running lab (root): python tests/unit/artifacts/record.py NAME
+
+Writes NAME.json: the real facts each lab node reported, as the checks receive them."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from preflight.lab import Lab  # noqa: E402
+from preflight.remote.gather import Target, gather  # noqa: E402
+
+lab = Lab.open(os.environ.get("DDP_PREFLIGHT_LAB", "lab"))
+targets = [Target(n.name, sys.executable, str(lab.state.data_dir)) for n in lab.nodes]
+request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": 1,
+           "launch_args": ["-m", "scripts.base_train", "--run=x", "--depth", "4"]}
+nodes, master_addr = gather(targets, request, ssh_config=str(lab.ssh_config))
+out = {"faults": lab.status()["nodes"], "master_addr": master_addr,
+       "nodes": [{"node": n.node, "facts": dict(n.facts), "error": n.error, "fix": n.fix} for n in nodes]}
+path = Path(__file__).parent / f"{sys.argv[1]}.json"
+path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+print(f"wrote {path} ({path.stat().st_size} bytes)")
