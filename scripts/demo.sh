@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job on the lab: bring up two "machines", train-step across them over SSH with
-# torchrun and Gloo, show what a seed fault does, and tear everything down again.
+# The main job on the lab: bring up two "machines", preflight them, train a step across them
+# over SSH with torchrun and Gloo, then break them the way the seeds did and let preflight say
+# what is wrong and how to fix it. Tears everything down at the end, whatever happens.
 set -euo pipefail
 PY=${1:-python3}
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
@@ -10,14 +11,16 @@ cli() { "$PY" -m preflight "$@"; }
 trap 'cli lab down' EXIT
 
 cli lab up --nodes 2
-CONFIG=$(cli lab status --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["ssh_config"])')
-MASTER=$(cli lab status --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["ipv4"])')
+status() { cli lab status --json | "$PY" -c "import json,sys; s=json.load(sys.stdin); print($1)"; }
+export DDP_PREFLIGHT_SSH_CONFIG=$(status 's["ssh_config"]')
+MASTER=$(status 's["nodes"][0]["ipv4"]')
+DATA=$(status 's["data_dir"]')
 JOB=$(pwd)/examples/allreduce.py
 
-step() {  # run one DDP step on both nodes over ssh, as a user would with torchrun
+step() {  # one DDP step on both nodes over ssh, as a user would run torchrun on each
   local rank=0 pids=()
   for node in master worker1; do
-    ssh -F "$CONFIG" "$node" "PG_TIMEOUT=${1:-30} $PY -m torch.distributed.run --nnodes 2 \
+    ssh -F "$DDP_PREFLIGHT_SSH_CONFIG" "$node" "PG_TIMEOUT=${1:-30} $PY -m torch.distributed.run --nnodes 2 \
       --nproc-per-node 1 --node-rank $rank --master-addr $MASTER --master-port 29500 $JOB" \
       2>/dev/null | sed "s/^/[$node] /" &
     pids+=($!); rank=$((rank + 1))
@@ -25,9 +28,18 @@ step() {  # run one DDP step on both nodes over ssh, as a user would with torchr
   for pid in "${pids[@]}"; do wait "$pid" || true; done
 }
 
-echo; echo "== a clean two-node all_reduce over Gloo =="
+echo; echo "== preflight on a clean lab =="
+cli master worker1 --data-dir "$DATA" -- "$JOB"
+echo; echo "== so a two-node all_reduce over Gloo works =="
 step
-echo; echo "== worker1 with a Tailscale-style IPv6-only VPN (seed 004) =="
+
+echo; echo "== now the seeds' failures: a Tailscale IPv6 on worker1 (004), Wi-Fi (001), uneven shards (001),"
+echo "== a leftover process on port 29500 (002), and torchrun options in the way (000) =="
+cli lab fault add vpn-ipv6@worker1 wifi@worker1 shards@worker1 port-busy@master
+cli master worker1 --data-dir "$DATA" -- -m scripts.base_train --run=demo || echo "(preflight exit code $?: not ready)"
+
+echo; echo "== what training would have hit: the IPv6 fault alone =="
+cli lab fault clear
 cli lab fault add vpn-ipv6@worker1
 step 10
 cli lab fault clear

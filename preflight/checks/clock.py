@@ -11,6 +11,8 @@ def check_clock_skew(ctx: Context) -> Iterator[Result]:
     ID = "clock-skew"
     master = (ctx.master.facts.get("clock") or {}) if ctx.master.error is None else {}
     base = master.get("offset", 0.0)
+    # Without the master's clock, nodes are compared with this machine's.
+    reference = "the master's" if "offset" in master else "this machine's (the master was not reached)"
     tolerance = ctx.options.clock_tolerance
     for node in ctx.reachable:
         clock = node.facts.get("clock") or {}
@@ -24,7 +26,7 @@ def check_clock_skew(ctx: Context) -> Iterator[Result]:
         if certain > tolerance:
             side = "ahead of" if skew > 0 else "behind"
             yield Result(ID, Status.WARN, node.node,
-                         f"{node.node}'s clock is {abs(skew):.1f} s {side} the master's",
+                         f"{node.node}'s clock is {abs(skew):.1f} s {side} {reference}",
                          f"sudo timedatectl set-ntp true   # on {node.node} (and the master)", details)
         else:
             yield Result(ID, Status.PASS, node.node,

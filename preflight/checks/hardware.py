@@ -95,8 +95,11 @@ def check_omp_threads(ctx: Context) -> Iterator[Result]:
                              f"OMP_NUM_THREADS is not set: torchrun sets it to 1 for {procs} processes, so each "
                              f"rank computes on one of {cores} cores", fix, details)
             else:
-                yield Result(ID, Status.PASS, node.node, f"torch picks {cores} threads for {procs} process(es) on {cores} cores",
-                             None, details)
+                # torchrun sets OMP_NUM_THREADS=1 when it starts more than one process per node.
+                threads = cores if procs == 1 else 1
+                yield Result(ID, Status.PASS, node.node,
+                             f"{threads} thread{'s' if threads > 1 else ''} for each of {procs} process(es) "
+                             f"on {cores} cores", None, details)
             continue
         try:
             threads = int(raw)

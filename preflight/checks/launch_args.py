@@ -23,7 +23,10 @@ def check_launch_args(ctx: Context) -> Iterator[Result]:
     if not args:
         yield Result(ID, Status.SKIP, None, "no training command given (put it after --)")
         return
-    parse = ctx.master.facts.get("launch") if ctx.master.error is None else None
+    if ctx.master.error is not None:
+        yield Result(ID, Status.SKIP, ctx.master.node, f"not checked: the master was not reached ({ctx.master.error})")
+        return
+    parse = ctx.master.facts.get("launch")
     if not parse or "error" in parse:
         yield Result(ID, Status.ERROR, ctx.master.node,
                      f"could not ask torchrun how it parses the command: {(parse or {}).get('error', 'no answer')}")

@@ -35,10 +35,11 @@ def _pin(ctx: Context, iface: str) -> str:
 
 def _reference_family(ctx: Context) -> int | None:
     """The family workers dial the master with; else the master's own bind family."""
-    route = network_of(ctx.master).get("route_to_master") or {}
-    address = route.get("address")
-    if address:
-        return 6 if ":" in address else 4
+    # The master's own route first; any node's when the master's facts are missing.
+    for node in (ctx.master, *ctx.reachable):
+        address = (network_of(node).get("route_to_master") or {}).get("address")
+        if address:
+            return 6 if ":" in address else 4
     return (network_of(ctx.master).get("gloo_bind") or {}).get("family")
 
 
@@ -112,7 +113,7 @@ def check_interface_choice(ctx: Context) -> Iterator[Result]:
             same_family = bind.get("family") == (6 if ":" in (route.get("address") or "") else 4)
             yield Result(ID, Status.FAIL if same_family else Status.WARN, node.node,
                          f"{who} via {name} ({kind}) but Gloo would bind "
-                         f"{bind.get('interface')} ({bind.get('address')})"
+                         f"{bind.get('interface')} ({bind.get('address') or 'no address'})"
                          + ("" if same_family else "; see address-family")
                          + (f"; and {name} is {KIND_WARNINGS[kind]}" if kind in KIND_WARNINGS else ""),
                          f"{pin}   # on {node.node}", details)

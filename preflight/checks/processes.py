@@ -12,6 +12,7 @@ def check_master_port(ctx: Context) -> Iterator[Result]:
     ID = "master-port"
     master, port = ctx.master, ctx.options.master_port
     if master.error:
+        yield Result(ID, Status.SKIP, master.node, f"not checked: the master was not reached ({master.error})")
         return
     facts = master.section("master_port")
     if facts is None:

@@ -13,6 +13,15 @@ def _torch_label(t: dict) -> str:
     return f"torch {t['version']} ({t['build']}{', CUDA ' + t['cuda'] if t.get('cuda') else ''})"
 
 
+def _wanted_torch(master: dict | None) -> str:
+    """pip's arguments for the master's torch release, and which build to take: plain `torch==X`
+    is the CUDA build on Linux, so a +cpu or +cuXXX build comes from PyTorch's index for it."""
+    if master is None:
+        return "torch"
+    release, _, build = master["version"].partition("+")
+    return f"torch=={release}" + (f"  # the {build} build: from the PyTorch {build} wheel index" if build else "")
+
+
 def check_torch_parity(ctx: Context) -> Iterator[Result]:
     ID = "torch-parity"
     master = ctx.master.section("torch")
@@ -20,23 +29,24 @@ def check_torch_parity(ctx: Context) -> Iterator[Result]:
         torch = node.section("torch")
         if torch is None:
             reason = node.section_error("torch")
-            wanted = f"torch=={master['version'].split('+')[0]}" if master else "torch"
             yield Result(ID, Status.FAIL, node.node, f"{node.node}: {reason}",
-                         on_node(node.node, f"{python_of(node)} -m pip install {wanted}"),
+                         on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master)}"),
                          {"python": python_of(node)})
             continue
-        if master is None or node is ctx.master:
+        if node is ctx.master:
             yield Result(ID, Status.PASS, node.node, _torch_label(torch),
+                         details={"version": torch["version"], "git_version": torch.get("git_version")})
+            continue
+        if master is None:
+            yield Result(ID, Status.SKIP, node.node, f"{_torch_label(torch)}; not compared: the master has no torch",
                          details={"version": torch["version"], "git_version": torch.get("git_version")})
             continue
         same_release = torch["version"].split("+")[0] == master["version"].split("+")[0]
         if not same_release:
             # Gloo/NCCL wire formats and the store protocol are only tested within one release.
-            wanted = master["version"].split("+")[0]
             yield Result(ID, Status.FAIL, node.node,
                          f"{node.node} has {_torch_label(torch)}, the master {_torch_label(master)}",
-                         on_node(node.node, f"{python_of(node)} -m pip install torch=={wanted}"
-                                 + ("  # the CPU build" if master["build"] == "cpu" else "")),
+                         on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master)}"),
                          {"version": torch["version"], "master_version": master["version"]})
         elif torch.get("git_version") != master.get("git_version"):
             yield Result(ID, Status.WARN, node.node,
@@ -44,6 +54,13 @@ def check_torch_parity(ctx: Context) -> Iterator[Result]:
                          f"({torch.get('git_version', '?')[:10]} vs {master.get('git_version', '?')[:10]})",
                          f"install the same wheel on every node ({master['version']})",
                          {"git_version": torch.get("git_version"), "master_git_version": master.get("git_version")})
+        elif (torch.get("build"), torch.get("cuda")) != (master.get("build"), master.get("cuda")):
+            # The +cpu and +cuXXX wheels of one release share their git_version.
+            yield Result(ID, Status.WARN, node.node,
+                         f"{node.node}: same torch release, different build "
+                         f"({_torch_label(torch)} vs the master's {_torch_label(master)})",
+                         f"install the same wheel on every node ({master['version']})",
+                         {"version": torch["version"], "master_version": master["version"]})
         else:
             yield Result(ID, Status.PASS, node.node, f"{_torch_label(torch)}, same as the master",
                          details={"version": torch["version"], "git_version": torch.get("git_version")})
@@ -54,8 +71,12 @@ def check_python_parity(ctx: Context) -> Iterator[Result]:
     master = (ctx.master.section("python") or {}).get("version")
     for node in ctx.reachable:
         version = (node.section("python") or {}).get("version")
-        if version is None or master is None:
+        if version is None:
             yield Result(ID, Status.ERROR, node.node, f"{node.node}: no Python version was collected")
+            continue
+        if master is None:
+            yield Result(ID, Status.SKIP, node.node,
+                         f"Python {version}; not compared: no Python version from the master ({ctx.master.node})")
             continue
         if version == master:
             yield Result(ID, Status.PASS, node.node, f"Python {version}" + ("" if node is ctx.master else ", same as the master"))
@@ -91,7 +112,9 @@ def check_code_parity(ctx: Context) -> Iterator[Result]:
     for node in ctx.reachable:
         code = node.section("code")
         folder = (master or {}).get("dir") or (node.facts.get("code") or {}).get("dir", "?")
-        sync = on_node(node.node, f"rsync -a --delete {ctx.master.node}:{shlex.quote(folder)}/ {shlex.quote(folder)}/")
+        # From the master's address as the workers dial it: the ssh alias is known on this machine only.
+        source = ctx.options.master_addr or ctx.master.node
+        sync = on_node(node.node, f"rsync -a --delete {source}:{shlex.quote(folder)}/ {shlex.quote(folder)}/")
         if code is None:
             yield Result(ID, Status.FAIL, node.node, f"{node.node}: {node.section_error('code')}", sync)
         elif master is None or node is ctx.master:

@@ -65,7 +65,10 @@ def _shards(request: dict):
     from . import shards
     try:
         cache = shards.default_cache_path(request["data_dir"])
-        return shards.manifest(request["data_dir"], request.get("hash_algorithm") or "blake2b",
+        algorithm = request.get("hash_algorithm") or "best"
+        if algorithm == "best":
+            algorithm = shards.available_algorithms()[0]
+        return shards.manifest(request["data_dir"], algorithm,
                                cache_path=cache, progress=_progress)
     except shards.ShardError as exc:
         return {"error": str(exc), "missing": isinstance(exc, shards.DataDirMissing)}

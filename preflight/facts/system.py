@@ -13,7 +13,8 @@ from .util import read
 
 # Variables that decide how training binds, threads and picks dtypes. Prefixes match many.
 ENV_PREFIXES = ("GLOO_", "NCCL_", "TORCH_", "OMP_", "MKL_", "MASTER_", "NANOCHAT_", "TP_",
-                "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTORCH_")
+                "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTORCH_",
+                "DTYPE", "COMPUTE_DTYPE")
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 

@@ -13,7 +13,9 @@ FACTS_DIR = Path(__file__).resolve().parents[1] / "facts"
 PACKAGE = "ddp_preflight_facts"
 
 _BOOT = """\
-import base64, json, os, sys, tempfile
+import base64, json, os, sys, tempfile, time
+sys.stderr.write("DDP_PREFLIGHT_CLOCK %r\\n" % time.time())   # first: the clock sample
+sys.stderr.flush()
 fd, path = tempfile.mkstemp(prefix="ddp-preflight-", suffix=".zip")
 os.write(fd, base64.b64decode({payload!r}))
 os.close(fd)

@@ -58,26 +58,28 @@ def gather(targets: list[Target], request: dict, *, ssh_config: str | None,
             master_addr = nodes[0].address
 
         def phase_facts(i: int) -> None:
-            node_request = {**request, "sections": ["facts"], "master_addr": master_addr,
-                            "code_dir": targets[i].code_dir, "is_master": i == 0}
-            result = nodes[i].collect(node_request)
-            result["clock"] = nodes[i].clock_offset()
+            # Shards are hashed in the same pass, with the node's best algorithm; a node
+            # whose algorithm the others lack is hashed again below, with a common one.
+            node_request = {**request, "sections": ["facts", "shards"], "master_addr": master_addr,
+                            "code_dir": targets[i].code_dir, "is_master": i == 0,
+                            "data_dir": targets[i].data_dir, "hash_algorithm": "best"}
+            result = nodes[i].collect(node_request, on_progress)
             result["reached_at"] = nodes[i].address
             facts[i] = result
 
         list(pool.map(lambda i: guarded(i, lambda: phase_facts(i)), range(len(nodes))))
 
         with_data = [i for i, t in enumerate(targets) if t.data_dir and facts[i] is not None]
-        if with_data:
-            algorithm = common_algorithm([facts[i] for i in with_data])
+        algorithm = common_algorithm([facts[i] for i in with_data]) if with_data else None
+        again = [i for i in with_data if (facts[i].get("shards") or {}).get("algorithm") not in (None, algorithm)]
 
-            def phase_shards(i: int) -> None:
-                shard_request = {"sections": ["shards"], "data_dir": targets[i].data_dir,
-                                 "hash_algorithm": algorithm}
-                facts[i]["shards"] = nodes[i].collect(shard_request, on_progress).get(
-                    "shards", {"error": "the collector returned no shard manifest"})
+        def rehash(i: int) -> None:
+            shard_request = {"sections": ["shards"], "data_dir": targets[i].data_dir,
+                             "hash_algorithm": algorithm}
+            facts[i]["shards"] = nodes[i].collect(shard_request, on_progress).get(
+                "shards", {"error": "the collector returned no shard manifest"})
 
-            list(pool.map(lambda i: guarded(i, lambda: phase_shards(i)), with_data))
+        list(pool.map(lambda i: guarded(i, lambda: rehash(i)), again))
         for node in nodes:
             try:
                 node.close()

@@ -1,4 +1,6 @@
-"""The text table: check, node, status, summary, fix."""
+"""The text report: a table of check, node, status and summary, then the fixes.
+
+Fixes are printed below the table, one per line and never wrapped, so they can be pasted."""
 
 from __future__ import annotations
 
@@ -19,19 +21,25 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     table.add_column("check", no_wrap=True)
     table.add_column("node", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("summary / fix", overflow="fold")
+    table.add_column("#", no_wrap=True, justify="right")
+    table.add_column("summary", overflow="fold")
+    fixes = []
     for r in report.results:
         if not verbose and r.status == Status.PASS and r.check not in ("node-reachable",):
             continue
-        body = Text(r.summary)
-        if r.fix:
-            body.append("\nfix: ", style="bold")
-            body.append(r.fix, style="cyan")
-        table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), body)
+        number = ""
+        if r.fix and r.status.rank >= 1:      # warnings, failures and errors
+            fixes.append(r)
+            number = str(len(fixes))
+        table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), number, r.summary)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
                       color_system="standard" if color else None, highlight=False)
     console.print(table)
+    if fixes:
+        console.print(Text("fixes:", style="bold"))
+        for number, r in enumerate(fixes, 1):
+            console.print(Text.assemble(f"{number:>3}. ", (r.fix, "cyan")), soft_wrap=True)
     counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
     verdict = Text("OK" if report.ok else "NOT READY", style="bold green" if report.ok else "bold red")
     line = Text.assemble(verdict, f": {counts[Status.PASS]} passed, {counts[Status.WARN]} warnings, "

@@ -1,0 +1,202 @@
+"""`ddp-preflight` against the lab: each fault caught on the right node, bad input isolated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "preflight"]
+
+
+def preflight(lab, *args, hosts=("master", "worker1"), ssh_config=None, expect=None):
+    done = subprocess.run([*CLI, *hosts, "--json", "--ssh-config", str(ssh_config or lab.ssh_config),
+                           *args], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout) if done.stdout.strip() else None
+    if expect is not None:
+        assert done.returncode == expect, (done.returncode, done.stdout[-3000:], done.stderr)
+    return done, report
+
+
+def by(report, check, node=None):
+    found = [r for r in report["results"] if r["check"] == check and (node is None or r["node"] == node)]
+    assert found, f"no {check} result for {node}"
+    return found[0] if node is not None else found
+
+
+def statuses(report):
+    return {(r["check"], r["node"]): r["status"] for r in report["results"]}
+
+
+@pytest.fixture
+def code_dir(tmp_path):
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('train')\n")
+    return folder
+
+
+def test_a_clean_lab_passes_every_check(clean_lab, code_dir):
+    _, report = preflight(clean_lab, "--data-dir", str(clean_lab.state.data_dir),
+                          "--code-dir", str(code_dir), "--", "train.py", "--depth", "4", expect=0)
+    assert report["ok"] is True and report["nodes"] == ["master", "worker1"]
+    bad = [r for r in report["results"] if r["status"] not in ("pass",)]
+    assert bad == [], bad
+    # Every per-node check reports on both nodes.
+    for check in ("node-reachable", "torch-parity", "address-family", "data-shards", "code-parity"):
+        assert {r["node"] for r in by(report, check)} == {"master", "worker1"}
+    assert by(report, "interface-choice", "worker1")["details"]["env"] == {"GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def test_vpn_ipv6_is_caught_as_an_address_family_mismatch_on_that_node(clean_lab):
+    clean_lab.add_fault("vpn-ipv6@worker1")
+    _, report = preflight(clean_lab, "--only", "address-family,interface-choice", expect=1)
+    result = by(report, "address-family", "worker1")
+    assert result["status"] == "fail"
+    assert "10 vs 2" in result["summary"] and "tailscale0" in result["summary"]
+    assert result["fix"].startswith("export GLOO_SOCKET_IFNAME=eth0")
+    assert by(report, "address-family", "master")["status"] == "pass"
+
+
+def test_loopback_host_is_caught(clean_lab):
+    clean_lab.add_fault("loopback-host@worker1")
+    _, report = preflight(clean_lab, "--only", "address-family", expect=1)
+    result = by(report, "address-family", "worker1")
+    assert result["status"] == "fail" and "127.0.1.1" in result["summary"] and "loopback" in result["summary"]
+    assert "GLOO_SOCKET_IFNAME=eth0" in result["fix"]
+
+
+def test_wifi_is_a_warning_that_strict_turns_into_a_failure(clean_lab):
+    clean_lab.add_fault("wifi@worker1")
+    _, report = preflight(clean_lab, "--only", "interface-choice", expect=0)
+    result = by(report, "interface-choice", "worker1")
+    assert result["status"] == "warn" and "wlp3s0" in result["summary"] and "Wi-Fi" in result["summary"]
+    assert result["details"]["kind"] == "wireless"
+    preflight(clean_lab, "--only", "interface-choice", "--strict", expect=1)
+
+
+def test_a_leftover_process_on_the_master_port_is_named_by_pid(clean_lab):
+    clean_lab.add_fault("port-busy@master")
+    pid = clean_lab.state.faults[-1].undo[0]["pid"]
+    _, report = preflight(clean_lab, "--only", "master-port,stale-processes", expect=1)
+    port = by(report, "master-port", "master")
+    assert port["status"] == "fail" and f"PID {pid}" in port["summary"] and "train.py" in port["summary"]
+    assert port["fix"].startswith(f"kill {pid}")
+    stale = by(report, "stale-processes", "master")
+    # Its parent is this test process, so it is a leftover but not an orphan: a warning.
+    assert stale["status"] == "warn" and f"PID {pid}" in stale["summary"] and "orphan" not in stale["summary"]
+    # The same kernel runs both lab nodes; worker1 must not report the master's process.
+    assert by(report, "stale-processes", "worker1")["status"] == "pass"
+
+
+def test_a_shard_mismatch_names_missing_and_changed_files(clean_lab):
+    clean_lab.add_fault("shards@worker1")
+    _, report = preflight(clean_lab, "--only", "data-shards", "--data-dir", str(clean_lab.state.data_dir), expect=1)
+    result = by(report, "data-shards", "worker1")
+    assert result["status"] == "fail"
+    assert "4 missing" in result["summary"] and "shard_00000.parquet" in result["summary"]
+    assert "rsync" in result["fix"]
+    assert by(report, "data-shards", "master")["status"] == "pass"
+
+
+def test_torchrun_swallowing_script_options_is_caught(clean_lab):
+    _, report = preflight(clean_lab, "--only", "launch-args", "--", "-m", "scripts.base_train", "--run=x", expect=1)
+    result = by(report, "launch-args", "master")
+    assert result["status"] == "fail" and "--run" in result["summary"]
+    assert "scripts.base_train -- --run=x" in result["fix"]
+    preflight(clean_lab, "--only", "launch-args", "--", "-m", "scripts.base_train", "--", "--run=x", expect=0)
+
+
+def test_nccl_on_a_cpu_run_fails_on_every_node(clean_lab):
+    _, report = preflight(clean_lab, "--only", "device-dtype", "--backend", "nccl", expect=1)
+    assert {r["node"]: r["status"] for r in report["results"]} == {"master": "fail", "worker1": "fail"}
+
+
+def test_code_that_differs_between_nodes_is_caught(clean_lab, tmp_path, code_dir):
+    other = tmp_path / "other"
+    shutil.copytree(code_dir, other)
+    (other / "train.py").write_text("print('changed')\n")
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'code_dir = "{code_dir}"\n[nodes.worker1]\ncode_dir = "{other}"\n')
+    _, report = preflight(clean_lab, "--only", "code-parity", "--config", str(config), expect=1)
+    assert by(report, "code-parity", "worker1")["status"] == "fail"
+    assert by(report, "code-parity", "master")["status"] == "pass"
+
+
+def test_unreachable_and_bad_hosts_do_not_stop_the_report(clean_lab):
+    done, report = preflight(clean_lab, "--only", "node-reachable,torch-parity",
+                             hosts=("master", "ghost", "w;id", "worker1"), expect=1)
+    reach = {r["node"]: r for r in by(report, "node-reachable")}
+    assert reach["master"]["status"] == reach["worker1"]["status"] == "pass"
+    assert reach["ghost"]["status"] == "error" and "does not resolve" in reach["ghost"]["summary"]
+    assert reach["w;id"]["status"] == "error" and "not part of a host name" in reach["w;id"]["summary"]
+    assert {r["node"] for r in by(report, "torch-parity")} == {"master", "worker1"}
+
+
+def test_a_refused_key_is_an_error_with_the_fix(clean_lab, tmp_path):
+    key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    text = Path(clean_lab.ssh_config).read_text()
+    config = tmp_path / "ssh_config"
+    config.write_text(text.replace(str(clean_lab.state.ssh_dir / "id_ed25519"), str(key)))
+    _, report = preflight(clean_lab, "--only", "node-reachable", ssh_config=config, hosts=("worker1",), expect=1)
+    result = by(report, "node-reachable", "worker1")
+    assert result["status"] == "error" and "refused" in result["summary"] and "ssh-copy-id" in result["fix"]
+
+
+def test_a_wrong_python_is_an_error_naming_the_node(clean_lab):
+    _, report = preflight(clean_lab, "--only", "node-reachable", "--python", "/nonexistent/bin/python", expect=1)
+    for node in ("master", "worker1"):
+        result = by(report, "node-reachable", node)
+        assert result["status"] == "error" and "/nonexistent/bin/python" in result["summary"]
+        assert "--python" in result["fix"]
+
+
+def test_torch_missing_on_one_node_names_it_and_the_install(clean_lab, tmp_path):
+    bare = shutil.which("python3", path="/usr/bin:/usr/local/bin")
+    if subprocess.run([bare, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.fail(f"{bare} has torch; this test needs a Python without it")
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'[nodes.worker1]\npython = "{bare}"\n')
+    _, report = preflight(clean_lab, "--only", "torch-parity", "--config", str(config), expect=1)
+    result = by(report, "torch-parity", "worker1")
+    assert result["status"] == "fail" and "torch is not installed" in result["summary"]
+    assert f"{bare} -m pip install torch==2.13.0" in result["fix"]
+    assert by(report, "torch-parity", "master")["status"] == "pass"
+
+
+def test_a_missing_data_folder_is_an_error_per_node(clean_lab):
+    _, report = preflight(clean_lab, "--only", "data-shards", "--data-dir", "/nonexistent/shards", expect=1)
+    for node in ("master", "worker1"):
+        result = by(report, "data-shards", node)
+        assert result["status"] == "error" and "/nonexistent/shards" in result["summary"]
+
+
+def test_a_bad_config_is_a_one_line_usage_error(clean_lab, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("python = [unclosed\n")
+    done, report = preflight(clean_lab, "--config", str(config), expect=2)
+    assert report is None and done.stderr.count("\n") == 1 and "not valid TOML" in done.stderr
+
+
+def test_junit_has_one_testcase_per_check_and_node(clean_lab, tmp_path):
+    clean_lab.add_fault("port-busy@master")
+    junit = tmp_path / "preflight.xml"
+    _, report = preflight(clean_lab, "--junit", str(junit), expect=1)
+    cases = ET.parse(junit).getroot().findall("./testsuite/testcase")
+    assert len(cases) == len(report["results"])
+    failed = {c.get("name") for c in cases if c.find("failure") is not None}
+    assert "master-port [master]" in failed
+
+
+def test_preflight_leaves_nothing_running_on_the_nodes(clean_lab):
+    before = {n.name: sorted(clean_lab.processes(n.name)) for n in clean_lab.nodes}
+    preflight(clean_lab, "--data-dir", str(clean_lab.state.data_dir), expect=0)
+    after = {n.name: sorted(clean_lab.processes(n.name)) for n in clean_lab.nodes}
+    assert after == before
