@@ -61,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ddp-preflight: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
+        print(f"ddp-preflight: internal error: {type(exc).__name__}: {exc} (please report it; "
+              "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
+        if os.environ.get("DDP_PREFLIGHT_DEBUG"):
+            raise
+        return EXIT_USAGE
 
 
 class UsageError(Exception):
@@ -105,11 +111,19 @@ def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
         value = getattr(args, name)
         return value if value is not None else config.values.get(name, default)
 
+    backend, device = pick("backend", "gloo"), pick("device", "cpu")
+    if backend not in ("gloo", "nccl") or device not in ("cpu", "cuda"):
+        raise UsageError(f"backend must be gloo or nccl and device cpu or cuda (got {backend!r}, {device!r})")
+    try:
+        master_port, nproc = int(pick("master_port", 29500)), int(pick("nproc_per_node", slots or 1))
+    except (TypeError, ValueError):
+        raise UsageError("master_port and nproc_per_node must be whole numbers") from None
+    targets_data = [config.for_node(h, "data_dir") for h in hosts]
     options = Options(
-        backend=pick("backend", "gloo"), device=pick("device", "cpu"),
-        master_port=int(pick("master_port", 29500)), master_addr=pick("master_addr", None),
-        nproc_per_node=int(pick("nproc_per_node", slots or 1)), data_dir=pick("data_dir", None),
-        launch_args=tuple(launch_args))
+        backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
+        nproc_per_node=nproc, launch_args=tuple(launch_args),
+        # A data folder given only per node (config [nodes.X]) still means: compare shards.
+        data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None))
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port {options.master_port} is not a port number")
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
@@ -125,12 +139,12 @@ def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
     if args.junit:
         from .report import junit
         try:
-            Path(args.junit).write_text(junit.render(report))
+            Path(args.junit).write_text(junit.render(report, strict=args.strict))
         except OSError as exc:
             print(f"ddp-preflight: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
             return EXIT_USAGE
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_json(strict=args.strict), indent=2))
     else:
         from .report import text
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ

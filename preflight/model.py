@@ -122,6 +122,6 @@ class Report:
     def ok_strict(self) -> bool:
         return not any(r.status.rank >= 1 for r in self.results)
 
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "nodes": list(self.nodes),
+    def to_json(self, strict: bool = False) -> dict:
+        return {"ok": self.ok_strict() if strict else self.ok, "nodes": list(self.nodes),
                 "results": [r.to_json() for r in self.results]}

@@ -9,7 +9,6 @@ from .common import env_of
 
 # Switches training code reads for its dtype and attention kernel (nanochat's, and common ones).
 DTYPE_VARS = ("NANOCHAT_DTYPE", "DTYPE", "COMPUTE_DTYPE", "TORCH_DTYPE")
-ATTENTION_VARS = ("NANOCHAT_FORCE_SDPA",)
 
 
 def _gpu_present(node: NodeFacts) -> str | None:

@@ -91,6 +91,10 @@ def check_interface_choice(ctx: Context) -> Iterator[Result]:
     if len(ctx.nodes) < 2:
         yield Result(ID, Status.SKIP, None, "one node: no interface between nodes to choose")
         return
+    if ctx.options.master_addr is None:
+        yield Result(ID, Status.SKIP, None, "not checked: the master's address is not known (it was not reached)",
+                     "pass --master-addr ADDR, or fix the master's ssh access")
+        return
     for node in ctx.reachable:
         net = network_of(node)
         route = net.get("route_to_master") or {}

@@ -117,8 +117,11 @@ def check_code_parity(ctx: Context) -> Iterator[Result]:
         sync = on_node(node.node, f"rsync -a --delete {source}:{shlex.quote(folder)}/ {shlex.quote(folder)}/")
         if code is None:
             yield Result(ID, Status.FAIL, node.node, f"{node.node}: {node.section_error('code')}", sync)
-        elif master is None or node is ctx.master:
+        elif node is ctx.master:
             yield Result(ID, Status.PASS, node.node, _code_label(code), details=dict(code))
+        elif master is None:
+            yield Result(ID, Status.SKIP, node.node, f"{_code_label(code)}; not compared: no code facts from the master",
+                         details=dict(code))
         elif _code_key(code) != _code_key(master):
             fix = sync
             if code.get("git") and master.get("git") and not master.get("dirty") and not code.get("dirty"):

@@ -36,6 +36,9 @@ def explain_connect(host: str, exc: BaseException) -> NodeError:
     if isinstance(exc, paramiko.BadHostKeyException):
         return NodeError(f"{host}: its host key changed since it was recorded",
                          f"if {host} was reinstalled: ssh-keygen -R {host}; otherwise investigate")
+    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
+        return NodeError(f"{host}: its host key is not known here, so it cannot be verified",
+                         f"ssh {host} true   # once, to check and accept its key; or ssh-keyscan {host} >> ~/.ssh/known_hosts")
     if isinstance(exc, paramiko.SSHException):
         return NodeError(f"{host}: ssh failed: {exc}", f"try 'ssh {host} true' to see the full error")
     if isinstance(exc, OSError):

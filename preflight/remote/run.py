@@ -94,6 +94,24 @@ def _exec(connection, command: str, data: bytes = b"", err: _ProgressStream | No
         channel.close()
 
 
+def _check_host_keys(conn) -> None:
+    """Verify host keys the way OpenSSH would (fabric accepts any key by default): the known
+    hosts files of the ssh config, and an unknown host is refused unless the config says
+    StrictHostKeyChecking no or accept-new."""
+    import os
+
+    import paramiko
+
+    files = (conn.ssh_config.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split()
+    for name in files:
+        path = os.path.expanduser(name)
+        if os.path.isfile(path):
+            conn.client.load_host_keys(path)
+    strict = str(conn.ssh_config.get("stricthostkeychecking", "ask")).lower()
+    conn.client.set_missing_host_key_policy(
+        paramiko.WarningPolicy() if strict in ("no", "off", "accept-new") else paramiko.RejectPolicy())
+
+
 @dataclass
 class SshNode:
     """One node over SSH; the connection is opened once and reused for every phase."""
@@ -107,6 +125,7 @@ class SshNode:
 
         config = Config(runtime_ssh_path=self.ssh_config) if self.ssh_config else Config()
         conn = Connection(self.name, config=config, connect_timeout=CONNECT_TIMEOUT)
+        _check_host_keys(conn)
         try:
             conn.open()
         except Exception as exc:   # every connect failure becomes one line with a fix

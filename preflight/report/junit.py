@@ -7,16 +7,18 @@ import xml.etree.ElementTree as ET
 from ..model import Report, Status
 
 
-def render(report: Report) -> str:
+def render(report: Report, strict: bool = False) -> str:
+    """With strict, a warning is a failed test, as it fails the run."""
+    failing = (Status.FAIL, Status.WARN) if strict else (Status.FAIL,)
     suite = ET.Element("testsuite", name="ddp-preflight", tests=str(len(report.results)),
-                       failures=str(sum(r.status == Status.FAIL for r in report.results)),
+                       failures=str(sum(r.status in failing for r in report.results)),
                        errors=str(sum(r.status == Status.ERROR for r in report.results)),
                        skipped=str(sum(r.status == Status.SKIP for r in report.results)))
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"ddp-preflight.{r.check}",
                              name=f"{r.check} [{r.node or 'cluster'}]")
         message = r.summary + (f"\nfix: {r.fix}" if r.fix else "")
-        if r.status == Status.FAIL:
+        if r.status in failing:
             ET.SubElement(case, "failure", message=r.summary).text = message
         elif r.status == Status.ERROR:
             ET.SubElement(case, "error", message=r.summary).text = message

@@ -78,7 +78,8 @@ def test_wifi_is_a_warning_that_strict_turns_into_a_failure(clean_lab):
     result = by(report, "interface-choice", "worker1")
     assert result["status"] == "warn" and "wlp3s0" in result["summary"] and "Wi-Fi" in result["summary"]
     assert result["details"]["kind"] == "wireless"
-    preflight(clean_lab, "--only", "interface-choice", "--strict", expect=1)
+    _, strict = preflight(clean_lab, "--only", "interface-choice", "--strict", expect=1)
+    assert report["ok"] is True and strict["ok"] is False     # the JSON says what the exit code says
 
 
 def test_a_leftover_process_on_the_master_port_is_named_by_pid(clean_lab):
@@ -148,6 +149,18 @@ def test_a_refused_key_is_an_error_with_the_fix(clean_lab, tmp_path):
     _, report = preflight(clean_lab, "--only", "node-reachable", ssh_config=config, hosts=("worker1",), expect=1)
     result = by(report, "node-reachable", "worker1")
     assert result["status"] == "error" and "refused" in result["summary"] and "ssh-copy-id" in result["fix"]
+
+
+def test_an_unknown_host_key_is_refused_not_trusted(clean_lab, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    text = Path(clean_lab.ssh_config).read_text()
+    config = tmp_path / "ssh_config"
+    config.write_text(text.replace(str(clean_lab.state.ssh_dir / "known_hosts"), str(empty)))
+    _, report = preflight(clean_lab, "--only", "node-reachable", ssh_config=config, hosts=("worker1",), expect=1)
+    result = by(report, "node-reachable", "worker1")
+    assert result["status"] == "error" and "host key is not known" in result["summary"]
+    assert "ssh-keyscan worker1" in result["fix"]
 
 
 def test_a_wrong_python_is_an_error_naming_the_node(clean_lab):
