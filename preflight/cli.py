@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master-addr", help="the address workers dial (default: the master's, as ssh reaches it)")
     p.add_argument("--nproc-per-node", type=int, help="processes per node (default 1, or the hostfile's slots)")
     p.add_argument("--only", help="comma-separated check ids (see --list)")
+    p.add_argument("--no-probes", action="store_true",
+                   help="facts only: skip the checks that try connections and collectives across nodes")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per check and node)")
@@ -130,10 +132,18 @@ def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
     if ssh_config and not Path(ssh_config).is_file():
         raise UsageError(f"ssh config {ssh_config} does not exist")
 
+    if args.no_probes:
+        checks = tuple(c for c in checks if not c.needs)
     targets = _targets(args, config, hosts, launch_args)
-    nodes, master_addr = _gather(targets, options, ssh_config, launch_args, quiet=args.json)
-    options = Options(**{**options.__dict__, "master_addr": master_addr})
-    ctx = Context(tuple(nodes), options)
+    from .probes.run import run_probes
+    from .remote.gather import Cluster
+
+    with Cluster(targets, ssh_config) as cluster:
+        nodes, master_addr = _gather(cluster, options, launch_args, quiet=args.json)
+        options = Options(**{**options.__dict__, "master_addr": master_addr})
+        needed = sorted({p for c in checks for p in c.needs})
+        probes = run_probes(needed, cluster, tuple(nodes), options) if needed else {}
+    ctx = Context(tuple(nodes), options, probes)
     report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
 
     if args.junit:
@@ -179,7 +189,7 @@ def _code_dir_of(launch_args: list[str]) -> str | None:
     return None
 
 
-def _gather(targets, options, ssh_config, launch_args, *, quiet: bool):
+def _gather(cluster, options, launch_args, *, quiet: bool):
     from .remote.gather import gather
 
     progress = None
@@ -194,9 +204,9 @@ def _gather(targets, options, ssh_config, launch_args, *, quiet: bool):
                                  f"{p[2]}/{p[3]} files\x1b[K")
                 sys.stderr.flush()
     request = {"master_port": options.master_port, "master_addr": options.master_addr,
-               "launch_args": launch_args, "nnodes": len(targets),
+               "launch_args": launch_args, "nnodes": len(cluster.targets),
                "nproc_per_node": options.nproc_per_node}
-    nodes, master_addr = gather(targets, request, ssh_config=ssh_config, on_progress=progress)
+    nodes, master_addr = gather(cluster, request, on_progress=progress)
     if progress:
         sys.stderr.write("\r\x1b[K")
     return nodes, master_addr

@@ -92,6 +92,7 @@ class Context:
     """Everything a check may read. nodes[0] is the master."""
     nodes: tuple[NodeFacts, ...]
     options: Options = Options()
+    probes: Mapping[str, Any] = field(default_factory=dict)   # probe name -> what it measured
 
     @property
     def master(self) -> NodeFacts:
@@ -107,7 +108,7 @@ class Check:
     id: str
     title: str                  # one line for --list
     run: Callable[[Context], Iterable[Result]]
-    phase: str = "facts"        # facts (pure over collected facts) or probe (runs across nodes)
+    needs: tuple[str, ...] = ()   # probes whose data it judges (they run across the nodes first)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from .data_shards import check_data_shards
 from .hardware import check_device_dtype, check_omp_threads
 from .launch_args import check_launch_args
 from .network import check_address_family, check_interface_choice
+from .ports import check_ephemeral_ports, check_master_reachable
 from .processes import check_master_port, check_ptrace, check_stale_processes
 from .reachability import check_node_reachable
 from .versions import check_code_parity, check_python_parity, check_torch_parity
@@ -30,9 +31,14 @@ CHECKS: tuple[Check, ...] = (
     Check("ptrace", "hangwatch will be able to read the ranks' Python stacks", check_ptrace),
     Check("clock-skew", "node clocks agree within a second or two", check_clock_skew),
     Check("launch-args", "torchrun's options and the script's options do not collide", check_launch_args),
+    Check("master-reachable", "every worker opens a TCP connection to the master's address and port",
+          check_master_reachable, needs=("network",)),
+    Check("ephemeral-ports", "every node accepts new connections on its ephemeral ports from every other node "
+          "(Gloo's listeners), in both directions", check_ephemeral_ports, needs=("network",)),
 )
 
 BY_ID = {c.id: c for c in CHECKS}
+FACT_CHECKS = tuple(c for c in CHECKS if not c.needs)    # judged from facts alone, no probes
 
 
 class UnknownCheck(ValueError):

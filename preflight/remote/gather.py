@@ -9,6 +9,7 @@ from ..facts.shards import ALGORITHMS
 from ..model import NodeFacts
 from .errors import NodeError
 from .hosts import bad_host_reason
+from ..probes.jobs import RunningJob, start_local, start_ssh
 from .run import LocalNode, Progress, SshNode
 
 MAX_PARALLEL = 32
@@ -24,17 +25,49 @@ class Target:
     local: bool = False
 
 
-def gather(targets: list[Target], request: dict, *, ssh_config: str | None,
-           on_progress: Progress | None = None) -> tuple[list[NodeFacts], str | None]:
+class Cluster:
+    """The nodes of one preflight, each with its SSH connection kept open from the facts to the
+    probes. Use it as a context manager: leaving it closes every connection."""
+
+    def __init__(self, targets: list[Target], ssh_config: str | None):
+        self.targets = list(targets)
+        self.nodes = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
+                      for t in targets]
+        self.errors: list[NodeError | None] = [None] * len(self.nodes)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for node in self.nodes:
+            try:
+                node.close()
+            except Exception:
+                pass
+
+    def usable(self) -> list[int]:
+        """Indexes of the nodes that were reached and ran the collector."""
+        return [i for i, e in enumerate(self.errors) if e is None]
+
+    def start(self, i: int, argv: list[str], *, env: dict | None = None, timeout: float = 60,
+              on_line=None) -> RunningJob:
+        """A supervised job on node i, with that node's training Python."""
+        node = self.nodes[i]
+        if isinstance(node, LocalNode):
+            return start_local(node.name, node.python, argv, env=env, timeout=timeout, on_line=on_line)
+        return start_ssh(node.connection, node.name, node.python, argv, env=env, timeout=timeout,
+                         on_line=on_line)
+
+
+def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None
+           ) -> tuple[list[NodeFacts], str | None]:
     """Returns each node's facts (in the order given) and the master address workers dial.
 
     `request` goes to every node's collector: master_port, master_addr (None: the master's
     address as the ssh config names it), launch_args, nnodes, nproc_per_node."""
     master_addr = request.get("master_addr")
-    nodes = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
-             for t in targets]
+    targets, nodes, errors = cluster.targets, cluster.nodes, cluster.errors
     facts: list[dict | None] = [None] * len(nodes)
-    errors: list[NodeError | None] = [None] * len(nodes)
 
     def guarded(i: int, fn) -> None:
         if errors[i] is not None:
@@ -80,11 +113,6 @@ def gather(targets: list[Target], request: dict, *, ssh_config: str | None,
                 "shards", {"error": "the collector returned no shard manifest"})
 
         list(pool.map(lambda i: guarded(i, lambda: rehash(i)), again))
-        for node in nodes:
-            try:
-                node.close()
-            except Exception:
-                pass
 
     out = []
     for i, target in enumerate(targets):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from preflight.checks import CHECKS, run_checks
+from preflight.checks import FACT_CHECKS as CHECKS, run_checks  # facts only: probes have their own tests
 from preflight.model import Report, Status
 
 from .facts_fixtures import clean, context, one

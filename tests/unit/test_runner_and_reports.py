@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from preflight import config
-from preflight.checks import BY_ID, CHECKS, UnknownCheck, run_checks, select
+from preflight.checks import BY_ID, CHECKS, FACT_CHECKS, UnknownCheck, run_checks, select
 from preflight.model import Check, Report, Result, Status
 from preflight.remote.hosts import HostfileEntry, HostListError, bad_host_reason, expand_slurm, read_hostfile
 from preflight.report import junit, text
@@ -20,7 +20,7 @@ NODES = ("master", "worker1")
 
 
 def report_of(art: dict, **options) -> Report:
-    return Report(tuple(run_checks(context(art, **options), CHECKS)), NODES)
+    return Report(tuple(run_checks(context(art, **options), FACT_CHECKS)), NODES)
 
 
 @pytest.fixture(scope="module")

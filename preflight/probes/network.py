@@ -1,0 +1,115 @@
+"""The network probe: can every node open new TCP connections to every other node's
+ephemeral ports (where Gloo listens), and to the master's port (the rendezvous)?
+
+Listeners bind only the address under test (what Gloo will bind), live only for the probe,
+and answer only connections that present this run's random token."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from pathlib import Path
+
+from ..model import NodeFacts, Options
+from . import netagent
+
+AGENT = Path(netagent.__file__).read_text()
+CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow
+READY_TIMEOUT = 20.0
+
+
+def _bind_address(node: NodeFacts) -> str | None:
+    net = node.facts.get("network") or {}
+    return (net.get("gloo_bind") or {}).get("address") or node.facts.get("reached_at")
+
+
+def _agent(cluster, i: int, spec: dict, timeout: float, on_line=None):
+    python = cluster.nodes[i].python
+    return cluster.start(i, [python, "-c", AGENT, json.dumps(spec)], timeout=timeout, on_line=on_line)
+
+
+class _Ready:
+    def __init__(self):
+        self.event, self.data = threading.Event(), None
+
+    def __call__(self, line: str) -> None:
+        if line.startswith(netagent.READY):
+            self.data = json.loads(line[len(netagent.READY):])
+            self.event.set()
+
+
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+    usable = [i for i in cluster.usable() if nodes[i].error is None]
+    if len(usable) < 2 or 0 not in usable:
+        return {"skipped": "needs the master and at least one more reachable node"}
+    token = secrets.token_hex(16)
+    names = {i: nodes[i].node for i in usable}
+    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}}
+
+    # 1. Listeners: two kernel-chosen ephemeral ports (as Gloo's) and one closed port per node,
+    #    and the master port on the master.
+    jobs, ready = {}, {}
+    for i in usable:
+        address = _bind_address(nodes[i])
+        port_range = (nodes[i].facts.get("network") or {}).get("ephemeral_ports") or [32768, 60999]
+        ready[i] = _Ready()
+        spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
+                "range": port_range, "duration": 60}
+        jobs[i] = _agent(cluster, i, spec, 70, ready[i])
+        out["listeners"][names[i]] = {"address": address, "range": port_range}
+    master_route = (nodes[0].facts.get("network") or {}).get("route_to_master") or {}
+    master_ip = master_route.get("address") or nodes[0].facts.get("reached_at")
+    master_ready = _Ready()
+    master_job = _agent(cluster, 0, {"mode": "listen", "address": master_ip, "ports": [options.master_port],
+                                     "closed": 0, "token": token, "duration": 60}, 70, master_ready)
+    try:
+        for i in usable:
+            if not ready[i].event.wait(READY_TIMEOUT):
+                out["errors"][names[i]] = "the listener did not start"
+            elif "error" in ready[i].data:
+                out["errors"][names[i]] = ready[i].data["error"]
+            else:
+                out["listeners"][names[i]].update(ready[i].data)
+        master_ready.event.wait(READY_TIMEOUT)
+        out["master"] = {"address": options.master_addr, "ip": master_ip, "port": options.master_port,
+                         **(master_ready.data or {"error": "the listener did not start"})}
+
+        # 2. Every node connects to every other node's ports, and workers to the master port.
+        connectors = {}
+        for i in usable:
+            targets = []
+            for j in usable:
+                listener = out["listeners"][names[j]]
+                if j == i or "ports" not in listener:
+                    continue
+                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener"}
+                            for p in listener["ports"]]
+                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "closed"}
+                            for p in listener.get("closed", [])]
+            if i != 0 and "error" not in out["master"]:
+                # As the worker will dial it: the name or address it is given, resolved there.
+                targets.append({"dst": names[0], "address": options.master_addr or master_ip,
+                                "port": options.master_port, "kind": "master"})
+            if targets:
+                connectors[i] = _agent(cluster, i, {"mode": "connect", "targets": targets, "token": token,
+                                                    "timeout": CONNECT_TIMEOUT}, 30)
+        for i, job in connectors.items():
+            result = job.wait(40)
+            lines = result.json_lines(netagent.RESULT)
+            if not lines:
+                out["errors"][names[i]] = result.error or f"the connect probe gave no result: {result.stderr[-300:]}"
+                continue
+            out["pairs"] += [{"src": names[i], **r} for r in lines[-1]]
+    finally:
+        # 3. Stop every listener; each reports what it accepted and what it turned away.
+        for job in [*jobs.values(), master_job]:
+            job.stop()
+        for i, job in jobs.items():
+            stats = job.wait(15).json_lines(netagent.RESULT)
+            if stats:
+                out["listeners"][names[i]].update(stats[-1])
+        master_stats = master_job.wait(15).json_lines(netagent.RESULT)
+        if master_stats:
+            out["master"].update(master_stats[-1])
+    return out
