@@ -114,6 +114,7 @@ LEFTOVER_SCRIPT = """\
 import socket, sys, time
 port = int(sys.argv[sys.argv.index("--master-port") + 1])
 server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as torch's TCPStore does
 server.bind(("0.0.0.0", port))
 server.listen(16)
 while True:
@@ -131,16 +132,17 @@ def _port_busy(state: LabState, node: Node, param: str | None) -> list[dict]:
                                                   "--master-port", port]),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    proc.returncode = 0   # it outlives us on purpose
     undo = [{"kind": "process", "pid": proc.pid, "start": process_start_ticks(proc.pid) or 0}]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             socket.create_connection((node.ipv4, int(port)), timeout=0.5).close()
+            proc.returncode = 0   # it outlives us on purpose: no one waits for it here
             return undo
         except OSError:
             time.sleep(0.05)
-    raise LabError(f"port-busy@{node.name}: the leftover process did not take port {port}")
+    raise LabError(f"port-busy@{node.name}: the leftover process did not take port {port}"
+                   + (" (something else holds it)" if proc.poll() is not None else ""))
 
 
 def _shards(state: LabState, node: Node, param: str | None) -> list[dict]:
