@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", type=int, help="default 29500")
     p.add_argument("--master-addr", help="the address workers dial (default: the master's, as ssh reaches it)")
     p.add_argument("--nproc-per-node", type=int, help="processes per node (default 1, or the hostfile's slots)")
+    p.add_argument("--params", type=float, help="model parameters (e.g. 126e6): predicts communication time per step")
+    p.add_argument("--scan", metavar="PATH", help="training code to scan for collective calls the backend fails")
     p.add_argument("--only", help="comma-separated check ids (see --list)")
     p.add_argument("--no-probes", action="store_true",
                    help="facts only: skip the checks that try connections and collectives across nodes")
@@ -124,6 +126,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
     options = Options(
         backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
         nproc_per_node=nproc, launch_args=tuple(launch_args),
+        params=int(args.params) if args.params else None, scan=args.scan,
         # A data folder given only per node (config [nodes.X]) still means: compare shards.
         data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None))
     if not 0 < options.master_port < 65536:

@@ -85,6 +85,8 @@ class Options:
     data_dir: str | None = None
     launch_args: tuple[str, ...] = ()    # the training command after `--`, if given
     clock_tolerance: float = 2.0         # seconds
+    params: int | None = None            # model parameters, to predict communication per step
+    scan: str | None = None              # training code to scan for collectives that fail
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ import traceback
 from collections.abc import Iterable
 
 from ..model import Check, Context, Result, Status
+from .bandwidth import check_bandwidth, check_compute_balance
 from .clock import check_clock_skew
+from .collectives import check_collectives
 from .data_shards import check_data_shards
 from .hardware import check_device_dtype, check_omp_threads
 from .launch_args import check_launch_args
@@ -35,6 +37,12 @@ CHECKS: tuple[Check, ...] = (
           check_master_reachable, needs=("network",)),
     Check("ephemeral-ports", "every node accepts new connections on its ephemeral ports from every other node "
           "(Gloo's listeners), in both directions", check_ephemeral_ports, needs=("network",)),
+    Check("collectives", "the collectives training uses work over the real backend (a measured matrix)",
+          check_collectives, needs=("collectives",)),
+    Check("bandwidth", "all_reduce latency and bus bandwidth between the nodes; communication time per step",
+          check_bandwidth, needs=("bandwidth",)),
+    Check("compute-balance", "a short matmul benchmark per node: the straggler every step waits for",
+          check_compute_balance, needs=("compute",)),
 )
 
 BY_ID = {c.id: c for c in CHECKS}

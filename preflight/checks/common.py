@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..model import NodeFacts
+from ..model import Context, NodeFacts, Result, Status
 
 
 def gib(n: int | None) -> str:
@@ -62,3 +62,15 @@ def describe_process(proc: dict) -> str:
     when = "" if age is None else (f", {age / 3600:.1f} h old" if age >= 3600 else f", {age:.0f} s old")
     orphan = ", orphan" if proc.get("orphan") else ""
     return f"PID {proc['pid']} ({command}{orphan}{when})"
+
+
+def probe_data(ctx: Context, probe: str, check: str) -> tuple[dict | None, Result | None]:
+    """A probe's data, or the result to give instead: not probed, skipped, or failed."""
+    data = ctx.probes.get(probe)
+    if data is None:
+        return None, Result(check, Status.SKIP, None, "not probed (--no-probes)")
+    if "error" in data:
+        return None, Result(check, Status.ERROR, None, f"the {probe} probe failed: {data['error']}")
+    if "skipped" in data:
+        return None, Result(check, Status.SKIP, None, f"not probed: {data['skipped']}")
+    return data, None

@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Iterator
 
 from ..model import Context, NodeFacts, Result, Status
-from .common import network_of
+from .common import network_of, probe_data
 
 MEANING = {
     "filtered": "silently dropped (a firewall)",
@@ -17,20 +17,9 @@ MEANING = {
 }
 
 
-def _probe(ctx: Context, check: str) -> tuple[dict | None, Result | None]:
-    data = ctx.probes.get("network")
-    if data is None:
-        return None, Result(check, Status.SKIP, None, "not probed (--no-probes)")
-    if "error" in data:
-        return None, Result(check, Status.ERROR, None, f"the network probe failed: {data['error']}")
-    if "skipped" in data:
-        return None, Result(check, Status.SKIP, None, f"not probed: {data['skipped']}")
-    return data, None
-
-
 def check_master_reachable(ctx: Context) -> Iterator[Result]:
     ID = "master-reachable"
-    data, early = _probe(ctx, ID)
+    data, early = probe_data(ctx, "network", ID)
     if early:
         yield early
         return
@@ -73,7 +62,7 @@ def _subnet(node: NodeFacts, address: str) -> str:
 
 def check_ephemeral_ports(ctx: Context) -> Iterator[Result]:
     ID = "ephemeral-ports"
-    data, early = _probe(ctx, ID)
+    data, early = probe_data(ctx, "network", ID)
     if early:
         yield early
         return

@@ -5,10 +5,13 @@ from __future__ import annotations
 import traceback
 
 from ..model import NodeFacts, Options
-from . import network
+from . import bandwidth, collectives, compute, network
 
 PROBES = {
     "network": network.probe,
+    "collectives": collectives.probe,
+    "bandwidth": bandwidth.probe,
+    "compute": compute.probe,
 }
 
 
