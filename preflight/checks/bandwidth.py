@@ -1,20 +1,206 @@
-"""bandwidth and compute-balance (to be built)."""
+"""bandwidth and compute-balance: what the link and each node's compute will cost every step.
+
+Bus bandwidth is nccl-tests' figure for all_reduce: busbw = algbw x 2(n-1)/n, where algbw is
+bytes / seconds. A ring all_reduce moves 2(n-1)/n x the gradient bytes through every rank, so
+one step's all_reduce of G gradient bytes takes about 2(n-1)/n x G / busbw (about 2 G / busbw
+for many nodes)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model import Context, Result
+from ..model import Context, NodeFacts, Result, Status
 from .common import probe_data
+from .network import toward_master
+
+GRADIENT_BYTES = 4          # per parameter: DDP all-reduces fp32 gradients (autocast keeps parameters fp32)
+SLOW_STEP_SECONDS = 1.0     # communication per step above this is felt, whatever the model computes
+REFERENCE_PARAMS = 100_000_000
+STRAGGLER_RATIO = 0.7       # a node below this fraction of the fastest one's rate holds every step back
+SLOW_KINDS = {"wireless": "Wi-Fi", "vpn": "a VPN tunnel"}
+
+
+def rate(bytes_per_s: float) -> str:
+    bits = bytes_per_s * 8
+    if bits >= 1e9:
+        return f"{bits / 1e9:.1f} Gbit/s"
+    return f"{bits / 1e6:.0f} Mbit/s" if bits >= 10e6 else f"{bits / 1e6:.1f} Mbit/s"
+
+
+def size(nbytes: float) -> str:
+    """Message sizes in powers of two, as the probe picks them."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.0f} {unit}" if nbytes % scale == 0 else f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def megabytes(nbytes: float) -> str:
+    """Gradient volumes in decimal units, as people multiply them out (126M x 4 B = 504 MB)."""
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e6 \
+        else f"{nbytes / 1e3:.0f} kB"
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.2f} s"
+
+
+def count(params: int) -> str:
+    return f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
+
+
+def step_seconds(params: int, world: int, busbw: float) -> tuple[float, float]:
+    """Bytes each rank moves per step for params' fp32 gradients, and the seconds that takes."""
+    moved = 2 * (world - 1) / world * params * GRADIENT_BYTES
+    return moved, moved / busbw
+
+
+def links(ctx: Context, names: list[str]) -> dict[str, dict]:
+    """Each measured node's interface toward the master, with its kind and speed where known."""
+    by_name = {n.node: n for n in ctx.nodes}
+    out = {}
+    for name in names:
+        node: NodeFacts | None = by_name.get(name)
+        iface = toward_master(ctx, node) if node is not None else None
+        if iface is not None:
+            out[name] = {"interface": iface["name"], "kind": iface["kind"], "speed_mbit": iface.get("speed_mbit")}
+    return out
+
+
+def slowest_link(found: dict[str, dict]) -> tuple[str, dict] | None:
+    """Wi-Fi or a VPN first (their nominal speed says little), else a link slower than another;
+    None when nothing sets one link apart."""
+    for name, link in found.items():
+        if link["kind"] in SLOW_KINDS:
+            return name, link
+    known = {name: link for name, link in found.items() if link.get("speed_mbit")}
+    if len({link["speed_mbit"] for link in known.values()}) > 1:
+        name = min(known, key=lambda n: known[n]["speed_mbit"])
+        return name, known[name]
+    return None
+
+
+def _describe(name: str, link: dict) -> str:
+    speed = f", {link['speed_mbit']} Mbit/s nominal" if link.get("speed_mbit") else ""
+    kind = SLOW_KINDS.get(link["kind"], link["kind"])
+    return f"{name}'s {link['interface']} ({kind}{speed})"
 
 
 def check_bandwidth(ctx: Context) -> Iterator[Result]:
-    data, early = probe_data(ctx, "bandwidth", "bandwidth")
+    ID = "bandwidth"
+    data, early = probe_data(ctx, "bandwidth", ID)
     if early:
         yield early
+        return
+    world, busbw = data["world_size"], data["busbw_bytes_per_s"]
+    latency = data["latency_us"]["8"]
+    found = links(ctx, data["nodes"])
+    slow = slowest_link(found)
+    figures = (f"all_reduce latency {latency / 1000:.2f} ms (8 B), bus bandwidth {rate(busbw)} "
+               f"({size(data['bytes'])} messages, {world} nodes)")
+    speeds = {link["speed_mbit"] for link in found.values() if link.get("speed_mbit")}
+    where = f"; slowest link: {_describe(*slow)}" if slow else \
+        f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
+    details = {"latency_us": dict(data["latency_us"]), "busbw_bytes_per_s": busbw,
+               "algbw_bytes_per_s": data["algbw_bytes_per_s"], "bytes": data["bytes"], "seconds": data["seconds"],
+               "world_size": world, "links": found, "slowest_link": slow[0] if slow else None}
+
+    params = ctx.options.params
+    if not params:
+        moved, seconds = step_seconds(REFERENCE_PARAMS, world, busbw)
+        yield Result(ID, Status.PASS, None,
+                     f"{figures}{where}. For scale: a {count(REFERENCE_PARAMS)}-parameter model's fp32 gradients "
+                     f"would take about {duration(seconds)} per step (--params N predicts yours)", None,
+                     {**details, "reference": {"params": REFERENCE_PARAMS, "bytes_per_rank": moved,
+                                               "seconds": seconds}})
+        return
+    moved, seconds = step_seconds(params, world, busbw)
+    details["prediction"] = {"params": params, "bytes_per_element": GRADIENT_BYTES, "bytes_per_rank": moved,
+                             "seconds": seconds, "threshold_seconds": SLOW_STEP_SECONDS}
+    predicted = (f"{count(params)} parameters: each step all-reduces {megabytes(params * GRADIENT_BYTES)} of "
+                 f"fp32 gradients (a ring moves {megabytes(moved)} through every rank), about {duration(seconds)} "
+                 f"at {rate(busbw)}")
+    if seconds <= SLOW_STEP_SECONDS:
+        yield Result(ID, Status.PASS, None, f"{figures}{where}. {predicted}", None, details)
+        return
+    tokens = _break_even_tokens(ctx, params, seconds)
+    if tokens:
+        details["prediction"]["break_even_tokens_per_rank"] = tokens
+    compute = (f"; a rank must compute more than about {int(float(f'{tokens:.2g}')):,} tokens per step before "
+               "compute, not the link, sets the pace" if tokens else "")
+    if slow and slow[1]["kind"] in SLOW_KINDS:
+        name, link = slow
+        yield Result(ID, Status.WARN, name,
+                     f"{predicted}: the link, not compute, will bound the run{compute}. The slowest link is "
+                     f"{_describe(name, link)}: every step's all_reduce crosses it (seeds 001, 004). {figures}",
+                     f"connect {name} by wire, then on {name}: export GLOO_SOCKET_IFNAME=<its wired interface>   "
+                     "# or all-reduce less often: accumulate gradients over several micro-batches inside "
+                     "model.no_sync()", details)
+        return
+    yield Result(ID, Status.WARN, slow[0] if slow else None,
+                 f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
+                 "use a faster link between the nodes, or all-reduce less often: accumulate gradients over several "
+                 "micro-batches inside model.no_sync()", details)
+
+
+def _break_even_tokens(ctx: Context, params: int, seconds: float) -> int | None:
+    """Tokens per rank whose compute (about 6 FLOP per parameter per token, forward and
+    backward) takes as long as the step's communication on the slowest measured node."""
+    compute = ctx.probes.get("compute") or {}
+    rates = [f["gflops"] for f in (compute.get("nodes") or {}).values()]
+    if not rates:
+        return None
+    return int(seconds * min(rates) * 1e9 / (6 * params))
+
+
+def _threads(figures: dict) -> str:
+    n = figures["threads"]
+    return f"{n} thread{'s' if n != 1 else ''}, {figures['threads_from']}"
 
 
 def check_compute_balance(ctx: Context) -> Iterator[Result]:
-    data, early = probe_data(ctx, "compute", "compute-balance")
+    ID = "compute-balance"
+    data, early = probe_data(ctx, "compute", ID)
     if early:
         yield early
+        return
+    for name, reason in data["errors"].items():
+        yield Result(ID, Status.ERROR, name, f"{name}: the matmul benchmark did not run: {reason}")
+    measured = data["nodes"]
+    if not measured:
+        return
+    fastest = max(measured, key=lambda n: measured[n]["gflops"])
+    top = measured[fastest]["gflops"]
+    listed = ", ".join(f"{name} {f['gflops']:.0f} GFLOP/s ({_threads(f)})" for name, f in measured.items())
+    details = {"nodes": {name: dict(f) for name, f in measured.items()}, "fastest": fastest,
+               "threshold_ratio": STRAGGLER_RATIO}
+    slow = sorted((n for n in measured if measured[n]["gflops"] < STRAGGLER_RATIO * top),
+                  key=lambda n: measured[n]["gflops"])
+    if not slow:
+        balance = (f"all within {STRAGGLER_RATIO}x of the fastest" if len(measured) > 1
+                   else "one node, no one to wait for")
+        yield Result(ID, Status.PASS, None, f"fp32 matmul: {listed}; {balance}", None, details)
+        return
+    by_name = {n.node: n for n in ctx.nodes}
+    others = f". All: {listed}" if len(measured) > 2 else ""
+    for name in slow:
+        figures = measured[name]
+        slowdown = top / figures["gflops"]
+        role = "the straggler every synchronous step waits for" if name == slow[0] else "also slower than the rest"
+        yield Result(ID, Status.WARN, name,
+                     f"{name} is {role}: {figures['gflops']:.0f} GFLOP/s ({_threads(figures)}) against {fastest}'s "
+                     f"{top:.0f} GFLOP/s ({_threads(measured[fastest])}): every synchronous step's compute takes "
+                     f"about {slowdown:.1f}x as long as at {fastest}'s pace{others}",
+                     _straggler_fix(name, figures, measured[fastest], by_name.get(name), ctx.options.nproc_per_node),
+                     {**details, "straggler": name, "slowdown": round(slowdown, 2)})
+
+
+def _straggler_fix(name: str, slow: dict, fast: dict, node: NodeFacts | None, nproc: int) -> str:
+    cpu = (node.section("cpu") or {}) if node is not None else {}
+    cores = cpu.get("physical_cores") or slow.get("cpus") or 1
+    best = max(1, cores // max(1, nproc))
+    if slow["threads"] < fast["threads"] and slow["threads"] < best:
+        return (f"export OMP_NUM_THREADS={best}   # on {name}, where training starts "
+                f"({cores} cores, {nproc} process(es) per node)")
+    return (f"DDP gives every rank the same batch, so {name} cannot do less: replace it with a faster machine, "
+            "or leave it out of the host list")

@@ -1,14 +1,297 @@
-"""collectives: the operations training uses, tried over the real backend (to be built)."""
+"""collectives: the operations training uses, tried over the real backend; judged from the
+matrix the probe measured, with the backend's own message and a workaround for each failure."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
-from ..model import Context, Result
-from .common import probe_data
+from ..model import Context, Result, Status
+from .common import network_of, probe_data
+from .network import check_address_family, check_interface_choice, toward_master
+from .ports import check_ephemeral_ports, check_master_reachable
+from .processes import check_master_port
+
+ID = "collectives"
+
+# What data-parallel training (DDP, FSDP, ZeRO-style optimizers such as seed 000's) calls: a
+# failure there fails the run. The others (pipeline p2p, MoE all-to-all, NCCL's PREMUL_SUM,
+# uneven gathers) are a warning unless --scan finds the training code calling them.
+COMMON = {"all_reduce_sum", "all_reduce_avg", "reduce_scatter_tensor", "reduce_scatter",
+          "all_gather_into_tensor", "all_gather", "broadcast", "barrier"}
+
+MODE_WORDS = {"sync": "blocking", "async_wait": "async_op=True + wait()",
+              "async_future": "async_op=True + .get_future()"}
+
+LABEL = {"all_reduce_sum": "all_reduce (SUM)", "all_reduce_avg": "all_reduce (AVG)",
+         "all_reduce_premul_sum": "all_reduce with ReduceOp.PREMUL_SUM",
+         "all_gather_uneven": "all_gather with uneven sizes", "isend_irecv": "isend/irecv"}
+
+# Which symptom points at which fact check first (the others follow).
+CAUSES_FOR = {
+    "family": ("address-family", "interface-choice"),
+    "timeout": ("ephemeral-ports", "interface-choice", "address-family", "master-reachable"),
+    "rendezvous": ("master-reachable", "master-port", "interface-choice"),
+    "other": ("address-family", "interface-choice", "ephemeral-ports", "master-reachable"),
+    "no rank": (),
+}
+
+# The torch.distributed function behind each operation id.
+CALL = {"all_reduce_sum": "all_reduce", "all_reduce_avg": "all_reduce", "all_reduce_premul_sum": "all_reduce",
+        "all_gather_uneven": "all_gather", "isend_irecv": "isend"}
+
+SHIM = "docs/checks/collectives.md#the-get_future-shim"
 
 
 def check_collectives(ctx: Context) -> Iterator[Result]:
-    data, early = probe_data(ctx, "collectives", "collectives")
+    data, early = probe_data(ctx, "collectives", ID)
     if early:
         yield early
+        return
+    base = {"backend": data["backend"], "device": data["device"], "world": data["world"],
+            "nodes": data["nodes"], "seconds": data["seconds"], "matrix": compact(data["matrix"]),
+            # Works today, goes away later: torch 2.13 warns on reduce_scatter_tensor, for one.
+            "deprecated": {r["op"]: r["deprecated"] for r in data["matrix"] if r.get("deprecated")}}
+    pinned = data.get("pinned")
+    if _init_failed(data["init"], data["world"]):
+        yield _init_failure(ctx, data, base)
+        if not pinned or _init_failed(pinned["init"], data["world"]):
+            return
+    if not data["matrix"]:
+        yield Result(ID, Status.ERROR, None, "the probe's job ended without reporting a matrix: "
+                     + _job_reason(data["jobs"]), "please report this with the --json output", base)
+        return
+    under = _pinned_words(pinned) if pinned else ""
+    failures = _by_op(data["matrix"])
+    scan = data.get("scan") or {}
+    for op, rows in failures.items():
+        yield _op_result(op, rows, data["backend"], scan, base, under)
+    if data.get("broken"):
+        b = data["broken"]
+        yield Result(ID, Status.FAIL, None,
+                     f"the process group broke after {_case_words(b['case'])} ({b['reason']}); the cases after "
+                     "it were not run, and training calling it would hang or fail the same way",
+                     "see the failure above for that operation's workaround", {**base, "broken": b})
+    elif data.get("stopped"):
+        s = data["stopped"]
+        yield Result(ID, Status.FAIL, None,
+                     f"the job was stopped while it ran {_case_words(s['case'])}: it did not return "
+                     f"({_job_reason(data['jobs'])}); training calling it would hang there",
+                     "avoid this operation on this backend", {**base, "stopped": s})
+    if scan.get("error"):
+        yield Result(ID, Status.ERROR, None, f"--scan: {scan['error']}", "give --scan a folder or .py file", base)
+    if not failures and not data.get("broken") and not data.get("stopped"):
+        ops = {r["op"] for r in data["matrix"]}
+        sites = f"; --scan found {len(scan['sites'])} collective calls, none failing" if scan.get("sites") else ""
+        yield Result(ID, Status.PASS, None,
+                     f"all {len(data['matrix'])} cases pass on {data['backend']} ({len(ops)} operations x "
+                     f"blocking/async/get_future x float32/bfloat16/float16, {data['world']} ranks on "
+                     f"{len(data['nodes'])} nodes, {data['seconds']:.1f} s){under}{sites}", None, base)
+
+
+def compact(matrix: list[dict]) -> dict:
+    """{op: {mode: {dtype: "ok" | "error: ..." | "wrong: ..." | "not run"}}}"""
+    out: dict = {}
+    for row in matrix:
+        message = f"{row.get('error_type', '')}: {row.get('error', '')}".lstrip(": ")
+        cell = row["status"] if row["status"] in ("ok", "not run") else f"{row['status']}: {message}"
+        out.setdefault(row["op"], {}).setdefault(row["mode"], {})[row["dtype"] or "-"] = cell
+    return out
+
+
+def _by_op(matrix: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in matrix:
+        if row["status"] not in ("ok", "not run"):
+            out.setdefault(row["op"], []).append(row)
+    return out
+
+
+def _op_result(op: str, rows: list[dict], backend: str, scan: dict, base: dict, under: str) -> Result:
+    modes = [m for m in MODE_WORDS if any(r["mode"] == m for r in rows)]
+    dtypes = sorted({r["dtype"] for r in rows if r["dtype"]}, key=["float32", "bfloat16", "float16"].index)
+    all_modes = len(modes) == len(MODE_WORDS)
+    where = ("in every mode" if all_modes else " and ".join(MODE_WORDS[m] for m in modes)) + \
+        (f", {'/'.join(dtypes)}" if dtypes else "")
+    first = rows[0]
+    message = f"{first.get('error_type', '')}: {first.get('error', '')}".lstrip(": ")
+    wrong = any(r["status"] == "wrong" for r in rows)
+    name = LABEL.get(op, op)
+    if modes == ["async_future"]:
+        name = "isend/irecv(...).get_future()" if op == "isend_irecv" else \
+            f"{op}(..., async_op=True).get_future()"
+        where += "; blocking calls and wait() work"
+    hits = _scan_hits(op, modes, scan)
+    seed = " (seed 000)" if modes == ["async_future"] and op.startswith("reduce_scatter") else ""
+    verb = "returns wrong results" if wrong else "fails"
+    summary = f"{name} {verb} on {backend} ({where}): {message}{seed}{under}"
+    # An all_gather call site fails only if its ranks' sizes differ, which no scan can tell.
+    maybe = op == "all_gather_uneven"
+    if hits:
+        shown = ", ".join(f"{h['file']}:{h['line']}" for h in hits[:3]) + \
+            (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
+        summary += (f"; all_gather calls that fail if their sizes differ: {shown}" if maybe
+                    else f"; the training code calls it at {shown}")
+    elif "sites" in scan:
+        summary += f"; --scan found no call to it in {scan['path']}"
+    # Only .get_future() missing: blocking calls and wait() work, so it fails the run only if the
+    # code asks for the future (NCCL-style overlap, seeds 000 and 004). --scan tells.
+    future_only = modes == ["async_future"]
+    if future_only and not hits and "sites" not in scan:
+        summary += "; code that calls .get_future() on it crashes: --scan PATH finds such calls"
+    status = Status.FAIL if (wrong or (hits and not maybe) or (op in COMMON and not future_only)) else Status.WARN
+    details = {**base, "op": op, "failures": rows, "call_sites": hits}
+    return Result(ID, status, None, summary, workaround(op, modes, dtypes, backend), details)
+
+
+def workaround(op: str, modes: list[str], dtypes: list[str], backend: str) -> str:
+    if op == "all_reduce_premul_sum":
+        return "multiply first, then reduce with SUM: t.mul_(factor); dist.all_reduce(t, op=dist.ReduceOp.SUM)"
+    if op == "all_gather_uneven":
+        return ("pad every rank's tensor to the largest size, gather with dist.all_gather_into_tensor, then cut "
+                "each rank's part back to its own length (send the lengths first with a small all_gather)")
+    if op == "all_reduce_avg":
+        return "reduce with SUM, then divide: dist.all_reduce(t); t.div_(dist.get_world_size())"
+    call = CALL.get(op, op)
+    if modes == ["async_future"]:
+        wrapped = "dist.isend(...)" if op == "isend_irecv" else f"dist.{call}(..., async_op=True)"
+        return (f"call it as _async_op({wrapped}): a shim that returns work.get_future() and falls back to "
+                f"an object whose wait() calls work.wait() (seed 000; {SHIM})")
+    if dtypes and "float32" not in dtypes:
+        return f"communicate in float32: t32 = t.float(); dist.{call}(t32, ...); t.copy_(t32)"
+    if modes == ["async_wait", "async_future"]:
+        return f"call dist.{call} without async_op=True on {backend}"
+    return f"{backend} does not implement it here: avoid this call, or use a backend that does (nccl on GPUs)"
+
+
+def _scan_hits(op: str, modes: list[str], scan: dict) -> list[dict]:
+    sites = scan.get("sites") or []
+    wanted = "all_gather" if op == "all_gather_uneven" else op
+    return [s for s in sites if s["op"] == wanted and s["mode"] in modes]
+
+
+def _init_failed(init: list[dict], world: int) -> bool:
+    return len(init) < world or not all(r.get("ok") for r in init)
+
+
+def _init_failure(ctx: Context, data: dict, base: dict) -> Result:
+    init, bound = data["init"], data["bound"]
+    failed = [r for r in init if not r.get("ok")]
+    port = f"{ctx.options.master_addr or ctx.master.node}:{data['port']}"
+    if not init:
+        reason = _job_reason(data["jobs"])
+        symptom = "rendezvous" if any(w in reason for w in ("DistNetworkError", "DistStoreError", "endezvous",
+                                                              "timed out")) else "no rank"
+    elif any(r.get("timed_out") for r in failed):
+        symptom = "timeout"
+    else:
+        symptom = "family" if any("ss_family" in r.get("error", "") for r in failed) else "other"
+    causes = _likely_causes(ctx, symptom)
+    if symptom == "rendezvous":
+        what = f"torchrun's rendezvous at {port} did not complete within {bound:g} s; no rank started ({reason})"
+    elif symptom == "no rank":
+        what = f"the job ended before any rank reported ({reason})"
+    elif symptom == "timeout":
+        nodes = sorted({r["node"] for r in failed if r.get("timed_out")})
+        what = (f"process-group creation did not finish within {bound:g} s on {', '.join(nodes)} "
+                "(stopped there, not waited on)")
+    else:
+        # The rank on the node the likely cause names, so the message and the cause agree.
+        at = causes[0]["node"] if causes else None
+        r = next((r for r in failed if r["node"] == at), failed[0] if failed else init[0])
+        message = f"{r.get('error_type', '')}: {r.get('error', '')}".lstrip(": ")
+        what = f"process-group creation failed on {r['node']} after {r['seconds']:.1f} s: {message}"
+        missing = data["world"] - len(init)
+        if missing > 0:
+            what += f" ({missing} rank{'s' if missing > 1 else ''} never reported)"
+    if causes:
+        c = causes[0]
+        what += f"; likely cause: {c['check']}{' on ' + c['node'] if c['node'] else ''}: {c['summary']}"
+    else:
+        what += "; no fact or network check explains it" + \
+            ("" if ctx.probes.get("network") else " (run the ephemeral-ports and master-reachable checks too)")
+    pinned = data.get("pinned")
+    if pinned and not _init_failed(pinned["init"], data["world"]):
+        what += (f". With the interface preflight chose ({_env_words(pinned['env'])}) the group forms: "
+                 "the matrix was measured that way")
+    fix = causes[0]["fix"] if causes and causes[0]["fix"] else (
+        "open the nodes' ephemeral ports to each other and pin the interface: "
+        "see ephemeral-ports and interface-choice")
+    details = {**base, "init": init, "jobs": data["jobs"], "env": data.get("env"), "likely_causes": causes}
+    if pinned:
+        details["pinned"] = pinned
+    return Result(ID, Status.FAIL, None, what, fix, details)
+
+
+def _likely_causes(ctx: Context, symptom: str) -> list[dict]:
+    """Failures the fact and network checks report, most relevant to this symptom first."""
+    if not CAUSES_FOR[symptom]:
+        return []      # the job itself broke: no network fact explains that
+    checks = {"address-family": check_address_family, "interface-choice": check_interface_choice,
+              "master-port": check_master_port}
+    if ctx.probes.get("network") and "error" not in ctx.probes["network"]:
+        checks.update({"ephemeral-ports": check_ephemeral_ports, "master-reachable": check_master_reachable})
+    found = []
+    for name in CAUSES_FOR[symptom] + tuple(c for c in checks if c not in CAUSES_FOR[symptom]):
+        if name not in checks:
+            continue
+        try:
+            found += [{"check": r.check, "node": r.node, "summary": r.summary, "fix": r.fix}
+                      for r in checks[name](ctx) if r.status == Status.FAIL]
+        except Exception:     # a cause we cannot name is not this check's failure
+            continue
+    if symptom in ("timeout", "other") and "ephemeral-ports" not in checks:
+        # Without the network probe, a node's own firewall facts still point at the drop.
+        found += _firewalls(ctx)
+    return found
+
+
+def _firewalls(ctx: Context) -> list[dict]:
+    out = []
+    for node in ctx.reachable:
+        net = network_of(node)
+        fw = net.get("firewall") or {}
+        if not (fw.get("input_drops") or fw.get("input_policy_drop")):
+            continue
+        low, high = net.get("ephemeral_ports") or (32768, 60999)
+        iface = toward_master(ctx, node) or {}
+        subnet = next((str(ipaddress.ip_network(f"{a['address']}/{a['prefixlen']}", strict=False))
+                       for a in iface.get("addresses", []) if a.get("scope") == "global"), None)
+        drops = "a drop policy" if fw.get("input_policy_drop") else f"{fw['input_drops']} drop rule(s)"
+        out.append({"check": "firewall", "node": node.node,
+                    "summary": f"{node.node}'s {fw.get('tool') or 'firewall'} drops some new inbound connections "
+                               f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
+                    "fix": f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
+                           f"to any port {low}:{high}"})
+    return out
+
+
+def _job_reason(jobs: dict) -> str:
+    reasons: dict[str, list[str]] = {}
+    for node, job in jobs.items():
+        if job.get("error"):
+            reason = job["error"]
+        elif job.get("timed_out"):
+            reason = f"killed at the job's bound after {job['seconds']:.0f} s"
+        else:
+            reason = job.get("reason") or job.get("tail")
+        if reason:
+            reasons.setdefault(reason.rstrip("."), []).append(node)
+    if len(reasons) == 1 and len(next(iter(reasons.values()))) == len(jobs) > 1:
+        return f"every node: {next(iter(reasons))}"
+    return "; ".join(f"{', '.join(nodes)}: {reason}" for reason, nodes in reasons.items()) or "no reason reported"
+
+
+def _case_words(case: dict) -> str:
+    return f"{case['op']} ({MODE_WORDS[case['mode']]}{', ' + case['dtype'] if case.get('dtype') else ''})"
+
+
+def _env_words(env: dict) -> str:
+    pairs = [(node, k, v) for node, values in env.items() for k, v in values.items() if v]
+    if pairs and len(pairs) == len(env) and len({(k, v) for _, k, v in pairs}) == 1:
+        return f"{pairs[0][1]}={pairs[0][2]} on every node"
+    return ", ".join(f"{k}={v} on {node}" for node, k, v in pairs) or "no interface pinned"
+
+
+def _pinned_words(pinned: dict) -> str:
+    return f" (measured with {_env_words(pinned['env'])}, as preflight chose)"

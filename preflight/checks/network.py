@@ -80,7 +80,7 @@ def check_address_family(ctx: Context) -> Iterator[Result]:
 
 KIND_WARNINGS = {
     "wireless": "Wi-Fi: every step's all-reduce crosses it, and its rate and latency bound the run "
-                "(seeds 001, 003); use a wired link",
+                "(seeds 001, 004); use a wired link",
     "vpn": "a VPN tunnel: extra latency and encryption on every collective; use the LAN interface",
     "docker/bridge": "a container bridge: peers outside this host may not reach it",
 }

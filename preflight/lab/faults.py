@@ -155,7 +155,7 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "(ssh and established traffic pass), like a default ufw", _firewall),
     FaultKind("vpn-ipv6", "004", f"adds {VPN_IFACE} with only an IPv6 address and makes the "
               "hostname resolve to it, so Gloo binds IPv6 there", _vpn_ipv6),
-    FaultKind("wifi", "001, 003", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "
+    FaultKind("wifi", "001, 004", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "
               "ways with tc tbf (default 50mbit)", _wifi, DEFAULT_WIFI_RATE),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "
               "binds loopback", _loopback_host),

@@ -1,5 +1,261 @@
-"""The collectives probe (to be built): try each collective over the real backend."""
+"""The collectives probe: a tiny torchrun job on every node (the training Python, the requested
+backend and device; the nodes' own interface setting, then preflight's choice if only that keeps
+the group from forming) tries each collective training uses, and every rank reports what
+happened. The matrix is what the backend did here, never a table.
+
+With --scan, the training code's collective call sites are listed too (a plain AST scan on this
+machine), so the check can say which of them use an operation that failed."""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from pathlib import Path
+
+from ..checks.common import env_of
+from ..model import NodeFacts, Options
+from . import torchjob
+
+JOB = (Path(__file__).parent / "collectives_job.py").read_text()   # sent inline; it imports torch
+MARKER = "DDP_PREFLIGHT_COLLECTIVES "
+OP_TIMEOUT = 10.0       # the process group's timeout: each collective, each wait in its creation
+INIT_BOUND = 15.0       # torchrun's rendezvous, then the process group's creation: seconds each
+JOB_TIMEOUT = 60.0      # the node's supervisor kills everything left at this bound
 
 
-def probe(cluster, nodes, options) -> dict:
-    return {"skipped": "the collectives probe is not built yet"}
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+    usable = [i for i in cluster.usable() if nodes[i].error is None]
+    if 0 not in usable:
+        return {"skipped": "the master was not reached"}
+    held = nodes[0].facts.get("master_port") or {}
+    if held.get("listening"):
+        return {"skipped": f"port {options.master_port} is already held on {nodes[0].node}, so the job "
+                           "could not rendezvous there; see master-port"}
+    nproc = options.nproc_per_node
+    if len(usable) * nproc < 2:
+        if options.device == "cuda":
+            return {"skipped": "one rank: no collective to try (give a second node or --nproc-per-node 2)"}
+        nproc = 2      # one CPU node: two ranks still show what the backend implements
+    names = [nodes[i].node for i in usable]
+    var = "NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    configured = [env_of(nodes[i]).get(var, "") for i in usable]
+    chosen = [torchjob.node_env(nodes[i], options).get(var, "") for i in usable]
+    started = time.monotonic()
+    # First as the nodes are set up (what a hand-started torchrun meets); when that cannot even
+    # create the group, quickly, and preflight's interface choice differs, again with that choice:
+    # the matrix is then measured as training will run once the interface is pinned.
+    first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else configured)
+    out = {**first, "env": {n: {var: v or None} for n, v in zip(names, configured)}, "pinned": None}
+    if configured != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
+        second = _attempt(cluster, nodes, options, usable, nproc, None)
+        out["pinned"] = {"env": {n: {var: v or None} for n, v in zip(names, chosen)},
+                         "init": second["init"], "jobs": second["jobs"], "init_failed": second["init_failed"]}
+        out.update(matrix=second["matrix"], broken=second["broken"], stopped=second["stopped"])
+    out.update(backend=options.backend, device=options.device, world=len(usable) * nproc, nodes=names,
+               port=options.master_port, bound=INIT_BOUND, seconds=round(time.monotonic() - started, 2))
+    if options.scan:
+        out["scan"] = scan(options.scan)
+    return out
+
+
+def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None) -> dict:
+    args = ["--backend", options.backend, "--device", options.device, "--timeout", str(OP_TIMEOUT),
+            "--bound", str(INIT_BOUND)]
+    if ifnames is not None:
+        args += ["--ifnames", json.dumps(ifnames)]
+    job = torchjob.TorchJob(script=JOB, nproc_per_node=nproc, timeout=JOB_TIMEOUT, args=tuple(args))
+    # torchrun's own rendezvous waits 600 s for missing nodes by default: bound it like the rest.
+    results = torchjob.run(cluster, nodes, options, job, indexes=usable,
+                           extra_env={"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"})
+    out = assemble([(r.node, r.json_lines(MARKER)) for r in results], {r.node: _job_outcome(r) for r in results})
+    ok = len(out["init"]) == len(usable) * nproc and all(r["ok"] for r in out["init"])
+    # How long the failed creation took (the longest rank, or the jobs when no rank reported).
+    out["init_failed"] = None if ok else max([r["seconds"] for r in out["init"]] or
+                                             [j["seconds"] for j in out["jobs"].values()] or [0.0])
+    return out
+
+
+def _job_outcome(result) -> dict:
+    outcome = {"exit": result.exit, "signal": result.signal, "timed_out": result.timed_out,
+               "seconds": result.seconds, "error": result.error}
+    if not result.ok:
+        outcome["reason"] = _exception_line(result.stderr) or torchjob.tail(result, 3)
+    return outcome
+
+
+def _exception_line(stderr: str) -> str | None:
+    """torchrun's own error (a rendezvous that timed out, say), not its empty ChildFailedError."""
+    for line in reversed(stderr.splitlines()):
+        head = line.split(":", 1)[0].strip()
+        if (head.endswith(("Error", "Exception", "Timeout")) and "ChildFailedError" not in head
+                and " " not in head and not line.startswith("Fatal Python error")):
+            return line.strip()[:400]
+    return None
+
+
+def assemble(lines_by_node: list[tuple[str, list[dict]]], jobs: dict) -> dict:
+    """Rank 0's matrix, with every other rank's disagreement folded into its row."""
+    init, cases, broken, plan, done = [], {}, [], None, set()
+    for node, lines in lines_by_node:
+        for line in lines:
+            event = line.get("event")
+            if event == "init":
+                init.append({"node": node, **{k: v for k, v in line.items() if k != "event"}})
+            elif event == "plan":
+                plan = [tuple(c) for c in line["cases"]]
+            elif event == "case":
+                cases.setdefault(line["i"], {})[line["rank"]] = line
+            elif event == "broken":
+                broken.append({"node": node, "rank": line["rank"], "after": line["after"], "reason": line["reason"]})
+            elif event == "done":
+                done.add(line["rank"])
+    init.sort(key=lambda r: r["rank"])
+    out: dict = {"init": init, "jobs": jobs, "matrix": [], "broken": None, "stopped": None}
+    if plan is None:
+        return out
+    for i, (op, mode, dtype) in enumerate(plan):
+        by_rank = cases.get(i, {})
+        row = {"op": op, "mode": mode, "dtype": dtype}
+        if not by_rank:
+            row["status"] = "not run"
+        else:
+            first = by_rank.get(0) or next(iter(by_rank.values()))
+            bad = sorted(r for r, c in by_rank.items() if c["status"] != "ok")
+            worst = by_rank[bad[0]] if bad else first
+            row.update(status=worst["status"], seconds=first.get("seconds"))
+            for key in ("error_type", "error", "deprecated"):
+                if worst.get(key) or first.get(key):
+                    row[key] = worst.get(key) or first.get(key)
+            if bad:
+                row["ranks_failing"] = bad
+                others = {str(r): c.get("error") for r, c in by_rank.items()
+                          if c["status"] != "ok" and c.get("error") != row.get("error")}
+                if others:
+                    row["other_errors"] = others
+        out["matrix"].append(row)
+    if broken:
+        first = min(broken, key=lambda b: b["after"])
+        op, mode, dtype = plan[first["after"]]
+        out["broken"] = {**first, "case": {"op": op, "mode": mode, "dtype": dtype}}
+    elif init and all(r.get("ok") for r in init) and len(done) < len(init):
+        # Killed in the middle (the bound, or a node that vanished): name the case it was on.
+        ran = [i for i in range(len(plan)) if i in cases]
+        at = (max(ran) + 1) if ran else 0
+        if at < len(plan):
+            op, mode, dtype = plan[at]
+            out["stopped"] = {"at": at, "case": {"op": op, "mode": mode, "dtype": dtype}}
+    return out
+
+
+# --scan: which torch.distributed calls the training code makes, and how.
+CALLS = {
+    "all_reduce": "all_reduce_sum", "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "_reduce_scatter_base": "reduce_scatter_tensor", "reduce_scatter": "reduce_scatter",
+    "all_gather_into_tensor": "all_gather_into_tensor", "_all_gather_base": "all_gather_into_tensor",
+    "all_gather": "all_gather", "broadcast": "broadcast", "barrier": "barrier",
+    "isend": "isend_irecv", "irecv": "isend_irecv", "send": "isend_irecv", "recv": "isend_irecv",
+    "batch_isend_irecv": "isend_irecv", "all_to_all_single": "all_to_all_single",
+}
+ALWAYS_ASYNC = {"isend", "irecv", "batch_isend_irecv"}
+SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "site-packages", "node_modules", ".tox"}
+MAX_FILES = 5000
+
+
+def scan(path: str) -> dict:
+    """Every torch.distributed collective call in the .py files under path, with its mode."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        return {"path": path, "error": f"{path} does not exist", "sites": []}
+    files = [root] if root.is_file() else sorted(
+        f for f in root.rglob("*.py") if not SKIP_DIRS.intersection(f.relative_to(root).parts))
+    out: dict = {"path": path, "files": 0, "sites": [], "unreadable": []}
+    for f in files[:MAX_FILES]:
+        name = f.name if f == root else str(f.relative_to(root))
+        try:
+            text = f.read_text(errors="replace")
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError) as exc:
+            out["unreadable"].append(f"{name}: {type(exc).__name__}")
+            continue
+        out["files"] += 1
+        lines = text.splitlines()
+        for site in _sites(tree):
+            site.update(file=name, text=lines[site["line"] - 1].strip()[:160])
+            out["sites"].append(site)
+    return out
+
+
+def _aliases(tree: ast.AST) -> tuple[set[str], dict[str, str]]:
+    """Names torch.distributed goes by in this file, and its functions imported bare."""
+    modules, bare = {"dist", "torch.distributed"}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname for a in node.names if a.name == "torch.distributed" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch":
+            modules |= {a.asname or a.name for a in node.names if a.name == "distributed"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch.distributed":
+            bare.update({a.asname or a.name: a.name for a in node.names if a.name in CALLS})
+    return modules, bare
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _sites(tree: ast.AST) -> list[dict]:
+    modules, bare = _aliases(tree)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    # Names whose .get_future() is called, per function: `work = dist.x(..., async_op=True)` then
+    # `work.get_future()` is the seed's pattern as much as the chained form.
+    futures_in: dict[ast.AST, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "get_future" and isinstance(node.value, ast.Name):
+            futures_in.setdefault(_scope(node, parents), set()).add(node.value.id)
+    sites = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _dotted(node.func) or ""
+        module, _, function = name.rpartition(".")
+        if not module:
+            function = bare.get(function, "")
+        elif module not in modules:
+            continue
+        if function not in CALLS:
+            continue
+        op = CALLS[function]
+        if op == "all_reduce_sum":
+            op = _reduce_op(node)
+        keyword = next((k.value for k in node.keywords if k.arg == "async_op"), None)
+        is_async = function in ALWAYS_ASYNC or (
+            keyword is not None and not (isinstance(keyword, ast.Constant) and keyword.value is False))
+        parent = parents.get(node)
+        target = parent.targets[0] if isinstance(parent, ast.Assign) and len(parent.targets) == 1 else None
+        future = (isinstance(parent, ast.Attribute) and parent.attr == "get_future") or (
+            isinstance(target, ast.Name) and target.id in futures_in.get(_scope(node, parents), ()))
+        mode = "async_future" if is_async and future else "async_wait" if is_async else "sync"
+        sites.append({"line": node.lineno, "call": name, "op": op, "mode": mode})
+    return sorted(sites, key=lambda s: s["line"])
+
+
+def _scope(node: ast.AST, parents: dict) -> ast.AST | None:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return node
+    return None
+
+
+def _reduce_op(call: ast.Call) -> str:
+    """all_reduce's operation, from its op= (or second) argument, as the matrix names it."""
+    arg = next((k.value for k in call.keywords if k.arg == "op"), call.args[1] if len(call.args) > 1 else None)
+    text = ast.unparse(arg) if arg is not None else ""
+    if "PREMUL_SUM" in text or "premul_sum" in text:
+        return "all_reduce_premul_sum"
+    return "all_reduce_avg" if text.endswith("AVG") else "all_reduce_sum"

@@ -1,5 +1,78 @@
-"""The compute probe (to be built): a short matmul benchmark on every node."""
+"""The compute probe: a short matmul benchmark on every node, with the thread count training
+will get there, so compute-balance can name the node every synchronous step waits for.
+
+The nodes take turns, not all at once: nodes that share a machine's cores (the lab's, or VMs
+on one host) would otherwise slow each other and the figures would blame the wrong one. The
+next node starts as soon as the previous one has printed its figure, so its start-up overlaps
+the previous one's exit. A node that looks like a straggler is measured once more, longer, before
+it is named, and keeps its better figure: a moment of someone else's load is not a slow node."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ..checks.bandwidth import STRAGGLER_RATIO
+from ..checks.common import env_of
+from ..model import NodeFacts, Options
+from . import compute_job, supervisor, torchjob
+
+SCRIPT = Path(compute_job.__file__).read_text()
+TIMEOUT = 30.0       # seconds per node; the benchmark itself takes under one
+FIRST_SECONDS = 0.5  # of timed products per node: outside load comes in dips of a fraction of a second
+SECOND_SECONDS = 1.0  # a second, longer look at a suspected straggler: more chances to see it unhindered
+TURN_OVER = (compute_job.MARKER, supervisor.MARKER)
 
 
-def probe(cluster, nodes, options) -> dict:
-    return {"skipped": "the compute probe is not built yet"}
+def threads_for(node: NodeFacts, options: Options) -> tuple[int | None, str]:
+    """The threads one rank computes with, and why: None means torch's own default."""
+    raw = (env_of(node).get("OMP_NUM_THREADS") or "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw), f"OMP_NUM_THREADS={raw}"
+    if options.nproc_per_node > 1:
+        # torchrun sets OMP_NUM_THREADS=1 for every rank when it starts several per node.
+        return 1, f"torchrun's default for {options.nproc_per_node} processes per node"
+    return None, "torch's default"
+
+
+def _in_turns(cluster, nodes, options, indexes: list[int], seconds: float) -> dict[int, dict]:
+    """Each node's benchmark, one after another; {index: figures or {"error": why}}."""
+    jobs, out = [], {}
+    for i in indexes:
+        threads, source = threads_for(nodes[i], options)
+        argv = [cluster.nodes[i].python, "-c", SCRIPT, "--seconds", str(seconds)] \
+            + (["--threads", str(threads)] if threads else [])
+        turn_over = threading.Event()     # its figure is out, or the job ended without one
+        job = cluster.start(i, argv, timeout=TIMEOUT,
+                            on_line=lambda line, e=turn_over: e.set() if line.startswith(TURN_OVER) else None)
+        jobs.append((i, source, job))
+        turn_over.wait(TIMEOUT + 5)
+    for i, source, job in jobs:
+        result = job.wait(TIMEOUT + 30)
+        lines = result.json_lines(compute_job.MARKER)
+        if lines:
+            out[i] = {**lines[-1], "threads_from": source}
+        else:
+            out[i] = {"error": result.error or ("timed out" if result.timed_out else torchjob.tail(result))
+                      or "the benchmark printed nothing"}
+    return out
+
+
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+    usable = [i for i in cluster.usable() if nodes[i].error is None]
+    if not usable:
+        return {"skipped": "no node was reached"}
+    figures = _in_turns(cluster, nodes, options, usable, FIRST_SECONDS)
+    for _ in range(2):     # a second look can make another node the slow one: look at it too
+        rates = {i: f["gflops"] for i, f in figures.items() if "gflops" in f}
+        slow = [i for i, r in rates.items()
+                if r < STRAGGLER_RATIO * max(rates.values()) and "first_gflops" not in figures[i]]
+        if not slow:
+            break
+        for i, again in _in_turns(cluster, nodes, options, slow, SECOND_SECONDS).items():
+            first = figures[i]["gflops"]
+            if again.get("gflops", 0) > first:
+                figures[i] = again
+            figures[i]["first_gflops"] = first
+    return {"nodes": {nodes[i].node: f for i, f in figures.items() if "error" not in f},
+            "errors": {nodes[i].node: f["error"] for i, f in figures.items() if "error" in f}}

@@ -39,8 +39,9 @@ def main() -> None:
                            cwd=spec.get("cwd") or None, start_new_session=True,
                            stdin=subprocess.DEVNULL)
     # The operator keeps our stdin open while it waits; EOF means it is gone: stop the job.
+    # Raw reads on fd 0: a daemon thread inside the buffered reader aborts interpreter exit.
     def watch_stdin():
-        while sys.stdin.buffer.read(1):
+        while os.read(0, 4096):
             pass
         _kill_group(job.pid)
     threading.Thread(target=watch_stdin, daemon=True).start()
@@ -56,6 +57,7 @@ def main() -> None:
     sys.stdout.flush()
     sys.stdout.write("\n" + MARKER + json.dumps(outcome) + "\n")
     sys.stdout.flush()
+    os._exit(0)     # do not wait for the stdin watcher
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ def test_a_clean_lab_passes_every_check(clean_lab, code_dir):
     _, report = preflight(clean_lab, "--data-dir", str(clean_lab.state.data_dir),
                           "--code-dir", str(code_dir), "--", "train.py", "--depth", "4", expect=0)
     assert report["ok"] is True and report["nodes"] == ["master", "worker1"]
-    bad = [r for r in report["results"] if r["status"] not in ("pass",)]
-    assert bad == [], bad
+    bad = [r for r in report["results"] if r["status"] != "pass"]
+    # The only findings on a clean lab are Gloo's own measured gaps (torch 2.13): futures on
+    # reduce_scatter and isend/irecv, PREMUL_SUM, uneven all_gather. Warnings, not failures.
+    assert {(r["check"], r["status"]) for r in bad} == {("collectives", "warn")}, bad
+    assert {r["details"]["op"] for r in bad} == {"reduce_scatter_tensor", "reduce_scatter", "isend_irecv",
+                                                 "all_reduce_premul_sum", "all_gather_uneven"}
     # Every per-node check reports on both nodes.
     for check in ("node-reachable", "torch-parity", "address-family", "data-shards", "code-parity"):
         assert {r["node"] for r in by(report, check)} == {"master", "worker1"}

@@ -1,0 +1,112 @@
+"""Runs ON every node under torchrun (torch only; sent inline by the bandwidth probe): all_reduce
+latency for small messages, then bus bandwidth for a large one, as nccl-tests defines it:
+algbw = bytes / seconds, busbw = algbw x 2(n-1)/n. Rank 0 prints one MARKER line of JSON.
+
+The large size is found with a time budget, not fixed: it grows until one all_reduce takes
+about GOAL_SECONDS, so a 100 Mbit/s link and a 10 Gbit/s one both finish in a few seconds.
+The figure is the best of a few all_reduces at that size: what the link carries when no other
+process holds up a rank's CPU for a moment (the median is reported beside it)."""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+MARKER = "DDP_PREFLIGHT_BANDWIDTH "
+SMALL_BYTES = (8, 1024, 65536)     # latency: one tiny message, a small bucket, a larger one
+LATENCY_ITERATIONS = 15
+LATENCY_BUDGET_SECONDS = 1.0
+START_BYTES = 256 << 10
+MAX_BYTES = 128 << 20              # each rank holds one buffer of this size at most
+GOAL_SECONDS = 0.3                 # one all_reduce this long: startup costs are under a few %
+TIMED_ITERATIONS = 4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    import torch                 # here, so the probe can import MARKER without torch
+    import torch.distributed as dist
+
+    started = time.perf_counter()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local_rank}") if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    connected = time.perf_counter()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def one(tensor) -> float:
+        sync()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        sync()
+        return time.perf_counter() - start
+
+    def slowest(seconds: float) -> float:
+        # Every rank must pick the same next size, or the collectives would not match.
+        t = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def buffer(size: int):
+        return torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+
+    for size in (8, 8, 8, START_BYTES):    # warm up: connections, allocator, first-call paths
+        one(buffer(size))
+
+    latency_us = {}
+    for size in SMALL_BYTES:
+        tensor = buffer(size)
+        first = one(tensor)
+        # On a very slow link, fewer repeats (every rank agrees how many): about a second per size.
+        repeats = max(3, min(LATENCY_ITERATIONS, int(LATENCY_BUDGET_SECONDS / max(slowest(first), 1e-6))))
+        times = [first] + [one(tensor) for _ in range(repeats - 1)]
+        latency_us[str(size)] = round(statistics.median(times) * 1e6, 1)
+
+    size, tried = START_BYTES, []
+    while True:
+        tensor = buffer(size)
+        first = one(tensor)
+        seconds = slowest(first)
+        tried.append({"bytes": size, "seconds": round(seconds, 4)})
+        if seconds >= GOAL_SECONDS or size >= MAX_BYTES:
+            break
+        # Jump straight toward the goal (a power of two, at most 16x per step).
+        factor = 2
+        while factor < 16 and seconds * factor < GOAL_SECONDS:
+            factor *= 2
+        size = min(MAX_BYTES, size * factor)
+
+    # The all_reduce that reached the goal is the first timed one.
+    times = [first] + [one(tensor) for _ in range(TIMED_ITERATIONS - 1)]
+    seconds, median = slowest(min(times)), slowest(statistics.median(times))
+    nbytes = tensor.numel() * tensor.element_size()
+    algbw = nbytes / seconds
+    bus = 2 * (world - 1) / world      # nccl-tests' bus factor for all_reduce
+    if rank == 0:
+        print(MARKER + json.dumps({
+            "world_size": world, "backend": args.backend, "device": device.type,
+            "latency_us": latency_us,
+            "bytes": nbytes, "seconds": round(seconds, 5), "median_seconds": round(median, 5),
+            "iterations": [round(t, 5) for t in times],
+            "algbw_bytes_per_s": round(algbw), "busbw_bytes_per_s": round(algbw * bus),
+            "median_busbw_bytes_per_s": round(nbytes / median * bus),
+            "sizes_tried": tried,
+            "connect_seconds": round(connected - started, 3),
+            "measure_seconds": round(time.perf_counter() - connected, 3),
+        }), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The bandwidth and compute probes over the lab: a real torchrun job over Gloo, a link really
+shaped with tc, a node really limited to one thread; and nothing of them left on the nodes."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .test_preflight_lab import by, preflight
+from .test_probes_network import listening
+
+MBIT = 1e6 / 8      # bytes per second in one Mbit/s
+
+
+def cluster_wide(report, check):
+    found = [r for r in report["results"] if r["check"] == check and r["node"] is None]
+    assert len(found) == 1, report["results"]
+    return found[0]
+
+
+def snapshot(lab):
+    return {n.name: (sorted(lab.processes(n.name)), listening(lab, n.name)) for n in lab.nodes}
+
+
+def assert_nothing_left(lab, before):
+    # The nodes' ssh sessions end as the CLI exits; give them a moment, nothing more.
+    deadline = time.monotonic() + 5
+    while snapshot(lab) != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert snapshot(lab) == before
+    assert not [line for line in listening(lab, "master") if ":29500 " in line]     # the master port is free
+
+
+def test_a_clean_lab_passes_with_its_figures_and_leaves_nothing_behind(clean_lab):
+    before = snapshot(clean_lab)
+    _, report = preflight(clean_lab, "--only", "bandwidth,compute-balance", expect=0)
+    bandwidth = cluster_wide(report, "bandwidth")
+    assert bandwidth["status"] == "pass", bandwidth
+    details = bandwidth["details"]
+    assert details["busbw_bytes_per_s"] > 0 and all(v > 0 for v in details["latency_us"].values())
+    assert details["world_size"] == 2 and set(details["links"]) == {"master", "worker1"}
+    compute = cluster_wide(report, "compute-balance")
+    assert compute["status"] == "pass", compute
+    assert {n: f["gflops"] > 0 for n, f in compute["details"]["nodes"].items()} == {"master": True, "worker1": True}
+    assert_nothing_left(clean_lab, before)
+
+
+def test_a_link_shaped_to_100_mbit_is_measured_and_bounds_seed_002s_model(clean_lab):
+    clean_lab.add_fault("wifi@worker1:100mbit")
+    before = snapshot(clean_lab)
+    _, report = preflight(clean_lab, "--only", "bandwidth", "--params", "126e6", expect=0)
+    result = by(report, "bandwidth", "worker1")
+    measured = result["details"]["busbw_bytes_per_s"] / MBIT
+    assert 85 <= measured <= 115, f"bus bandwidth {measured:.1f} Mbit/s on a link shaped to 100 Mbit/s"
+    assert result["status"] == "warn" and "the link, not compute, will bound the run" in result["summary"]
+    assert "worker1's wlp3s0 (Wi-Fi" in result["summary"]
+    assert result["details"]["prediction"]["seconds"] > 30        # 504 MB at ~95 Mbit/s
+    assert_nothing_left(clean_lab, before)
+
+
+def test_a_node_limited_to_one_thread_is_named_the_straggler(clean_lab, tmp_path):
+    # worker1's training environment sets OMP_NUM_THREADS=1 (as torchrun does for several
+    # processes per node); the master's uses both cores.
+    wrapper = tmp_path / "python-one-thread"
+    wrapper.write_text(f'#!/bin/sh\nOMP_NUM_THREADS=1 exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    config = tmp_path / "preflight.toml"
+    config.write_text(f'[nodes.worker1]\npython = "{wrapper}"\n')
+    _, report = preflight(clean_lab, "--only", "compute-balance", "--config", str(config), expect=0)
+    result = by(report, "compute-balance", "worker1")
+    assert result["status"] == "warn", result
+    assert "straggler every synchronous step waits for" in result["summary"]
+    assert "1 thread, OMP_NUM_THREADS=1" in result["summary"] and result["details"]["slowdown"] > 1.4
+    assert result["fix"].startswith("export OMP_NUM_THREADS=2")
+
+
+def test_a_held_master_port_skips_the_job_and_says_why(clean_lab):
+    clean_lab.add_fault("port-busy@master")
+    _, report = preflight(clean_lab, "--only", "bandwidth", expect=0)
+    result = cluster_wide(report, "bandwidth")
+    assert result["status"] == "skip" and "29500 is held on master" in result["summary"]

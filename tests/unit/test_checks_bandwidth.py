@@ -1,0 +1,189 @@
+"""bandwidth and compute-balance, judged from recorded real lab runs of both probes.
+
+lab_bandwidth_clean: the clean 2-node lab (veth, CPU-bound all_reduce; both nodes on 2 threads).
+lab_bandwidth_wifi: the same with wifi@worker1:100mbit (tc tbf on both directions of worker1's link).
+lab_compute_straggler: worker1's training Python wrapped to set OMP_NUM_THREADS=1.
+All three were recorded with the probes themselves (preflight.probes.run.run_probes) on a lab."""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from preflight.checks import BY_ID, run_checks
+from preflight.checks.bandwidth import STRAGGLER_RATIO, step_seconds
+from preflight.model import Context, NodeFacts, Options, Status
+from preflight.probes.bandwidth import master_port_held
+from preflight.probes.compute import threads_for
+
+from .facts_fixtures import _recorded
+
+CHECKS = [BY_ID["bandwidth"], BY_ID["compute-balance"]]
+MBIT = 1e6 / 8      # bytes per second in one Mbit/s
+
+
+def load(name):
+    return json.loads(_recorded(name))
+
+
+def nodes_of(art):
+    return tuple(NodeFacts(n["node"], n["facts"], n["error"], n["fix"]) for n in art["nodes"])
+
+
+def results(art, probes=None, **options):
+    ctx = Context(nodes_of(art), Options(master_addr=art["master_addr"], **options),
+                  art["probes"] if probes is None else probes)
+    return run_checks(ctx, CHECKS)
+
+
+def only(found, check):
+    picked = [r for r in found if r.check == check]
+    assert len(picked) == 1, picked
+    return picked[0]
+
+
+# --- bandwidth -----------------------------------------------------------------------------------
+
+def test_a_clean_lab_passes_with_its_figures_and_a_reference_model():
+    art = load("lab_bandwidth_clean")
+    result = only(results(art), "bandwidth")
+    assert result.status is Status.PASS and result.node is None
+    assert "all_reduce latency" in result.summary and "Gbit/s" in result.summary
+    assert "a 100M-parameter model's fp32 gradients would take about" in result.summary
+    details = result.details
+    assert details["busbw_bytes_per_s"] > 0 and all(v > 0 for v in details["latency_us"].values())
+    # Per node: the interface toward the master, with its speed where the kernel reports one.
+    assert {n: (l["interface"], l["speed_mbit"]) for n, l in details["links"].items()} == {
+        "master": ("eth0", 10000), "worker1": ("eth0", 10000)}
+
+
+def test_the_shaped_link_was_measured_within_15_percent_of_its_rate():
+    busbw = load("lab_bandwidth_wifi")["probes"]["bandwidth"]["busbw_bytes_per_s"]
+    assert 0.85 * 100 <= busbw / MBIT <= 1.15 * 100
+
+
+def test_wifi_without_params_passes_but_names_the_slowest_link():
+    result = only(results(load("lab_bandwidth_wifi")), "bandwidth")
+    assert result.status is Status.PASS
+    assert "slowest link: worker1's wlp3s0 (Wi-Fi" in result.summary and "Mbit/s" in result.summary
+    assert result.details["slowest_link"] == "worker1"
+
+
+def test_seed_002s_model_over_wifi_warns_that_the_link_bounds_the_run():
+    result = only(results(load("lab_bandwidth_wifi"), params=126_000_000), "bandwidth")
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert "the link, not compute, will bound the run" in result.summary
+    assert "worker1's wlp3s0 (Wi-Fi" in result.summary and "seeds 001, 004" in result.summary
+    assert "export GLOO_SOCKET_IFNAME=" in result.fix and "no_sync" in result.fix
+    prediction = result.details["prediction"]
+    # 2 nodes: the ring moves 2(n-1)/n = 1x the 504 MB of gradients through each rank.
+    assert prediction["bytes_per_rank"] == 126_000_000 * 4
+    assert prediction["seconds"] == pytest.approx(504e6 / result.details["busbw_bytes_per_s"])
+    assert prediction["seconds"] > 30      # at ~95 Mbit/s
+    # With the compute probe's figures: how many tokens a rank must compute to hide the link.
+    assert prediction["break_even_tokens_per_rank"] > 1000 and "tokens per step" in result.summary
+
+
+def test_the_same_model_on_the_clean_lab_passes_with_its_prediction():
+    result = only(results(load("lab_bandwidth_clean"), params=126_000_000), "bandwidth")
+    assert result.status is Status.PASS      # ~0.5 s per step at ~8 Gbit/s
+    assert "126M parameters" in result.summary and result.details["prediction"]["seconds"] < 1
+
+
+def test_a_small_model_over_wifi_passes():
+    result = only(results(load("lab_bandwidth_wifi"), params=1_000_000), "bandwidth")
+    assert result.status is Status.PASS and result.details["prediction"]["seconds"] < 1
+
+
+def test_a_slow_wired_link_warns_without_blaming_wifi():
+    art = load("lab_bandwidth_wifi")
+    for node in art["nodes"]:                     # derived: worker1's link is a plain 100 Mbit/s NIC
+        for iface in node["facts"]["network"]["interfaces"]:
+            if iface["name"] == "wlp3s0":
+                iface.update(name="eth0", kind="ethernet", speed_mbit=100)
+        route = node["facts"]["network"].get("route_to_master") or {}
+        if route.get("interface") == "wlp3s0":
+            route["interface"] = "eth0"
+    result = only(results(art, params=126_000_000), "bandwidth")
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert "worker1's eth0 (ethernet, 100 Mbit/s nominal)" in result.summary and "Wi-Fi" not in result.summary
+
+
+def test_bus_bandwidth_scales_with_the_ring_factor():
+    # nccl-tests: busbw = algbw x 2(n-1)/n, so a rank moves 2(n-1)/n x the gradient bytes.
+    assert step_seconds(1000, 2, 4000)[0] == 4000
+    assert step_seconds(1000, 4, 4000) == (6000, 1.5)
+
+
+def test_a_probe_that_did_not_run_is_a_skip_or_an_error_never_a_pass():
+    art = load("lab_bandwidth_clean")
+    assert {r.status for r in results(art, {})} == {Status.SKIP}
+    skipped = results(art, {"bandwidth": {"skipped": "the master port 29500 is held on master (see master-port)"},
+                            "compute": {"skipped": "no node was reached"}})
+    assert {r.status for r in skipped} == {Status.SKIP} and "29500 is held" in skipped[0].summary
+    broken = results(art, {"bandwidth": {"error": "the all_reduce job failed on worker1: timed out"},
+                           "compute": {"error": "RuntimeError: boom"}})
+    assert {r.status for r in broken} == {Status.ERROR}
+
+
+def test_a_held_master_port_is_seen_in_the_masters_facts():
+    art = load("lab_bandwidth_clean")
+    assert not master_port_held(nodes_of(art))
+    held = copy.deepcopy(art)                      # derived: a leftover holds the port (seed 002)
+    held["nodes"][0]["facts"]["master_port"]["listening"] = True
+    assert master_port_held(nodes_of(held))
+
+
+# --- compute-balance ------------------------------------------------------------------------------
+
+def test_balanced_nodes_pass_with_every_nodes_figure():
+    result = only(results(load("lab_bandwidth_clean")), "compute-balance")
+    assert result.status is Status.PASS
+    assert "master" in result.summary and "worker1" in result.summary and "GFLOP/s" in result.summary
+    assert all(f["gflops"] > 0 and f["threads"] == 2 for f in result.details["nodes"].values())
+
+
+def test_a_node_limited_to_one_thread_is_named_the_straggler():
+    result = only(results(load("lab_compute_straggler")), "compute-balance")
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert "straggler every synchronous step waits for" in result.summary
+    assert "1 thread, OMP_NUM_THREADS=1" in result.summary
+    slowdown = result.details["slowdown"]
+    assert 1 / STRAGGLER_RATIO < slowdown < 3 and f"about {slowdown:.1f}x" in result.summary
+    assert result.fix.startswith("export OMP_NUM_THREADS=2   # on worker1")
+
+
+def test_a_slower_machine_with_the_same_threads_gets_no_thread_fix():
+    art = load("lab_bandwidth_clean")
+    probes = copy.deepcopy(art["probes"])
+    probes["compute"]["nodes"]["worker1"]["gflops"] = 40.0   # derived: an older CPU, same settings
+    result = only(results(art, probes), "compute-balance")
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert "OMP_NUM_THREADS" not in result.fix and "leave it out" in result.fix
+
+
+def test_a_node_whose_benchmark_failed_is_an_error_and_the_rest_are_judged():
+    art = load("lab_bandwidth_clean")
+    probes = copy.deepcopy(art["probes"])
+    del probes["compute"]["nodes"]["worker1"]
+    probes["compute"]["errors"]["worker1"] = "timed out"
+    found = [r for r in results(art, probes) if r.check == "compute-balance"]
+    assert {(r.node, r.status) for r in found} == {("worker1", Status.ERROR), (None, Status.PASS)}
+
+
+def test_the_thread_count_is_the_one_training_gets():
+    art = load("lab_compute_straggler")
+    master, worker = nodes_of(art)
+    assert threads_for(master, Options()) == (None, "torch's default")
+    assert threads_for(worker, Options()) == (1, "OMP_NUM_THREADS=1")
+    assert threads_for(master, Options(nproc_per_node=2))[0] == 1     # torchrun's own default
+
+
+def test_the_probes_import_without_torch():
+    # The job scripts import torch inside main(): the operator never loads it.
+    code = ("import sys; import preflight.probes.bandwidth, preflight.probes.compute; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

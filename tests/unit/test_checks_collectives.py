@@ -1,0 +1,295 @@
+"""collectives, judged from real probe runs recorded on the lab (torch 2.13, Gloo, 2 nodes).
+
+artifacts/collectives_gloo_2node.json holds three runs, each with the nodes' facts as collected:
+"clean", "vpn-ipv6@worker1" and "firewall@worker1" (with the network probe too). Re-record them,
+as root on a running lab: python -m tests.unit.test_checks_collectives record [LAB]"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight.checks import BY_ID, run_checks
+from preflight.model import Context, NodeFacts, Options, Status
+from preflight.probes.collectives import JOB, MARKER, assemble, scan
+
+ARTIFACT = Path(__file__).parent / "artifacts" / "collectives_gloo_2node.json"
+RUNS = {"clean": ("collectives",), "vpn-ipv6@worker1": ("collectives",),
+        "firewall@worker1": ("network", "collectives")}
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return json.loads(ARTIFACT.read_text())
+
+
+def run(recorded, name, probes=None, scan_path=None):
+    art = copy.deepcopy(recorded[name])
+    nodes = tuple(NodeFacts(n["node"], n["facts"], n["error"], n["fix"]) for n in art["nodes"])
+    options = Options(master_addr=art["master_addr"], scan=scan_path)
+    ctx = Context(nodes, options, art["probes"] if probes is None else probes)
+    return list(run_checks(ctx, [BY_ID["collectives"]]))
+
+
+def by_op(results):
+    return {r.details.get("op"): r for r in results}
+
+
+# --- the matrix, as measured -----------------------------------------------------------------
+
+def test_the_recorded_matrix_is_torch_2_13_gloos(recorded):
+    data = recorded["clean"]["probes"]["collectives"]
+    assert {r["torch"] for r in data["init"]} == {"2.13.0+cpu"} and data["world"] == 2
+    failing = {(r["op"], r["mode"]) for r in data["matrix"] if r["status"] != "ok"}
+    assert failing == {("reduce_scatter_tensor", "async_future"), ("reduce_scatter", "async_future"),
+                       ("isend_irecv", "async_future"), *{("all_gather_uneven", m) for m in
+                                                          ("sync", "async_wait", "async_future")},
+                       *{("all_reduce_premul_sum", m) for m in ("sync", "async_wait", "async_future")}}
+    row = next(r for r in data["matrix"] if (r["op"], r["mode"], r["dtype"]) ==
+               ("reduce_scatter_tensor", "async_future", "bfloat16"))
+    assert row["error"] == "Work::getFuture not implemented." and row["ranks_failing"] == [0, 1]
+    assert all(r["status"] == "ok" for r in data["matrix"] if r["op"] == "all_reduce_sum")
+
+
+def test_the_matrix_is_measured_not_written_down():
+    # The job holds operations and checks of their results, never an expected outcome per backend.
+    for text in ("getFuture", "not implemented", "PREMUL_SUM with Gloo", "invalid tensor size"):
+        assert text not in JOB
+    assert MARKER in JOB
+
+
+# --- the check -----------------------------------------------------------------------------
+
+def test_seed_000s_get_future_fails_with_gloos_own_message_and_the_shim(recorded):
+    results = by_op(run(recorded, "clean"))
+    rs = results["reduce_scatter_tensor"]
+    # Only the future is missing: a warning until --scan shows the code asks for it (below).
+    assert rs.status is Status.WARN and rs.node is None
+    assert "code that calls .get_future() on it crashes: --scan PATH finds such calls" in rs.summary
+    assert "reduce_scatter_tensor(..., async_op=True).get_future()" in rs.summary
+    assert "RuntimeError: Work::getFuture not implemented." in rs.summary and "seed 000" in rs.summary
+    assert "blocking calls and wait() work" in rs.summary
+    assert "_async_op(dist.reduce_scatter_tensor(..., async_op=True))" in rs.fix and "work.wait()" in rs.fix
+    assert rs.details["matrix"]["reduce_scatter_tensor"]["sync"]["float32"] == "ok"
+    assert rs.details["matrix"]["all_reduce_sum"]["async_future"]["float16"] == "ok"
+    assert results["reduce_scatter"].status is Status.WARN
+
+
+def test_less_common_operations_warn_each_with_its_workaround(recorded):
+    results = by_op(run(recorded, "clean"))
+    assert results["all_reduce_premul_sum"].status is Status.WARN
+    assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in results["all_reduce_premul_sum"].summary
+    assert "ReduceOp.SUM" in results["all_reduce_premul_sum"].fix
+    uneven = results["all_gather_uneven"]
+    assert uneven.status is Status.WARN and "invalid tensor size" in uneven.summary and "pad" in uneven.fix
+    assert results["isend_irecv"].status is Status.WARN and "isend/irecv(...).get_future()" in \
+        results["isend_irecv"].summary
+    # Nothing that passed gets a result of its own.
+    assert set(results) == {"reduce_scatter_tensor", "reduce_scatter", "all_gather_uneven", "isend_irecv",
+                            "all_reduce_premul_sum"}
+
+
+def test_a_clean_matrix_passes_with_its_size(recorded):
+    probes = copy.deepcopy(recorded["clean"]["probes"])
+    for row in probes["collectives"]["matrix"]:     # derived: a backend that implements them all
+        row.update(status="ok")
+        row.pop("error", None)
+    [result] = run(recorded, "clean", probes)
+    assert result.status is Status.PASS and "all 102 cases pass on gloo" in result.summary
+    assert "2 ranks on 2 nodes" in result.summary and result.details["matrix"]["barrier"]["sync"]["-"] == "ok"
+
+
+def test_a_bf16_only_failure_says_to_communicate_in_float32(recorded):
+    probes = copy.deepcopy(recorded["clean"]["probes"])
+    for row in probes["collectives"]["matrix"]:     # derived: a build without bf16 all_reduce
+        if row["op"] == "all_reduce_sum" and row["dtype"] == "bfloat16":
+            row.update(status="error", error_type="RuntimeError", error="Unsupported dtype BFloat16")
+    result = by_op(run(recorded, "clean", probes))["all_reduce_sum"]
+    assert result.status is Status.FAIL and "in every mode, bfloat16" in result.summary
+    assert "t32 = t.float()" in result.fix
+
+
+def test_wrong_numbers_fail_even_for_a_rare_operation(recorded):
+    probes = copy.deepcopy(recorded["clean"]["probes"])
+    for row in probes["collectives"]["matrix"]:
+        if row["op"] == "all_to_all_single" and row["mode"] == "sync":
+            row.update(status="wrong", error="got [0.0], expected [1.0]")
+    result = by_op(run(recorded, "clean", probes))["all_to_all_single"]
+    assert result.status is Status.FAIL and "returns wrong results" in result.summary
+
+
+def test_vpn_ipv6_fails_fast_with_the_address_family_cause_then_measures_pinned(recorded):
+    data = recorded["vpn-ipv6@worker1"]["probes"]["collectives"]
+    assert all(r["seconds"] < 5 for r in data["init"])                      # fast, not a timeout
+    assert data["env"]["worker1"] == {"GLOO_SOCKET_IFNAME": None}
+    assert data["pinned"]["env"]["worker1"] == {"GLOO_SOCKET_IFNAME": "eth0"}
+    results = run(recorded, "vpn-ipv6@worker1")
+    init = results[0]
+    assert init.status is Status.FAIL and "process-group creation failed on worker1" in init.summary
+    assert "ss1.ss_family == ss2.ss_family. 10 vs 2" in init.summary
+    assert "likely cause: address-family on worker1" in init.summary and "tailscale0" in init.summary
+    assert init.fix.startswith("export GLOO_SOCKET_IFNAME=eth0")
+    assert "GLOO_SOCKET_IFNAME=eth0 on every node" in init.summary
+    # The matrix measured with the pin still shows seed 000's failure.
+    rs = by_op(results)["reduce_scatter_tensor"]
+    assert rs.status is Status.WARN and "as preflight chose" in rs.summary
+
+
+def test_a_firewall_is_reported_at_the_bound_with_the_ephemeral_ports_cause(recorded):
+    data = recorded["firewall@worker1"]["probes"]["collectives"]
+    assert all(r.get("timed_out") for r in data["init"]) and data["pinned"] is None
+    assert max(r["seconds"] for r in data["init"]) < data["bound"] + 2
+    [result] = run(recorded, "firewall@worker1")
+    assert result.status is Status.FAIL
+    assert f"did not finish within {data['bound']:g} s on master, worker1" in result.summary
+    assert "likely cause: ephemeral-ports on worker1" in result.summary and "silently dropped" in result.summary
+    assert "32768:60999" in result.fix
+
+
+def test_without_the_network_probe_the_firewall_facts_name_the_cause(recorded):
+    probes = {"collectives": recorded["firewall@worker1"]["probes"]["collectives"]}
+    [result] = run(recorded, "firewall@worker1", probes)
+    assert "likely cause: firewall on worker1" in result.summary and "nftables" in result.summary
+    assert result.fix.startswith("on worker1: sudo ufw allow from 10.213.")
+
+
+def test_a_rendezvous_that_never_started_a_rank_says_so(recorded):
+    probes = copy.deepcopy(recorded["firewall@worker1"]["probes"])
+    data = probes["collectives"]
+    data["init"] = []                               # derived: torchrun never started a rank
+    for job in data["jobs"].values():
+        job["reason"] = ("torch.distributed.DistNetworkError: The client socket has timed out after "
+                         "15000ms while trying to connect to (10.213.0.200, 29500).")
+    [result] = run(recorded, "firewall@worker1", probes)
+    assert result.status is Status.FAIL and "torchrun's rendezvous at" in result.summary
+    assert "every node: torch.distributed.DistNetworkError" in result.summary
+
+
+def test_a_broken_group_and_a_stopped_job_are_failures_naming_the_case(recorded):
+    probes = copy.deepcopy(recorded["clean"]["probes"])
+    probes["collectives"]["broken"] = {"node": "master", "rank": 0, "after": 45, "reason": "2 of 2 ranks failed",
+                                       "case": {"op": "broadcast", "mode": "sync", "dtype": "float32"}}
+    broken = [r for r in run(recorded, "clean", probes) if "broken" in r.details]
+    assert broken[0].status is Status.FAIL and "broke after broadcast (blocking, float32)" in broken[0].summary
+    probes["collectives"]["broken"] = None
+    probes["collectives"]["stopped"] = {"at": 60, "case": {"op": "barrier", "mode": "async_wait", "dtype": None}}
+    stopped = [r for r in run(recorded, "clean", probes) if "stopped" in r.details]
+    assert stopped[0].status is Status.FAIL and "while it ran barrier (async_op=True + wait())" in stopped[0].summary
+
+
+def test_not_probed_skipped_or_broken_probes_are_never_a_pass(recorded):
+    assert run(recorded, "clean", {})[0].status is Status.SKIP
+    held = {"collectives": {"skipped": "port 29500 is already held on master, so the job could not "
+                                       "rendezvous there; see master-port"}}
+    [result] = run(recorded, "clean", held)
+    assert result.status is Status.SKIP and "see master-port" in result.summary
+    assert run(recorded, "clean", {"collectives": {"error": "RuntimeError: boom"}})[0].status is Status.ERROR
+
+
+# --- --scan --------------------------------------------------------------------------------
+
+TRAIN = '''\
+import torch
+import torch.distributed as dist
+from torch.distributed import all_gather as gather_all
+
+
+def step(out, inp, grads, shards):
+    dist.reduce_scatter_tensor(out, inp, async_op=True).get_future()
+    work = dist.reduce_scatter(out, shards, async_op=True)
+    fut = work.get_future()
+    handle = dist.reduce_scatter_tensor(out, inp, async_op=True)
+    handle.wait()
+    dist.all_reduce(grads, op=dist.ReduceOp.AVG)
+    torch.distributed.all_reduce(grads, op=dist._make_nccl_premul_sum(0.5))
+    gather_all(shards, inp)
+'''
+
+
+def test_scan_finds_call_sites_and_their_mode(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "lib.py").write_text("import torch.distributed as dist\ndist.barrier()\n")
+    found = scan(str(tmp_path))
+    sites = {(s["line"], s["op"], s["mode"]) for s in found["sites"]}
+    assert sites == {(7, "reduce_scatter_tensor", "async_future"), (8, "reduce_scatter", "async_future"),
+                     (10, "reduce_scatter_tensor", "async_wait"), (12, "all_reduce_avg", "sync"),
+                     (13, "all_reduce_premul_sum", "sync"), (14, "all_gather", "sync")}
+    assert found["files"] == 1 and found["unreadable"] == ["broken.py: SyntaxError"]
+    assert scan(str(tmp_path / "nope"))["error"].endswith("does not exist")
+
+
+def test_scan_lists_the_failing_call_sites_and_escalates_rare_ones(recorded, tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    probes = copy.deepcopy(recorded["clean"]["probes"])
+    probes["collectives"]["scan"] = scan(str(tmp_path))
+    results = by_op(run(recorded, "clean", probes, str(tmp_path)))
+    rs = results["reduce_scatter_tensor"]
+    # Seed 000's code: the scan finds .get_future() on it, so the run would crash: a failure.
+    assert rs.status is Status.FAIL and results["reduce_scatter"].status is Status.FAIL
+    assert "the training code calls it at train.py:7" in rs.summary          # not :10, which waits
+    assert [s["line"] for s in rs.details["call_sites"]] == [7]
+    assert "train.py:8" in results["reduce_scatter"].summary
+    premul = results["all_reduce_premul_sum"]
+    assert premul.status is Status.FAIL and "train.py:13" in premul.summary   # called: no longer rare
+    uneven = results["all_gather_uneven"]
+    assert uneven.status is Status.WARN and "fail if their sizes differ: train.py:14" in uneven.summary
+    assert "--scan found no call to it" in results["isend_irecv"].summary
+
+
+# --- the probe's assembly of what the ranks printed ----------------------------------------
+
+def test_assembly_keeps_rank_0s_row_and_every_other_ranks_disagreement():
+    plan = [["broadcast", "sync", "float32"], ["barrier", "sync", None]]
+    lines = [("master", [{"event": "init", "rank": 0, "ok": True, "seconds": 0.1},
+                         {"event": "plan", "cases": plan},
+                         {"event": "case", "rank": 0, "i": 0, "op": "broadcast", "mode": "sync",
+                          "dtype": "float32", "status": "ok", "seconds": 0.01}]),
+             ("worker1", [{"event": "init", "rank": 1, "ok": True, "seconds": 0.1},
+                          {"event": "case", "rank": 1, "i": 0, "op": "broadcast", "mode": "sync",
+                           "dtype": "float32", "status": "error", "error_type": "RuntimeError",
+                           "error": "boom", "seconds": 0.01}])]
+    out = assemble(lines, {"master": {}, "worker1": {"timed_out": True}})
+    first, second = out["matrix"]
+    assert first["status"] == "error" and first["error"] == "boom" and first["ranks_failing"] == [1]
+    assert second["status"] == "not run"
+    assert out["stopped"] == {"at": 1, "case": {"op": "barrier", "mode": "sync", "dtype": None}}
+
+
+# --- recording -----------------------------------------------------------------------------
+
+def record(lab_name: str) -> None:
+    """Run the probes on the lab for each recorded situation and write the artifact."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from preflight.lab import Lab
+    from preflight.probes.run import run_probes
+    from preflight.remote.gather import Cluster, Target, gather
+
+    lab = Lab.open(lab_name)
+    out = {}
+    for name, probe_names in RUNS.items():
+        lab.clear_faults()
+        if name != "clean":
+            lab.add_fault(name)
+        targets = [Target(n.name, sys.executable) for n in lab.nodes]
+        request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": 1,
+                   "launch_args": []}
+        with Cluster(targets, str(lab.ssh_config)) as cluster:
+            nodes, master_addr = gather(cluster, request)
+            probes = run_probes(list(probe_names), cluster, tuple(nodes), Options(master_addr=master_addr))
+        out[name] = {"faults": lab.status()["nodes"], "master_addr": master_addr, "probes": probes,
+                     "nodes": [{"node": n.node, "facts": dict(n.facts), "error": n.error, "fix": n.fix}
+                               for n in nodes]}
+        print(f"{name}: {probes['collectives'].get('seconds')} s", file=sys.stderr)
+    lab.clear_faults()
+    ARTIFACT.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    print(f"wrote {ARTIFACT} ({ARTIFACT.stat().st_size} bytes)")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
+    record(sys.argv[2] if len(sys.argv) > 2 else "lab")
