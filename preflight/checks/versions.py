@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
+from ..model import Context, Result, Status
 from .common import on_node, python_of
 
 

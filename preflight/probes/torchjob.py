@@ -7,7 +7,6 @@ bounds the job and kills its process group, ranks included, when it ends or time
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass
 
 from ..model import NodeFacts, Options

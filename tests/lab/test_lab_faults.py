@@ -1,15 +1,11 @@
 """Each fault changes its node for real, and clearing it restores the node."""
 
-import hashlib
 import json
-import socket
-import time
 
 import pytest
 
 from preflight.lab.faults import FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
 
-PY = "import sys; exec(sys.argv[1])"
 
 
 def py(lab, node, code, *args, timeout=30):
