@@ -468,7 +468,6 @@ def test_no_command_skips():
 
 
 def test_the_fixtures_parses_are_torchruns():
-    pytest.importorskip("torch")
     from preflight.facts.launch import torchrun_parse
 
     assert torchrun_parse(list(ff.SEPARATED_LAUNCH_ARGS), 2, 1) == ff.SEPARATED_PARSE
