@@ -1,0 +1,89 @@
+"""What one rank is doing, from its Python stack (py-spy), its CPU and its kernel wait channel.
+
+Pure: a function of one sample. A victim and a culprit can both sit at 0% CPU, so the stack
+decides, never the CPU alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# torch.distributed's Python entry points, by the name users know them by.
+COLLECTIVES = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_object": "all_gather", "broadcast": "broadcast", "broadcast_object_list": "broadcast",
+    "barrier": "barrier", "monitored_barrier": "barrier", "reduce": "reduce", "gather": "gather",
+    "scatter": "scatter", "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "send": "send/recv", "recv": "send/recv", "isend": "send/recv", "irecv": "send/recv",
+    "batch_isend_irecv": "send/recv",
+}
+RENDEZVOUS = {"init_process_group", "_new_process_group_helper", "new_group", "rendezvous",
+              "_store_based_barrier", "_create_c10d_store", "next_rendezvous", "_rendezvous"}
+DISTRIBUTED_FILES = ("torch/distributed/",)
+COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
+DATA_FILES = ("torch/utils/data/",)
+BUSY_CPU = 50.0      # percent of one core: above this a rank is working, not waiting
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str          # as py-spy's short_filename: relative to site-packages where it can
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def in_library(self) -> bool:
+        return self.file.startswith(("torch/", "threading.py", "multiprocessing/")) or "site-packages" in self.file
+
+
+@dataclass(frozen=True)
+class RankState:
+    state: str                   # computing | collective | rendezvous | loading-data | compiling | idle | exited | unknown
+    op: str | None = None        # the collective, for state == collective
+    frame: Frame | None = None   # the innermost frame of the training code: "the line"
+    evidence: tuple[str, ...] = field(default_factory=tuple)
+
+    def describe(self) -> str:
+        where = f" at {self.frame.where} ({self.frame.function})" if self.frame else ""
+        return f"{self.op if self.state == 'collective' else self.state}{where}"
+
+
+def frames_of(dump: list[dict]) -> list[Frame]:
+    """The main thread's frames from `py-spy dump --json`, innermost first."""
+    main = next((t for t in dump if t.get("thread_name") == "MainThread"), dump[0] if dump else None)
+    if main is None:
+        return []
+    return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"]) for f in main["frames"]]
+
+
+def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | None = None,
+             exit_code: int | None = None) -> RankState:
+    if exit_code is not None:
+        return RankState("exited", evidence=(f"exit code {exit_code}",))
+    if dump is None:
+        return RankState("unknown", evidence=("no stack: py-spy could not read this process",))
+    frames = frames_of(dump)
+    user = next((f for f in frames if not f.in_library), None)
+    evidence = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown"]
+    if wchan:
+        evidence.append(f"waiting in the kernel at {wchan}")
+    for frame in frames:
+        if frame.file.startswith(DISTRIBUTED_FILES):
+            if frame.function in RENDEZVOUS:
+                return RankState("rendezvous", frame=user, evidence=tuple(evidence + [f"in {frame.function}"]))
+            if frame.function in COLLECTIVES:
+                op = COLLECTIVES[frame.function]
+                return RankState("collective", op, user, tuple(evidence + [f"in {frame.function} ({frame.where})"]))
+        if frame.file.startswith(COMPILING_FILES):
+            return RankState("compiling", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+        if frame.file.startswith(DATA_FILES):
+            return RankState("loading-data", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+    busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
+    return RankState("computing" if busy else "idle", frame=user or (frames[0] if frames else None),
+                     evidence=tuple(evidence))

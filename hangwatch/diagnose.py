@@ -1,0 +1,60 @@
+"""What all ranks together say: a deadlock, a mismatch, a stall, or a straggler (not a hang).
+
+Pure: a function of every rank's state at the moment progress stopped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .classify import RankState
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str                       # deadlock | mismatch | network-stall | rendezvous-stall | straggler | exited | none
+    summary: str
+    guilty: tuple[int, ...] = ()    # the ranks to look at
+    causes: tuple[str, ...] = ()
+
+
+LIKELY_DEADLOCK = ("uneven data across ranks: one rank ran out of batches and left the loop "
+                   "(compare shards with ddp-preflight's data-shards check)",
+                   "rank-dependent code: an `if rank == ...` around a collective")
+
+
+def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
+    waiting = {r: s for r, s in ranks.items() if s.state == "collective"}
+    working = {r: s for r, s in ranks.items() if s.state in ("computing", "compiling", "loading-data")}
+    exited = {r: s for r, s in ranks.items() if s.state == "exited"}
+    if all(s.state == "rendezvous" for s in ranks.values()) and ranks:
+        return Diagnosis("rendezvous-stall", "every rank is stuck creating the process group: check the "
+                         "firewall, address family and interface (ddp-preflight's ephemeral-ports, "
+                         "address-family, interface-choice)", tuple(sorted(ranks)))
+    if waiting and working:
+        who = ", ".join(f"rank {r} is {s.describe()}" for r, s in sorted(working.items()))
+        return Diagnosis("straggler", f"not a hang: ranks {_list(waiting)} wait in "
+                         f"{_ops(waiting)} while {who}", tuple(sorted(working)))
+    if waiting and exited:
+        return Diagnosis("exited", f"rank {_list(exited)} exited ({'; '.join(s.evidence[0] for s in exited.values())}) "
+                         f"while ranks {_list(waiting)} wait in {_ops(waiting)}", tuple(sorted(exited)))
+    if waiting:
+        others = {r: s for r, s in ranks.items() if r not in waiting}
+        ops = {s.op for s in waiting.values()}
+        if others:
+            where = "; ".join(f"rank {r} left the loop: {s.describe()}" for r, s in sorted(others.items()))
+            return Diagnosis("deadlock", f"{where}; ranks {_list(waiting)} wait in {_ops(waiting)}",
+                             tuple(sorted(others)), LIKELY_DEADLOCK)
+        if len(ops) > 1:
+            return Diagnosis("mismatch", "ranks wait in different collectives: " + "; ".join(
+                f"rank {r} in {s.describe()}" for r, s in sorted(waiting.items())), tuple(sorted(waiting)))
+        return Diagnosis("network-stall", f"every rank waits in {ops.pop()} and none computes: a peer or "
+                         "the link is gone", tuple(sorted(waiting)))
+    return Diagnosis("none", "no hang: no rank waits in a collective")
+
+
+def _list(ranks) -> str:
+    return ",".join(str(r) for r in sorted(ranks))
+
+
+def _ops(waiting: dict[int, RankState]) -> str:
+    return "/".join(sorted({s.op for s in waiting.values()}))

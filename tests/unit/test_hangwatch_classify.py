@@ -1,0 +1,56 @@
+"""Classify ranks and diagnose the hang from recorded real `py-spy dump --json` output."""
+
+import json
+from pathlib import Path
+
+from hangwatch.classify import classify
+from hangwatch.diagnose import diagnose
+
+PYSPY = Path(__file__).parent / "artifacts" / "pyspy"
+
+
+def dump(name):
+    return json.loads((PYSPY / name).read_text())
+
+
+def test_a_rank_blocked_in_all_reduce_is_in_that_collective_at_its_training_line():
+    state = classify(dump("deadlock_rank0_all_reduce.json"), cpu_percent=0.0, wchan="futex_do_wait")
+    assert state.state == "collective" and state.op == "all_reduce"
+    assert state.frame.where == "hang.py:6" and state.frame.function == "train_step"
+    assert any("futex_do_wait" in e for e in state.evidence)
+
+
+def test_the_rank_that_left_the_loop_is_idle_elsewhere_with_its_line():
+    state = classify(dump("deadlock_rank1_left_loop.json"), cpu_percent=0.0, wchan="hrtimer_nanosleep")
+    assert state.state == "idle" and state.frame.where == "hang.py:11"
+
+
+def test_the_deadlock_names_the_guilty_rank_and_its_line_not_the_victim():
+    ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"),
+             1: classify(dump("deadlock_rank1_left_loop.json"), 0.0, "hrtimer_nanosleep")}
+    found = diagnose(ranks)
+    assert found.kind == "deadlock" and found.guilty == (1,)
+    assert "rank 1 left the loop: idle at hang.py:11" in found.summary
+    assert "ranks 0 wait in all_reduce" in found.summary
+    assert any("uneven data" in c for c in found.causes)
+
+
+def test_a_busy_rank_makes_it_a_straggler_never_a_deadlock():
+    busy = classify(dump("deadlock_rank1_left_loop.json"), cpu_percent=98.0)
+    ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0), 1: busy}
+    found = diagnose(ranks)
+    assert busy.state == "computing"
+    assert found.kind == "straggler" and "not a hang" in found.summary and found.guilty == (1,)
+
+
+def test_an_exited_rank_and_unreadable_stacks_are_said_as_such():
+    ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0), 1: classify(None, None, exit_code=-9)}
+    found = diagnose(ranks)
+    assert found.kind == "exited" and found.guilty == (1,) and "exit code -9" in found.summary
+    assert classify(None, 0.0).state == "unknown"
+
+
+def test_all_ranks_in_one_collective_is_a_network_stall():
+    waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
+    found = diagnose({0: waiting, 1: waiting})
+    assert found.kind == "network-stall" and "all_reduce" in found.summary
