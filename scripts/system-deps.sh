@@ -5,6 +5,7 @@ declare -A need=(
   [ip]=iproute2 [tc]=iproute2 [nft]=nftables [unshare]=util-linux [setpriv]=util-linux
   [ssh]=openssh-client [ssh-keygen]=openssh-client [/usr/sbin/sshd]=openssh-server
   [ss]=iproute2 [getent]=libc-bin [b3sum]=b3sum [xxhsum]=xxhash [tmux]=tmux
+  [/usr/bin/python3]=python3-minimal   # a Python any user may run (tests drop to nobody)
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -89,7 +89,7 @@ def _exception_line(stderr: str) -> str | None:
     for line in reversed(stderr.splitlines()):
         head = line.split(":", 1)[0].strip()
         if (head.endswith(("Error", "Exception", "Timeout")) and "ChildFailedError" not in head
-                and " " not in head and not line.startswith("Fatal Python error")):
+                and " " not in head):
             return line.strip()[:400]
     return None
 
