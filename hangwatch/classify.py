@@ -24,7 +24,10 @@ RENDEZVOUS = {"init_process_group", "_new_process_group_helper", "new_group", "r
 DISTRIBUTED_FILES = ("torch/distributed/",)
 COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
 DATA_FILES = ("torch/utils/data/",)
-BUSY_CPU = 50.0      # percent of one core: above this a rank is working, not waiting
+SAVING_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/", "safetensors/")
+# Percent of one core above which a rank is working, not waiting. Low, because ranks that share
+# cores (or wait on a disk) compute at a fraction of a core; a waiting rank sits near 0.
+BUSY_CPU = 25.0
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Frame:
 
 @dataclass(frozen=True)
 class RankState:
-    state: str                   # computing | collective | rendezvous | loading-data | compiling | idle | exited | unknown
+    state: str                   # computing | collective | rendezvous | loading-data | compiling | saving | idle | exited | unknown
     op: str | None = None        # the collective, for state == collective
     frame: Frame | None = None   # the innermost frame of the training code: "the line"
     evidence: tuple[str, ...] = field(default_factory=tuple)
@@ -84,6 +87,8 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
             return RankState("compiling", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
         if frame.file.startswith(DATA_FILES):
             return RankState("loading-data", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+        if frame.file.startswith(SAVING_FILES):
+            return RankState("saving", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
     return RankState("computing" if busy else "idle", frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence))

@@ -1,15 +1,153 @@
-"""The `hangwatch` command. Its classifier and diagnosis exist (classify.py, diagnose.py);
-the sampling agent and `attach` come with the hangwatch issue."""
+"""The `hangwatch` command: `hangwatch attach [HOST ...] [--pid PID ...]`.
+
+Text events by default, `--json` for one JSON object per event, `--tui` for the dashboard.
+Exit codes: 0 watched until stopped (or --for ran out) with no hang, 1 a hang was named,
+2 usage error or no node could be watched."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
 import sys
+import threading
+import time
+
+from . import stall
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
+                                "its rank and its line, within seconds.")
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("attach", help="watch the ranks on these nodes (default: this machine)")
+    a.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; none: this machine")
+    a.add_argument("--pid", type=int, action="append", default=[], help="watch this process too (repeatable)")
+    a.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
+    a.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
+    a.add_argument("--threshold", type=float, default=stall.DEFAULT_THRESHOLD,
+                   help=f"seconds without progress before a hang is named (default {stall.DEFAULT_THRESHOLD:g})")
+    a.add_argument("--interval", type=float, default=1.0, help="CPU sampling interval, seconds (default 1)")
+    a.add_argument("--native", action="store_true", help="include native frames in stacks (slower dumps)")
+    a.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+    a.add_argument("--tui", action="store_true", help="the dashboard instead of the event stream")
+    a.add_argument("--on-hang", metavar="CMD", help="run CMD with the incident bundle's path as its last argument")
+    a.add_argument("--incident-dir", default="hangwatch-incidents", help="where bundles go (default ./hangwatch-incidents)")
+    a.add_argument("--for", dest="duration", type=float, help="stop watching after this many seconds")
+    a.add_argument("--exit-on-hang", action="store_true", help="stop at the first hang named (exit 1): for CI and scripts")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("hangwatch: 'attach' is not built yet; the rank classifier and diagnosis are "
-          "(hangwatch/classify.py, hangwatch/diagnose.py)", file=sys.stderr)
-    return 2
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threshold < 2 * stall.LEAD or args.interval <= 0:
+        print(f"hangwatch: error: --threshold must be at least {2 * stall.LEAD:g} s and --interval positive",
+              file=sys.stderr)
+        return 2
+    try:
+        return attach(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _connect(hosts: list[str], ssh_config: str | None, python: str):
+    """Open each node's SSH connection in parallel; a node that fails is reported, not fatal."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from preflight.remote.errors import NodeError
+    from preflight.remote.run import SshNode
+
+    from .watch import WatchTarget
+
+    def one(host):
+        node = SshNode(host, python, ssh_config)
+        try:
+            node.connect()
+        except NodeError as exc:
+            return node, f"{exc.summary}" + (f"; fix: {exc.fix}" if exc.fix else "")
+        return node, None
+
+    with ThreadPoolExecutor(min(32, len(hosts))) as pool:
+        results = list(pool.map(one, hosts))
+    targets = [WatchTarget(n.name, python, n.connection) for n, err in results if err is None]
+    return targets, [n for n, _ in results], [err for _, err in results if err]
+
+
+def attach(args) -> int:
+    from .watch import Watcher, WatchTarget
+
+    python = args.python or sys.executable
+    ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
+    out = sys.stdout
+    problems: list[str] = []
+    nodes = []
+    if args.hosts:
+        targets, nodes, problems = _connect(args.hosts, ssh_config, python)
+        if args.pid and targets:
+            targets[0] = WatchTarget(targets[0].name, python, targets[0].connection, tuple(args.pid))
+    else:
+        import socket
+        targets = [WatchTarget(socket.gethostname(), python, None, tuple(args.pid))]
+    for problem in problems:
+        print(f"hangwatch: {problem}", file=sys.stderr)
+    if not targets:
+        print("hangwatch: no node could be watched", file=sys.stderr)
+        return 2
+
+    hung = threading.Event()
+    write_lock = threading.Lock()
+
+    def on_event(event):
+        if args.tui:
+            return
+        with write_lock:
+            if args.json:
+                record = {"event": event.kind, "time": time.time(), "text": event.text, **event.data}
+                if event.snapshot is not None:
+                    record["snapshot"] = event.snapshot.to_json()
+                out.write(json.dumps(record) + "\n")
+            else:
+                from .render import diagnosis_block, event_line
+                out.write(event_line(event.kind, event.text) + "\n")
+                if event.kind == "diagnosis" and event.snapshot is not None:
+                    out.write("".join(f"    {l}\n" for l in diagnosis_block(event.snapshot).splitlines()[1:]))
+            out.flush()
+        if event.kind == "diagnosis":
+            hung.set()
+
+    def on_hang(path: str) -> None:
+        if args.on_hang:
+            # The user's command, with the bundle's path; it runs beside the watch, never blocking it.
+            subprocess.Popen(f"{args.on_hang} {shlex.quote(path)}", shell=True,
+                             env={**os.environ, "HANGWATCH_INCIDENT": path})
+
+    watcher = Watcher(targets, threshold=args.threshold, interval=args.interval, native=args.native,
+                      on_event=on_event, on_hang=on_hang, incident_dir=args.incident_dir)
+    for problem in problems:
+        watcher.messages.append(problem)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    watcher.start()
+    try:
+        if args.tui:
+            from tui.app import run_dashboard
+            run_dashboard(watcher)
+        else:
+            deadline = time.monotonic() + args.duration if args.duration else None
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                if args.exit_on_hang and hung.is_set():
+                    break
+                stop.wait(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.close()
+        for node in nodes:
+            node.close()
+    return 1 if hung.is_set() else 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ LIKELY_DEADLOCK = ("uneven data across ranks: one rank ran out of batches and le
 
 def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
     waiting = {r: s for r, s in ranks.items() if s.state == "collective"}
-    working = {r: s for r, s in ranks.items() if s.state in ("computing", "compiling", "loading-data")}
+    working = {r: s for r, s in ranks.items() if s.state in ("computing", "compiling", "loading-data", "saving")}
     exited = {r: s for r, s in ranks.items() if s.state == "exited"}
     if all(s.state == "rendezvous" for s in ranks.values()) and ranks:
         return Diagnosis("rendezvous-stall", "every rank is stuck creating the process group: check the "
@@ -32,17 +32,17 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
                          "address-family, interface-choice)", tuple(sorted(ranks)))
     if waiting and working:
         who = ", ".join(f"rank {r} is {s.describe()}" for r, s in sorted(working.items()))
-        return Diagnosis("straggler", f"not a hang: ranks {_list(waiting)} wait in "
+        return Diagnosis("straggler", f"not a hang: {_wait(waiting)} in "
                          f"{_ops(waiting)} while {who}", tuple(sorted(working)))
     if waiting and exited:
-        return Diagnosis("exited", f"rank {_list(exited)} exited ({'; '.join(s.evidence[0] for s in exited.values())}) "
-                         f"while ranks {_list(waiting)} wait in {_ops(waiting)}", tuple(sorted(exited)))
+        return Diagnosis("exited", f"{_who(exited)} exited ({'; '.join(s.evidence[0] for s in exited.values())}) "
+                         f"while {_wait(waiting)} in {_ops(waiting)}", tuple(sorted(exited)))
     if waiting:
         others = {r: s for r, s in ranks.items() if r not in waiting}
         ops = {s.op for s in waiting.values()}
         if others:
             where = "; ".join(f"rank {r} left the loop: {s.describe()}" for r, s in sorted(others.items()))
-            return Diagnosis("deadlock", f"{where}; ranks {_list(waiting)} wait in {_ops(waiting)}",
+            return Diagnosis("deadlock", f"{where}; {_wait(waiting)} in {_ops(waiting)}",
                              tuple(sorted(others)), LIKELY_DEADLOCK)
         if len(ops) > 1:
             return Diagnosis("mismatch", "ranks wait in different collectives: " + "; ".join(
@@ -54,6 +54,14 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
 
 def _list(ranks) -> str:
     return ",".join(str(r) for r in sorted(ranks))
+
+
+def _who(ranks) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + _list(ranks)
+
+
+def _wait(ranks) -> str:
+    return _who(ranks) + (" waits" if len(ranks) == 1 else " wait")
 
 
 def _ops(waiting: dict[int, RankState]) -> str:

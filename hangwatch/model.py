@@ -13,7 +13,7 @@ A snapshot, as JSON:
   "ranks": [{"node": "master", "pid": 4242, "rank": 0, "local_rank": 0, "world_size": 4,
              "cpu": 97.0,                      # % of one core over the last sample
              "history": [97.0, 95.1, ...],     # last 60 samples, oldest first
-             "state": "computing|collective|rendezvous|loading-data|compiling|idle|exited|unknown|running",
+             "state": "computing|collective|rendezvous|loading-data|compiling|saving|idle|exited|unknown|running",
              "op": "all_reduce"|null,          # the collective, when state == collective
              "frame": "train.py:88"|null,      # the training code's innermost line
              "function": "train_step"|null,
@@ -23,7 +23,7 @@ A snapshot, as JSON:
              "last_line": str|null,            # last output line (launch mode)
              "step": int|null, "step_rate": float|null,   # from the output's "step N" lines
              "stack": [{"function": str, "file": str, "line": int}] | null}],  # innermost first
-  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall",
+  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall|slow",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],

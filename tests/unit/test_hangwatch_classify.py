@@ -31,7 +31,7 @@ def test_the_deadlock_names_the_guilty_rank_and_its_line_not_the_victim():
     found = diagnose(ranks)
     assert found.kind == "deadlock" and found.guilty == (1,)
     assert "rank 1 left the loop: idle at hang.py:11" in found.summary
-    assert "ranks 0 wait in all_reduce" in found.summary
+    assert "rank 0 waits in all_reduce" in found.summary
     assert any("uneven data" in c for c in found.causes)
 
 

@@ -1,0 +1,311 @@
+"""The per-node agent. Runs ON a node with the training Python (standard library only; psutil
+if the training environment has it), started over SSH with this file's source as `python -c`.
+
+It finds the training ranks, samples each one's CPU (process and threads), kernel wait channel
+and state every second, takes Python stacks with py-spy when asked (all ranks at once) and,
+rarely, on its own, and streams JSON lines on stdout. Commands come as JSON lines on stdin;
+EOF on stdin means the watcher is gone, and the agent exits. It never signals a rank: py-spy's
+dump pauses a rank for a few milliseconds, and that is all.
+
+argv[1] is base64 JSON: {"pids": [..], "interval": 1.0, "stack_every": 120.0, "py_spy": path|null,
+"native": false, "node": name}.
+Lines out: {"type": "hello", ...}, {"type": "sample", "t", "ranks": [...], "net": bytes/s},
+{"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}}, {"type": "error", ...}.
+"""
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+             "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+             "OMP_NUM_THREADS", "TORCH_DISTRIBUTED_DEBUG")
+SECRET = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|KEY|AUTH|CREDENTIAL|COOKIE|SESSION", re.I)
+TORCHRUN = ("torch.distributed.run", "torchrun", "torch/distributed/run.py")
+
+
+def _read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def proc_stat(pid):
+    """(state, ppid, cpu seconds, start ticks, exit code if a zombie) or None if gone."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    exit_code = int(fields[49]) if len(fields) > 49 else None
+    return fields[0], int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19]), exit_code
+
+
+def thread_cpu(pid):
+    """Each thread's cpu seconds, by tid."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        text = _read(f"/proc/{pid}/task/{tid}/stat")
+        if text:
+            fields = text[text.rindex(")") + 2:].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def environ(pid):
+    """The process's environment, or None when we may not read it (another user's process)."""
+    try:
+        raw = _read(f"/proc/{pid}/environ", "rb")
+    except PermissionError:
+        return None
+    if raw is None:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def cmdline(pid):
+    raw = _read(f"/proc/{pid}/cmdline", "rb") or b""
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def redact(env):
+    return {k: ("<redacted>" if SECRET.search(k) else v) for k, v in env.items()}
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class Ranks:
+    """The training ranks on this node: torchrun's children and processes whose environment has
+    RANK and LOCAL_RANK, plus any pid given. A rank's own children (DataLoader workers, compile
+    workers) inherit RANK and are not ranks. Restarts are new pids and are picked up."""
+
+    def __init__(self, pids):
+        self.given = set(pids)
+        self.known = {}        # pid -> info dict (fixed for the process's life)
+        self.seen = set()      # (pid, start) already looked at and found not a rank
+
+    def scan(self):
+        found = {}
+        uptime = float((_read("/proc/uptime") or "0").split()[0])
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid == os.getpid():
+                continue
+            stat = proc_stat(pid)
+            if stat is None:
+                continue
+            key = (pid, stat[3])
+            if key in self.seen:
+                continue
+            if pid in self.known and self.known[pid]["start"] == stat[3]:
+                found[pid] = self.known[pid]
+                continue
+            info = self._look(pid, stat)
+            # A process younger than 2 s may not have exec'd yet (torchrun forks, then execs the
+            # rank with its RANK): look at it again next time.
+            if info is not None:
+                found[pid] = info
+            elif uptime - stat[3] / TICK > 2.0:
+                self.seen.add(key)
+        # A rank's children carry the same RANK: keep only the outermost.
+        for pid in [p for p, i in found.items() if i["ppid"] in found and p not in self.given]:
+            self.seen.add((pid, found.pop(pid)["start"]))
+        self.known = found
+        return found
+
+    def _look(self, pid, stat):
+        env = environ(pid)
+        readable = env is not None
+        argv = cmdline(pid)
+        parent = cmdline(stat[1])
+        under_torchrun = any(t in " ".join(parent) for t in TORCHRUN)
+        is_torchrun = any(t in " ".join(argv) for t in TORCHRUN)
+        has_rank = env is not None and "RANK" in env and "LOCAL_RANK" in env
+        if pid not in self.given and (is_torchrun or not (has_rank or (under_torchrun and env is None))):
+            return None
+        env = env or {}
+        return {"pid": pid, "ppid": stat[1], "start": stat[3], "argv": argv[:12],
+                "rank": _int(env.get("RANK")), "local_rank": _int(env.get("LOCAL_RANK")),
+                "world_size": _int(env.get("WORLD_SIZE")),
+                "master": f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if "MASTER_ADDR" in env else None,
+                "env_readable": readable,
+                "env": redact(env)}
+
+
+def net_bytes():
+    """All non-loopback interfaces' received + sent bytes in this network namespace."""
+    total = 0
+    for line in (_read("/proc/net/dev") or "").splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        if name.strip() == "lo":
+            continue
+        fields = rest.split()
+        total += int(fields[0]) + int(fields[8])
+    return total
+
+
+def find_py_spy(given):
+    for path in (given, os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
+                 os.path.expanduser("~/.local/bin/py-spy")):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def dump(py_spy, pid, native):
+    """One rank's stack as py-spy's JSON, or {"error": why}."""
+    argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else [])
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return {"error": "py-spy took over 10 s"}
+    if done.returncode == 0:
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            return {"error": "py-spy printed no JSON"}
+    text = (done.stderr or done.stdout).strip()
+    if re.search(r"Permission denied|Operation not permitted|EPERM", text):
+        return {"error": text.splitlines()[-1] if text else "not permitted", "permission": True}
+    return {"error": text.splitlines()[-1] if text else f"py-spy exit {done.returncode}"}
+
+
+class Agent:
+    def __init__(self, spec):
+        self.spec = spec
+        self.interval = float(spec.get("interval", 1.0))
+        self.stack_every = float(spec.get("stack_every", 120.0))
+        self.py_spy = find_py_spy(spec.get("py_spy"))
+        self.native = bool(spec.get("native"))
+        self.ranks = Ranks(spec.get("pids") or [])
+        self.lock = threading.Lock()
+        self.last_stacks = 0.0
+        self.alive = True
+
+    def emit(self, message):
+        with self.lock:
+            sys.stdout.write(json.dumps(message) + "\n")
+            sys.stdout.flush()
+
+    def hello(self):
+        torch_version = None
+        try:
+            from importlib.metadata import version
+            torch_version = version("torch")
+        except Exception:
+            pass
+        self.emit({"type": "hello", "node": self.spec.get("node"), "host": os.uname().nodename,
+                   "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
+                   "torch": torch_version, "py_spy": self.py_spy, "time": time.time()})
+
+    def stacks(self, request_id=None):
+        pids = list(self.ranks.known)
+        out = {}
+        if self.py_spy is None:
+            out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
+        else:
+            threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), dump(self.py_spy, p, self.native)))
+                       for p in pids]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.last_stacks = time.monotonic()
+        self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": out})
+
+    def commands(self):
+        for line in sys.stdin:
+            try:
+                command = json.loads(line)
+            except ValueError:
+                continue
+            if command.get("cmd") == "stacks":
+                threading.Thread(target=self.stacks, args=(command.get("id"),), daemon=True).start()
+            elif command.get("cmd") == "py-spy":
+                self.py_spy = find_py_spy(command.get("path"))
+                self.emit({"type": "py-spy", "path": self.py_spy})
+        self.alive = False       # EOF: the watcher is gone
+
+    def run(self):
+        self.hello()
+        threading.Thread(target=self.commands, daemon=True).start()
+        last = {}        # pid -> (monotonic, cpu seconds, {tid: cpu seconds})
+        last_net = (time.monotonic(), net_bytes())
+        announced = set()
+        while self.alive:
+            started = time.monotonic()
+            found = self.ranks.scan()
+            samples = []
+            for pid, info in found.items():
+                stat = proc_stat(pid)
+                if stat is None:
+                    continue
+                now, cpu, threads = time.monotonic(), stat[2], thread_cpu(pid)
+                before = last.get(pid)
+                last[pid] = (now, cpu, threads)
+                sample = {"pid": pid, "rank": info["rank"], "state": stat[0], "threads": len(threads),
+                          "wchan": (_read(f"/proc/{pid}/wchan") or "").strip() or None}
+                if stat[0] == "Z":
+                    sample["exit"] = stat[4]
+                if before:
+                    dt = max(now - before[0], 1e-6)
+                    sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
+                    busiest = max(((c - before[2].get(t, c)) for t, c in threads.items()), default=0.0)
+                    sample["main_cpu"] = round(100 * (threads.get(pid, 0) - before[2].get(pid, 0)) / dt, 1)
+                    sample["top_thread_cpu"] = round(100 * busiest / dt, 1)
+                if (pid, info["start"]) not in announced:
+                    announced.add((pid, info["start"]))
+                    self.emit({"type": "rank", **info})
+                samples.append(sample)
+            for pid in [p for p in last if p not in found]:
+                del last[pid]
+            now, total = time.monotonic(), net_bytes()
+            net = (total - last_net[1]) / max(now - last_net[0], 1e-6)
+            last_net = (now, total)
+            gone = sorted(p for p, _ in announced if p not in found)
+            announced = {(p, s) for p, s in announced if p in found}
+            self.emit({"type": "sample", "t": time.time(), "ranks": samples, "gone": gone,
+                       "net": round(net, 1)})
+            if found and time.monotonic() - self.last_stacks > self.stack_every:
+                threading.Thread(target=self.stacks, daemon=True).start()
+                self.last_stacks = time.monotonic()
+            time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def main():
+    spec = json.loads(base64.b64decode(sys.argv[1])) if len(sys.argv) > 1 else {}
+    try:
+        Agent(spec).run()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        pass
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Text views of hangwatch's objects: the event stream line and the incident report.
+Renderers return strings; only the CLI prints."""
+
+from __future__ import annotations
+
+import time
+
+from .model import RankView, Snapshot
+
+
+def event_line(kind: str, text: str, at: float | None = None) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(at if at is not None else time.time()))
+    return f"{stamp} {kind:<10} {text}"
+
+
+def rank_line(r: RankView) -> str:
+    what = r.op if r.state == "collective" else r.state
+    where = f" at {r.frame}" + (f" ({r.function})" if r.function else "") if r.frame else ""
+    extra = f", {r.exit}" if r.exit else ""
+    return (f"{r.label:<8} {r.node}:{r.pid:<8} {what}{where}; CPU {r.cpu:.0f}%, idle {r.idle_for:.0f} s"
+            f"{', wchan ' + r.wchan if r.wchan else ''}{extra}")
+
+
+def diagnosis_block(snapshot: Snapshot) -> str:
+    d = snapshot.diagnosis
+    if d is None:
+        return "no hang\n"
+    lines = [f"{d.kind.upper()}: {d.summary}"]
+    if d.guilty:
+        lines.append("look at: " + ", ".join(f"rank {g}" for g in d.guilty))
+    lines += [f"likely cause: {c}" for c in d.causes]
+    lines += ["ranks:"] + [f"  {rank_line(r)}" for r in snapshot.ranks]
+    return "\n".join(lines) + "\n"
+
+
+def incident_report(snapshot: Snapshot, details: dict) -> str:
+    out = [f"hangwatch incident, {time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(snapshot.time))}", "",
+           diagnosis_block(snapshot)]
+    if snapshot.diagnosis and snapshot.diagnosis.evidence:
+        out += ["evidence:"] + [f"  {e}" for e in snapshot.diagnosis.evidence] + [""]
+    out.append("stacks (innermost first):")
+    for r in snapshot.ranks:
+        out.append(f"  {r.label} on {r.node} (pid {r.pid}):")
+        if r.stack:
+            out += [f"    {f['file']}:{f['line']} {f['function']}" for f in r.stack]
+        else:
+            out.append("    (no stack)")
+    out += ["", "CPU history (% of a core, oldest first):"]
+    out += [f"  {r.label}: {' '.join(f'{c:.0f}' for c in r.history)}" for r in snapshot.ranks]
+    out += ["", "nodes:"]
+    for name, hello in sorted((details.get("nodes") or {}).items()):
+        out.append(f"  {name}: host {hello.get('host')}, Python {hello.get('python')}, torch {hello.get('torch')}, "
+                   f"py-spy {hello.get('py_spy') or 'missing'}")
+    out += ["", "environment (secrets redacted):"]
+    for key, rank in sorted((details.get("ranks") or {}).items()):
+        out.append(f"  {key}: {' '.join(rank.get('argv') or [])}")
+        for k, v in sorted((rank.get("env") or {}).items()):
+            out.append(f"    {k}={v}")
+    if snapshot.messages:
+        out += ["", "notices:"] + [f"  {m}" for m in snapshot.messages]
+    return "\n".join(out) + "\n"

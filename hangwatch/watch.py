@@ -1,0 +1,401 @@
+"""The watcher on the master: an agent on every node, every rank merged into one view, a hang
+named when progress stops. It is the dashboard's Source and feeds the CLI's event stream.
+
+Threads: one reader per agent (messages), one ticker (stall logic, at 4 Hz). All state is
+behind one lock; the snapshot is a copy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from . import stall
+from .classify import RankState, classify
+from .diagnose import Diagnosis, diagnose
+from .links import AgentLink
+from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
+
+HANGS = ("deadlock", "mismatch", "network-stall", "rendezvous-stall", "exited", "stall")
+FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
+
+
+@dataclass
+class Event:
+    kind: str            # rank-found | rank-gone | node | diagnosis | straggler | resumed | incident | notice
+    text: str
+    snapshot: Snapshot | None = None
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Rank:
+    view: RankView
+    start: int = 0
+    idle_since: float | None = None
+    info: dict = field(default_factory=dict)
+    dump: list | None = None
+    dump_error: str | None = None
+    gone_at: float | None = None
+
+
+@dataclass(frozen=True)
+class WatchTarget:
+    name: str
+    python: str
+    connection: object = None      # an open fabric Connection; None: this machine
+    pids: tuple[int, ...] = ()
+
+
+class Watcher(Source):
+    def __init__(self, targets: list[WatchTarget], *, threshold: float = stall.DEFAULT_THRESHOLD,
+                 interval: float = 1.0, native: bool = False, py_spy: str | None = None,
+                 on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
+                 run: dict | None = None, launched: bool = False, incident_dir: str = "hangwatch-incidents",
+                 clock: Callable[[], float] = time.monotonic):
+        self.clock = clock           # monotonic seconds; tests replaying recorded agent lines drive it
+        self.targets, self.threshold, self.interval = list(targets), threshold, interval
+        self.native, self.py_spy = native, py_spy
+        self.on_event, self.on_hang = on_event or (lambda e: None), on_hang
+        self.run_info, self.launched, self.incident_dir = run, launched, incident_dir
+        self.preflight: dict | None = None
+        self.lock = threading.RLock()
+        self.nodes = {t.name: NodeView(t.name) for t in targets}
+        self.hello: dict[str, dict] = {}
+        self.ranks: dict[tuple[str, int], _Rank] = {}
+        self.links: dict[str, AgentLink] = {}
+        self.diagnosis: DiagnosisView | None = None
+        self.incidents: list[str] = []
+        self.messages: list[str] = []
+        self.stacks_at: float | None = None          # monotonic, when the last complete set was taken
+        self._asked: dict[str, float] = {}           # node -> when stacks were asked, outstanding
+        self._asked_at: float | None = None
+        self._reported: str | None = None            # the diagnosis already said in this stall
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self.lines: dict[tuple[str, int], str] = {}  # (node, rank) -> last output line, from the launcher
+
+    # --- life -----------------------------------------------------------------------------
+    def start(self) -> Watcher:
+        for target in self.targets:
+            link = AgentLink(target.name, self._message, self._closed)
+            spec = {"node": target.name, "interval": self.interval, "pids": list(target.pids),
+                    "native": self.native, "py_spy": self.py_spy}
+            try:
+                if target.connection is None:
+                    link.start_local(target.python, spec)
+                else:
+                    link.start_ssh(target.connection, target.python, spec)
+            except Exception as exc:
+                self._node(target.name, "error", f"{target.name}: the agent did not start: {exc}")
+                continue
+            self.links[target.name] = link
+        self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
+        self._ticker.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        for link in self.links.values():
+            link.close()
+        if self._ticker:
+            self._ticker.join(2)
+
+    # --- Source -----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        with self.lock:
+            return Snapshot(time=time.time(), threshold=self.threshold, run=self.run_info,
+                            nodes=[replace(n) for n in self.nodes.values()],
+                            ranks=sorted((replace(r.view, history=list(r.view.history)) for r in self.ranks.values()),
+                                         key=lambda v: (v.rank is None, v.rank if v.rank is not None else 0, v.node, v.pid)),
+                            diagnosis=replace(self.diagnosis) if self.diagnosis else None,
+                            incidents=list(self.incidents), messages=list(self.messages[-20:]),
+                            preflight=self.preflight)
+
+    def dump_stacks(self) -> None:
+        self._ask_stacks()
+
+    def write_bundle(self) -> str | None:
+        from .incident import write
+        snap = self.snapshot()
+        path = write(snap, self.details(), self.incident_dir)
+        with self.lock:
+            self.incidents.append(path)
+        return path
+
+    def details(self) -> dict:
+        """What an incident bundle keeps beyond the snapshot: each node's agent hello (versions)
+        and each rank's environment (secrets redacted) and command line."""
+        with self.lock:
+            return {"nodes": dict(self.hello),
+                    "ranks": {f"{n}:{p}": {"argv": r.info.get("argv"), "env": r.info.get("env"),
+                                           "master": r.info.get("master")}
+                              for (n, p), r in self.ranks.items()}}
+
+    def note_line(self, node: str, rank: int | None, text: str, step: int | None = None,
+                  step_rate: float | None = None) -> None:
+        """The launcher's output, for the ranks table."""
+        with self.lock:
+            for r in self.ranks.values():
+                if r.view.node == node and r.view.rank == rank:
+                    r.view.last_line = text[-200:]
+                    if step is not None:
+                        r.view.step, r.view.step_rate = step, step_rate
+
+    # --- messages from agents ----------------------------------------------------------------
+    def _emit(self, kind: str, text: str, snapshot: bool = False, **data) -> None:
+        self.on_event(Event(kind, text, self.snapshot() if snapshot else None, data))
+
+    def _node(self, name: str, status: str, message: str | None = None) -> None:
+        with self.lock:
+            node = self.nodes[name]
+            node.status, node.message = status, message
+            if message:
+                self.messages.append(message)
+        self._emit("node", message or f"{name}: {status}")
+
+    def _message(self, node: str, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "hello":
+            with self.lock:
+                self.hello[node] = msg
+            self._node(node, "watching")
+            if not msg.get("py_spy"):
+                self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks "
+                             f"are missing; fix: {msg.get('python') and 'pip install py-spy'} in the training "
+                             "environment on that node (CPU and /proc are still watched)")
+        elif kind == "rank":
+            self._rank_found(node, msg)
+        elif kind == "sample":
+            self._sample(node, msg)
+        elif kind == "stacks":
+            self._stacks(node, msg)
+
+    def _closed(self, node: str, why: str | None) -> None:
+        if self._stop.is_set():
+            return
+        self._node(node, "lost", f"{node}: the agent stopped ({why or 'its SSH channel closed'}); "
+                   "the other nodes are still watched")
+        with self.lock:
+            for r in self.ranks.values():
+                if r.view.node == node and r.view.state != "exited":
+                    r.view.state, r.idle_since = "unknown", None
+            self._asked.pop(node, None)
+
+    def _notice(self, text: str) -> None:
+        with self.lock:
+            if text in self.messages:
+                return
+            self.messages.append(text)
+        self._emit("notice", text)
+
+    def _rank_found(self, node: str, info: dict) -> None:
+        with self.lock:
+            # A restarted rank (same rank number, new pid) replaces its old entry.
+            for key, r in list(self.ranks.items()):
+                if r.view.node == node and info.get("rank") is not None and r.view.rank == info["rank"] \
+                        and r.view.pid != info["pid"]:
+                    del self.ranks[key]
+            view = RankView(node=node, pid=info["pid"], rank=info.get("rank"), local_rank=info.get("local_rank"),
+                            world_size=info.get("world_size"))
+            self.ranks[(node, info["pid"])] = _Rank(view, info.get("start", 0), info=info)
+            self.nodes[node].ranks = sum(1 for r in self.ranks.values() if r.view.node == node)
+            if not info.get("env_readable", True):
+                self.messages.append(f"{node}: cannot read pid {info['pid']}'s environment (another user's "
+                                     "process): rank unknown; run hangwatch as that user or as root")
+        self._emit("rank-found", f"{node}: found {view.label} (pid {view.pid}"
+                   f"{', world ' + str(view.world_size) if view.world_size else ''})")
+
+    def _sample(self, node: str, msg: dict) -> None:
+        now = self.clock()
+        gone = []
+        with self.lock:
+            self.nodes[node].net_bytes_per_s = msg.get("net")
+            for s in msg.get("ranks", []):
+                r = self.ranks.get((node, s["pid"]))
+                if r is None:
+                    continue
+                v = r.view
+                v.wchan = s.get("wchan")
+                if s.get("exit") is not None:
+                    self._exited(r, s["exit"])
+                    continue
+                if "cpu" not in s:
+                    continue
+                v.cpu = s["cpu"]
+                v.history = (v.history + [s["cpu"]])[-HISTORY:]
+                if s["cpu"] < stall.IDLE_CPU:
+                    if r.idle_since is None:
+                        r.idle_since = now - self.interval   # idle over the whole sample
+                else:
+                    r.idle_since = None
+                    if v.state in ("idle", "collective", "rendezvous", "unknown") and r.dump is not None:
+                        v.state = "running"          # moving again: the old stack no longer says where
+                v.idle_for = round(now - r.idle_since, 1) if r.idle_since is not None else 0.0
+            for pid in msg.get("gone", []):
+                r = self.ranks.get((node, pid))
+                if r is not None and r.view.state != "exited":
+                    self._exited(r, None)
+                    gone.append(r.view.label)
+        for label in gone:
+            self._emit("rank-gone", f"{node}: {label} exited")
+
+    def _exited(self, r: _Rank, code: int | None) -> None:
+        v = r.view
+        if code is None:
+            v.exit = "exited (its parent collected the exit code)"
+        elif code & 0x7F:
+            v.exit = f"signal {code & 0x7F}"
+        else:
+            v.exit = f"exit code {code >> 8}"
+        v.state, v.cpu, r.idle_since, v.idle_for = "exited", 0.0, None, 0.0
+        r.gone_at = self.clock()
+
+    def note_exit(self, node: str, rank: int, text: str) -> None:
+        """The launcher knows exit codes the agent cannot see (torchrun reaps its ranks)."""
+        with self.lock:
+            for r in self.ranks.values():
+                if r.view.node == node and r.view.rank == rank:
+                    r.view.exit, r.view.state = text, "exited"
+
+    def _stacks(self, node: str, msg: dict) -> None:
+        permission = []
+        with self.lock:
+            for pid, dump in (msg.get("stacks") or {}).items():
+                r = self.ranks.get((node, int(pid)))
+                if r is None or r.view.state == "exited":
+                    continue
+                if isinstance(dump, dict):
+                    r.dump, r.dump_error = None, dump.get("error")
+                    if dump.get("permission"):
+                        permission.append(pid)
+                else:
+                    r.dump, r.dump_error = dump, None
+                self._classify(r)
+            if msg.get("id") is not None:
+                self._asked.pop(node, None)
+                if not self._asked:
+                    self.stacks_at, self._asked_at = self._asked_at, None
+        if permission:
+            self._notice(f"{node}: not permitted to read the stacks of pid {', '.join(permission)} (ptrace); "
+                         "fix: run hangwatch as the user who runs the training, or as root, or "
+                         "`sudo sysctl kernel.yama.ptrace_scope=0`; watching CPU and /proc alone")
+
+    def _classify(self, r: _Rank) -> RankState:
+        v = r.view
+        if v.state == "exited":
+            return RankState("exited", evidence=(v.exit or "exited",))
+        state = classify(r.dump, v.cpu, v.wchan)
+        if r.dump is None and r.dump_error:
+            state = replace(state, evidence=(f"no stack: {r.dump_error}",))
+        v.state, v.op = state.state, state.op
+        v.frame = state.frame.where if state.frame else None
+        v.function = state.frame.function if state.frame else None
+        v.stack = [{"function": f.function, "file": f.file, "line": f.line} for f in _frames(r.dump)] if r.dump else None
+        return state
+
+    # --- stall logic ---------------------------------------------------------------------------
+    def _ask_stacks(self) -> None:
+        with self.lock:
+            self._asked_at = self.clock()
+            for name, link in self.links.items():
+                if self.nodes[name].status == "watching" and link.send({"cmd": "stacks", "id": int(self._asked_at * 1000)}):
+                    self._asked[name] = self._asked_at
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                self.tick()
+            except Exception as exc:      # the watch goes on; say it once
+                self._notice(f"hangwatch: internal error in the stall logic: {type(exc).__name__}: {exc}")
+
+    def tick(self) -> None:
+        now = self.clock()
+        with self.lock:
+            live = [r for r in self.ranks.values() if r.view.state != "exited"]
+            exited = [r for r in self.ranks.values() if r.view.state == "exited"]
+            idle = [now - r.idle_since for r in live if r.idle_since is not None]
+            for r in live:
+                r.view.idle_for = round(now - r.idle_since, 1) if r.idle_since is not None else 0.0
+            waiting = stall.stalled_for(idle)
+            if exited and live and idle:
+                # A rank that is gone while others are idle: the stall began when it left.
+                waiting = max(waiting, min(now - r.gone_at for r in exited))
+            if not live or not idle:
+                resumed = self.diagnosis is not None
+                self.diagnosis, self._reported = None, None
+                if resumed:
+                    self.messages.append("progress resumed")
+            if not live or not idle:
+                step = None
+            else:
+                step = stall.plan(waiting, self.threshold,
+                                  None if self.stacks_at is None else now - self.stacks_at,
+                                  None if self._asked_at is None else now - self._asked_at)
+        if step is None:
+            if resumed:
+                self._emit("resumed", "progress resumed: no rank is idle")
+            return
+        if step.take_stacks:
+            self._ask_stacks()
+        if step.diagnose:
+            self._diagnose(waiting)
+
+    def _diagnose(self, waiting: float) -> None:
+        with self.lock:
+            states = {}
+            for r in self.ranks.values():
+                key = r.view.rank if r.view.rank is not None else -r.view.pid
+                states[key] = self._classify(r)
+            found = diagnose(states)
+            found = self._without_stacks(found, states) or found
+            flowing = [n.name for n in self.nodes.values() if (n.net_bytes_per_s or 0) > FLOWING]
+            if found.kind == "network-stall" and flowing:
+                found = Diagnosis("slow", f"{found.summary.split(':')[0]}, but data is still flowing on "
+                                  f"{', '.join(flowing)}: a slow collective, not a hang", found.guilty)
+            if found.kind == "none":
+                return
+            evidence = [f"{self._label(k)}: {s.describe()} ({'; '.join(s.evidence)})" for k, s in sorted(states.items())]
+            since = time.time() - waiting
+            self.diagnosis = DiagnosisView(found.kind, found.summary, list(found.guilty), list(found.causes),
+                                           round(since, 3), evidence)
+            said = f"{found.kind}:{found.guilty}"
+            new = said != self._reported
+            self._reported = said
+        if not new:
+            return
+        if found.kind in HANGS:
+            self._emit("diagnosis", f"{found.kind.upper()}: {found.summary}", snapshot=True)
+            self._incident()
+        else:
+            self._emit("straggler" if found.kind == "straggler" else "notice", found.summary, snapshot=True)
+
+    def _without_stacks(self, found: Diagnosis, states: dict) -> Diagnosis | None:
+        """No stack for some rank (no ptrace, no py-spy): say what CPU and /proc alone show."""
+        unknown = [k for k, s in states.items() if s.state == "unknown"]
+        if not unknown or found.kind in HANGS:
+            return None
+        idle = [k for k, s in states.items() if s.state != "exited"]
+        return Diagnosis("stall", f"ranks {','.join(self._label(k).split()[-1] for k in sorted(idle))} have used "
+                         f"no CPU for {self.threshold:.0f}+ s; stacks unavailable for "
+                         f"{', '.join(self._label(k) for k in sorted(unknown))}, so who is guilty cannot be told "
+                         "(see the notice for the fix)", tuple(sorted(k for k in unknown if k >= 0)))
+
+    def _label(self, key: int) -> str:
+        return f"rank {key}" if key >= 0 else f"pid {-key}"
+
+    def _incident(self) -> None:
+        try:
+            path = self.write_bundle()
+        except OSError as exc:
+            self._notice(f"hangwatch: could not write the incident bundle: {exc}")
+            return
+        self._emit("incident", f"incident bundle: {path}", path=path)
+        if self.on_hang:
+            self.on_hang(path)
+
+
+def _frames(dump):
+    from .classify import frames_of
+    return frames_of(dump) if dump else []
