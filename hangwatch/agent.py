@@ -28,6 +28,7 @@ RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
              "OMP_NUM_THREADS", "TORCH_DISTRIBUTED_DEBUG")
 SECRET = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|KEY|AUTH|CREDENTIAL|COOKIE|SESSION", re.I)
+OPAQUE = ("torch/autograd/", "torch/_ops.py", "torch/_tensor.py")
 TORCHRUN = ("torch.distributed.run", "torchrun", "torch/distributed/run.py")
 
 
@@ -103,6 +104,7 @@ class Ranks:
 
     def __init__(self, pids):
         self.given = set(pids)
+        self.netns = _netns(os.getpid())
         self.known = {}        # pid -> info dict (fixed for the process's life)
         self.seen = set()      # (pid, start) already looked at and found not a rank
 
@@ -138,6 +140,10 @@ class Ranks:
         return found
 
     def _look(self, pid, stat):
+        # Another network namespace is another machine as far as training goes (a container, a
+        # lab node): its ranks are that node's agent's to watch.
+        if pid not in self.given and _netns(pid) != self.netns:
+            return None
         env = environ(pid)
         readable = env is not None
         argv = cmdline(pid)
@@ -154,6 +160,13 @@ class Ranks:
                 "master": f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if "MASTER_ADDR" in env else None,
                 "env_readable": readable,
                 "env": redact(env)}
+
+
+def _netns(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
 
 
 def net_bytes():
@@ -177,21 +190,36 @@ def find_py_spy(given):
 
 
 def dump(py_spy, pid, native):
-    """One rank's stack as py-spy's JSON, or {"error": why}."""
-    argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else [])
+    """One rank's stack as py-spy's JSON, or {"error": why}. native: True, False, or "auto":
+    native frames only when the Python stack stops at a call into C++ that can hide a wait
+    (backward, where DDP's reducer waits for its all_reduce): they take ~0.5 s more."""
+    argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native is True else [])
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     except subprocess.TimeoutExpired:
         return {"error": "py-spy took over 10 s"}
     if done.returncode == 0:
         try:
-            return json.loads(done.stdout)
+            stack = json.loads(done.stdout)
         except ValueError:
             return {"error": "py-spy printed no JSON"}
+        if native == "auto" and _opaque(stack):
+            deeper = dump(py_spy, pid, True)
+            return stack if isinstance(deeper, dict) else deeper
+        return stack
     text = (done.stderr or done.stdout).strip()
+    if not os.path.exists(f"/proc/{pid}"):
+        return {"error": "the process exited"}
     if re.search(r"Permission denied|Operation not permitted|EPERM", text):
-        return {"error": text.splitlines()[-1] if text else "not permitted", "permission": True}
-    return {"error": text.splitlines()[-1] if text else f"py-spy exit {done.returncode}"}
+        return {"error": "ptrace not permitted", "permission": True}
+    lines = [l for l in text.splitlines() if l.strip() and not re.match(r"\s*\d+: ", l)]
+    return {"error": lines[0][:200] if lines else f"py-spy exit {done.returncode}"}
+
+
+def _opaque(stack):
+    main = next((t for t in stack if t.get("thread_name") == "MainThread"), stack[0] if stack else None)
+    frames = (main or {}).get("frames") or []
+    return bool(frames) and (frames[0].get("short_filename") or "").startswith(OPAQUE)
 
 
 class Agent:
@@ -222,13 +250,13 @@ class Agent:
                    "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
                    "torch": torch_version, "py_spy": self.py_spy, "time": time.time()})
 
-    def stacks(self, request_id=None):
+    def stacks(self, request_id=None, native=None):
         pids = list(self.ranks.known)
         out = {}
         if self.py_spy is None:
             out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
         else:
-            threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), dump(self.py_spy, p, self.native)))
+            threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), dump(self.py_spy, p, native if native is not None else self.native)))
                        for p in pids]
             for t in threads:
                 t.start()
@@ -244,15 +272,40 @@ class Agent:
             except ValueError:
                 continue
             if command.get("cmd") == "stacks":
-                threading.Thread(target=self.stacks, args=(command.get("id"),), daemon=True).start()
+                threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native")),
+                                 daemon=True).start()
             elif command.get("cmd") == "py-spy":
                 self.py_spy = find_py_spy(command.get("path"))
                 self.emit({"type": "py-spy", "path": self.py_spy})
         self.alive = False       # EOF: the watcher is gone
 
+    def watch_exits(self):
+        """The moment each rank exits, through a pidfd (Linux 5.3+): the order of exits names the
+        rank that went first, even when its peers follow within milliseconds. The exit code is
+        read while the rank is a zombie, before torchrun reaps it."""
+        import select
+        poller, fds = select.poll(), {}
+        while self.alive:
+            for pid in list(self.ranks.known):
+                if pid not in fds.values():
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except (OSError, AttributeError):
+                        continue
+                    fds[fd] = pid
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(200):
+                pid = fds.pop(fd)
+                poller.unregister(fd)
+                os.close(fd)
+                stat = proc_stat(pid)
+                code = stat[4] if stat is not None and stat[0] in "ZX" else None
+                self.emit({"type": "exit", "pid": pid, "t": time.time(), "code": code})
+
     def run(self):
         self.hello()
         threading.Thread(target=self.commands, daemon=True).start()
+        threading.Thread(target=self.watch_exits, daemon=True).start()
         last = {}        # pid -> (monotonic, cpu seconds, {tid: cpu seconds})
         last_net = (time.monotonic(), net_bytes())
         announced = set()

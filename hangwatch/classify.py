@@ -24,6 +24,7 @@ RENDEZVOUS = {"init_process_group", "_new_process_group_helper", "new_group", "r
 DISTRIBUTED_FILES = ("torch/distributed/",)
 COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
 DATA_FILES = ("torch/utils/data/",)
+BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py")
 SAVING_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/", "safetensors/")
 # Percent of one core above which a rank is working, not waiting. Low, because ranks that share
 # cores (or wait on a disk) compute at a fraction of a core; a waiting rank sits near 0.
@@ -41,8 +42,14 @@ class Frame:
         return f"{self.file}:{self.line}"
 
     @property
+    def native(self) -> bool:
+        """A C/C++ frame (py-spy --native): a shared library, no Python line."""
+        return self.line == 0 or ".so" in self.file
+
+    @property
     def in_library(self) -> bool:
-        return self.file.startswith(("torch/", "threading.py", "multiprocessing/")) or "site-packages" in self.file
+        return (self.native or self.file.startswith(("torch/", "threading.py", "multiprocessing/", "<frozen"))
+                or "site-packages" in self.file)
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,9 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
     if wchan:
         evidence.append(f"waiting in the kernel at {wchan}")
     for frame in frames:
+        if frame.native and "c10d::Reducer" in frame.function:
+            return RankState("collective", "all_reduce", user, tuple(evidence + [
+                f"DDP's gradient all_reduce: backward waits in {frame.function.split('(')[0]} (native frame)"]))
         if frame.file.startswith(DISTRIBUTED_FILES):
             if frame.function in RENDEZVOUS:
                 return RankState("rendezvous", frame=user, evidence=tuple(evidence + [f"in {frame.function}"]))
@@ -90,5 +100,11 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
         if frame.file.startswith(SAVING_FILES):
             return RankState("saving", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
+    if frames and frames[0].file.startswith(BACKWARD_FILES) and not busy:
+        # backward() with no CPU: DDP's reducer waiting for its gradient all_reduce; without
+        # native frames that is likely, not seen.
+        return RankState("collective", "all_reduce", user, tuple(evidence + [
+            f"in backward ({frames[0].where}) without using CPU: likely DDP's gradient all_reduce "
+            "(native frames were not taken to confirm)"]))
     return RankState("computing" if busy else "idle", frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence))

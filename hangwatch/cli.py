@@ -43,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.threshold < 2 * stall.LEAD or args.interval <= 0:
-        print(f"hangwatch: error: --threshold must be at least {2 * stall.LEAD:g} s and --interval positive",
+    if args.threshold < 2 or args.interval <= 0 or args.interval > args.threshold / 4:
+        print("hangwatch: error: --threshold must be at least 2 s, and --interval positive and at most "
+              "a quarter of the threshold",
               file=sys.stderr)
         return 2
     try:

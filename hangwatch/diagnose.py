@@ -22,6 +22,12 @@ LIKELY_DEADLOCK = ("uneven data across ranks: one rank ran out of batches and le
                    "rank-dependent code: an `if rank == ...` around a collective")
 
 
+MISMATCH_CAUSES = ("rank-dependent code: a collective only some ranks call (`if rank == 0: ...`), "
+                   "or a different number of collectives per rank",
+                   "ranks disagree on a branch: compare the code and data across nodes (ddp-preflight "
+                   "code-parity and data-shards)")
+
+
 def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
     waiting = {r: s for r, s in ranks.items() if s.state == "collective"}
     working = {r: s for r, s in ranks.items() if s.state in ("computing", "compiling", "loading-data", "saving")}
@@ -45,8 +51,16 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
             return Diagnosis("deadlock", f"{where}; {_wait(waiting)} in {_ops(waiting)}",
                              tuple(sorted(others)), LIKELY_DEADLOCK)
         if len(ops) > 1:
-            return Diagnosis("mismatch", "ranks wait in different collectives: " + "; ".join(
-                f"rank {r} in {s.describe()}" for r, s in sorted(waiting.items())), tuple(sorted(waiting)))
+            # The odd ones out: the ranks in the collective fewest ranks are in.
+            by_op = {op: sorted(r for r, s in waiting.items() if s.op == op) for op in ops}
+            odd = min(by_op.values(), key=len)
+            rest = sorted(set(waiting) - set(odd))
+            return Diagnosis("mismatch", f"ranks wait in different collectives: "
+                             f"{_who(odd)} {'is' if len(odd) == 1 else 'are'} in "
+                             f"{'; '.join(waiting[r].describe() for r in odd)}, while "
+                             f"{_wait(rest)} in {_ops({r: waiting[r] for r in rest})} "
+                             f"({waiting[rest[0]].frame.where if waiting[rest[0]].frame else 'library code'})",
+                             tuple(odd), MISMATCH_CAUSES)
         return Diagnosis("network-stall", f"every rank waits in {ops.pop()} and none computes: a peer or "
                          "the link is gone", tuple(sorted(waiting)))
     return Diagnosis("none", "no hang: no rank waits in a collective")

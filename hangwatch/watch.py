@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from . import stall
-from .classify import RankState, classify
+from .classify import BUSY_CPU, RankState, classify
 from .diagnose import Diagnosis, diagnose
 from .links import AgentLink
 from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
 
 HANGS = ("deadlock", "mismatch", "network-stall", "rendezvous-stall", "exited", "stall")
+EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
 
 
@@ -37,7 +38,11 @@ class _Rank:
     info: dict = field(default_factory=dict)
     dump: list | None = None
     dump_error: str | None = None
+    stack_at: float | None = None     # when the stack in hand was taken (no earlier than this)
+    busy_at: float | None = None      # the last sample that used CPU
     gone_at: float | None = None
+    exit_t: float | None = None       # when it exited, the node's clock (epoch s)
+    exit_code: int | None = None      # wait status, when the agent caught it
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,10 @@ class Watcher(Source):
         self.diagnosis: DiagnosisView | None = None
         self.incidents: list[str] = []
         self.messages: list[str] = []
-        self.stacks_at: float | None = None          # monotonic, when the last complete set was taken
         self._asked: dict[str, float] = {}           # node -> when stacks were asked, outstanding
         self._asked_at: float | None = None
         self._reported: str | None = None            # the diagnosis already said in this stall
+        self._exit_check_at: float | None = None     # look at the exits once they have settled
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.lines: dict[tuple[str, int], str] = {}  # (node, rank) -> last output line, from the launcher
@@ -156,6 +161,12 @@ class Watcher(Source):
         self._emit("node", message or f"{name}: {status}")
 
     def _message(self, node: str, msg: dict) -> None:
+        try:
+            self._handle(node, msg)
+        except Exception as exc:      # one bad message is a notice; the node stays watched
+            self._notice(f"hangwatch: internal error on a message from {node}: {type(exc).__name__}: {exc}")
+
+    def _handle(self, node: str, msg: dict) -> None:
         kind = msg.get("type")
         if kind == "hello":
             with self.lock:
@@ -171,6 +182,8 @@ class Watcher(Source):
             self._sample(node, msg)
         elif kind == "stacks":
             self._stacks(node, msg)
+        elif kind == "exit":
+            self._exit(node, msg)
 
     def _closed(self, node: str, why: str | None) -> None:
         if self._stop.is_set():
@@ -205,7 +218,8 @@ class Watcher(Source):
                 self.messages.append(f"{node}: cannot read pid {info['pid']}'s environment (another user's "
                                      "process): rank unknown; run hangwatch as that user or as root")
         self._emit("rank-found", f"{node}: found {view.label} (pid {view.pid}"
-                   f"{', world ' + str(view.world_size) if view.world_size else ''})")
+                   f"{', world ' + str(view.world_size) if view.world_size else ''})",
+                   node=node, pid=view.pid, rank=view.rank)
 
     def _sample(self, node: str, msg: dict) -> None:
         now = self.clock()
@@ -219,7 +233,7 @@ class Watcher(Source):
                 v = r.view
                 v.wchan = s.get("wchan")
                 if s.get("exit") is not None:
-                    self._exited(r, s["exit"])
+                    self._exited(r, s["exit"], msg.get("t"))
                     continue
                 if "cpu" not in s:
                     continue
@@ -227,30 +241,42 @@ class Watcher(Source):
                 v.history = (v.history + [s["cpu"]])[-HISTORY:]
                 if s["cpu"] < stall.IDLE_CPU:
                     if r.idle_since is None:
-                        r.idle_since = now - self.interval   # idle over the whole sample
+                        # Idle over this whole sample, and over the part of the one before that
+                        # it did not use: a rank that computes, then blocks, stops mid-sample.
+                        before = v.history[-2] if len(v.history) > 1 else 100.0
+                        r.idle_since = now - self.interval * (2 - min(before, 100.0) / 100)
                 else:
-                    r.idle_since = None
+                    r.idle_since, r.busy_at = None, now
                     if v.state in ("idle", "collective", "rendezvous", "unknown") and r.dump is not None:
                         v.state = "running"          # moving again: the old stack no longer says where
                 v.idle_for = round(now - r.idle_since, 1) if r.idle_since is not None else 0.0
             for pid in msg.get("gone", []):
                 r = self.ranks.get((node, pid))
                 if r is not None and r.view.state != "exited":
-                    self._exited(r, None)
-                    gone.append(r.view.label)
-        for label in gone:
-            self._emit("rank-gone", f"{node}: {label} exited")
+                    self._exited(r, None, msg.get("t"))
+                    gone.append(r.view)
+        for v in gone:
+            self._emit("rank-gone", f"{node}: {v.label} exited", node=node, pid=v.pid, rank=v.rank)
 
-    def _exited(self, r: _Rank, code: int | None) -> None:
+    def _exited(self, r: _Rank, code: int | None, at: float | None) -> None:
         v = r.view
-        if code is None:
-            v.exit = "exited (its parent collected the exit code)"
-        elif code & 0x7F:
-            v.exit = f"signal {code & 0x7F}"
-        else:
-            v.exit = f"exit code {code >> 8}"
+        v.exit = _exit_text(code)
         v.state, v.cpu, r.idle_since, v.idle_for = "exited", 0.0, None, 0.0
-        r.gone_at = self.clock()
+        r.gone_at, r.exit_t, r.exit_code = self.clock(), at, code
+        self._exit_check_at = self.clock() + EXIT_SETTLE
+
+    def _exit(self, node: str, msg: dict) -> None:
+        """The agent saw the exit the moment it happened (pidfd), with the code if it was quick."""
+        with self.lock:
+            r = self.ranks.get((node, msg["pid"]))
+            if r is None:
+                return
+            fresh = r.view.state != "exited"
+            if fresh or r.exit_code is None:
+                self._exited(r, msg.get("code"), msg.get("t"))
+        if fresh:
+            self._emit("rank-gone", f"{node}: {r.view.label} {r.view.exit}", node=node, pid=r.view.pid,
+                       rank=r.view.rank, exit=r.view.exit)
 
     def note_exit(self, node: str, rank: int, text: str) -> None:
         """The launcher knows exit codes the agent cannot see (torchrun reaps its ranks)."""
@@ -262,10 +288,13 @@ class Watcher(Source):
     def _stacks(self, node: str, msg: dict) -> None:
         permission = []
         with self.lock:
+            # Asked for: taken after the ask. Taken by the agent on its own: shortly before now.
+            taken = self._asked.get(node, self.clock() - 1.0) if msg.get("id") is not None else self.clock() - 1.0
             for pid, dump in (msg.get("stacks") or {}).items():
                 r = self.ranks.get((node, int(pid)))
                 if r is None or r.view.state == "exited":
                     continue
+                r.stack_at = taken
                 if isinstance(dump, dict):
                     r.dump, r.dump_error = None, dump.get("error")
                     if dump.get("permission"):
@@ -276,7 +305,7 @@ class Watcher(Source):
             if msg.get("id") is not None:
                 self._asked.pop(node, None)
                 if not self._asked:
-                    self.stacks_at, self._asked_at = self._asked_at, None
+                    self._asked_at = None
         if permission:
             self._notice(f"{node}: not permitted to read the stacks of pid {', '.join(permission)} (ptrace); "
                          "fix: run hangwatch as the user who runs the training, or as root, or "
@@ -287,6 +316,11 @@ class Watcher(Source):
         if v.state == "exited":
             return RankState("exited", evidence=(v.exit or "exited",))
         state = classify(r.dump, v.cpu, v.wchan)
+        if state.state in ("collective", "rendezvous", "idle") and r.idle_since is None and \
+                r.busy_at is not None and r.stack_at is not None and r.busy_at > r.stack_at:
+            # It has used CPU since its stack showed it waiting: the stack no longer says where.
+            state = RankState("computing" if v.cpu >= BUSY_CPU else "running",
+                              evidence=(f"CPU {v.cpu:.0f}%", "working since its last stack"))
         if r.dump is None and r.dump_error:
             state = replace(state, evidence=(f"no stack: {r.dump_error}",))
         v.state, v.op = state.state, state.op
@@ -300,7 +334,9 @@ class Watcher(Source):
         with self.lock:
             self._asked_at = self.clock()
             for name, link in self.links.items():
-                if self.nodes[name].status == "watching" and link.send({"cmd": "stacks", "id": int(self._asked_at * 1000)}):
+                command = {"cmd": "stacks", "id": int(self._asked_at * 1000),
+                           "native": True if self.native else "auto"}
+                if self.nodes[name].status == "watching" and link.send(command):
                     self._asked[name] = self._asked_at
 
     def _tick_loop(self) -> None:
@@ -312,35 +348,63 @@ class Watcher(Source):
 
     def tick(self) -> None:
         now = self.clock()
+        step, resumed = None, False
         with self.lock:
             live = [r for r in self.ranks.values() if r.view.state != "exited"]
             exited = [r for r in self.ranks.values() if r.view.state == "exited"]
-            idle = [now - r.idle_since for r in live if r.idle_since is not None]
+            idle = [r for r in live if r.idle_since is not None]
             for r in live:
                 r.view.idle_for = round(now - r.idle_since, 1) if r.idle_since is not None else 0.0
-            waiting = stall.stalled_for(idle)
-            if exited and live and idle:
-                # A rank that is gone while others are idle: the stall began when it left.
-                waiting = max(waiting, min(now - r.gone_at for r in exited))
-            if not live or not idle:
-                resumed = self.diagnosis is not None
-                self.diagnosis, self._reported = None, None
+            first_failure = None
+            if self._exit_check_at is not None and now >= self._exit_check_at:
+                self._exit_check_at = None
+                first_failure = self._first_failure(exited)
+            if live and not idle:
+                resumed = self.diagnosis is not None and self.diagnosis.kind != "exited"
                 if resumed:
+                    self.diagnosis, self._reported = None, None
                     self.messages.append("progress resumed")
-            if not live or not idle:
-                step = None
-            else:
-                step = stall.plan(waiting, self.threshold,
-                                  None if self.stacks_at is None else now - self.stacks_at,
+            elif live:
+                waiting = max(now - r.idle_since for r in idle)
+                if exited:
+                    # A rank that is gone while others are idle: the stall began when it left.
+                    waiting = max(waiting, min(now - r.gone_at for r in exited if r.gone_at is not None)
+                                  if any(r.gone_at is not None for r in exited) else 0.0)
+                covered = all(r.stack_at is not None and r.stack_at >= r.idle_since for r in idle)
+                newest = max((r.stack_at for r in live if r.stack_at is not None), default=None)
+                step = stall.plan(waiting, self.threshold, covered,
+                                  None if newest is None else now - newest,
                                   None if self._asked_at is None else now - self._asked_at)
+        if resumed and live:
+            self._emit("resumed", "progress resumed: no rank is idle")
+        if first_failure is not None:
+            self._report(first_failure, 0.0)
         if step is None:
-            if resumed:
-                self._emit("resumed", "progress resumed: no rank is idle")
             return
         if step.take_stacks:
             self._ask_stacks()
         if step.diagnose:
             self._diagnose(waiting)
+
+    def _first_failure(self, exited: list[_Rank]) -> Diagnosis | None:
+        """Ranks exited and one failed: the first to go is the one to look at; the rest
+        followed (torchrun stopped its siblings, Gloo peers lost their connections)."""
+        failed = [r for r in exited if r.exit_code not in (None, 0)]
+        if not failed:
+            return None
+        order = sorted(exited, key=lambda r: (r.exit_t is None, r.exit_t or 0.0))
+        first = min(failed, key=lambda r: (r.exit_t is None, r.exit_t or 0.0))
+        if order[0].exit_t is not None and first.exit_t is not None and order[0].exit_t < first.exit_t:
+            first = order[0]
+        then = [f"{r.view.label} ({r.view.exit}, {r.exit_t - first.exit_t:+.2f} s)" for r in order
+                if r is not first and r.exit_t is not None and first.exit_t is not None]
+        live = [r.view.label for r in self.ranks.values() if r.view.state != "exited"]
+        summary = (f"{first.view.label} on {first.view.node} exited first ({first.view.exit})"
+                   + (f"; then {', '.join(then)}" if then else "")
+                   + (f"; still running: {', '.join(live)}" if live else ""))
+        return Diagnosis("exited", summary, (first.view.rank,) if first.view.rank is not None else (),
+                         ("the first rank's own error: see its output (ddp-preflight --launch keeps a log "
+                          "per node)", "the ranks after it were stopped by torchrun or lost their Gloo peer"))
 
     def _diagnose(self, waiting: float) -> None:
         with self.lock:
@@ -356,10 +420,25 @@ class Watcher(Source):
                                   f"{', '.join(flowing)}: a slow collective, not a hang", found.guilty)
             if found.kind == "none":
                 return
+            if found.kind == "straggler":
+                found = replace(found, summary=found.summary + self._wait_share(states))
             evidence = [f"{self._label(k)}: {s.describe()} ({'; '.join(s.evidence)})" for k, s in sorted(states.items())]
+        self._report(found, waiting, evidence)
+
+    def _wait_share(self, states: dict) -> str:
+        """How much of the recent past the waiting ranks spent idle: the straggler's cost."""
+        shares = [sum(c < stall.IDLE_CPU for c in r.view.history[-30:]) / len(r.view.history[-30:])
+                  for r in self.ranks.values()
+                  if r.view.history and states.get(r.view.rank) is not None and states[r.view.rank].state == "collective"]
+        if not shares:
+            return ""
+        return f"; the waiting ranks were idle {sum(shares) / len(shares):.0%} of the last {min(30, max(len(r.view.history) for r in self.ranks.values()))} s"
+
+    def _report(self, found: Diagnosis, waiting: float, evidence: list[str] = ()) -> None:
+        with self.lock:
             since = time.time() - waiting
             self.diagnosis = DiagnosisView(found.kind, found.summary, list(found.guilty), list(found.causes),
-                                           round(since, 3), evidence)
+                                           round(since, 3), list(evidence))
             said = f"{found.kind}:{found.guilty}"
             new = said != self._reported
             self._reported = said
@@ -394,6 +473,14 @@ class Watcher(Source):
         self._emit("incident", f"incident bundle: {path}", path=path)
         if self.on_hang:
             self.on_hang(path)
+
+
+def _exit_text(status: int | None) -> str:
+    if status is None:
+        return "exited (its parent collected the exit code)"
+    if status & 0x7F:
+        return f"signal {status & 0x7F}"
+    return f"exit code {status >> 8}"
 
 
 def _frames(dump):

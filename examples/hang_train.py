@@ -1,0 +1,86 @@
+"""A small DDP training loop (Gloo, CPU) that can be made to hang the ways real runs do.
+
+    torchrun ... examples/hang_train.py --steps 200 [--fault KIND --rank R --at STEP]
+
+faults:
+  leave     rank R leaves the loop at step STEP (uneven data): the others wait in all_reduce
+  mismatch  rank R calls all_gather at step STEP while the others call all_reduce
+  straggle  rank R computes for --seconds (default 30) at step STEP, then goes on: not a hang
+  exit      rank R exits with code 3 at step STEP
+It prints "step N loss X" lines, and "FAULT <kind> rank R step N at <epoch seconds>" when the
+fault starts, so a test can time how long naming it takes."""
+
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def arguments():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit"])
+    p.add_argument("--rank", type=int, default=1)
+    p.add_argument("--at", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--step-time", type=float, default=0.05, help="compute per step, seconds")
+    return p.parse_args()
+
+
+def fault_starts(kind, rank, step):
+    print(f"FAULT {kind} rank {rank} step {step} at {time.time():.3f}", flush=True)
+
+
+def compute(seconds):
+    """Burn CPU for about `seconds`, the way a forward/backward does."""
+    a = torch.randn(128, 128)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        a = torch.tanh(a @ a)
+    return a
+
+
+def train_step(model, optimizer, batch):
+    loss = model(batch).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def main():
+    args = arguments()
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    mine = args.fault and rank == args.rank
+    for step in range(args.steps):
+        if mine and step == args.at:
+            fault_starts(args.fault, rank, step)
+            if args.fault == "leave":
+                break                                    # uneven data: this rank ran out of batches
+            if args.fault == "mismatch":
+                out = [torch.zeros(4) for _ in range(dist.get_world_size())]
+                dist.all_gather(out, torch.ones(4))      # the others are in all_reduce
+            if args.fault == "straggle":
+                compute(args.seconds)
+            if args.fault == "exit":
+                sys.exit(3)
+        compute(args.step_time)
+        loss = train_step(model, optimizer, torch.randn(32, 256))
+        if rank == 0 or os.environ.get("ALL_RANKS_PRINT"):
+            print(f"step {step} loss {loss:.4f}", flush=True)
+    if mine and args.fault == "leave":
+        time.sleep(3600)                                 # evaluation, saving: anything but the loop
+    dist.destroy_process_group()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

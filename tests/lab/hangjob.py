@@ -1,0 +1,127 @@
+"""A real 2-node x 2-rank torchrun job on the lab (examples/hang_train.py), and hangwatch
+watching it over the lab's sshd, as a user would run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "examples" / "hang_train.py"
+NODES = ("master", "worker1")
+
+
+@dataclass
+class Job:
+    lab: object
+    procs: list[subprocess.Popen]
+    lines: list[tuple[str, str]] = field(default_factory=list)     # (node, line)
+
+    def fault_time(self, timeout: float = 60) -> float:
+        """When the fault began, as the faulty rank printed it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for _, line in list(self.lines):
+                m = re.match(r"FAULT \S+ rank \d+ step \d+ at ([\d.]+)", line)
+                if m:
+                    return float(m.group(1))
+            time.sleep(0.1)
+        raise AssertionError(f"the fault never started: {self.lines[-20:]}")
+
+    def wait(self, timeout: float) -> list[int | None]:
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        return [p.poll() for p in self.procs]
+
+    def stop(self) -> None:
+        """torchrun puts each rank in its own session: SIGTERM torchrun, which stops its ranks;
+        then whatever of the job is left in the nodes is killed."""
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.wait(10)
+        for node in NODES:
+            for pid in self.lab.processes(node):
+                try:
+                    if "hang_train.py" in Path(f"/proc/{pid}/cmdline").read_text():
+                        os.kill(pid, signal.SIGKILL)
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+def start_job(lab, *args: str, port: int, nproc: int = 2, nodes=NODES) -> Job:
+    master = lab.node(nodes[0]).ipv4
+    job = Job(lab, [])
+    for i, node in enumerate(nodes):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)),
+                "--nproc-per-node", str(nproc), "--node-rank", str(i), "--master-addr", master,
+                "--master-port", str(port), str(SCRIPT), *args]
+        proc = lab.popen(node, ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", *argv],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        job.procs.append(proc)
+
+        def read(node=node, proc=proc):
+            for line in proc.stdout:
+                job.lines.append((node, line.rstrip("\n")))
+        threading.Thread(target=read, daemon=True).start()
+    return job
+
+
+@dataclass
+class Watch:
+    proc: subprocess.Popen
+    events: list[dict] = field(default_factory=list)
+    stderr: str = ""
+
+    def wait_for(self, kind: str, timeout: float, where=lambda e: True) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for e in list(self.events):
+                if e["event"] == kind and where(e):
+                    return e
+            time.sleep(0.1)
+        raise AssertionError(f"no {kind} event in {timeout} s: {[e['event'] + ': ' + e['text'] for e in self.events]}")
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == kind]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def hangwatch(lab, *args: str, hosts=NODES, user: list[str] = ()) -> Watch:
+    proc = subprocess.Popen([*user, sys.executable, "-m", "hangwatch.cli", "attach", *hosts, "--json",
+                             "--ssh-config", str(lab.ssh_config), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parents[2])
+    watch = Watch(proc)
+
+    def read():
+        for line in proc.stdout:
+            watch.events.append(json.loads(line))
+    threading.Thread(target=read, daemon=True).start()
+    threading.Thread(target=lambda: setattr(watch, "stderr", proc.stderr.read()), daemon=True).start()
+    return watch
