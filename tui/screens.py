@@ -1,0 +1,110 @@
+"""Modal views over the dashboard: a rank's stack, a rank's log, and the question on quit."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from hangwatch.model import RankView, Source
+
+from . import format as fmt
+
+MODAL_CSS = """
+{name} {{ align: center middle; }}
+{name} > Vertical {{ width: 90%; max-width: 120; height: auto; max-height: 90%;
+    border: round $primary; background: $surface; padding: 0 1; }}
+{name} VerticalScroll {{ height: auto; max-height: 100%; }}
+"""
+
+
+class StackScreen(ModalScreen[None]):
+    """The rank's whole Python stack from the last snapshot, innermost frame first."""
+
+    DEFAULT_CSS = MODAL_CSS.format(name="StackScreen")
+    BINDINGS = [Binding("escape,q,s", "dismiss", "close")]
+
+    def __init__(self, rank: RankView):
+        super().__init__()
+        self.rank = rank
+
+    def compose(self) -> ComposeResult:
+        rank = self.rank
+        with Vertical() as box:
+            box.border_title = f"{rank.label} on {rank.node} (PID {rank.pid}): {fmt.state_label(rank)}"
+            box.border_subtitle = "innermost first · esc closes"
+            with VerticalScroll():
+                yield Static(render_stack(rank), id="stack")
+
+
+def render_stack(rank: RankView) -> Text:
+    if rank.stack is None:
+        return Text("no stack yet: press d to take every rank's stack now")
+    if not rank.stack:
+        return Text("the stack was empty (the process is between Python frames)")
+    text = Text()
+    for line in fmt.stack_lines(rank.stack):
+        # The training code's own line stands out from torch's frames around it.
+        text.append(line + "\n", "bold" if line.startswith(f"{rank.frame}  ") else "")
+    text.rstrip()
+    return text
+
+
+class LogScreen(ModalScreen[None]):
+    """The rank's last output lines, read from the source in a worker (over SSH, for a
+    remote node)."""
+
+    DEFAULT_CSS = MODAL_CSS.format(name="LogScreen")
+    BINDINGS = [Binding("escape,q,l", "dismiss", "close")]
+
+    def __init__(self, source: Source, rank: RankView):
+        super().__init__()
+        self.source, self.rank = source, rank
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = f"output of {self.rank.label} on {self.rank.node}"
+            box.border_subtitle = "esc closes"
+            with VerticalScroll():
+                yield Static("reading…", id="log")
+
+    def on_mount(self) -> None:
+        self.read()
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def read(self) -> None:
+        try:
+            lines = self.source.log(self.rank.node, self.rank.rank)
+            text = Text("\n".join(lines)) if lines else Text("no output from this rank yet")
+        except Exception as exc:            # the log is a nicety: say why, keep the dashboard
+            text = Text(f"could not read the log: {exc}")
+        self.app.call_from_thread(self._show, text)
+
+    def _show(self, text: Text) -> None:
+        self.query_one("#log", Static).update(text)
+        self.query_one(VerticalScroll).scroll_end(animate=False)
+
+
+class QuitScreen(ModalScreen[str | None]):
+    """Asked on quit when the dashboard launched the training: stop it or leave it running."""
+
+    DEFAULT_CSS = MODAL_CSS.format(name="QuitScreen") + """
+    QuitScreen > Vertical { width: auto; max-width: 70; }
+    QuitScreen Static { width: auto; }
+    """
+    BINDINGS = [Binding("y", "choose('stop')", "yes, stop it"),
+                Binding("n", "choose('leave')", "no, leave it running"),
+                Binding("escape", "choose(None)", "cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "quit"
+            yield Static("Stop the training on every node?\n[y]es / [n]o, leave it running / [esc] cancel",
+                         markup=False)
+
+    def action_choose(self, choice: str | None) -> None:
+        self.dismiss(choice)

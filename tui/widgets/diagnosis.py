@@ -1,0 +1,85 @@
+"""The hang: what kind, since when, which rank and why; incident bundles and notices."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from hangwatch.model import Snapshot
+
+from .. import format as fmt
+
+# A straggler is named by the diagnosis but is "not a hang": it gets the milder colour.
+MILD = {"straggler"}
+
+
+class DiagnosisPanel(VerticalScroll):
+    DEFAULT_CSS = """
+    DiagnosisPanel { height: auto; max-height: 12; border: round $success; padding: 0 1; }
+    DiagnosisPanel.-hang { border: round $error; }
+    DiagnosisPanel.-mild { border: round $warning; }
+    DiagnosisPanel > Static { width: 1fr; }
+    """
+
+    _shown: Text | None = None
+
+    def compose(self):
+        yield Static(id="diagnosis-text")
+
+    def show(self, snapshot: Snapshot) -> None:
+        diagnosis = snapshot.diagnosis
+        kind = diagnosis.kind if diagnosis else None
+        self.set_class(kind is not None and kind not in MILD, "-hang")
+        self.set_class(kind in MILD, "-mild")
+        if diagnosis:
+            guilty = ",".join(str(r) for r in diagnosis.guilty)
+            self.border_title = " · ".join(p for p in (diagnosis.kind.upper(), fmt.since_text(diagnosis, snapshot.time),
+                                                      f"look at rank{'s' if len(diagnosis.guilty) > 1 else ''} {guilty}" if guilty else "") if p)
+        else:
+            self.border_title = "no hang"
+        text = render_diagnosis(snapshot)
+        if text != self._shown:          # an update lays the screen out again: only on change
+            self._shown = text
+            self.query_one("#diagnosis-text", Static).update(text)
+
+
+SHOWN_GUILTY = 3      # more guilty ranks than this are listed by number only
+
+
+def render_diagnosis(snapshot: Snapshot) -> Text:
+    """Most important first, since an 80x24 terminal shows the first few lines: what happened,
+    whom to look at, what may make the picture wrong (a lost node, no ptrace), then why."""
+    text = Text()
+    diagnosis = snapshot.diagnosis
+    if diagnosis:
+        text.append(diagnosis.summary + "\n", "bold")
+        where = {r.rank: r for r in snapshot.ranks}
+        for rank in diagnosis.guilty[:SHOWN_GUILTY]:
+            view = where.get(rank)
+            place = f" on {view.node} at {view.frame or '?'} ({view.function or '?'})" if view else ""
+            text.append(f"! rank {rank}{place}\n", "bold red")
+        rest = diagnosis.guilty[SHOWN_GUILTY:]
+        if rest:
+            text.append(f"! and {len(rest)} more: ranks {','.join(str(r) for r in rest)}\n", "bold red")
+    else:
+        states = Counter(r.state for r in snapshot.ranks)
+        text.append(", ".join(f"{n} {state}" for state, n in states.most_common()) or "no ranks found yet")
+        text.append("\n")
+    for message in snapshot.messages:
+        text.append("note: ", "bold yellow")
+        text.append(message + "\n")
+    if diagnosis:
+        for i, cause in enumerate(diagnosis.causes):
+            text.append("likely: " if i == 0 else "    or: ", "bold")
+            text.append(cause + "\n")
+    for path in snapshot.incidents:
+        text.append("bundle: ", "bold")
+        text.append(path + "\n")
+    for line in diagnosis.evidence if diagnosis else ():
+        text.append("seen: ", "dim")
+        text.append(line + "\n")
+    text.rstrip()
+    return text
