@@ -152,13 +152,13 @@ class Watcher(Source):
     def _emit(self, kind: str, text: str, snapshot: bool = False, **data) -> None:
         self.on_event(Event(kind, text, self.snapshot() if snapshot else None, data))
 
-    def _node(self, name: str, status: str, message: str | None = None) -> None:
+    def _node(self, name: str, status: str, message: str | None = None, **data) -> None:
         with self.lock:
             node = self.nodes[name]
             node.status, node.message = status, message
             if message:
                 self.messages.append(message)
-        self._emit("node", message or f"{name}: {status}")
+        self._emit("node", message or f"{name}: {status}", node=name, status=status, **data)
 
     def _message(self, node: str, msg: dict) -> None:
         try:
@@ -171,7 +171,7 @@ class Watcher(Source):
         if kind == "hello":
             with self.lock:
                 self.hello[node] = msg
-            self._node(node, "watching")
+            self._node(node, "watching", agent_pid=msg.get("pid"))
             if not msg.get("py_spy"):
                 self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks "
                              f"are missing; fix: {msg.get('python') and 'pip install py-spy'} in the training "

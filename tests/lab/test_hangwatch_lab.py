@@ -1,0 +1,144 @@
+"""`hangwatch attach` on real 2-node x 2-rank Gloo training in the lab, over the lab's sshd.
+
+Each test starts examples/hang_train.py with torchrun on both nodes, makes it fail one way,
+and checks what hangwatch names, how fast, and that it names nothing when nothing is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from hangwatch.stall import DEFAULT_THRESHOLD
+
+from .hangjob import hangwatch, start_job
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def watched(clean_lab, tmp_path):
+    """Start hangwatch, then a job; stop both, and check nothing of the job is left."""
+    started = []
+
+    def run(*job_args, port, watch_args=()):
+        watch = hangwatch(clean_lab, "--incident-dir", str(tmp_path / "incidents"), *watch_args)
+        job = start_job(clean_lab, *job_args, port=port)
+        started.append((watch, job))
+        return watch, job
+
+    yield run
+    for watch, job in started:
+        job.stop()
+        watch.stop()
+    for node in ("master", "worker1"):
+        left = [p for p in clean_lab.processes(node)
+                if "hang_train.py" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        assert not left, f"job processes left on {node}: {left}"
+
+
+def test_a_rank_that_leaves_the_loop_is_named_with_its_line_within_the_threshold(watched, tmp_path):
+    watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "3", "--at", "5", port=29631)
+    left_at = job.fault_time()
+    event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
+    latency = event["time"] - left_at
+    diagnosis = event["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
+    assert "rank 3 left the loop: idle at hang_train.py:" in diagnosis["summary"]
+    assert "ranks 0,1,2 wait in all_reduce" in diagnosis["summary"]
+    assert latency <= DEFAULT_THRESHOLD + 2, f"named after {latency:.1f} s"
+    ranks = {r["rank"]: r for r in event["snapshot"]["ranks"]}
+    assert ranks[3]["frame"] == f"hang_train.py:{_line('time.sleep(3600)')}" and ranks[3]["node"] == "worker1"
+    assert all(ranks[r]["op"] == "all_reduce" and ranks[r]["frame"] == f"hang_train.py:{_line('loss.backward()')}"
+               for r in (0, 1, 2))
+    # The victims sit at ~0% CPU in a futex like the culprit sits in its sleep: the stacks decide.
+    assert all(ranks[r]["cpu"] < 5 for r in range(4))
+    # The bundle: JSON and a readable report, the environment's secrets redacted.
+    bundle = Path(watch.wait_for("incident", 5)["path"])
+    assert bundle.parent == tmp_path / "incidents"
+    document = json.loads((bundle / "incident.json").read_text())
+    assert document["snapshot"]["diagnosis"]["guilty"] == [3]
+    assert set(document["nodes"]) == {"master", "worker1"} and document["nodes"]["worker1"]["torch"].startswith("2.")
+    report = (bundle / "report.txt").read_text()
+    assert "DEADLOCK" in report and "c10d::Reducer::finalize_backward" in report and "GLOO_SOCKET_IFNAME=eth0" in report
+
+
+def test_ranks_in_different_collectives_are_a_mismatch_naming_the_odd_rank(watched):
+    watch, job = watched("--steps", "500", "--fault", "mismatch", "--rank", "1", "--at", "5", port=29632)
+    job.fault_time()
+    diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "mismatch" and diagnosis["guilty"] == [1], diagnosis
+    assert f"rank 1 is in all_gather at hang_train.py:{_line('dist.all_gather(')}" in diagnosis["summary"]
+    assert "ranks 0,2,3 wait in all_reduce" in diagnosis["summary"]
+
+
+def test_a_rank_computing_for_30_s_is_a_straggler_never_a_hang(watched):
+    watch, job = watched("--steps", "40", "--fault", "straggle", "--rank", "0", "--at", "5", "--seconds", "30",
+                         port=29633)
+    job.fault_time()
+    straggler = watch.wait_for("straggler", DEFAULT_THRESHOLD + 20)
+    assert "not a hang" in straggler["text"] and "rank 0 is computing at hang_train.py:" in straggler["text"]
+    assert straggler["snapshot"]["diagnosis"]["guilty"] == [0]
+    assert "idle" in straggler["text"] and "of the last" in straggler["text"]     # the measured wait share
+    assert job.wait(60) == [0, 0], job.lines[-10:]                                  # training went on
+    watch.wait_for("resumed", 5)
+    assert not watch.of("diagnosis") and not watch.of("incident"), watch.of("diagnosis")
+
+
+def test_a_rank_that_exits_is_named_first_with_its_code_before_the_ranks_that_followed(watched):
+    watch, job = watched("--steps", "500", "--fault", "exit", "--rank", "3", "--at", "5", port=29634)
+    job.fault_time()
+    diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "exited" and diagnosis["guilty"] == [3], diagnosis
+    assert diagnosis["summary"].startswith("rank 3 on worker1 exited first (exit code 3)")
+
+
+def test_a_killed_rank_is_named_by_its_signal(watched):
+    watch, job = watched("--steps", "100000", port=29635)
+    found = watch.wait_for("rank-found", 60, lambda e: e.get("rank") == 2)
+    time.sleep(3)
+    os.kill(found["pid"], signal.SIGKILL)
+    diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "exited" and diagnosis["guilty"] == [2], diagnosis
+    assert diagnosis["summary"].startswith("rank 2 on worker1 exited first (signal 9)")
+
+
+def test_a_firewall_that_stalls_rendezvous_points_to_the_preflight_checks(watched, clean_lab):
+    clean_lab.add_fault("firewall@worker1")
+    watch, job = watched("--steps", "50", port=29636)
+    diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "rendezvous-stall", diagnosis
+    assert "ephemeral-ports" in diagnosis["summary"] and "firewall" in diagnosis["summary"]
+    assert sorted(diagnosis["guilty"]) == [0, 1, 2, 3]
+
+
+def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
+    watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "0", "--at", "8", port=29637)
+    watch.wait_for("rank-found", 60, lambda e: e.get("node") == "worker1")
+    hello = _agent_pid(watch, "worker1")
+    os.kill(hello, signal.SIGKILL)        # the agent on worker1 dies, as with a dropped SSH link
+    lost = watch.wait_for("node", 10, lambda e: "worker1" in e["text"] and "stopped" in e["text"])
+    assert "the other nodes are still watched" in lost["text"]
+    diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 25)["snapshot"]["diagnosis"]
+    # The master's ranks are still classified: rank 0 left the loop, rank 1 waits.
+    assert 0 in diagnosis["guilty"], diagnosis
+    states = {r["rank"]: (r["node"], r["state"]) for r in watch.of("diagnosis")[0]["snapshot"]["ranks"]}
+    assert states[0] == ("master", "idle") and states[1] == ("master", "collective")
+
+
+def _agent_pid(watch, node):
+    for _ in range(50):
+        for e in watch.of("node"):
+            if e.get("node") == node and e.get("agent_pid"):
+                return e["agent_pid"]
+        time.sleep(0.1)
+    raise AssertionError("no agent pid reported for " + node)
+
+
+def _line(text: str) -> int:
+    source = (Path(__file__).parents[2] / "examples" / "hang_train.py").read_text().splitlines()
+    return next(i for i, l in enumerate(source, 1) if text in l)
