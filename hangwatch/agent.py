@@ -142,7 +142,8 @@ class Ranks:
     def _look(self, pid, stat):
         # Another network namespace is another machine as far as training goes (a container, a
         # lab node): its ranks are that node's agent's to watch.
-        if pid not in self.given and _netns(pid) != self.netns:
+        netns = _netns(pid)        # None: another user's process; then we cannot tell, so look
+        if pid not in self.given and netns is not None and netns != self.netns:
             return None
         env = environ(pid)
         readable = env is not None
@@ -210,7 +211,7 @@ def dump(py_spy, pid, native):
     text = (done.stderr or done.stdout).strip()
     if not os.path.exists(f"/proc/{pid}"):
         return {"error": "the process exited"}
-    if re.search(r"Permission denied|Operation not permitted|EPERM", text):
+    if re.search(r"Permission denied|Operation not permitted|EPERM", text, re.IGNORECASE):
         return {"error": "ptrace not permitted", "permission": True}
     lines = [l for l in text.splitlines() if l.strip() and not re.match(r"\s*\d+: ", l)]
     return {"error": lines[0][:200] if lines else f"py-spy exit {done.returncode}"}

@@ -6,10 +6,13 @@ behind one lock; the snapshot is a copy."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from . import stall
 from .classify import BUSY_CPU, RankState, classify
@@ -86,14 +89,15 @@ class Watcher(Source):
         for target in self.targets:
             link = AgentLink(target.name, self._message, self._closed)
             spec = {"node": target.name, "interval": self.interval, "pids": list(target.pids),
-                    "native": self.native, "py_spy": self.py_spy}
+                    "native": self.native, "py_spy": self.py_spy or (local_py_spy() if target.connection is None else None)}
             try:
                 if target.connection is None:
                     link.start_local(target.python, spec)
                 else:
                     link.start_ssh(target.connection, target.python, spec)
             except Exception as exc:
-                self._node(target.name, "error", f"{target.name}: the agent did not start: {exc}")
+                self._node(target.name, "error", f"{target.name}: the agent did not start with {target.python}: "
+                           f"{exc}; fix: --python PATH, the training environment's Python, runnable by this user")
                 continue
             self.links[target.name] = link
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
@@ -172,6 +176,8 @@ class Watcher(Source):
             with self.lock:
                 self.hello[node] = msg
             self._node(node, "watching", agent_pid=msg.get("pid"))
+            if not msg.get("py_spy") and self._bring_py_spy(node):
+                return
             if not msg.get("py_spy"):
                 self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks "
                              f"are missing; fix: {msg.get('python') and 'pip install py-spy'} in the training "
@@ -184,6 +190,25 @@ class Watcher(Source):
             self._stacks(node, msg)
         elif kind == "exit":
             self._exit(node, msg)
+
+    def _bring_py_spy(self, node: str) -> bool:
+        """py-spy is missing on a node: copy ours there (a static binary) for this watch."""
+        target = next(t for t in self.targets if t.name == node)
+        binary = local_py_spy()
+        if target.connection is None or binary is None:
+            return False
+        remote = f"/tmp/hangwatch-py-spy-{os.getuid()}-{os.path.getsize(binary)}"
+        try:
+            sftp = target.connection.sftp()
+            sftp.put(binary, remote)
+            sftp.chmod(remote, 0o755)
+        except Exception as exc:      # no SFTP, full disk: say it, watch without stacks
+            self._notice(f"{node}: could not copy py-spy there ({exc}); fix: pip install py-spy in the "
+                         "training environment on that node")
+            return False
+        self.links[node].send({"cmd": "py-spy", "path": remote})
+        self._notice(f"{node}: py-spy was missing; copied this machine's to {remote}")
+        return True
 
     def _closed(self, node: str, why: str | None) -> None:
         if self._stop.is_set():
@@ -214,9 +239,9 @@ class Watcher(Source):
                             world_size=info.get("world_size"))
             self.ranks[(node, info["pid"])] = _Rank(view, info.get("start", 0), info=info)
             self.nodes[node].ranks = sum(1 for r in self.ranks.values() if r.view.node == node)
-            if not info.get("env_readable", True):
-                self.messages.append(f"{node}: cannot read pid {info['pid']}'s environment (another user's "
-                                     "process): rank unknown; run hangwatch as that user or as root")
+        if not info.get("env_readable", True):
+            self._notice(f"{node}: cannot read pid {info['pid']}'s environment (another user's process), so "
+                         "its rank is unknown; fix: run hangwatch as the user who runs the training, or as root")
         self._emit("rank-found", f"{node}: found {view.label} (pid {view.pid}"
                    f"{', world ' + str(view.world_size) if view.world_size else ''})",
                    node=node, pid=view.pid, rank=view.rank)
@@ -456,7 +481,7 @@ class Watcher(Source):
         if not unknown or found.kind in HANGS:
             return None
         idle = [k for k, s in states.items() if s.state != "exited"]
-        return Diagnosis("stall", f"ranks {','.join(self._label(k).split()[-1] for k in sorted(idle))} have used "
+        return Diagnosis("stall", f"{', '.join(self._label(k) for k in sorted(idle))} have used "
                          f"no CPU for {self.threshold:.0f}+ s; stacks unavailable for "
                          f"{', '.join(self._label(k) for k in sorted(unknown))}, so who is guilty cannot be told "
                          "(see the notice for the fix)", tuple(sorted(k for k in unknown if k >= 0)))
@@ -473,6 +498,12 @@ class Watcher(Source):
         self._emit("incident", f"incident bundle: {path}", path=path)
         if self.on_hang:
             self.on_hang(path)
+
+
+def local_py_spy() -> str | None:
+    import shutil
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
 def _exit_text(status: int | None) -> str:
