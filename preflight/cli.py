@@ -17,10 +17,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
+              "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
               "       ddp-preflight lab up|down|status|exec|fault|faults ...",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
-        epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error")
+        epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
+               "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
     p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
     p.add_argument("--hostfile", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
     p.add_argument("--slurm", action="store_true", help="hosts from $SLURM_JOB_NODELIST")
@@ -44,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per check and node)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     p.add_argument("-v", "--verbose", action="store_true", help="show passing checks too")
+    launch = p.add_argument_group("launch (after preflight, start the training command given after --)")
+    launch.add_argument("--launch", action="store_true",
+                        help="start torchrun on every node with preflight's settings, stream every rank's output here")
+    launch.add_argument("--force", action="store_true", help="launch even when a check failed")
+    launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set a variable for the training on every node (repeatable; wins over preflight's)")
+    launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
+    launch.add_argument("--tui", action="store_true", help="the dashboard (it comes with hangwatch; text for now)")
     return p
 
 
@@ -58,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, launch_args = argv[:at], argv[at + 1:]
     args = _parser().parse_args(argv)
     try:
-        return _preflight(args, launch_args)
+        launch = _launch_request(args, launch_args)
+        return _preflight(args, launch_args, launch)
     except KeyboardInterrupt:
         print("ddp-preflight: interrupted", file=sys.stderr)
         return 130
@@ -77,7 +88,22 @@ class UsageError(Exception):
     pass
 
 
-def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
+def _launch_request(args: argparse.Namespace, launch_args: list[str]):
+    """The launch's own input, checked before any node is contacted: (command, env), or None."""
+    if not args.launch:
+        used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
+                                         ("--tui", args.tui)) if value]
+        if used:
+            raise UsageError(f"{used[0]} goes with --launch")
+        return None
+    from .launch import PlanError, parse_command, parse_env
+    try:
+        return parse_command(launch_args), parse_env(args.env)
+    except PlanError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) -> int:
     from .checks import CHECKS, UnknownCheck, run_checks, select
     from .config import ConfigError, load
     from .model import Context, Options, Report
@@ -146,9 +172,17 @@ def _preflight(args: argparse.Namespace, launch_args: list[str]) -> int:
         options = Options(**{**options.__dict__, "master_addr": master_addr})
         needed = sorted({p for c in checks for p in c.needs})
         probes = run_probes(needed, cluster, tuple(nodes), options) if needed else {}
-    ctx = Context(tuple(nodes), options, probes)
-    report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
+        ctx = Context(tuple(nodes), options, probes)
+        report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
+        code = _render(args, report)
+        if launch is None or code == EXIT_USAGE:
+            return code
+        # The connections preflight opened carry the training: no new handshakes.
+        from .launch.cli import launch_training
+        return launch_training(args, cluster, report, tuple(nodes), options, targets, *launch)
 
+
+def _render(args, report) -> int:
     if args.junit:
         from .report import junit
         try:

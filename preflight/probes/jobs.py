@@ -116,8 +116,10 @@ def start_ssh(connection, node: str, python: str, argv: list[str], *, env: dict 
 def start_local(node: str, python: str, argv: list[str], *, env: dict | None = None,
                 timeout: float = 60, cwd: str | None = None,
                 on_line: Callable[[str], None] | None = None) -> RunningJob:
+    # Its own session: Ctrl-C on the operator's terminal must not kill the supervisor before it
+    # kills the job's group; our exit closes its stdin, and that stops the job.
     proc = subprocess.Popen(_command(python, argv, env or {}, timeout, cwd), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     job = RunningJob(node, lambda: proc.stdin.close() if not proc.stdin.closed else None)
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)

@@ -1,0 +1,130 @@
+"""`ddp-preflight HOST ... --launch -- SCRIPT [ARGS]`, after the report: refuse or launch, print
+every rank's lines, stop everything on Ctrl-C (or SIGTERM/SIGHUP) and print how each rank ended.
+The only module of the launch that prints: rank output on stdout, the launcher's own on stderr."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..model import Report, Status
+from .outcome import render
+from .plan import Command, NodeTarget, PlanError, build_plan
+from .run import Launch
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the supervisors' grace is 2 s)
+SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTERM on the master",
+                  signal.SIGHUP: "the master's terminal closed (SIGHUP)"}
+
+
+def say(text: str) -> None:
+    print(f"ddp-preflight: {text}", file=sys.stderr, flush=True)
+
+
+def refusal(report: Report, strict: bool) -> list:
+    worst = 1 if strict else 2
+    return [r for r in report.results if r.status.rank >= worst]
+
+
+def describe(results: list) -> str:
+    named = [f"{r.check}" + (f" on {r.node}" if r.node else "") + (" (warning, --strict)" if r.status is Status.WARN else "")
+             for r in results]
+    first = results[0]
+    more = f"; also {', '.join(named[1:])}" if len(named) > 1 else ""
+    return f"{named[0]} failed: {first.summary}{more}"
+
+
+def default_log_dir() -> Path:
+    base = Path("ddp-preflight-runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def launch_training(args, cluster, report: Report, nodes, options, targets, command: Command,
+                    user_env: dict) -> int:
+    bad = refusal(report, args.strict)
+    if bad and not args.force:
+        say(f"not launching: {describe(bad)}. Fix it (the report above has the fix), "
+            "or add --force to launch anyway")
+        return EXIT_FAILED
+    if bad:
+        say(f"launching anyway (--force), though {describe(bad)}")
+    if args.tui:
+        say("the dashboard comes with hangwatch; showing the output as text")
+    try:
+        plan = build_plan(report, nodes, options, [NodeTarget(t.name, t.python, t.code_dir) for t in targets],
+                          command, cwd=os.getcwd(), user_env=user_env)
+    except PlanError as exc:
+        say(f"cannot launch: {exc}")
+        return EXIT_FAILED
+    log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        say(f"cannot create the log folder {log_dir}: {exc.strerror} (choose another with --log-dir)")
+        return EXIT_USAGE
+
+    say(f"launching {' '.join(command.words())} on {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+        f"= {plan.world_size} ranks; master {plan.master_addr}:{plan.master_port}; logs in {log_dir}/")
+    for node in plan.nodes:
+        env = " ".join(f"{k}={v}" for k, v in node.env.items()) or "no extra environment"
+        say(f"  {node.node}: node rank {node.node_rank}, ranks {node.ranks[0]}-{node.ranks[-1]}, {env}")
+
+    launch = Launch(cluster, plan, log_dir)
+    out = threading.Lock()
+
+    def show(line) -> None:
+        with out:
+            sys.stdout.write(line.prefixed() + "\n")
+            sys.stdout.flush()
+
+    launch.on_line.append(show)
+    caught: list[int] = []
+
+    def on_signal(signum, frame):
+        caught.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, on_signal) for s in SIGNAL_REASONS}
+    try:
+        try:
+            launch.start()
+            while launch.wait(0.25) is None:
+                pass
+        except KeyboardInterrupt:
+            reason = SIGNAL_REASONS.get(caught[-1] if caught else signal.SIGINT)
+            say(f"stopping every node: {reason}")
+            launch.stop(reason)
+        result = _wait_for_stop(launch)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if result is None:
+        late = [n.node for n in launch.nodes.values() if n.ended_at is None]
+        say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s; closing the connections "
+            "ends their process groups")
+        return EXIT_FAILED
+    sys.stderr.write("ddp-preflight: " + render(result, plan.master_port, plan.nodes[0].node))
+    sys.stderr.flush()
+    return result.exit_code
+
+
+def _wait_for_stop(launch: Launch):
+    """The result, waiting through further Ctrl-C presses: the stop is already under way."""
+    deadline = time.monotonic() + STOP_WAIT
+    while time.monotonic() < deadline:
+        try:
+            result = launch.wait(0.25)
+            if result is not None:
+                return result
+        except KeyboardInterrupt:
+            say("still stopping; every node's process group ends within seconds")
+    return None

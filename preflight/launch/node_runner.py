@@ -1,0 +1,117 @@
+"""Runs ON a node under the job supervisor, with the training Python (standard library and
+torch only; sent inline, never imported by preflight): torchrun in this process, and one
+marked line with every rank's exit, which torchrun itself does not print for ranks it stopped.
+
+argv[1] is base64 JSON: {"cwd": path, "module": bool,
+                         "torchrun": [torchrun's options..., SCRIPT, "--", the script's options...]}
+The script's options never go through torchrun's parser: they are handed to it as parsed, so
+no option of the script can be taken for one of torchrun's (seed 000).
+
+Marked stdout lines, MARKER + JSON:
+  {"kind": "error", "message": str, "fix": str}             nothing was started
+  {"kind": "started", "watched": bool}                       torchrun starts now (watched: exits will come)
+  {"kind": "ranks", "ranks": [{"local_rank", "rank", "pid"}]}   the ranks were started
+  {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}"""
+
+import base64
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+MARKER = "DDP_PREFLIGHT_LAUNCH "
+
+
+def say(kind, **data):
+    sys.stdout.write(MARKER + json.dumps({"kind": kind, **data}) + "\n")
+    sys.stdout.flush()
+
+
+def watch_ranks():
+    """Keep torchrun's worker contexts to read their processes' exits (private API: without it
+    the run still works, only the per-rank exits are missing)."""
+    contexts = []
+    try:
+        from torch.distributed.elastic.multiprocessing import api
+        start = api.SubprocessContext._start
+    except Exception:
+        return contexts, False
+
+    def _start(self):
+        start(self)
+        contexts.append(self)
+        say("ranks", ranks=[{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
+                            for lr, h in sorted(self.subprocess_handlers.items())])
+
+    api.SubprocessContext._start = _start
+    return contexts, True
+
+
+def rank_of(context, local_rank):
+    try:
+        return int(context.envs[local_rank]["RANK"])
+    except Exception:
+        return None
+
+
+def exits(contexts):
+    out = []
+    for context in contexts[-1:]:        # --max-restarts 0: one worker group
+        for lr, handler in sorted(context.subprocess_handlers.items()):
+            code = handler.proc.poll()
+            out.append({"local_rank": lr, "rank": rank_of(context, lr), "pid": handler.proc.pid,
+                        "exit": code if code is not None and code >= 0 else None,
+                        "signal": -code if code is not None and code < 0 else None})
+    return out
+
+
+def main():
+    os.dup2(1, 2)       # one stream, in order: the launcher reads the channel's stdout
+    spec = json.loads(base64.b64decode(sys.argv[1]))
+    try:
+        os.chdir(spec["cwd"])
+    except OSError as exc:
+        say("error", message=f"cannot start in {spec['cwd']}: {exc.strerror}",
+            fix="create the folder with the training code there, or set code_dir for this node in --config")
+        return 2
+    argv = spec["torchrun"]
+    at = argv.index("--") if "--" in argv else len(argv)
+    own, script_args = argv[:at], argv[at + 1:]
+    script = own[-1]
+    if not spec["module"] and not os.path.isfile(script):
+        say("error", message=f"the script {script} does not exist here",
+            fix="copy the training code to the same path, or set code_dir for this node in --config")
+        return 2
+    try:
+        import torch.distributed.run as torchrun
+    except Exception as exc:
+        say("error", message=f"torchrun is not importable with {sys.executable}: {exc}",
+            fix=f"{sys.executable} -m pip install torch, or --python the training environment's interpreter")
+        return 2
+    contexts, watched = watch_ranks()
+    logs = tempfile.mkdtemp(prefix="ddp-preflight-torchrun-")     # torchrun's --tee files
+    code = 0
+    try:
+        args = torchrun.get_args_parser().parse_args(own[:-1] + ["--log-dir", logs, script])
+        args.training_script_args = script_args
+        say("started", watched=bool(watched))
+        torchrun.run(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    except BaseException as exc:     # ChildFailedError (a rank failed), SignalException (stopped), ...
+        sigval = getattr(exc, "sigval", None)
+        code = 128 + int(sigval) if sigval is not None else 1
+        if sigval is None and type(exc).__name__ != "ChildFailedError":   # torchrun logged that one
+            text = (str(exc).strip().splitlines() or [""])[-1][:400]
+            say("error", message=f"torchrun failed: {type(exc).__name__}: {text}", fix=None)
+    finally:
+        say("exits", code=code, ranks=exits(contexts))
+        shutil.rmtree(logs, ignore_errors=True)
+    return code
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stdout.flush()
+    os._exit(status)     # torchrun's log tailing threads must not hold the exit

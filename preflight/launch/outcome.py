@@ -1,0 +1,160 @@
+"""How a launch ended, per node and per rank, and the summary the CLI prints.
+
+A rank's outcome is what its process really did (torchrun's worker exit, read on the node);
+"why" is added from who stopped whom: ddp-preflight stops every node when one fails or the
+user quits; torchrun stops a node's other ranks when one of them fails."""
+
+from __future__ import annotations
+
+import signal as signals
+from dataclasses import asdict, dataclass, field
+
+STOPPED_BY_US = "stopped by ddp-preflight"
+
+
+@dataclass
+class RankState:
+    rank: int
+    node: str
+    local_rank: int
+    pid: int | None = None             # on its node
+    last_line: str | None = None
+    step: int | None = None            # from its last "step N" line
+    exit: int | None = None            # exit code, when it exited
+    signal: int | None = None          # signal number, when a signal ended it
+    why: str | None = None             # who stopped it, when it did not end by itself
+
+    @property
+    def ok(self) -> bool:
+        return self.exit == 0
+
+    @property
+    def ended(self) -> bool:
+        return self.exit is not None or self.signal is not None
+
+    def outcome(self) -> str:
+        """'exit code 1', 'signal 15 (stopped by ddp-preflight)', or why it is not known."""
+        if self.exit is not None:
+            return f"exit code {self.exit}"
+        if self.signal is not None:
+            text = f"signal {self.signal} ({_signal_name(self.signal)})"
+            return f"{text}, {self.why}" if self.why else text
+        return self.why or "no exit status"
+
+
+@dataclass
+class NodeState:
+    node: str
+    status: str = "starting"           # starting | running | exited | failed | stopped | error | not started
+    exit: int | None = None            # torchrun's exit code on the node
+    signal: int | None = None
+    error: str | None = None           # the node could not start, or its connection dropped
+    fix: str | None = None
+    stopped: bool = False              # ddp-preflight stopped it while it ran
+    launched: bool = False             # torchrun was started (the node's checks before it passed)
+    watched: bool = False              # the node reports each rank's start and exit
+    ended_at: float | None = None      # epoch seconds
+
+
+@dataclass
+class LaunchResult:
+    ranks: list[RankState]
+    nodes: list[NodeState]
+    stop_reason: str | None            # why ddp-preflight stopped the run (None: it ended by itself)
+    first_failure: str | None          # the node that failed first
+    seconds: float
+    log_dir: str | None = None
+    port_free: bool | None = None      # the master port could be bound afterwards (None: not tested)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.ranks) and all(r.ok for r in self.ranks) and not any(n.error for n in self.nodes)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def failed_ranks(self) -> list[RankState]:
+        """The ranks that failed by themselves (not stopped by anyone)."""
+        return [r for r in self.ranks if r.ended and not r.ok and r.why is None]
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "exit_code": self.exit_code, "stop_reason": self.stop_reason,
+                "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
+                "log_dir": self.log_dir, "port_free": self.port_free, "notes": list(self.notes),
+                "nodes": [asdict(n) for n in self.nodes],
+                "ranks": [{**asdict(r), "outcome": r.outcome()} for r in self.ranks]}
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return "unknown signal"
+
+
+def explain(ranks: list[RankState], node: NodeState) -> None:
+    """Fill in `why` for one node's ranks once the node has ended."""
+    failed = [r for r in ranks if r.exit not in (None, 0) or r.signal not in (None, signals.SIGTERM)]
+    for r in ranks:
+        if r.ended and r.ok:
+            continue
+        if r.signal is not None and node.stopped:
+            r.why = STOPPED_BY_US
+        elif r.signal == signals.SIGTERM and failed and r not in failed:
+            r.why = f"stopped by torchrun when rank {failed[0].rank} failed"
+        elif r.ended:
+            r.why = None                   # it failed by itself
+        elif not node.launched or (node.watched and r.pid is None):
+            r.why = ("not started: the node failed (above)" if node.error else
+                     f"not started: {STOPPED_BY_US} before it started" if node.stopped else "not started")
+        elif node.stopped:
+            r.why = f"no exit status: torchrun on {node.node} was killed, {STOPPED_BY_US}"
+        else:
+            how = f"exit code {node.exit}" if node.exit is not None else f"signal {node.signal}"
+            r.why = f"no exit status (torchrun on {node.node} ended with {how}" + \
+                    (f"; {node.error})" if node.error else ")")
+
+
+def render(result: LaunchResult, port: int, master: str) -> str:
+    """The end-of-run summary: a headline, one line per rank, node problems, where the logs are."""
+    lines = []
+    shown = None         # the node whose error the headline already says
+    n = len(result.ranks)
+    if result.ok:
+        lines.append(f"training finished: all {n} ranks exited with code 0 ({result.seconds:.1f} s)")
+    else:
+        failed = result.failed_ranks()
+        first = [r for r in failed if r.node == result.first_failure] or failed
+        first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
+        stopped = "; every node was stopped" if result.stop_reason else ""
+        if first:
+            lines.append(f"training failed: rank {first[0].rank} on {first[0].node} ended with {first[0].outcome()}"
+                         + stopped)
+        elif first_node is not None and first_node.error:
+            lines.append(f"training failed on {first_node.node}: {first_node.error}"
+                         + (f" (fix: {first_node.fix})" if first_node.fix else "") + stopped)
+            shown = first_node.node
+        elif first_node is not None:
+            lines.append(f"training failed: torchrun on {first_node.node} ended with "
+                         f"{'exit code %s' % first_node.exit if first_node.exit is not None else 'signal %s' % first_node.signal}"
+                         + stopped)
+        elif result.stop_reason:
+            lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
+        else:
+            bad = [x for x in result.nodes if x.error] or [x for x in result.nodes if x.status != "exited"]
+            lines.append(f"training failed on {', '.join(x.node for x in bad) or 'a node'}")
+    for node in result.nodes:
+        if node.error and node.node != shown:
+            lines.append(f"  {node.node}: {node.error}" + (f" (fix: {node.fix})" if node.fix else ""))
+    for r in result.ranks:
+        lines.append(f"  rank {r.rank} on {r.node}: {r.outcome()}")
+    if result.port_free is True:
+        lines.append(f"  port {port} on {master} is free again")
+    elif result.port_free is False:
+        lines.append(f"  port {port} on {master} is still held: see `ddp-preflight {master} --only master-port`")
+    lines += [f"  {note}" for note in result.notes]
+    if result.log_dir:
+        lines.append(f"logs: {result.log_dir}")
+    return "\n".join(lines) + "\n"

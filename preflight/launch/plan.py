@@ -1,0 +1,239 @@
+"""What to start on each node: torchrun's options, the folder, and the environment preflight
+found. Pure: from the report, the nodes' facts and the options to a Plan; nothing runs here."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ..model import NodeFacts, Options, Report
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+class PlanError(Exception):
+    """Bad input for a launch: one line that names the node (when there is one) and the fix."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """The training command after `--`: a script (or a module with -m) and the script's own options."""
+    script: str
+    module: bool = False
+    args: tuple[str, ...] = ()
+
+    def words(self) -> list[str]:
+        return [*(["-m"] if self.module else []), self.script, *self.args]
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """Where a node runs: its name, the training Python, and its code folder (config or default)."""
+    name: str
+    python: str
+    code_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node: str
+    node_rank: int
+    python: str                        # the node's training Python: it runs torchrun
+    cwd: str                           # where torchrun (and so every rank) starts
+    env: Mapping[str, str]             # set on top of the node's own environment
+    env_sources: Mapping[str, str]     # variable -> why: "interface-choice", "omp-threads", "--env"
+    torchrun: tuple[str, ...]          # after `python -m torch.distributed.run`; the script's options after --
+    ranks: tuple[int, ...]             # global ranks, local rank order
+
+    def __post_init__(self):
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "env_sources", MappingProxyType(dict(self.env_sources)))
+
+    def command_line(self) -> str:
+        """The same start, as a line to paste into a shell on the node."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        run = shlex.join([self.python, "-m", "torch.distributed.run", *self.torchrun])
+        return f"cd {shlex.quote(self.cwd)} && " + (f"{env} {run}" if env else run)
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "node_rank": self.node_rank, "python": self.python, "cwd": self.cwd,
+                "env": dict(self.env), "env_sources": dict(self.env_sources),
+                "torchrun": list(self.torchrun), "ranks": list(self.ranks), "command": self.command_line()}
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: tuple[NodePlan, ...]        # in host order: nodes[0] is the master
+    nproc_per_node: int
+    master_addr: str                   # as every worker dials it, on the interface preflight chose
+    master_port: int
+    backend: str
+    command: Command
+    user_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.nodes) * self.nproc_per_node
+
+    def rank(self, node: str, local_rank: int) -> int:
+        """Static rendezvous: global rank = node_rank x nproc_per_node + local_rank."""
+        plan = next(n for n in self.nodes if n.node == node)
+        return plan.node_rank * self.nproc_per_node + local_rank
+
+    def where(self, rank: int) -> tuple[str, int]:
+        """(node, local_rank) of a global rank."""
+        node_rank, local = divmod(rank, self.nproc_per_node)
+        return self.nodes[node_rank].node, local
+
+    def to_json(self) -> dict:
+        return {"nnodes": len(self.nodes), "nproc_per_node": self.nproc_per_node,
+                "world_size": self.world_size, "master_addr": self.master_addr,
+                "master_port": self.master_port, "backend": self.backend,
+                "command": self.command.words(), "nodes": [n.to_json() for n in self.nodes]}
+
+
+def parse_command(launch_args: Sequence[str]) -> Command:
+    """`train.py ARGS`, `-m package.train ARGS`; a `--` right after the script is dropped (the
+    launcher puts its own there)."""
+    args = list(launch_args)
+    if not args:
+        raise PlanError("--launch needs the training command after --: "
+                        "ddp-preflight HOST ... --launch -- train.py [ARGS]")
+    module = args[0] in ("-m", "--module")
+    if module:
+        args = args[1:]
+        if not args or args[0].startswith("-"):
+            raise PlanError("-m needs a module name: ddp-preflight HOST ... --launch -- -m package.train [ARGS]")
+    elif args[0].startswith("-"):
+        raise PlanError(f"{args[0]} comes before the script: ddp-preflight sets torchrun's options itself "
+                        "(--nnodes, --nproc-per-node, --node-rank, --master-addr, --master-port); "
+                        "start the command with the script: -- train.py [ARGS]")
+    script, rest = args[0], args[1:]
+    first = posixpath.basename(script)
+    if first in ("torchrun", "python", "python3") or re.fullmatch(r"python3(\.\d+)?", first):
+        raise PlanError(f"the command starts with {script}: give the script itself (-- train.py [ARGS]); "
+                        "ddp-preflight runs torchrun with each node's training Python (--python)")
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    return Command(script, module, tuple(rest))
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    """--env NAME=VALUE, repeatable; the last one of a name wins."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise PlanError(f"--env {pair!r} has no '=': write --env NAME=VALUE (e.g. --env NANOCHAT_DTYPE=float32)")
+        if not ENV_NAME.match(name):
+            raise PlanError(f"--env {pair!r}: {name!r} is not a variable name (letters, digits and _, "
+                            "not starting with a digit)")
+        env[name] = value
+    return env
+
+
+def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, targets: Sequence[NodeTarget],
+               command: Command, *, cwd: str, user_env: Mapping[str, str] | None = None) -> Plan:
+    """One NodePlan per node, in host order. `cwd` is the folder ddp-preflight runs in on the master."""
+    if not nodes:
+        raise PlanError("no node to launch on")
+    for node in nodes:
+        if node.error is not None:
+            raise PlanError(f"{node.node} was not reached ({node.error}): fix it, or leave it out of the host list")
+    nproc = options.nproc_per_node
+    if nproc < 1:
+        raise PlanError(f"--nproc-per-node {nproc}: give at least 1 process per node")
+    master_addr = _master_addr(nodes[0], options)
+    if master_addr is None:
+        raise PlanError(f"the master's address is not known: pass --master-addr ADDR ({nodes[0].node}'s LAN address)")
+    user_env = dict(user_env or {})
+    master_code = targets[0].code_dir if targets else None
+    plans = []
+    for node_rank, (node, target) in enumerate(zip(nodes, targets)):
+        env, sources = _node_env(report, node, options)
+        for name, value in user_env.items():
+            env[name], sources[name] = value, "--env"
+        where, script = _placement(command, cwd, master_code, target.code_dir)
+        torchrun = ("--nnodes", str(len(nodes)), "--nproc-per-node", str(nproc), "--node-rank", str(node_rank),
+                    "--master-addr", master_addr, "--master-port", str(options.master_port),
+                    "--rdzv-backend", "static", "--max-restarts", "0", "--tee", "3",
+                    *(["-m"] if command.module else []), script, "--", *command.args)
+        plans.append(NodePlan(node.node, node_rank, target.python, where, env, sources, torchrun,
+                              tuple(range(node_rank * nproc, (node_rank + 1) * nproc))))
+    return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, user_env)
+
+
+def _master_addr(master: NodeFacts, options: Options) -> str | None:
+    """The address the master resolved for itself (what the probes dialled); else the option."""
+    route = ((master.facts.get("network") or {}).get("route_to_master") or {}) if master.facts else {}
+    return route.get("address") or options.master_addr
+
+
+def _result(report: Report, check: str, node: str):
+    return next((r for r in report.results if r.check == check and r.node == node), None)
+
+
+def _node_env(report: Report, node: NodeFacts, options: Options) -> tuple[dict, dict]:
+    env: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    ifname = _interface(report, node, options)
+    if ifname:
+        var = "NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"
+        env[var], sources[var] = ifname, "interface-choice"
+    threads = _omp_threads(report, node, options)
+    if threads is not None:
+        env["OMP_NUM_THREADS"], sources["OMP_NUM_THREADS"] = str(threads), "omp-threads"
+    return env, sources
+
+
+def _interface(report: Report, node: NodeFacts, options: Options) -> str | None:
+    """interface-choice's pick for this node; without that result (--only), the same rule."""
+    result = _result(report, "interface-choice", node.node)
+    if result is not None:
+        env = result.details.get("env") or {}
+        name = next((env[v] for v in IFNAME_VARS if env.get(v)), None)
+    else:
+        from ..checks.network import toward_master   # the rule interface-choice applies
+        from ..model import Context
+        iface = toward_master(Context((node,), options), node) if node.facts else None
+        name = iface["name"] if iface else None
+    return None if name in (None, "lo") else name
+
+
+def _omp_threads(report: Report, node: NodeFacts, options: Options) -> int | None:
+    """On CPU, when the node does not set OMP_NUM_THREADS itself: cores / processes (omp-threads'
+    advice), not torchrun's 1. A node's own setting passes through untouched."""
+    if options.device != "cpu":
+        return None
+    env = (node.facts.get("env") or {}).get("vars", {}) if node.facts else {}
+    if "OMP_NUM_THREADS" in env:
+        return None
+    result = _result(report, "omp-threads", node.node)
+    if result is not None and result.details.get("recommended"):
+        return int(result.details["recommended"])
+    cpu = (node.facts.get("cpu") or {}) if node.facts else {}
+    cores = min(cpu.get("physical_cores") or 0, cpu.get("usable_cores") or cpu.get("physical_cores") or 0)
+    return max(1, cores // max(1, options.nproc_per_node)) if cores else None
+
+
+def _placement(command: Command, cwd: str, master_code: str | None, node_code: str | None) -> tuple[str, str]:
+    """(folder to start in, script path) on one node. Every node starts where ddp-preflight runs
+    on the master (the same path); a node whose code folder is configured elsewhere starts there,
+    with the script's path moved from the master's code folder to the node's."""
+    script = command.script
+    if not command.module and not os.path.isabs(script):
+        script = posixpath.normpath(posixpath.join(cwd, script))
+    if not node_code or not master_code or posixpath.normpath(node_code) == posixpath.normpath(master_code):
+        return cwd, (script if not command.module else command.script)
+    if command.module:
+        return node_code, command.script
+    inside = posixpath.relpath(script, master_code)
+    if inside.startswith(".."):
+        return node_code, script
+    return node_code, posixpath.join(node_code, inside)

@@ -1,0 +1,235 @@
+"""Start the plan on every node over the connections preflight opened, stream every line back,
+and stop everything together.
+
+Each node runs torchrun under the job supervisor, in its own process group, bounded by the SSH
+channel: stopping a node closes the channel's stdin and the supervisor ends the whole group
+(SIGTERM, then SIGKILL after a grace). If this process dies, the connections drop, and the
+supervisors do the same: nothing of the run outlives it on any node."""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..probes import supervisor
+from . import node_runner
+from .outcome import LaunchResult, NodeState, RankState, explain
+from .output import Line, NodeLogs, parse
+from .plan import NodePlan, Plan
+
+RUNNER = Path(node_runner.__file__).read_text()
+NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
+TAIL = 500                       # lines kept per rank (and per node) for the dashboard's log view
+PORT_CHECK = ("import socket, sys\n"
+              "s = socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n"
+              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+              "s.bind((sys.argv[1], int(sys.argv[2])))\n")
+
+
+class Launch:
+    """One training run across the nodes. `start()` returns at once; lines arrive through the
+    `on_line` callbacks (from the nodes' reader threads); `stop()` may be called from anywhere
+    (Ctrl-C, the dashboard's quit) and returns at once; `wait()` blocks until every node ended.
+
+    The state is plain data, readable at any time: `plan`, `ranks` (global rank -> RankState:
+    pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`."""
+
+    def __init__(self, cluster, plan: Plan, log_dir: str | Path | None = None, *, check_port: bool = True):
+        self.cluster, self.plan = cluster, plan
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.check_port = check_port
+        self.on_line: list[Callable[[Line], None]] = []
+        self.on_end: list[Callable[[LaunchResult], None]] = []
+        self.ranks: dict[int, RankState] = {
+            rank: RankState(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
+        self.nodes: dict[str, NodeState] = {n.node: NodeState(n.node) for n in plan.nodes}
+        self.stop_reason: str | None = None
+        self.first_failure: str | None = None
+        self.started_at: float | None = None
+        self.first_step_at: float | None = None      # when the first "step N" line arrived
+        self._jobs: dict[str, object] = {}
+        self._lock = threading.RLock()
+        self._done = threading.Event()
+        self._result: LaunchResult | None = None
+        self._tails: dict[tuple[str, int | None], collections.deque] = {}
+        self._logs = NodeLogs(self.log_dir) if self.log_dir else None
+
+    # -- control --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.started_at = time.time()
+        if self._logs:
+            (self.log_dir / "plan.json").write_text(json.dumps(self.plan.to_json(), indent=2) + "\n")
+            for n in self.plan.nodes:
+                self._logs.write(n.node, f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {n.node}: "
+                                         f"{n.command_line()}")
+        for index, node in enumerate(self.plan.nodes):
+            with self._lock:
+                if self.stop_reason is not None:     # a node already failed: start no more
+                    self.nodes[node.node].status = "not started"
+                    self._ended(node, None)
+                    continue
+                spec = base64.b64encode(json.dumps({"cwd": node.cwd, "module": self.plan.command.module,
+                                                    "torchrun": list(node.torchrun)}).encode()).decode()
+                try:
+                    job = self.cluster.start(index, [node.python, "-u", "-c", RUNNER, spec], env=dict(node.env),
+                                             timeout=NO_LIMIT, on_line=lambda raw, n=node: self._line(n, raw))
+                except Exception as exc:    # the connection is gone: this node's error, then stop all
+                    state = self.nodes[node.node]
+                    state.status, state.error = "error", f"could not start: {type(exc).__name__}: {exc}"
+                    self._ended(node, None)
+                    continue
+                self._jobs[node.node] = job
+                self.nodes[node.node].status = "running"
+            threading.Thread(target=self._watch, args=(node, job), daemon=True,
+                             name=f"launch-{node.node}").start()
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Stop every node still running; the first reason given is the one reported."""
+        with self._lock:
+            if self.stop_reason is None:
+                self.stop_reason = reason
+            for name, job in self._jobs.items():
+                state = self.nodes[name]
+                if state.ended_at is None and not state.stopped:
+                    state.stopped = True
+                    try:
+                        job.stop()
+                    except Exception:
+                        pass    # the channel is already gone: its supervisor stops the group itself
+
+    def wait(self, timeout: float | None = None) -> LaunchResult | None:
+        """The result once every node has ended; None if `timeout` passed first."""
+        if not self._done.wait(timeout):
+            return None
+        return self._result
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def tail(self, node: str, rank: int | None = None, lines: int = 200) -> list[str]:
+        """The last lines of one rank, or of the node's own output (rank None)."""
+        with self._lock:
+            return list(self._tails.get((node, rank), ()))[-lines:]
+
+    def rank_pids(self) -> dict[str, dict[int, int]]:
+        """node -> {global rank: pid}, for the ranks started so far (hangwatch attaches to these)."""
+        out: dict[str, dict[int, int]] = {}
+        for r in self.ranks.values():
+            if r.pid is not None:
+                out.setdefault(r.node, {})[r.rank] = r.pid
+        return out
+
+    # -- the nodes' threads ---------------------------------------------------------------------
+    def _line(self, node: NodePlan, raw: str) -> None:
+        if raw.startswith(supervisor.MARKER):
+            return                        # the supervisor's outcome: the job's result has it
+        if raw.startswith(node_runner.MARKER):
+            self._marker(node, json.loads(raw[len(node_runner.MARKER):]))
+            return
+        line = parse(node.node, node.node_rank, self.plan.nproc_per_node, raw, time.time())
+        if line.rank is None and not line.text.strip():
+            return
+        with self._lock:
+            rank = self.ranks.get(line.rank) if line.rank is not None else None
+            if rank is not None:
+                rank.last_line = line.text
+                step = line.step
+                if step is not None:
+                    rank.step = step
+                    if self.first_step_at is None:
+                        self.first_step_at = line.time
+            self._tails.setdefault((node.node, line.rank), collections.deque(maxlen=TAIL)).append(line.text)
+        if self._logs:
+            self._logs.write(node.node, line.prefixed())
+        for callback in list(self.on_line):
+            try:
+                callback(line)
+            except Exception:
+                pass     # a broken viewer must not stop the reading of a node's output
+
+    def _marker(self, node: NodePlan, data: dict) -> None:
+        with self._lock:
+            state = self.nodes[node.node]
+            if data.get("kind") == "error":
+                state.error, state.fix = data.get("message"), data.get("fix")
+                return
+            if data.get("kind") == "started":
+                state.launched, state.watched = True, bool(data.get("watched"))
+                return
+            for entry in data.get("ranks", []):
+                rank = entry.get("rank")
+                if rank is None:
+                    rank = node.node_rank * self.plan.nproc_per_node + entry["local_rank"]
+                r = self.ranks.get(rank)
+                if r is None:
+                    continue
+                r.pid = entry.get("pid", r.pid)
+                if data.get("kind") == "exits":
+                    r.exit, r.signal = entry.get("exit"), entry.get("signal")
+
+    def _watch(self, node: NodePlan, job) -> None:
+        result = job.wait()
+        with self._lock:
+            state = self.nodes[node.node]
+            state.exit, state.signal = result.exit, result.signal
+            if result.error and not state.error:
+                state.error = f"{result.error}" + (f": {result.stderr.strip().splitlines()[-1]}"
+                                                   if result.stderr.strip() else "")
+            failed = state.error is not None or result.exit != 0
+            state.status = ("stopped" if state.stopped else "error" if state.error
+                            else "failed" if failed else "exited")
+            self._ended(node, result)
+        if failed and not state.stopped:
+            self.stop(f"{node.node} failed")
+
+    def _ended(self, node: NodePlan, result) -> None:
+        """Called with the lock held, once per node."""
+        state = self.nodes[node.node]
+        state.ended_at = time.time()
+        failed = state.status in ("failed", "error")
+        if failed and self.first_failure is None and not state.stopped and self.stop_reason is None:
+            self.first_failure = node.node
+        explain([self.ranks[r] for r in node.ranks], state)
+        if all(s.ended_at is not None for s in self.nodes.values()):
+            threading.Thread(target=self._finish, daemon=True, name="launch-finish").start()
+
+    def _finish(self) -> None:
+        port_free = self._port_free() if self.check_port else None
+        with self._lock:
+            result = LaunchResult(
+                ranks=[self.ranks[r] for r in sorted(self.ranks)], nodes=list(self.nodes.values()),
+                stop_reason=self.stop_reason, first_failure=self.first_failure,
+                seconds=time.time() - (self.started_at or time.time()),
+                log_dir=str(self.log_dir) if self.log_dir else None, port_free=port_free)
+        if self._logs:
+            try:
+                (self.log_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+            except OSError:
+                pass
+            self._logs.close()
+        self._result = result
+        for callback in list(self.on_end):
+            try:
+                callback(result)
+            except Exception:
+                pass
+        self._done.set()
+
+    def _port_free(self) -> bool | None:
+        """Can the master port be bound on the master now? (None: could not ask.)"""
+        master = self.plan.nodes[0]
+        try:
+            job = self.cluster.start(0, [master.python, "-c", PORT_CHECK, "", str(self.plan.master_port)],
+                                     timeout=15)
+            result = job.wait(30)
+        except Exception:
+            return None
+        if result.error:
+            return None
+        return result.exit == 0

@@ -1,0 +1,220 @@
+"""`ddp-preflight --launch` on the lab: a real 2-node x 2-process DDP (Gloo) run over the lab's
+sshd, its output back on the master, and every way it ends leaving no process on any node."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "preflight"]
+REPO = Path(__file__).parents[2]
+TRAIN = REPO / "examples" / "train_ddp.py"
+NODES = ("master", "worker1")
+PORT_CHECK = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              "s.bind(('', 29500)); s.listen()")
+
+
+def command(lab, tmp_path, *options, script_args=("--steps", "3"), nproc=2):
+    return [*CLI, *NODES, "--ssh-config", str(lab.ssh_config), "--launch", "--nproc-per-node", str(nproc),
+            "--log-dir", str(tmp_path / "run"), *options, "--", str(TRAIN), *script_args]
+
+
+def launch(lab, tmp_path, *options, timeout=180, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(command(lab, tmp_path, *options, **kwargs), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done
+
+
+def counts(lab) -> dict:
+    return {node: len(lab.processes(node)) for node in NODES}
+
+
+def assert_nothing_left(lab, before: dict, timeout: float = 10) -> None:
+    """No process of the run on any node (the same count as before it), and the port is free."""
+    deadline = time.monotonic() + timeout
+    while counts(lab) != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert counts(lab) == before, {n: lab.processes(n) for n in NODES}
+    bind = lab.exec("master", [sys.executable, "-c", PORT_CHECK])
+    assert bind.returncode == 0, f"port 29500 is still held on master: {bind.stderr[-500:]}"
+
+
+def rank_lines(stdout: str) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for line in stdout.splitlines():
+        for node in NODES:
+            for rank in range(4):
+                prefix = f"[{node} r{rank}] "
+                if line.startswith(prefix):
+                    out.setdefault(rank, []).append(line[len(prefix):])
+    return out
+
+
+def test_four_ranks_on_two_nodes_stream_prefixed_output_and_keep_a_log_per_node(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    # The full preflight (probes included) first, then the training on the same connections.
+    # --nproc-per-node after the script is the script's: torchrun must not take it (seed 000).
+    done = launch(clean_lab, tmp_path, script_args=("--steps", "3", "--nproc-per-node", "7"))
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    lines = rank_lines(done.stdout)
+    assert sorted(lines) == [0, 1, 2, 3]
+    for rank, node in ((0, "master"), (1, "master"), (2, "worker1"), (3, "worker1")):
+        assert f"[{node} r{rank}] step 2 loss" in done.stdout
+        started = next(text for text in lines[rank] if text.startswith("rank "))
+        assert started.startswith(f"rank {rank} of 4 on {node}")      # world 4: torchrun kept --nproc-per-node 2
+        assert "not mine ['--nproc-per-node', '7']" in started           # ... and the script got its own
+    logs = tmp_path / "run"
+    assert "[master r1] step 2 loss" in (logs / "master.log").read_text()
+    worker_log = (logs / "worker1.log").read_text()
+    assert "[worker1 r3] step 2 loss" in worker_log and "[master" not in worker_log
+    plan = json.loads((logs / "plan.json").read_text())
+    assert [n["env"]["GLOO_SOCKET_IFNAME"] for n in plan["nodes"]] == ["eth0", "eth0"]
+    assert plan["master_addr"] == clean_lab.node("master").ipv4
+    assert "all 4 ranks exited with code 0" in done.stderr and "port 29500 on master is free again" in done.stderr
+    assert json.loads((logs / "result.json").read_text())["ok"] is True
+    assert_nothing_left(clean_lab, before)
+
+
+def test_a_failing_rank_stops_every_node_and_its_exit_code_is_reported(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    started = time.monotonic()
+    done = launch(clean_lab, tmp_path, "--no-probes",
+                  script_args=("--steps", "1000", "--step-time", "0.2", "--fail-rank", "3", "--fail-step", "3"))
+    assert done.returncode == 1, (done.stdout[-3000:], done.stderr[-3000:])
+    assert time.monotonic() - started < 90          # 1000 steps would take 200 s: the others were stopped
+    assert "training failed: rank 3 on worker1 ended with exit code 3; every node was stopped" in done.stderr
+    assert "rank 3 on worker1: exit code 3" in done.stderr
+    assert "rank 2 on worker1: signal 15 (SIGTERM), stopped by torchrun when rank 3 failed" in done.stderr
+    for rank in (0, 1):
+        # Stopped by the launcher, or already failed on their own as Gloo lost rank 3: either way an exit.
+        line = next(l for l in done.stderr.splitlines() if l.startswith(f"  rank {rank} on master: "))
+        assert line.endswith("stopped by ddp-preflight") or line.endswith("exit code 1"), line
+    assert "[worker1 r3] rank 3 exits with code 3 on purpose" in done.stdout
+    assert_nothing_left(clean_lab, before)
+
+
+def start_and_wait_for_steps(lab, tmp_path) -> subprocess.Popen:
+    proc = subprocess.Popen(command(lab, tmp_path, "--no-probes", script_args=("--steps", "1000", "--step-time", "0.2")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    stepping: set[str] = set()
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if " step 1 loss" in line:
+            stepping.add(line.split("]")[0])
+        if len(stepping) == 4 or time.monotonic() > deadline:
+            break
+    assert len(stepping) == 4, stepping
+    return proc
+
+
+def test_ctrl_c_on_the_master_stops_every_rank_on_every_node(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    proc = start_and_wait_for_steps(clean_lab, tmp_path)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "stopping every node: interrupted (Ctrl-C)" in stderr and "Traceback" not in stderr
+    for rank, node in ((0, "master"), (1, "master"), (2, "worker1"), (3, "worker1")):
+        assert f"rank {rank} on {node}: signal 15 (SIGTERM), stopped by ddp-preflight" in stderr
+    assert "port 29500 on master is free again" in stderr
+    assert_nothing_left(clean_lab, before)
+
+
+def test_killing_ddp_preflight_itself_still_leaves_nothing(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    proc = start_and_wait_for_steps(clean_lab, tmp_path)
+    proc.kill()                 # no handler runs: the dropped connections make each node stop its group
+    proc.communicate(timeout=30)
+    assert_nothing_left(clean_lab, before)
+
+
+def test_a_failed_check_refuses_the_launch_and_force_launches_anyway(clean_lab, tmp_path):
+    clean_lab.add_fault("port-busy@master")
+    before = counts(clean_lab)      # the leftover holding the port is the fault's, not the run's
+    refused = launch(clean_lab, tmp_path, "--no-probes")
+    assert refused.returncode == 1
+    assert "not launching: master-port on master failed: port 29500 on master is held by PID" in refused.stderr
+    assert "--force" in refused.stderr and not (tmp_path / "run").exists()
+    assert counts(clean_lab) == before
+
+    forced = launch(clean_lab, tmp_path, "--no-probes", "--force")
+    assert forced.returncode == 1
+    assert "launching anyway (--force)" in forced.stderr
+    assert "training failed on master: torchrun failed" in forced.stderr and "EADDRINUSE" in forced.stderr
+    assert "rank 2 on worker1: not started" in forced.stderr
+    deadline = time.monotonic() + 10
+    while counts(clean_lab) != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert counts(clean_lab) == before
+
+
+def test_a_script_missing_on_one_node_is_one_line_naming_it(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'code_dir = "{TRAIN.parent}"\n[nodes.worker1]\ncode_dir = "{elsewhere}"\n')
+    done = launch(clean_lab, tmp_path, "--no-probes", "--config", str(config), "--only", "node-reachable")
+    assert done.returncode == 1
+    assert (f"training failed on worker1: the script {elsewhere}/train_ddp.py does not exist here" in done.stderr)
+    assert "set code_dir for this node" in done.stderr
+    assert_nothing_left(clean_lab, before)
+
+
+@pytest.mark.parametrize("options, message", [
+    (("--env", "NOEQUALS"), "--env 'NOEQUALS' has no '='"),
+    (("--force",), None),
+])
+def test_bad_launch_input_is_a_usage_error_before_any_node_is_contacted(clean_lab, tmp_path, options, message):
+    if message is None:     # --force without --launch
+        done = subprocess.run([*CLI, *NODES, "--ssh-config", str(clean_lab.ssh_config), "--force"],
+                              capture_output=True, text=True, timeout=60)
+        message = "--force goes with --launch"
+    else:
+        done = launch(clean_lab, tmp_path, *options)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_the_python_api_streams_lines_and_stops_on_request(clean_lab, tmp_path):
+    """What the dashboard and hangwatch use: Launch.start/on_line/rank_pids/tail/stop/wait."""
+    from preflight.checks import FACT_CHECKS, run_checks
+    from preflight.launch import Launch, NodeTarget, build_plan, parse_command
+    from preflight.model import Context, Options, Report
+    from preflight.remote.gather import Cluster, Target, gather
+
+    before = counts(clean_lab)
+    targets = [Target(n, sys.executable) for n in NODES]
+    with Cluster(targets, str(clean_lab.ssh_config)) as cluster:
+        nodes, master_addr = gather(cluster, {"master_port": 29500, "master_addr": None, "launch_args": [],
+                                              "nnodes": 2, "nproc_per_node": 2})
+        options = Options(nproc_per_node=2, master_addr=master_addr)
+        report = Report(tuple(run_checks(Context(tuple(nodes), options), FACT_CHECKS)), NODES)
+        plan = build_plan(report, nodes, options, [NodeTarget(t.name, t.python) for t in targets],
+                          parse_command([str(TRAIN), "--steps", "1000", "--step-time", "0.2"]), cwd=str(REPO))
+        launch = Launch(cluster, plan, tmp_path / "api")
+        seen = []
+        launch.on_line.append(seen.append)
+        launch.start()
+        deadline = time.monotonic() + 120
+        while not all((r.step or 0) >= 2 for r in launch.ranks.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(r.step >= 2 and r.last_line.startswith("step ") for r in launch.ranks.values())
+        pids = launch.rank_pids()
+        assert {n: len(p) for n, p in pids.items()} == {"master": 2, "worker1": 2}
+        for node, by_rank in pids.items():
+            assert set(by_rank.values()) <= set(clean_lab.processes(node))
+        assert any(text.startswith("step ") for text in launch.tail("worker1", 3))
+        launch.stop("quit from the dashboard")
+        result = launch.wait(30)
+    assert result is not None and result.stop_reason == "quit from the dashboard" and result.exit_code == 1
+    assert [r.outcome() for r in result.ranks] == ["signal 15 (SIGTERM), stopped by ddp-preflight"] * 4
+    assert {line.rank for line in seen} >= {0, 1, 2, 3} and result.port_free is True
+    assert_nothing_left(clean_lab, before)
