@@ -71,8 +71,8 @@ def environ(pid):
         raw = _read(f"/proc/{pid}/environ", "rb")
     except PermissionError:
         return None
-    if raw is None:
-        return None
+    if raw is None:          # it is gone (or a kernel thread): nothing to read, nothing hidden
+        return {}
     env = {}
     for item in raw.split(b"\0"):
         key, eq, value = item.partition(b"=")

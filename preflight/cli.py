@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set a variable for the training on every node (repeatable; wins over preflight's)")
     launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
-    launch.add_argument("--tui", action="store_true", help="the dashboard (it comes with hangwatch; text for now)")
+    launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
     return p
 
 

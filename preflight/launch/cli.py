@@ -57,8 +57,6 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
         return EXIT_FAILED
     if bad:
         say(f"launching anyway (--force), though {describe(bad)}")
-    if args.tui:
-        say("the dashboard comes with hangwatch; showing the output as text")
     try:
         plan = build_plan(report, nodes, options, [NodeTarget(t.name, t.python, t.code_dir) for t in targets],
                           command, cwd=os.getcwd(), user_env=user_env)
@@ -80,13 +78,17 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
 
     launch = Launch(cluster, plan, log_dir)
     out = threading.Lock()
+    dashboard = {"on": bool(args.tui)}     # while it is up, lines go to the logs and the dashboard only
 
     def show(line) -> None:
+        if dashboard["on"]:
+            return
         with out:
             sys.stdout.write(line.prefixed() + "\n")
             sys.stdout.flush()
 
     launch.on_line.append(show)
+    watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"])
     caught: list[int] = []
 
     def on_signal(signum, frame):
@@ -97,6 +99,18 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
     try:
         try:
             launch.start()
+            watcher.start()
+            if args.tui:
+                from hangwatch.launched import LaunchedRun
+                from tui.app import run_dashboard
+
+                choice = run_dashboard(LaunchedRun(watcher, launch, report.to_json()))
+                dashboard["on"] = False
+                if choice == "stop":
+                    say("stopping every node: quit from the dashboard")
+                    launch.stop("quit from the dashboard")
+                elif launch.wait(0) is None:
+                    say("the dashboard closed; the training goes on and its output follows (Ctrl-C stops it)")
             while launch.wait(0.25) is None:
                 pass
         except KeyboardInterrupt:
@@ -105,6 +119,7 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
             launch.stop(reason)
         result = _wait_for_stop(launch)
     finally:
+        watcher.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if result is None:
@@ -115,6 +130,24 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
     sys.stderr.write("ddp-preflight: " + render(result, plan.master_port, plan.nodes[0].node))
     sys.stderr.flush()
     return result.exit_code
+
+
+def watch(cluster, launch: Launch, log_dir: Path, quiet):
+    """hangwatch on every node the run started on, over the same connections; what it names is
+    said here (and kept in the log folder's incidents/)."""
+    from hangwatch.watch import Watcher, WatchTarget
+
+    targets = [WatchTarget(cluster.targets[i].name, cluster.nodes[i].python, getattr(cluster.nodes[i], "connection", None))
+               for i in cluster.usable()]
+
+    def on_event(event) -> None:
+        if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
+            return
+        if event.kind == "node" and event.data.get("status") == "watching":
+            return
+        say(f"hangwatch: {event.text}")
+
+    return Watcher(targets, on_event=on_event, incident_dir=str(log_dir / "incidents"), launched=True)
 
 
 def _wait_for_stop(launch: Launch):
