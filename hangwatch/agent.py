@@ -285,10 +285,10 @@ class Agent:
         rank that went first, even when its peers follow within milliseconds. The exit code is
         read while the rank is a zombie, before torchrun reaps it."""
         import select
-        poller, fds = select.poll(), {}
+        poller, fds, reported = select.poll(), {}, set()
         while self.alive:
             for pid in list(self.ranks.known):
-                if pid not in fds.values():
+                if pid not in fds.values() and pid not in reported:
                     try:
                         fd = os.pidfd_open(pid)
                     except (OSError, AttributeError):
@@ -297,6 +297,7 @@ class Agent:
                     poller.register(fd, select.POLLIN)
             for fd, _ in poller.poll(200):
                 pid = fds.pop(fd)
+                reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
                 poller.unregister(fd)
                 os.close(fd)
                 stat = proc_stat(pid)

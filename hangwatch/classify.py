@@ -26,9 +26,10 @@ COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
 DATA_FILES = ("torch/utils/data/",)
 BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py")
 SAVING_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/", "safetensors/")
-# Percent of one core above which a rank is working, not waiting. Low, because ranks that share
-# cores (or wait on a disk) compute at a fraction of a core; a waiting rank sits near 0.
-BUSY_CPU = 25.0
+# Percent of one core above which a rank is doing something, not waiting. Low on purpose: ranks
+# that share cores, or wait on a disk, work at a fraction of a core; a rank blocked in a
+# collective or asleep sits near 0. A rank that does anything is never a deadlock's culprit.
+BUSY_CPU = 5.0
 
 
 @dataclass(frozen=True)

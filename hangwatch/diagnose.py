@@ -28,9 +28,13 @@ MISMATCH_CAUSES = ("rank-dependent code: a collective only some ranks call (`if 
                    "code-parity and data-shards)")
 
 
+# "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
+WORKING = ("computing", "compiling", "loading-data", "saving", "running")
+
+
 def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
     waiting = {r: s for r, s in ranks.items() if s.state == "collective"}
-    working = {r: s for r, s in ranks.items() if s.state in ("computing", "compiling", "loading-data", "saving")}
+    working = {r: s for r, s in ranks.items() if s.state in WORKING}
     exited = {r: s for r, s in ranks.items() if s.state == "exited"}
     if all(s.state == "rendezvous" for s in ranks.values()) and ranks:
         return Diagnosis("rendezvous-stall", "every rank is stuck creating the process group: check the "

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-IDLE_CPU = 5.0            # percent of one core
+from .classify import BUSY_CPU
+
+IDLE_CPU = BUSY_CPU       # percent of one core: below it, a rank is idle
 DEFAULT_THRESHOLD = 8.0   # seconds idle before a hang is named
 RECHECK = 10.0            # while a stall lasts, look at the stacks again this often
 ASK_TIMEOUT = 15.0        # stacks asked for and not all come: ask again after this

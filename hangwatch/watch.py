@@ -7,6 +7,7 @@ behind one lock; the snapshot is a copy."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -21,6 +22,7 @@ from .links import AgentLink
 from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
 
 HANGS = ("deadlock", "mismatch", "network-stall", "rendezvous-stall", "exited", "stall")
+STOPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
 
@@ -414,7 +416,8 @@ class Watcher(Source):
     def _first_failure(self, exited: list[_Rank]) -> Diagnosis | None:
         """Ranks exited and one failed: the first to go is the one to look at; the rest
         followed (torchrun stopped its siblings, Gloo peers lost their connections)."""
-        failed = [r for r in exited if r.exit_code not in (None, 0)]
+        # Stopped (SIGTERM, SIGINT, SIGHUP: Ctrl-C, the launcher, a scheduler) is not failed.
+        failed = [r for r in exited if r.exit_code not in (None, 0) and (r.exit_code & 0x7F) not in STOPPED]
         if not failed:
             return None
         order = sorted(exited, key=lambda r: (r.exit_t is None, r.exit_t or 0.0))

@@ -1,0 +1,64 @@
+"""Record what the nodes' agents really send during a lab run, for the watcher's replay tests.
+
+    python tests/unit/artifacts/agent/record.py LAB FAULT RANK [SECONDS]
+
+Starts examples/hang_train.py on the lab's 2 nodes x 2 ranks with `--fault FAULT --rank RANK`,
+watches it with a real Watcher (threshold 8 s), and writes every agent message with the time
+it arrived (seconds since the watch began) to FAULT.jsonl beside this file; the fault's own time
+is kept too. Large environments are cut to the variables the tests read."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[4]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "lab")]
+
+from hangjob import start_job  # noqa: E402
+
+from hangwatch.cli import _connect  # noqa: E402
+from hangwatch.watch import Watcher  # noqa: E402
+from preflight.lab import Lab  # noqa: E402
+
+KEEP = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "API_TOKEN"}
+
+
+class Recording(Watcher):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.began, self.records = time.monotonic(), []
+
+    def _message(self, node, msg):
+        if msg.get("type") == "rank":
+            msg = {**msg, "env": {k: v for k, v in msg["env"].items() if k in KEEP}}
+        self.records.append({"at": round(time.monotonic() - self.began, 3), "node": node, "msg": msg})
+        super()._message(node, msg)
+
+
+def main():
+    lab_name, fault, rank = sys.argv[1:4]
+    seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 25
+    lab = Lab.open(lab_name)
+    targets, nodes, _ = _connect(["master", "worker1"], str(lab.ssh_config), sys.executable)
+    watcher = Recording(targets, incident_dir="/tmp/hangwatch-record").start()
+    job = start_job(lab, "--steps", "500", "--fault", fault, "--rank", rank, "--at", "5", "--seconds", "20",
+                    port=29690)
+    try:
+        fault_at = job.fault_time() - time.time() + time.monotonic() - watcher.began
+        time.sleep(seconds)
+    finally:
+        job.stop()
+        watcher.close()
+        for node in nodes:
+            node.close()
+    out = Path(__file__).parent / f"{fault}.jsonl"
+    with out.open("w") as f:
+        f.write(json.dumps({"fault": fault, "rank": int(rank), "fault_at": round(fault_at, 3)}) + "\n")
+        for record in watcher.records:
+            f.write(json.dumps(record) + "\n")
+    print(f"{out}: {len(watcher.records)} messages; diagnosis: {watcher.diagnosis}")
+
+
+if __name__ == "__main__":
+    main()
