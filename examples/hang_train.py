@@ -28,6 +28,7 @@ def arguments():
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--step-time", type=float, default=0.05, help="compute per step, seconds")
+    p.add_argument("--flight", action="store_true", help="opt in to hangwatch's Flight Recorder fetch")
     return p.parse_args()
 
 
@@ -54,6 +55,8 @@ def train_step(model, optimizer, batch):
 
 def main():
     args = arguments()
+    if args.flight:
+        import hangwatch.flight  # noqa: F401  (before the process group: it sets TORCH_FR_BUFFER_SIZE)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     torch.manual_seed(0)

@@ -223,6 +223,41 @@ def _opaque(stack):
     return bool(frames) and (frames[0].get("short_filename") or "").startswith(OPAQUE)
 
 
+FLIGHT = "/tmp/hangwatch-fr"
+
+
+def flight(pid, wait=3.0):
+    """The rank's Flight Recorder, if its script imported hangwatch.flight: the last collective
+    it entered on each process group (sequence number and op), or None if it did not opt in."""
+    base = os.path.join(FLIGHT, str(pid))
+    if not os.path.exists(base + ".ready"):
+        return None
+    try:
+        open(base + ".request", "w").close()
+    except OSError as exc:
+        return {"error": f"cannot ask: {exc}"}
+    deadline = time.monotonic() + wait
+    while not os.path.exists(base + ".json"):
+        if time.monotonic() > deadline:
+            return {"error": f"no answer within {wait:.0f} s"}
+        time.sleep(0.05)
+    try:
+        with open(base + ".json") as f:
+            trace = json.load(f)
+        os.unlink(base + ".json")
+    except (OSError, ValueError) as exc:
+        return {"error": f"unreadable answer: {exc}"}
+    if "error" in trace:
+        return {"error": trace["error"]}
+    last = {}
+    for entry in trace.get("entries") or []:
+        group = (entry.get("process_group") or ["?", "?"])[-1]
+        if not entry.get("is_p2p"):
+            last[group] = {"group": group, "seq": entry.get("collective_seq_id"),
+                           "op": str(entry.get("profiling_name", "")).split(":")[-1], "state": entry.get("state")}
+    return {"groups": sorted(last.values(), key=lambda e: e["group"]), "entries": len(trace.get("entries") or [])}
+
+
 class Agent:
     def __init__(self, spec):
         self.spec = spec
@@ -263,8 +298,16 @@ class Agent:
                 t.start()
             for t in threads:
                 t.join()
+        flights = {}
+        if request_id is not None:      # asked for, in a stall: the Flight Recorder too, where opted in
+            threads = [threading.Thread(target=lambda p=p: flights.__setitem__(str(p), flight(p))) for p in pids]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         self.last_stacks = time.monotonic()
-        self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": out})
+        self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
+                   "flight": {p: f for p, f in flights.items() if f is not None}})
 
     def commands(self):
         for line in sys.stdin:

@@ -22,7 +22,9 @@ A snapshot, as JSON:
              "exit": "exit code 1"|"signal 9"|null,
              "last_line": str|null,            # last output line (launch mode)
              "step": int|null, "step_rate": float|null,   # from the output's "step N" lines
-             "stack": [{"function": str, "file": str, "line": int}] | null}],  # innermost first
+             "stack": [{"function": str, "file": str, "line": int}] | null,   # innermost first
+             "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null}],
+                                               # Flight Recorder, for ranks that opted in
   "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall|slow",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
@@ -71,6 +73,7 @@ class RankView:
     step: int | None = None
     step_rate: float | None = None
     stack: list[dict] | None = None
+    flight: dict | None = None
 
     @property
     def label(self) -> str:

@@ -329,6 +329,10 @@ class Watcher(Source):
                 else:
                     r.dump, r.dump_error = dump, None
                 self._classify(r)
+            for pid, record in (msg.get("flight") or {}).items():
+                r = self.ranks.get((node, int(pid)))
+                if r is not None:
+                    r.view.flight = record
             if msg.get("id") is not None:
                 self._asked.pop(node, None)
                 if not self._asked:
@@ -450,8 +454,25 @@ class Watcher(Source):
                 return
             if found.kind == "straggler":
                 found = replace(found, summary=found.summary + self._wait_share(states))
+            elif found.kind in ("deadlock", "mismatch", "network-stall"):
+                found = replace(found, summary=found.summary + self._flight_note())
             evidence = [f"{self._label(k)}: {s.describe()} ({'; '.join(s.evidence)})" for k, s in sorted(states.items())]
         self._report(found, waiting, evidence)
+
+    def _flight_note(self) -> str:
+        """From the Flight Recorder of ranks that opted in: where each one is in the sequence of
+        collectives ("ranks 0,2 at all_reduce #1235, rank 1 at all_reduce #1234")."""
+        at: dict[tuple, list[int]] = {}
+        for r in self.ranks.values():
+            groups = (r.view.flight or {}).get("groups") or []
+            main = next((g for g in groups if g["group"] == "default_pg"), groups[0] if groups else None)
+            if main is not None and r.view.rank is not None:
+                at.setdefault((main["seq"], main["op"]), []).append(r.view.rank)
+        if not at:
+            return ""
+        parts = [f"{'rank' if len(rs) == 1 else 'ranks'} {','.join(map(str, sorted(rs)))} at {op} #{seq}"
+                 for (seq, op), rs in sorted(at.items(), key=lambda kv: (-len(kv[1]), kv[0][0] or 0))]
+        return "; Flight Recorder: " + ", ".join(parts)
 
     def _wait_share(self, states: dict) -> str:
         """How much of the recent past the waiting ranks spent idle: the straggler's cost."""

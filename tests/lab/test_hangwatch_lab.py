@@ -142,3 +142,15 @@ def _agent_pid(watch, node):
 def _line(text: str) -> int:
     source = (Path(__file__).parents[2] / "examples" / "hang_train.py").read_text().splitlines()
     return next(i for i, l in enumerate(source, 1) if text in l)
+
+
+def test_with_the_flight_recorder_opted_in_the_deadlock_gives_each_ranks_collective_number(watched):
+    watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "2", "--at", "6", "--flight", port=29638)
+    job.fault_time()
+    diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [2], diagnosis
+    note = diagnosis["summary"].split("Flight Recorder: ")[1]
+    waiting, left = note.split(", rank 2 at ")
+    assert waiting.startswith("ranks 0,1,3 at all_reduce #")
+    # The rank that left is one collective behind the ranks waiting for it.
+    assert int(left.split("#")[1]) == int(waiting.split("#")[1]) - 1, note
