@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set a variable for the training on every node (repeatable; wins over preflight's)")
     launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
+    launch.add_argument("--stop-on-hang", action="store_true",
+                        help="stop every node when hangwatch names a hang (its bundle is written first)")
     launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
     return p
 
@@ -92,7 +94,8 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
     """The launch's own input, checked before any node is contacted: (command, env), or None."""
     if not args.launch:
         used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
-                                         ("--tui", args.tui)) if value]
+                                         ("--tui", args.tui),
+                                         ("--stop-on-hang", args.stop_on_hang)) if value]
         if used:
             raise UsageError(f"{used[0]} goes with --launch")
         return None

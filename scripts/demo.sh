@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the lab: bring up two "machines", preflight them, train a step across them
 # over SSH with torchrun and Gloo, then break them the way the seeds did and let preflight say
-# what is wrong and how to fix it. Tears everything down at the end, whatever happens.
+# what is wrong and how to fix it; then launch a 2-node x 2-rank training from the master whose
+# rank 3 leaves the loop early (seed 001), and let hangwatch name it. Tears everything down at
+# the end, whatever happens.
 set -euo pipefail
 PY=${1:-python3}
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
@@ -43,3 +45,9 @@ cli lab fault clear
 cli lab fault add vpn-ipv6@worker1
 step 10
 cli lab fault clear
+
+echo; echo "== launch from the master: preflight, then 4 ranks on 2 nodes; rank 3 leaves the loop at step 5 =="
+echo "== (seed 001). hangwatch names it; --stop-on-hang then stops every node =="
+cli master worker1 --no-probes --nproc-per-node 2 --launch --stop-on-hang --log-dir "$(mktemp -d)/run" \
+  -- examples/hang_train.py --steps 300 --fault leave --rank 3 --at 5 2>&1 \
+  | grep -v -e "^\[.*\] \(W\|E\|I\)[0-9]\{4\} " -e "socket.cpp" -e NumPy -e _conversion_method || true

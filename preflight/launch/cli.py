@@ -88,7 +88,8 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
             sys.stdout.flush()
 
     launch.on_line.append(show)
-    watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"])
+    watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"],
+                    stop_on_hang=args.stop_on_hang)
     caught: list[int] = []
 
     def on_signal(signum, frame):
@@ -132,13 +133,17 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
     return result.exit_code
 
 
-def watch(cluster, launch: Launch, log_dir: Path, quiet):
+def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = False):
     """hangwatch on every node the run started on, over the same connections; what it names is
     said here (and kept in the log folder's incidents/)."""
     from hangwatch.watch import Watcher, WatchTarget
 
     targets = [WatchTarget(cluster.targets[i].name, cluster.nodes[i].python, getattr(cluster.nodes[i], "connection", None))
                for i in cluster.usable()]
+
+    def on_hang(path: str) -> None:
+        if stop_on_hang:
+            launch.stop(f"hangwatch named a hang (--stop-on-hang); bundle {path}")
 
     def on_event(event) -> None:
         if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
@@ -147,7 +152,8 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet):
             return
         say(f"hangwatch: {event.text}")
 
-    return Watcher(targets, on_event=on_event, incident_dir=str(log_dir / "incidents"), launched=True)
+    return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
+                   launched=True)
 
 
 def _wait_for_stop(launch: Launch):

@@ -218,3 +218,18 @@ def test_the_python_api_streams_lines_and_stops_on_request(clean_lab, tmp_path):
     assert [r.outcome() for r in result.ranks] == ["signal 15 (SIGTERM), stopped by ddp-preflight"] * 4
     assert {line.rank for line in seen} >= {0, 1, 2, 3} and result.port_free is True
     assert_nothing_left(clean_lab, before)
+
+
+def test_hangwatch_runs_on_every_node_and_stop_on_hang_ends_a_deadlocked_run(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    hang = REPO / "examples" / "hang_train.py"
+    argv = command(clean_lab, tmp_path, "--no-probes", "--stop-on-hang")
+    argv = argv[:argv.index("--") + 1] + [str(hang), "--steps", "500", "--fault", "leave", "--rank", "2", "--at", "5"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "hangwatch: DEADLOCK: rank 2 left the loop: idle at hang_train.py:" in done.stderr, done.stderr[-3000:]
+    assert "training stopped (hangwatch named a hang (--stop-on-hang)" in done.stderr
+    bundles = list((tmp_path / "run" / "incidents").glob("incident-*-deadlock"))
+    assert len(bundles) == 1 and (bundles[0] / "report.txt").is_file()
+    assert_nothing_left(clean_lab, before)
