@@ -5,6 +5,7 @@ decides, never the CPU alone."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 # torch.distributed's Python entry points, by the name users know them by.
@@ -30,6 +31,7 @@ SAVING_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/", "safe
 # that share cores, or wait on a disk, work at a fraction of a core; a rank blocked in a
 # collective or asleep sits near 0. A rank that does anything is never a deadlock's culprit.
 BUSY_CPU = 5.0
+STDLIB = re.compile(r"/lib/python3\.\d+/")       # the standard library's folder (site-packages aside)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Frame:
     function: str
     file: str          # as py-spy's short_filename: relative to site-packages where it can
     line: int
+    path: str = ""     # the full file name, which says whether it is installed code
 
     @property
     def where(self) -> str:
@@ -49,8 +52,10 @@ class Frame:
 
     @property
     def in_library(self) -> bool:
+        """Installed code (torch, other packages, the standard library), not the training's own."""
+        path = self.path or self.file
         return (self.native or self.file.startswith(("torch/", "threading.py", "multiprocessing/", "<frozen"))
-                or "site-packages" in self.file)
+                or "-packages/" in path or bool(STDLIB.search(path)))
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,8 @@ def frames_of(dump: list[dict]) -> list[Frame]:
     main = next((t for t in dump if t.get("thread_name") == "MainThread"), dump[0] if dump else None)
     if main is None:
         return []
-    return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"]) for f in main["frames"]]
+    return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"], f.get("filename") or "")
+            for f in main["frames"]]
 
 
 def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | None = None,

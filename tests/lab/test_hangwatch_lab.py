@@ -48,7 +48,9 @@ def _cmdline(pid: int) -> str:
 
 
 def test_a_rank_that_leaves_the_loop_is_named_with_its_line_within_the_threshold(watched, tmp_path):
-    watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "3", "--at", "5", port=29631)
+    called = tmp_path / "on-hang.txt"
+    watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "3", "--at", "5", port=29631,
+                         watch_args=("--on-hang", f"echo >> {called}"))
     left_at = job.fault_time()
     event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
     latency = event["time"] - left_at
@@ -71,6 +73,12 @@ def test_a_rank_that_leaves_the_loop_is_named_with_its_line_within_the_threshold
     assert set(document["nodes"]) == {"master", "worker1"} and document["nodes"]["worker1"]["torch"].startswith("2.")
     report = (bundle / "report.txt").read_text()
     assert "DEADLOCK" in report and "c10d::Reducer::finalize_backward" in report and "GLOO_SOCKET_IFNAME=eth0" in report
+    # --on-hang ran the user's command with the bundle's path.
+    for _ in range(50):
+        if called.exists() and called.read_text().strip():
+            break
+        time.sleep(0.1)
+    assert called.read_text().strip() == str(bundle)
 
 
 def test_ranks_in_different_collectives_are_a_mismatch_naming_the_odd_rank(watched):

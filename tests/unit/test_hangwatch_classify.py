@@ -54,3 +54,13 @@ def test_all_ranks_in_one_collective_is_a_network_stall():
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
     found = diagnose({0: waiting, 1: waiting})
     assert found.kind == "network-stall" and "all_reduce" in found.summary
+
+
+def test_a_rank_in_torch_compile_is_compiling_at_its_own_line_not_a_library_line():
+    state = classify(dump("compiling_torch_compile.json"), cpu_percent=97.0)
+    assert state.state == "compiling"
+    # The innermost frames are jinja2's and the standard library's: installed code, not the training's.
+    assert state.frame.where == "comp.py:4"
+    ranks = {0: state, 1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0)}
+    found = diagnose(ranks)
+    assert found.kind == "straggler" and found.guilty == (0,) and "compiling at comp.py:4" in found.summary
