@@ -241,6 +241,9 @@ class Watcher(Source):
                             world_size=info.get("world_size"))
             self.ranks[(node, info["pid"])] = _Rank(view, info.get("start", 0), info=info)
             self.nodes[node].ranks = sum(1 for r in self.ranks.values() if r.view.node == node)
+            env = info.get("env") or {}
+            self.nodes[node].interface = env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME") \
+                or self.nodes[node].interface
         if not info.get("env_readable", True):
             self._notice(f"{node}: cannot read pid {info['pid']}'s environment (another user's process), so "
                          "its rank is unknown; fix: run hangwatch as the user who runs the training, or as root")

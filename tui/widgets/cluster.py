@@ -30,11 +30,11 @@ def render_cluster(snapshot: Snapshot) -> Text:
     text = Text()
     if run:
         text.append(run.get("backend") or "?", "bold")
-        text.append(f" · master {run.get('master') or '?'} · {len(snapshot.ranks)} ranks on {len(nodes)} nodes")
+        text.append(f" · master {run.get('master') or '?'} · {_count(len(snapshot.ranks), 'rank')} on {_count(len(nodes), 'node')}")
         text.append(" · launched" if run.get("launched") else " · attached")
     else:
         text.append("attached", "bold")
-        text.append(f" · {len(snapshot.ranks)} ranks on {len(nodes)} nodes")
+        text.append(f" · {_count(len(snapshot.ranks), 'rank')} on {_count(len(nodes), 'node')}")
     text.append(f" · stall {snapshot.threshold:g}s\n")
     # Nodes being watched as expected are grouped by interface and size, so eight of them fit
     # an 80-column line; a node in trouble gets its own entry with the reason.
@@ -55,3 +55,7 @@ def render_cluster(snapshot: Snapshot) -> Text:
             text.append(" │ ", "dim")
         text.append(part, style)
     return text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
