@@ -262,8 +262,10 @@ class Watcher(Source):
                     continue
                 v = r.view
                 v.wchan = s.get("wchan")
-                if s.get("exit") is not None:
-                    self._exited(r, s["exit"], msg.get("t"))
+                if s.get("exit") is not None:       # caught as a zombie, before its exit notice
+                    if v.state != "exited":
+                        self._exited(r, s["exit"], msg.get("t"))
+                        gone.append(v)
                     continue
                 if "cpu" not in s:
                     continue
@@ -286,7 +288,7 @@ class Watcher(Source):
                     self._exited(r, None, msg.get("t"))
                     gone.append(r.view)
         for v in gone:
-            self._emit("rank-gone", f"{node}: {v.label} exited", node=node, pid=v.pid, rank=v.rank)
+            self._emit("rank-gone", f"{node}: {v.label} {v.exit}", node=node, pid=v.pid, rank=v.rank, exit=v.exit)
 
     def _exited(self, r: _Rank, code: int | None, at: float | None) -> None:
         v = r.view
@@ -443,6 +445,10 @@ class Watcher(Source):
 
     def _diagnose(self, waiting: float) -> None:
         with self.lock:
+            now = self.clock()
+            if any(r.view.state == "exited" and r.exit_code is not None and (r.exit_code & 0x7F) in STOPPED
+                   and r.gone_at is not None and now - r.gone_at < 2 * self.threshold for r in self.ranks.values()):
+                return      # someone is stopping the run (Ctrl-C, the launcher): not a hang to name
             states = {}
             for r in self.ranks.values():
                 key = r.view.rank if r.view.rank is not None else -r.view.pid

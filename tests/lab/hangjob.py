@@ -29,7 +29,7 @@ class Job:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for _, line in list(self.lines):
-                m = re.match(r"FAULT \S+ rank \d+ step \d+ at ([\d.]+)", line)
+                m = re.search(r"FAULT \S+ rank \d+ step \d+ at ([\d.]+)", line)   # ranks share a pipe: lines can merge
                 if m:
                     return float(m.group(1))
             time.sleep(0.1)

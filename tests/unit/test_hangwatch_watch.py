@@ -73,3 +73,20 @@ def test_the_stall_plan():
     assert stall.plan(8.0, 8.0, False, 3.0, None) == stall.Plan(True, False)           # a rank went idle since
     assert stall.plan(30.0, 8.0, True, 11.0, None) == stall.Plan(True, True)           # a long stall: look again
     assert stall.plan(9.0, 8.0, False, 3.0, 20.0) == stall.Plan(True, False)           # a lost answer: ask again
+
+
+def test_a_rank_caught_as_a_zombie_is_reported_gone_once_with_its_signal(tmp_path):
+    # The message order a busy node produced (seen in bench/hangwatch_detection.py): a sample
+    # catches the zombie before the pidfd notice comes.
+    events, now = [], [0.0]
+    watcher = Watcher([WatchTarget("master", "python")], clock=lambda: now[0], on_event=events.append,
+                      incident_dir=str(tmp_path))
+    for msg in ({"type": "rank", "pid": 111, "rank": 0, "local_rank": 0, "world_size": 1, "env": {}},
+                {"type": "sample", "t": 1.0, "ranks": [{"pid": 111, "cpu": 50.0}], "gone": []},
+                {"type": "sample", "t": 2.0, "ranks": [{"pid": 111, "state": "Z", "exit": 15}], "gone": []},
+                {"type": "exit", "pid": 111, "t": 2.1, "code": 15},
+                {"type": "sample", "t": 3.0, "ranks": [], "gone": [111]}):
+        now[0] += 1
+        watcher._message("master", msg)
+    gone = [e for e in events if e.kind == "rank-gone"]
+    assert len(gone) == 1 and gone[0].data["exit"] == "signal 15", [e.text for e in events]
