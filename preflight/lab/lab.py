@@ -59,8 +59,8 @@ class Lab:
     def open(cls, name: str = DEFAULT_LAB_NAME) -> Lab:
         state = LabState.load(check_lab_name(name))
         if state is None or not state.ready:
-            raise LabError(f"no lab named {name!r} is up: run 'ddp-preflight lab up'"
-                           + (f" --name {name}" if name != DEFAULT_LAB_NAME else ""))
+            raise LabError(f"no lab named {name!r} is up: run 'ddp-preflight lab up"
+                           + (f" --name {name}" if name != DEFAULT_LAB_NAME else "") + "'")
         return cls(state)
 
     @property
