@@ -23,6 +23,8 @@ from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
 
 HANGS = ("deadlock", "mismatch", "network-stall", "rendezvous-stall", "exited", "stall")
 STOPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PEER_LOSS = (1 << 8, signal.SIGABRT)     # how a rank that lost its Gloo peer ends (wait status)
+PEER_LOSS_WINDOW = 1.0    # seconds: exits this close to the first failure may be its echo
 EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
 
@@ -430,13 +432,19 @@ class Watcher(Source):
         if not failed:
             return None
         order = sorted(exited, key=lambda r: (r.exit_t is None, r.exit_t or 0.0))
-        first = min(failed, key=lambda r: (r.exit_t is None, r.exit_t or 0.0))
-        if order[0].exit_t is not None and first.exit_t is not None and order[0].exit_t < first.exit_t:
-            first = order[0]
+        # The first that failed. Ranks that lose a Gloo peer raise (exit code 1) or abort
+        # (SIGABRT: "terminate called without an active exception"), sometimes before the rank
+        # that left has finished exiting; so among failures within a second of the first, one
+        # with its own code or signal (sys.exit(3), SIGKILL, SIGSEGV) is the one to look at.
+        failed.sort(key=lambda r: (r.exit_t is None, r.exit_t or 0.0))
+        soon = [r for r in failed if r.exit_t is not None and failed[0].exit_t is not None
+                and r.exit_t - failed[0].exit_t < PEER_LOSS_WINDOW]
+        first = next((r for r in soon if r.exit_code not in PEER_LOSS), failed[0])
         then = [f"{r.view.label} ({r.view.exit}, {r.exit_t - first.exit_t:+.2f} s)" for r in order
                 if r is not first and r.exit_t is not None and first.exit_t is not None]
         live = [r.view.label for r in self.ranks.values() if r.view.state != "exited"]
-        summary = (f"{first.view.label} on {first.view.node} exited first ({first.view.exit})"
+        how = "exited first" if first is order[0] else "failed on its own"
+        summary = (f"{first.view.label} on {first.view.node} {how} ({first.view.exit})"
                    + (f"; then {', '.join(then)}" if then else "")
                    + (f"; still running: {', '.join(live)}" if live else ""))
         return Diagnosis("exited", summary, (first.view.rank,) if first.view.rank is not None else (),
