@@ -51,9 +51,14 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
         others = {r: s for r, s in ranks.items() if r not in waiting}
         ops = {s.op for s in waiting.values()}
         if others:
-            where = "; ".join(f"rank {r} left the loop: {s.describe()}" for r, s in sorted(others.items()))
+            # Ranks we cannot see (no stack, node lost) are named only if no seen rank explains it.
+            seen = {r: s for r, s in others.items() if s.state != "unknown"} or others
+            unseen = sorted(set(others) - set(seen))
+            where = "; ".join(f"rank {r} left the loop: {s.describe()}" for r, s in sorted(seen.items()))
+            if unseen:
+                where += f"; {_who(unseen)} unknown ({others[unseen[0]].evidence[0]})"
             return Diagnosis("deadlock", f"{where}; {_wait(waiting)} in {_ops(waiting)}",
-                             tuple(sorted(others)), LIKELY_DEADLOCK)
+                             tuple(sorted(seen)), LIKELY_DEADLOCK)
         if len(ops) > 1:
             # The odd ones out: the ranks in the collective fewest ranks are in.
             by_op = {op: sorted(r for r, s in waiting.items() if s.op == op) for op in ops}

@@ -353,6 +353,10 @@ class Watcher(Source):
         v = r.view
         if v.state == "exited":
             return RankState("exited", evidence=(v.exit or "exited",))
+        if self.nodes[v.node].status in ("lost", "error"):
+            # Its stack and CPU are from before the node was lost: they say nothing now.
+            v.state, v.op, v.frame, v.function = "unknown", None, None, None
+            return RankState("unknown", evidence=(f"not watched: {v.node}'s agent is gone",))
         state = classify(r.dump, v.cpu, v.wchan)
         if state.state in ("collective", "rendezvous", "idle") and r.idle_since is None and \
                 r.busy_at is not None and r.stack_at is not None and r.busy_at > r.stack_at:

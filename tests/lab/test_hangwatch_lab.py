@@ -141,8 +141,10 @@ def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
     lost = watch.wait_for("node", 10, lambda e: "worker1" in e["text"] and "stopped" in e["text"])
     assert "the other nodes are still watched" in lost["text"]
     diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 25)["snapshot"]["diagnosis"]
-    # The master's ranks are still classified: rank 0 left the loop, rank 1 waits.
-    assert 0 in diagnosis["guilty"], diagnosis
+    # The master's ranks are still classified: rank 0 left the loop, rank 1 waits; worker1's
+    # ranks are unknown (its agent is gone), and not blamed.
+    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [0], diagnosis["summary"]
+    assert "ranks 2,3 unknown (not watched: worker1's agent is gone)" in diagnosis["summary"]
     states = {r["rank"]: (r["node"], r["state"]) for r in watch.of("diagnosis")[0]["snapshot"]["ranks"]}
     assert states[0] == ("master", "idle") and states[1] == ("master", "collective")
 

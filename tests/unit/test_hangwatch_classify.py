@@ -64,3 +64,12 @@ def test_a_rank_in_torch_compile_is_compiling_at_its_own_line_not_a_library_line
     ranks = {0: state, 1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0)}
     found = diagnose(ranks)
     assert found.kind == "straggler" and found.guilty == (0,) and "compiling at comp.py:4" in found.summary
+
+
+def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop():
+    ranks = {0: classify(dump("deadlock_rank1_left_loop.json"), 0.0),
+             1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0),
+             2: classify(None, None)}
+    found = diagnose(ranks)
+    assert found.kind == "deadlock" and found.guilty == (0,)
+    assert "rank 2 unknown (no stack" in found.summary
