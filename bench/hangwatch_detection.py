@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from hangwatch.stall import DEFAULT_THRESHOLD  # noqa: E402
 from preflight.lab import Lab  # noqa: E402
-from tests.lab.hangjob import SCRIPT, Watch, hangwatch, start_job  # noqa: E402
+from tests.lab.hangjob import SCRIPT, Watch, hangwatch, start_job, wait_until  # noqa: E402
 
 # (guilty rank, step it leaves at) for each run: every rank, twice in a row for some.
 RUNS = [(3, 5), (3, 9), (0, 6), (1, 12), (1, 4), (2, 8), (2, 15), (0, 10), (3, 7), (1, 11)]
@@ -35,16 +35,6 @@ LIMIT = DEFAULT_THRESHOLD + 2
 def sleep_line() -> int:
     """Where the guilty rank sleeps: read when each job starts, as the script may be edited meanwhile."""
     return next(i for i, l in enumerate(SCRIPT.read_text().splitlines(), 1) if "time.sleep(3600)" in l)
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 def one_run(lab: Lab, watch: Watch, index: int, rank: int, step: int) -> dict:

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from preflight.lab import Lab  # noqa: E402
-from tests.lab.hangjob import NODES, SCRIPT, Job, Watch, hangwatch  # noqa: E402
+from tests.lab.hangjob import NODES, SCRIPT, Job, Watch, hangwatch, wait_until  # noqa: E402
 
 PAIRS = 4                  # blocks: without, with, with, without, ... (2 * PAIRS blocks)
 BLOCK = 20.0               # seconds measured per block
@@ -101,16 +101,6 @@ def rate(steps: list[tuple[float, int]], start: float, end: float) -> float:
     if len(inside) < 2:
         return 0.0
     return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 def watched_block(lab: Lab, steps, incidents: str) -> dict:

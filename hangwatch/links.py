@@ -52,7 +52,7 @@ class AgentLink:
             except Exception:
                 pass
 
-    def _lines(self, chunks) -> None:
+    def _lines(self, chunks, last_words=lambda: None) -> None:
         """Feed messages from an iterator of byte chunks; report how it ended."""
         partial, why = b"", None
         try:
@@ -68,7 +68,7 @@ class AgentLink:
                         self.on_message(self.node, message)
         except Exception as exc:          # a dropped connection is this node's news, not a crash
             why = f"the connection dropped: {exc}"
-        self.on_closed(self.node, why)
+        self.on_closed(self.node, why or last_words())
 
     def start_ssh(self, connection, python: str, spec: dict) -> None:
         command = " ".join(shlex.quote(a) for a in agent_argv(python, spec))
@@ -83,14 +83,18 @@ class AgentLink:
                 if not data:
                     break
                 yield data
-            while channel.recv_stderr_ready():
-                errors.append(channel.recv_stderr(65536))
+
+        def last_words() -> str | None:
+            """The agent's last stderr line: why it ended, if it crashed."""
+            lines = b"".join(errors).decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else None
 
         def pump():
-            self._lines(chunks())
+            self._lines(chunks(), last_words)
 
         def drain_stderr():
-            while not channel.closed:
+            # Read, so the channel's window never fills; keep the tail for last_words.
+            while True:
                 data = channel.recv_stderr(65536)
                 if not data:
                     break
@@ -98,7 +102,6 @@ class AgentLink:
                 if sum(map(len, errors)) > 65536:
                     del errors[0]
 
-        self.stderr = errors
         threading.Thread(target=drain_stderr, daemon=True).start()
         threading.Thread(target=pump, daemon=True).start()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import stall
-from .classify import BUSY_CPU, RankState, classify
+from .classify import BUSY_CPU, RankState, classify, frames_of
 from .diagnose import Diagnosis, diagnose
 from .links import AgentLink
 from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
@@ -64,14 +64,13 @@ class Watcher(Source):
     def __init__(self, targets: list[WatchTarget], *, threshold: float = stall.DEFAULT_THRESHOLD,
                  interval: float = 1.0, native: bool = False, py_spy: str | None = None,
                  on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
-                 run: dict | None = None, launched: bool = False, incident_dir: str = "hangwatch-incidents",
+                 incident_dir: str = "hangwatch-incidents",
                  clock: Callable[[], float] = time.monotonic):
         self.clock = clock           # monotonic seconds; tests replaying recorded agent lines drive it
         self.targets, self.threshold, self.interval = list(targets), threshold, interval
         self.native, self.py_spy = native, py_spy
         self.on_event, self.on_hang = on_event or (lambda e: None), on_hang
-        self.run_info, self.launched, self.incident_dir = run, launched, incident_dir
-        self.preflight: dict | None = None
+        self.incident_dir = incident_dir
         self.lock = threading.RLock()
         self.nodes = {t.name: NodeView(t.name) for t in targets}
         self.hello: dict[str, dict] = {}
@@ -86,7 +85,6 @@ class Watcher(Source):
         self._exit_check_at: float | None = None     # look at the exits once they have settled
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-        self.lines: dict[tuple[str, int], str] = {}  # (node, rank) -> last output line, from the launcher
 
     # --- life -----------------------------------------------------------------------------
     def start(self) -> Watcher:
@@ -118,13 +116,12 @@ class Watcher(Source):
     # --- Source -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         with self.lock:
-            return Snapshot(time=time.time(), threshold=self.threshold, run=self.run_info,
+            return Snapshot(time=time.time(), threshold=self.threshold,
                             nodes=[replace(n) for n in self.nodes.values()],
                             ranks=sorted((replace(r.view, history=list(r.view.history)) for r in self.ranks.values()),
                                          key=lambda v: (v.rank is None, v.rank if v.rank is not None else 0, v.node, v.pid)),
                             diagnosis=replace(self.diagnosis) if self.diagnosis else None,
-                            incidents=list(self.incidents), messages=list(self.messages[-20:]),
-                            preflight=self.preflight)
+                            incidents=list(self.incidents), messages=list(self.messages[-20:]))
 
     def dump_stacks(self) -> None:
         self._ask_stacks()
@@ -145,16 +142,6 @@ class Watcher(Source):
                     "ranks": {f"{n}:{p}": {"argv": r.info.get("argv"), "env": r.info.get("env"),
                                            "master": r.info.get("master")}
                               for (n, p), r in self.ranks.items()}}
-
-    def note_line(self, node: str, rank: int | None, text: str, step: int | None = None,
-                  step_rate: float | None = None) -> None:
-        """The launcher's output, for the ranks table."""
-        with self.lock:
-            for r in self.ranks.values():
-                if r.view.node == node and r.view.rank == rank:
-                    r.view.last_line = text[-200:]
-                    if step is not None:
-                        r.view.step, r.view.step_rate = step, step_rate
 
     # --- messages from agents ----------------------------------------------------------------
     def _emit(self, kind: str, text: str, snapshot: bool = False, **data) -> None:
@@ -312,13 +299,6 @@ class Watcher(Source):
             self._emit("rank-gone", f"{node}: {r.view.label} {r.view.exit}", node=node, pid=r.view.pid,
                        rank=r.view.rank, exit=r.view.exit)
 
-    def note_exit(self, node: str, rank: int, text: str) -> None:
-        """The launcher knows exit codes the agent cannot see (torchrun reaps its ranks)."""
-        with self.lock:
-            for r in self.ranks.values():
-                if r.view.node == node and r.view.rank == rank:
-                    r.view.exit, r.view.state = text, "exited"
-
     def _stacks(self, node: str, msg: dict) -> None:
         permission = []
         with self.lock:
@@ -368,7 +348,7 @@ class Watcher(Source):
         v.state, v.op = state.state, state.op
         v.frame = state.frame.where if state.frame else None
         v.function = state.frame.function if state.frame else None
-        v.stack = [{"function": f.function, "file": f.file, "line": f.line} for f in _frames(r.dump)] if r.dump else None
+        v.stack = [{"function": f.function, "file": f.file, "line": f.line} for f in frames_of(r.dump)] if r.dump else None
         return state
 
     # --- stall logic ---------------------------------------------------------------------------
@@ -558,7 +538,3 @@ def _exit_text(status: int | None) -> str:
         return f"signal {status & 0x7F}"
     return f"exit code {status >> 8}"
 
-
-def _frames(dump):
-    from .classify import frames_of
-    return frames_of(dump) if dump else []

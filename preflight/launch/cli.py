@@ -152,8 +152,7 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
             return
         say(f"hangwatch: {event.text}")
 
-    return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
-                   launched=True)
+    return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"))
 
 
 def _wait_for_stop(launch: Launch):

@@ -18,6 +18,17 @@ SCRIPT = Path(__file__).parents[2] / "examples" / "hang_train.py"
 NODES = ("master", "worker1")
 
 
+def wait_until(predicate, timeout: float, what: str):
+    """predicate()'s first true value within `timeout` seconds, or TimeoutError(what)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
 @dataclass
 class Job:
     lab: object
