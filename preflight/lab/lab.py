@@ -327,10 +327,17 @@ def _undo(state: LabState, record: dict, problems: list[str]) -> None:
             elif path.exists():
                 path.unlink()
         elif kind == "dir_if_empty":
+            # A system folder the labs share (/run/sshd: every lab's sshd needs it at each new
+            # connection). While another lab is up it stays, and that lab inherits removing it.
+            others = [lab for lab in all_labs() if lab.name != state.name]
+            if others:
+                others[0].undo.insert(0, record)
+                others[0].save()
+                return
             try:
                 Path(record["path"]).rmdir()
             except (FileNotFoundError, OSError):
-                pass   # another lab (or the system) still uses it
+                pass   # the system (or something else) still uses it
         elif kind == "process":
             if is_same_process(record["pid"], record["start"]):
                 terminate([record["pid"]])

@@ -165,3 +165,32 @@ def test_sixteen_nodes_come_up_and_every_sshd_answers():
         assert lab.node("master").ipv4 in done.stdout and lab.node("worker15").ipv4 in done.stdout
     finally:
         Lab.down(name)
+
+
+def test_one_labs_down_leaves_the_folders_other_labs_share(lab):
+    """/run/sshd is the first lab's to create and every lab's sshd needs it at each connection:
+    the first lab's `down` leaves it while another lab is up, and hands its removal over."""
+    from preflight.lab import sshd
+    from preflight.lab.state import LabState
+
+    name = "f" + secrets.token_hex(3)
+    first, _ = Lab.up(name, nodes=2)
+    try:
+        state = LabState.load(name)
+        shared = {"kind": "dir_if_empty", "path": str(sshd.PRIVSEP_DIR)}
+        if shared not in state.undo:
+            # It existed before this lab (the session's lab made it): record it as this lab's,
+            # as it is when this lab is the first.
+            state.undo.insert(1, shared)
+            state.save()
+    finally:
+        report = Lab.down(name)
+    try:
+        assert report is not None and not report.problems
+        assert sshd.PRIVSEP_DIR.is_dir()
+        done = subprocess.run(["ssh", "-F", str(lab.ssh_config), "worker1", "true"],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert shared in LabState.load(lab.state.name).undo     # the lab still up removes it last
+    finally:
+        sshd.PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)   # never leave the session's lab broken

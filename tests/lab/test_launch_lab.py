@@ -36,12 +36,18 @@ def counts(lab) -> dict:
     return {node: len(lab.processes(node)) for node in NODES}
 
 
-def assert_nothing_left(lab, before: dict, timeout: float = 10) -> None:
-    """No process of the run on any node (the same count as before it), and the port is free."""
+def settled_counts(lab, before: dict, timeout: float = 10) -> dict:
+    """The processes on each node once those that are exiting have gone (an ssh session's
+    process ends a moment after its connection closes)."""
     deadline = time.monotonic() + timeout
     while counts(lab) != before and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert counts(lab) == before, {n: lab.processes(n) for n in NODES}
+    return counts(lab)
+
+
+def assert_nothing_left(lab, before: dict, timeout: float = 10) -> None:
+    """No process of the run on any node (the same count as before it), and the port is free."""
+    assert settled_counts(lab, before, timeout) == before, {n: lab.processes(n) for n in NODES}
     bind = lab.exec("master", [sys.executable, "-c", PORT_CHECK])
     assert bind.returncode == 0, f"port 29500 is still held on master: {bind.stderr[-500:]}"
 
@@ -142,7 +148,7 @@ def test_a_failed_check_refuses_the_launch_and_force_launches_anyway(clean_lab, 
     assert refused.returncode == 1
     assert "not launching: master-port on master failed: port 29500 on master is held by PID" in refused.stderr
     assert "--force" in refused.stderr and not (tmp_path / "run").exists()
-    assert counts(clean_lab) == before
+    assert settled_counts(clean_lab, before) == before
 
     forced = launch(clean_lab, tmp_path, "--no-probes", "--force")
     assert forced.returncode == 1
