@@ -58,8 +58,7 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str):
     """Open each node's SSH connection in parallel; a node that fails is reported, not fatal."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from preflight.remote.errors import NodeError
-    from preflight.remote.run import SshNode
+    from transport import NodeError, SshNode
 
     from .watch import WatchTarget
 

@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
     launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
+    launch.add_argument("--node-lease", type=float, metavar="SECONDS",
+                        help="a node that hears nothing from this machine for this long stops its part of the run "
+                             "(the link is down, or this machine is gone; default 60)")
     return p
 
 
@@ -94,12 +97,15 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
     """The launch's own input, checked before any node is contacted: (command, env), or None."""
     if not args.launch:
         used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
-                                         ("--tui", args.tui),
+                                         ("--tui", args.tui), ("--node-lease", args.node_lease is not None),
                                          ("--stop-on-hang", args.stop_on_hang)) if value]
         if used:
             raise UsageError(f"{used[0]} goes with --launch")
         return None
     from .launch import PlanError, parse_command, parse_env
+    if args.node_lease is not None and not 5 <= args.node_lease <= 86400:
+        raise UsageError(f"--node-lease {args.node_lease:g}: give 5 to 86400 seconds (a node must outlast a "
+                         "few missed heartbeats, one a second)")
     try:
         return parse_command(launch_args), parse_env(args.env)
     except PlanError as exc:

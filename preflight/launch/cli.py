@@ -76,7 +76,7 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
         env = " ".join(f"{k}={v}" for k, v in node.env.items()) or "no extra environment"
         say(f"  {node.node}: node rank {node.node_rank}, ranks {node.ranks[0]}-{node.ranks[-1]}, {env}")
 
-    launch = Launch(cluster, plan, log_dir)
+    launch = Launch(cluster, plan, log_dir, **({"lease": args.node_lease} if args.node_lease else {}))
     out = threading.Lock()
     dashboard = {"on": bool(args.tui)}     # while it is up, lines go to the logs and the dashboard only
 

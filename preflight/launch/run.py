@@ -4,11 +4,11 @@ and stop everything together.
 Each node runs torchrun under the job supervisor, in its own process group, bounded by the SSH
 channel: stopping a node closes the channel's stdin and the supervisor ends the whole group
 (SIGTERM, then SIGKILL after a grace). If this process dies, the connections drop, and the
-supervisors do the same: nothing of the run outlives it on any node."""
+supervisors do the same; if a node stops hearing from it (a link down), that node stops its part
+once the lease runs out: nothing of the run outlives it on any node."""
 
 from __future__ import annotations
 
-import base64
 import collections
 import json
 import threading
@@ -16,19 +16,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..probes import supervisor
-from . import node_runner
+from node import protocol
+
 from .outcome import LaunchResult, NodeState, RankState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
 
-RUNNER = Path(node_runner.__file__).read_text()
 NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
+DEFAULT_LEASE = 60.0             # seconds a node keeps training without hearing from the master
 TAIL = 500                       # lines kept per rank (and per node) for the dashboard's log view
-PORT_CHECK = ("import socket, sys\n"
-              "s = socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n"
-              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-              "s.bind((sys.argv[1], int(sys.argv[2])))\n")
 
 
 class Launch:
@@ -39,8 +35,9 @@ class Launch:
     The state is plain data, readable at any time: `plan`, `ranks` (global rank -> RankState:
     pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`."""
 
-    def __init__(self, cluster, plan: Plan, log_dir: str | Path | None = None, *, check_port: bool = True):
-        self.cluster, self.plan = cluster, plan
+    def __init__(self, cluster, plan: Plan, log_dir: str | Path | None = None, *, check_port: bool = True,
+                 lease: float = DEFAULT_LEASE):
+        self.cluster, self.plan, self.lease = cluster, plan, lease
         self.log_dir = Path(log_dir) if log_dir else None
         self.check_port = check_port
         self.on_line: list[Callable[[Line], None]] = []
@@ -73,11 +70,11 @@ class Launch:
                     self.nodes[node.node].status = "not started"
                     self._ended(node, None)
                     continue
-                spec = base64.b64encode(json.dumps({"cwd": node.cwd, "module": self.plan.command.module,
-                                                    "torchrun": list(node.torchrun)}).encode()).decode()
+                spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
+                        "torchrun": list(node.torchrun)}
                 try:
-                    job = self.cluster.start(index, [node.python, "-u", "-c", RUNNER, spec], env=dict(node.env),
-                                             timeout=NO_LIMIT, on_line=lambda raw, n=node: self._line(n, raw))
+                    job = self.cluster.job(index, spec, env=dict(node.env), timeout=NO_LIMIT, lease=self.lease,
+                                           on_line=lambda raw, n=node: self._line(n, raw))
                 except Exception as exc:    # the connection is gone: this node's error, then stop all
                     state = self.nodes[node.node]
                     state.status, state.error = "error", f"could not start: {type(exc).__name__}: {exc}"
@@ -127,10 +124,10 @@ class Launch:
 
     # -- the nodes' threads ---------------------------------------------------------------------
     def _line(self, node: NodePlan, raw: str) -> None:
-        if raw.startswith(supervisor.MARKER):
+        if raw.startswith(protocol.JOB):
             return                        # the supervisor's outcome: the job's result has it
-        if raw.startswith(node_runner.MARKER):
-            self._marker(node, json.loads(raw[len(node_runner.MARKER):]))
+        if raw.startswith(protocol.LAUNCH):
+            self._marker(node, json.loads(raw[len(protocol.LAUNCH):]))
             return
         line = parse(node.node, node.node_rank, self.plan.nproc_per_node, raw, time.time())
         if line.rank is None and not line.text.strip():
@@ -223,10 +220,9 @@ class Launch:
 
     def _port_free(self) -> bool | None:
         """Can the master port be bound on the master now? (None: could not ask.)"""
-        master = self.plan.nodes[0]
         try:
-            job = self.cluster.start(0, [master.python, "-c", PORT_CHECK, "", str(self.plan.master_port)],
-                                     timeout=15)
+            job = self.cluster.job(0, {"program": "bind-check", "address": "", "port": self.plan.master_port},
+                                   timeout=15)
             result = job.wait(30)
         except Exception:
             return None

@@ -4,12 +4,11 @@ measured, not the processes within one), on the run's master port."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from node import protocol
 
 from ..model import NodeFacts, Options
-from . import bandwidth_job, torchjob
+from . import torchjob
 
-SCRIPT = Path(bandwidth_job.__file__).read_text()
 TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
 
 
@@ -24,10 +23,10 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         return {"skipped": "needs the master and at least one more reachable node"}
     if master_port_held(nodes):
         return {"skipped": f"the master port {options.master_port} is held on {nodes[0].node} (see master-port)"}
-    job = torchjob.TorchJob(script=SCRIPT, args=("--backend", options.backend, "--device", options.device),
+    job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)
-    lines = torchjob.marked(results, bandwidth_job.MARKER)
+    lines = torchjob.marked(results, protocol.BANDWIDTH)
     if not lines:
         failed = next((r for r in results if not r.ok), results[0])
         reason = failed.error or ("timed out" if failed.timed_out else torchjob.tail(failed))

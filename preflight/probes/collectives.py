@@ -13,12 +13,16 @@ import json
 import time
 from pathlib import Path
 
+import node.jobs
+from node import protocol
+from node.protocol import COLLECTIVES as MARKER
+
 from ..checks.common import env_of
 from ..model import NodeFacts, Options
 from . import torchjob
 
-JOB = (Path(__file__).parent / "collectives_job.py").read_text()   # sent inline; it imports torch
-MARKER = "DDP_PREFLIGHT_COLLECTIVES "
+# What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
+JOB = "\n".join(Path(f).read_text() for f in (Path(node.jobs.__file__).parent / "collectives.py", protocol.__file__))
 OP_TIMEOUT = 10.0       # the process group's timeout: each collective, each wait in its creation
 INIT_BOUND = 15.0       # torchrun's rendezvous, then the process group's creation: seconds each
 JOB_TIMEOUT = 60.0      # the node's supervisor kills everything left at this bound
@@ -64,7 +68,7 @@ def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None) 
             "--bound", str(INIT_BOUND)]
     if ifnames is not None:
         args += ["--ifnames", json.dumps(ifnames)]
-    job = torchjob.TorchJob(script=JOB, nproc_per_node=nproc, timeout=JOB_TIMEOUT, args=tuple(args))
+    job = torchjob.TorchJob(job="collectives", nproc_per_node=nproc, timeout=JOB_TIMEOUT, args=tuple(args))
     # torchrun's own rendezvous waits 600 s for missing nodes by default: bound it like the rest.
     results = torchjob.run(cluster, nodes, options, job, indexes=usable,
                            extra_env={"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"})

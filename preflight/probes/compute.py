@@ -10,18 +10,18 @@ it is named, and keeps its better figure: a moment of someone else's load is not
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+
+from node import protocol
 
 from ..checks.bandwidth import STRAGGLER_RATIO
 from ..checks.common import env_of
 from ..model import NodeFacts, Options
-from . import compute_job, supervisor, torchjob
+from . import torchjob
 
-SCRIPT = Path(compute_job.__file__).read_text()
 TIMEOUT = 30.0       # seconds per node; the benchmark itself takes under one
 FIRST_SECONDS = 0.5  # of timed products per node: outside load comes in dips of a fraction of a second
 SECOND_SECONDS = 1.0  # a second, longer look at a suspected straggler: more chances to see it unhindered
-TURN_OVER = (compute_job.MARKER, supervisor.MARKER)
+TURN_OVER = (protocol.COMPUTE, protocol.JOB)
 
 
 def threads_for(node: NodeFacts, options: Options) -> tuple[int | None, str]:
@@ -40,16 +40,14 @@ def _in_turns(cluster, nodes, options, indexes: list[int], seconds: float) -> di
     jobs, out = [], {}
     for i in indexes:
         threads, source = threads_for(nodes[i], options)
-        argv = [cluster.nodes[i].python, "-c", SCRIPT, "--seconds", str(seconds)] \
-            + (["--threads", str(threads)] if threads else [])
         turn_over = threading.Event()     # its figure is out, or the job ended without one
-        job = cluster.start(i, argv, timeout=TIMEOUT,
-                            on_line=lambda line, e=turn_over: e.set() if line.startswith(TURN_OVER) else None)
+        job = cluster.job(i, {"program": "compute", "seconds": seconds, "threads": threads}, timeout=TIMEOUT,
+                          on_line=lambda line, e=turn_over: e.set() if line.startswith(TURN_OVER) else None)
         jobs.append((i, source, job))
         turn_over.wait(TIMEOUT + 5)
     for i, source, job in jobs:
         result = job.wait(TIMEOUT + 30)
-        lines = result.json_lines(compute_job.MARKER)
+        lines = result.json_lines(protocol.COMPUTE)
         if lines:
             out[i] = {**lines[-1], "threads_from": source}
         else:

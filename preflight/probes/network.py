@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from pathlib import Path
+
+from node import protocol
 
 from ..model import NodeFacts, Options
-from . import netagent
-
-AGENT = Path(netagent.__file__).read_text()
 CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow
 READY_TIMEOUT = 20.0
 
@@ -25,8 +23,8 @@ def _bind_address(node: NodeFacts) -> str | None:
 
 
 def _agent(cluster, i: int, spec: dict, timeout: float, on_line=None):
-    python = cluster.nodes[i].python
-    return cluster.start(i, [python, "-c", AGENT, json.dumps(spec)], timeout=timeout, on_line=on_line)
+    """The network probe's program on node i (its spec, token included, travels on stdin)."""
+    return cluster.job(i, {"program": "netprobe", **spec}, timeout=timeout, on_line=on_line)
 
 
 class _Ready:
@@ -34,8 +32,8 @@ class _Ready:
         self.event, self.data = threading.Event(), None
 
     def __call__(self, line: str) -> None:
-        if line.startswith(netagent.READY):
-            self.data = json.loads(line[len(netagent.READY):])
+        if line.startswith(protocol.READY):
+            self.data = json.loads(line[len(protocol.READY):])
             self.event.set()
 
 
@@ -96,7 +94,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                                                     "timeout": CONNECT_TIMEOUT}, 30)
         for i, job in connectors.items():
             result = job.wait(40)
-            lines = result.json_lines(netagent.RESULT)
+            lines = result.json_lines(protocol.RESULT)
             if not lines:
                 out["errors"][names[i]] = result.error or f"the connect probe gave no result: {result.stderr[-300:]}"
                 continue
@@ -106,10 +104,10 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         for job in [*jobs.values(), master_job]:
             job.stop()
         for i, job in jobs.items():
-            stats = job.wait(15).json_lines(netagent.RESULT)
+            stats = job.wait(15).json_lines(protocol.RESULT)
             if stats:
                 out["listeners"][names[i]].update(stats[-1])
-        master_stats = master_job.wait(15).json_lines(netagent.RESULT)
+        master_stats = master_job.wait(15).json_lines(protocol.RESULT)
         if master_stats:
             out["master"].update(master_stats[-1])
     return out

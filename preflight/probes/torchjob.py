@@ -1,35 +1,22 @@
-"""Run a small script under torchrun on every node at once, the way training will run:
-the training Python, the interface preflight chose, the master's address and port.
+"""Run a probe job under torchrun on every node at once, the way training will run: the
+training Python, the interface preflight chose, the master's address and port.
 
-The script travels inside the command (no files left on the nodes); each node's supervisor
-bounds the job and kills its process group, ranks included, when it ends or times out."""
+The job is one of node/jobs (node/torchjob.py starts torchrun there with it); each node's
+supervisor bounds the job and kills its process group, ranks included, when it ends, times out,
+or the master goes away. Nothing is left on the nodes."""
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 
+from transport import JobResult
+
 from ..model import NodeFacts, Options
-from .jobs import JobResult
-
-# On the node: write the script to a temporary file, run torchrun in this process, remove it.
-_BOOT = """\
-import base64, os, sys, tempfile
-fd, path = tempfile.mkstemp(prefix="ddp-preflight-probe-", suffix=".py")
-os.write(fd, base64.b64decode(sys.argv[1])); os.close(fd)
-try:
-    from torch.distributed.run import main
-    at = sys.argv.index("--script-args")     # torchrun's options, then the script, then its own
-    main(sys.argv[2:at] + [path] + sys.argv[at + 1:])
-finally:
-    os.unlink(path)
-"""
-
 
 @dataclass(frozen=True)
 class TorchJob:
-    script: str                   # the probe's Python source; it prints its own marked JSON lines
-    args: tuple[str, ...] = ()    # the script's options
+    job: str                      # one of node/jobs: it prints its own marked JSON lines
+    args: tuple[str, ...] = ()    # the job's options
     nproc_per_node: int = 1
     timeout: float = 60.0         # the whole job, per node
     port: int | None = None       # default: the run's master port
@@ -54,16 +41,16 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
     indexes = indexes if indexes is not None else [i for i in cluster.usable() if nodes[i].error is None]
     master_ip = ((nodes[0].facts.get("network") or {}).get("route_to_master") or {}).get("address") \
         or options.master_addr
-    payload = base64.b64encode(job.script.encode()).decode()
     running = []
     for rank, i in enumerate(indexes):
-        argv = [cluster.nodes[i].python, "-c", _BOOT, payload,
-                "--nnodes", str(len(indexes)), "--nproc-per-node", str(job.nproc_per_node),
-                "--node-rank", str(rank), "--master-addr", str(master_ip),
-                "--master-port", str(job.port or options.master_port), "--max-restarts", "0",
-                "--script-args", *job.args]
+        torchrun = ["--nnodes", str(len(indexes)), "--nproc-per-node", str(job.nproc_per_node),
+                    "--node-rank", str(rank), "--master-addr", str(master_ip),
+                    "--master-port", str(job.port or options.master_port), "--max-restarts", "0"]
+        spec = {"program": "torchjob", "job": job.job, "torchrun": torchrun, "args": list(job.args),
+                # The rendezvous store listens on the master's address alone.
+                "bind": master_ip if rank == 0 else None}
         env = {**node_env(nodes[i], options), **(extra_env or {})}
-        running.append(cluster.start(i, argv, env=env, timeout=job.timeout))
+        running.append(cluster.job(i, spec, env=env, timeout=job.timeout))
     return [r.wait(job.timeout + 30) for r in running]
 
 

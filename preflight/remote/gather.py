@@ -5,12 +5,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..facts.shards import ALGORITHMS
+from node.facts.shards import ALGORITHMS
+from transport import LocalNode, Node, NodeError, RunningJob, SshNode
+from transport.node import OnLine, Progress
+
 from ..model import NodeFacts
-from .errors import NodeError
 from .hosts import bad_host_reason
-from ..probes.jobs import RunningJob, start_local, start_ssh
-from .run import LocalNode, Progress, SshNode
 
 MAX_PARALLEL = 32
 
@@ -31,8 +31,8 @@ class Cluster:
 
     def __init__(self, targets: list[Target], ssh_config: str | None):
         self.targets = list(targets)
-        self.nodes = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
-                      for t in targets]
+        self.nodes: list[Node] = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
+                                  for t in targets]
         self.errors: list[NodeError | None] = [None] * len(self.nodes)
 
     def __enter__(self) -> Cluster:
@@ -49,14 +49,10 @@ class Cluster:
         """Indexes of the nodes that were reached and ran the collector."""
         return [i for i, e in enumerate(self.errors) if e is None]
 
-    def start(self, i: int, argv: list[str], *, env: dict | None = None, timeout: float = 60,
-              on_line=None) -> RunningJob:
-        """A supervised job on node i, with that node's training Python."""
-        node = self.nodes[i]
-        if isinstance(node, LocalNode):
-            return start_local(node.name, node.python, argv, env=env, timeout=timeout, on_line=on_line)
-        return start_ssh(node.connection, node.name, node.python, argv, env=env, timeout=timeout,
-                         on_line=on_line)
+    def job(self, i: int, job: dict, *, env: dict | None = None, timeout: float = 60, lease: float | None = None,
+            cwd: str | None = None, on_line: OnLine | None = None) -> RunningJob:
+        """A supervised node program on node i (node/supervisor.py), with that node's Python."""
+        return self.nodes[i].job(job, env=env, timeout=timeout, lease=lease, cwd=cwd, on_line=on_line)
 
 
 def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None

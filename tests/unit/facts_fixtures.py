@@ -283,7 +283,7 @@ def launch(art: dict, parse: dict) -> dict:
 
 def unreachable(art: dict, node: str) -> dict:
     """`node` refused the SSH connection: gather() keeps no facts, only the explained error."""
-    from preflight.remote.errors import explain_connect
+    from transport.errors import explain_connect
 
     art = _copy(art)
     why = explain_connect(node, ConnectionRefusedError(111, "Connection refused"))

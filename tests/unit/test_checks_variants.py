@@ -195,7 +195,7 @@ def test_pinning_the_wifi_interface_clears_the_family_mismatch():
 
 
 def test_the_fixtures_gloo_bind_is_the_collectors():
-    from preflight.facts.network import gloo_bind
+    from node.facts.network import gloo_bind
 
     for name in ("wlp3s0", "tailscale0", "eth1"):
         node = ff.facts(ff.gloo_socket_ifname(faulted(), "worker1", name), "worker1")
@@ -468,7 +468,7 @@ def test_no_command_skips():
 
 
 def test_the_fixtures_parses_are_torchruns():
-    from preflight.facts.launch import torchrun_parse
+    from node.facts.launch import torchrun_parse
 
     assert torchrun_parse(list(ff.SEPARATED_LAUNCH_ARGS), 2, 1) == ff.SEPARATED_PARSE
     # And the recorded command is still rejected the way the artifacts say.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from preflight.checks.data_shards import check_data_shards
-from preflight.facts.shards import DataDirMissing, ShardError, manifest
+from node.facts.shards import DataDirMissing, ShardError, manifest
 from preflight.lab.shards import make_dataset, make_mismatched
 from preflight.model import Context, NodeFacts, Options, Status
 

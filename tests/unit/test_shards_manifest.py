@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.facts import shards
-from preflight.facts.shards import DataDirMissing, DataDirUnreadable, manifest
+from node.facts import shards
+from node.facts.shards import DataDirMissing, DataDirUnreadable, manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def facts_zip(folder: Path) -> Path:
     bundle = folder / "facts.zip"
     with zipfile.ZipFile(bundle, "w") as archive:
         archive.writestr("facts/__init__.py", "")
-        archive.write(REPO / "preflight" / "facts" / "shards.py", "facts/shards.py")
+        archive.write(REPO / "node" / "facts" / "shards.py", "facts/shards.py")
     bundle.chmod(0o644)
     return bundle
 

@@ -1,24 +1,28 @@
-"""Runs ON a node (standard library only, started by the supervisor): listen or connect.
+"""Runs ON a node (standard library only, under the supervisor; its spec and token come on
+stdin, never in argv): listen or connect.
 
 listen:  bind `count` sockets on `address` port 0 (the kernel picks from the ephemeral range,
          as Gloo's listener does) or on fixed `ports`; pick `closed` free ports in the range;
-         print READY {...}; accept only connections that present `token` (others are closed
-         and counted); on SIGTERM print RESULT {...}.
+         print READY {...}; accept only connections that present `token` within 2 s (others
+         are closed and counted; all are served at once, so idle ones hold up no one); on
+         SIGTERM print RESULT {...}.
 connect: try every target at once, print RESULT [...]: open (token answered), refused (RST:
          nothing listens, no firewall), rejected (ICMP or a REJECT rule), filtered (silently
          dropped until the timeout: a firewall), unreachable (no route), error."""
 
 import errno
-import json
+import hmac
 import random
-import select
+import selectors
 import signal
 import socket
-import sys
 import threading
 import time
 
-READY, RESULT = "DDP_PREFLIGHT_READY ", "DDP_PREFLIGHT_RESULT "
+from . import protocol
+from .protocol import READY, RESULT
+
+TOKEN_SECONDS = 2.0      # a connection has this long to present the token
 
 
 def family(address):
@@ -51,39 +55,98 @@ def listen(spec):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((address, port))
             s.listen(64)
+            s.setblocking(False)
             sockets.append(s)
     except OSError as exc:
-        print(READY + json.dumps({"error": f"cannot listen on {address}: {exc.strerror}",
-                                  "errno": errno.errorcode.get(exc.errno)}), flush=True)
+        protocol.emit(READY, {"error": f"cannot listen on {address}: {exc.strerror}",
+                              "errno": errno.errorcode.get(exc.errno)})
         return
     low, high = spec.get("range") or (32768, 60999)
     closed = free_closed_ports(address, spec.get("closed", 1), low, high)
-    print(READY + json.dumps({"ports": [s.getsockname()[1] for s in sockets], "closed": closed}), flush=True)
+    protocol.emit(READY, {"ports": [s.getsockname()[1] for s in sockets], "closed": closed})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    deadline = time.monotonic() + spec.get("duration", 30)
     try:
-        while not stop.is_set() and time.monotonic() < deadline:
-            ready, _, _ = select.select(sockets, [], [], 0.1)
-            for s in ready:
-                conn, peer = s.accept()
-                conn.settimeout(2)
-                try:
-                    got = conn.recv(len(token))
-                    if got == token:
-                        conn.sendall(b"OK")
-                        key = f"{peer[0]}>{s.getsockname()[1]}"
-                        stats["accepted"][key] = stats["accepted"].get(key, 0) + 1
-                    else:
-                        stats["rejected"] += 1     # not ours: closed and counted
-                except OSError:
-                    stats["rejected"] += 1
-                finally:
-                    conn.close()
+        serve(sockets, token, stats, stop, time.monotonic() + spec.get("duration", 30))
     finally:
         for s in sockets:
             s.close()
-        print(RESULT + json.dumps(stats), flush=True)
+        protocol.emit(RESULT, stats)
+
+
+def serve(sockets, token, stats, stop, until):
+    """Every connection at once, each with its own deadline: one that sends nothing (a stranger,
+    a scanner) is closed when its time is up and never holds up the others."""
+    selector = selectors.DefaultSelector()
+    for s in sockets:
+        selector.register(s, selectors.EVENT_READ, None)
+    pending = {}          # connection -> [deadline, bytes so far, listening port, peer address]
+    try:
+        while not stop.is_set() and time.monotonic() < until:
+            now = time.monotonic()
+            wait = min([0.1] + [max(0.0, p[0] - now) for p in pending.values()])
+            for key, _ in selector.select(wait):
+                if key.data is None:
+                    accept(key.fileobj, selector, pending)
+                else:
+                    receive(key.fileobj, token, selector, pending, stats)
+            now = time.monotonic()
+            for conn in [c for c, p in pending.items() if p[0] <= now]:
+                stats["rejected"] += 1          # said nothing (or not all) in time: not ours
+                drop(conn, selector, pending)
+    finally:
+        for conn in list(pending):
+            drop(conn, selector, pending)
+        selector.close()
+
+
+def accept(listener, selector, pending):
+    while True:
+        try:
+            conn, peer = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        conn.setblocking(False)
+        pending[conn] = [time.monotonic() + TOKEN_SECONDS, b"", listener.getsockname()[1], peer[0]]
+        selector.register(conn, selectors.EVENT_READ, "conn")
+
+
+def receive(conn, token, selector, pending, stats):
+    state = pending[conn]
+    try:
+        data = conn.recv(len(token) - len(state[1]))
+    except (BlockingIOError, InterruptedError):
+        return
+    except OSError:
+        data = b""
+    if not data:
+        stats["rejected"] += 1
+        drop(conn, selector, pending)
+        return
+    state[1] += data
+    if len(state[1]) < len(token):
+        return
+    if hmac.compare_digest(state[1], token):
+        try:
+            conn.send(b"OK")       # two bytes into an empty socket buffer: it does not block
+            key = f"{state[3]}>{state[2]}"
+            stats["accepted"][key] = stats["accepted"].get(key, 0) + 1
+        except OSError:
+            stats["rejected"] += 1
+    else:
+        stats["rejected"] += 1     # not ours: closed and counted
+    drop(conn, selector, pending)
+
+
+def drop(conn, selector, pending):
+    pending.pop(conn, None)
+    try:
+        selector.unregister(conn)
+    except (KeyError, ValueError):
+        pass
+    conn.close()
 
 
 def try_connect(target, token, timeout):
@@ -132,9 +195,9 @@ def connect(spec):
         t.start()
     for t in threads:
         t.join()
-    print(RESULT + json.dumps(results), flush=True)
+    protocol.emit(RESULT, results)
 
 
-if __name__ == "__main__":
-    spec = json.loads(sys.argv[1])
+def main(spec, work=None):
     {"listen": listen, "connect": connect}[spec["mode"]](spec)
+    return 0

@@ -1,18 +1,15 @@
-"""Entry point on the node: run the requested collectors, print one JSON line.
+"""The facts program on the node: run the requested collectors, print one FACTS line.
 
-Every collector is isolated: an exception becomes {"error": ...} for its section only."""
+Every collector is isolated: an exception becomes {"error": ...} for its section only.
+The first line is the node's clock (CLOCK), for clock-skew; shard hashing prints PROGRESS."""
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 import traceback
 
+from .. import protocol
 from . import code, launch, network, processes, system, torchinfo
-
-MARKER = "DDP_PREFLIGHT_FACTS "
-PROGRESS = "DDP_PREFLIGHT_PROGRESS "
 
 
 def _guard(fn, *args):
@@ -24,8 +21,7 @@ def _guard(fn, *args):
 
 
 def _progress(done_bytes, total_bytes, done_files, total_files):
-    sys.stderr.write(PROGRESS + json.dumps([done_bytes, total_bytes, done_files, total_files]) + "\n")
-    sys.stderr.flush()
+    protocol.emit(protocol.PROGRESS, [done_bytes, total_bytes, done_files, total_files])
 
 
 def collect(request: dict) -> dict:
@@ -74,11 +70,7 @@ def _shards(request: dict):
         return {"error": str(exc), "missing": isinstance(exc, shards.DataDirMissing)}
 
 
-def run(request: dict) -> None:
-    facts = collect(request)
-    sys.stdout.write(MARKER + json.dumps(facts, default=str) + "\n")
-    sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    run(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
+def main(request: dict, work=None) -> int:
+    protocol.emit(protocol.CLOCK, time.time())      # first: the clock sample
+    protocol.emit(protocol.FACTS, collect(request))
+    return 0

@@ -1,5 +1,5 @@
-"""Runs ON a node, under torchrun (torch and the standard library only; sent inline, never
-imported by preflight): create the process group, then try each collective training uses, in
+"""Runs ON a node, in every rank under torchrun (`-m node.jobs.collectives`, the package's zip on
+PYTHONPATH; torch and the standard library only): create the process group, then try each collective training uses, in
 three modes and three dtypes, and print one marked JSON line per outcome.
 
 Options: --backend gloo|nccl, --device cpu|cuda, --timeout SECONDS (the process group's: each
@@ -25,7 +25,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-MARKER = "DDP_PREFLIGHT_COLLECTIVES "
+from node.protocol import COLLECTIVES as MARKER
 DTYPES = ("float32", "bfloat16", "float16")
 MODES = ("sync", "async_wait", "async_future")
 N = 4      # elements per rank: small, the point is whether it works

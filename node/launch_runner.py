@@ -1,9 +1,10 @@
-"""Runs ON a node under the job supervisor, with the training Python (standard library and
-torch only; sent inline, never imported by preflight): torchrun in this process, and one
-marked line with every rank's exit, which torchrun itself does not print for ranks it stopped.
+"""The launch program, ON a node under the supervisor, with the training Python (standard library
+and torch): torchrun in this process, and one marked line with every rank's exit, which
+torchrun itself does not print for ranks it stopped. Its folders (torchrun's --tee files) are in
+the supervisor's private folder and go with it, however the run ends.
 
-argv[1] is base64 JSON: {"cwd": path, "module": bool,
-                         "torchrun": [torchrun's options..., SCRIPT, "--", the script's options...]}
+spec: {"cwd": path, "module": bool,
+       "torchrun": [torchrun's options..., SCRIPT, "--", the script's options...]}
 The script's options never go through torchrun's parser: they are handed to it as parsed, so
 no option of the script can be taken for one of torchrun's (seed 000).
 
@@ -13,19 +14,15 @@ Marked stdout lines, MARKER + JSON:
   {"kind": "ranks", "ranks": [{"local_rank", "rank", "pid"}]}   the ranks were started
   {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}"""
 
-import base64
-import json
 import os
-import shutil
 import sys
-import tempfile
 
-MARKER = "DDP_PREFLIGHT_LAUNCH "
+from . import protocol
+from .protocol import LAUNCH as MARKER
 
 
 def say(kind, **data):
-    sys.stdout.write(MARKER + json.dumps({"kind": kind, **data}) + "\n")
-    sys.stdout.flush()
+    protocol.emit(MARKER, {"kind": kind, **data})
 
 
 def watch_ranks():
@@ -66,9 +63,9 @@ def exits(contexts):
     return out
 
 
-def main():
+def main(spec, work):
     os.dup2(1, 2)       # one stream, in order: the launcher reads the channel's stdout
-    spec = json.loads(base64.b64decode(sys.argv[1]))
+    sys.stdout.reconfigure(line_buffering=True)      # every rank's line as it comes
     try:
         os.chdir(spec["cwd"])
     except OSError as exc:
@@ -90,7 +87,7 @@ def main():
             fix=f"{sys.executable} -m pip install torch, or --python the training environment's interpreter")
         return 2
     contexts, watched = watch_ranks()
-    logs = tempfile.mkdtemp(prefix="ddp-preflight-torchrun-")     # torchrun's --tee files
+    logs = os.path.join(work.folder, "torchrun")     # torchrun's --tee files
     code = 0
     try:
         args = torchrun.get_args_parser().parse_args(own[:-1] + ["--log-dir", logs, script])
@@ -107,11 +104,5 @@ def main():
             say("error", message=f"torchrun failed: {type(exc).__name__}: {text}", fix=None)
     finally:
         say("exits", code=code, ranks=exits(contexts))
-        shutil.rmtree(logs, ignore_errors=True)
-    return code
-
-
-if __name__ == "__main__":
-    status = main()
     sys.stdout.flush()
-    os._exit(status)     # torchrun's log tailing threads must not hold the exit
+    os._exit(code)       # torchrun's log tailing threads must not hold the exit

@@ -1,4 +1,4 @@
-"""Runs ON every node under torchrun (torch only; sent inline by the bandwidth probe): all_reduce
+"""Runs ON every node, in each rank under torchrun (`-m node.jobs.bandwidth`; torch only): all_reduce
 latency for small messages, then bus bandwidth for a large one, as nccl-tests defines it:
 algbw = bytes / seconds, busbw = algbw x 2(n-1)/n. Rank 0 prints one MARKER line of JSON.
 
@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 
-MARKER = "DDP_PREFLIGHT_BANDWIDTH "
+from node.protocol import BANDWIDTH as MARKER
 SMALL_BYTES = (8, 1024, 65536)     # latency: one tiny message, a small bucket, a larger one
 LATENCY_ITERATIONS = 15
 LATENCY_BUDGET_SECONDS = 1.0

@@ -1,0 +1,1 @@
+"""Probe jobs: node programs that measure what training will meet (torch inside)."""

@@ -1,0 +1,157 @@
+"""What the nodes run, seen by a careful, hostile user (issue 10): no secret in any process list,
+no stranger that can fake a finding, no line that can swallow the launcher, nothing left
+behind on a node, and no node that trains on after its master is gone."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .test_launch_lab import CLI, NODES, REPO, assert_nothing_left, command, counts
+
+
+def argv_words(lab) -> dict[int, list[str]]:
+    """Every process's command line on every lab node, with base64 words decoded too."""
+    out = {}
+    for node in NODES:
+        for pid in lab.processes(node):
+            try:
+                words = [w.decode(errors="replace")
+                         for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if w]
+            except OSError:
+                continue
+            for word in list(words):
+                try:
+                    words.append(base64.b64decode(word, validate=True).decode(errors="replace"))
+                except (binascii.Error, ValueError):
+                    pass
+            out[pid] = words
+    return out
+
+
+def test_a_secret_given_with_env_never_shows_in_a_process_list_on_any_node(clean_lab, tmp_path):
+    secret = "s3cr3t" + os.urandom(8).hex()
+    argv = command(clean_lab, tmp_path, "--no-probes", "--env", f"HF_TOKEN={secret}",
+                   script_args=("--steps", "1000", "--step-time", "0.2"))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline, seen = time.monotonic() + 120, False
+        for line in proc.stdout:
+            if " step 1 loss" in line:
+                seen = True
+                break
+            if time.monotonic() > deadline:
+                break
+        assert seen, "the training never stepped"
+        leaks = {pid: [w for w in words if secret in w] for pid, words in argv_words(clean_lab).items()}
+        assert not any(leaks.values()), {pid: w for pid, w in leaks.items() if w}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+
+
+def _hold_idle_connections(address: str, port: int, stop: threading.Event, count: int = 3) -> None:
+    """A stranger: keeps `count` connections open to the port, sending nothing."""
+    held: list[socket.socket] = []
+    while not stop.is_set():
+        held = [s for s in held if s.fileno() >= 0]
+        while len(held) < count and not stop.is_set():
+            try:
+                held.append(socket.create_connection((address, port), timeout=0.5))
+            except OSError:
+                break
+        time.sleep(0.05)
+    for s in held:
+        s.close()
+
+
+def test_strangers_idle_on_the_master_port_cannot_fake_a_firewall(clean_lab):
+    stop = threading.Event()
+    stranger = threading.Thread(target=_hold_idle_connections,
+                                args=(clean_lab.node("master").ipv4, 29500, stop), daemon=True)
+    stranger.start()
+    try:
+        for _ in range(2):
+            done = subprocess.run([*CLI, *NODES, "--ssh-config", str(clean_lab.ssh_config), "--json",
+                                   "--only", "master-reachable,ephemeral-ports"],
+                                  capture_output=True, text=True, timeout=120, cwd=REPO)
+            report = json.loads(done.stdout)
+            bad = [r for r in report["results"] if r["status"] != "pass"]
+            assert done.returncode == 0 and not bad, bad
+    finally:
+        stop.set()
+        stranger.join(5)
+
+
+def test_a_200_mb_line_without_a_newline_costs_the_launcher_kilobytes(clean_lab, tmp_path):
+    script = tmp_path / "long_line.py"
+    script.write_text("import os, sys\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    chunk = 'x' * (1 << 20)\n"
+                      "    for _ in range(200):\n"
+                      "        sys.stdout.write(chunk)\n"
+                      "    sys.stdout.flush()\n"
+                      "print('\\nafter the long line', flush=True)\n")
+    argv = [*CLI, *NODES, "--ssh-config", str(clean_lab.ssh_config), "--launch", "--nproc-per-node", "1",
+            "--no-probes", "--log-dir", str(tmp_path / "run"), "--", str(script)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    peak = [0]
+
+    def watch_memory():
+        while proc.poll() is None:
+            try:
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+                peak[0] = max(peak[0], int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1]))
+            except (OSError, StopIteration):
+                pass
+            time.sleep(0.05)
+    threading.Thread(target=watch_memory, daemon=True).start()
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert b"[worker1 r1] after the long line" in stdout
+    assert peak[0] < 400 * 1024, f"the launcher's resident memory reached {peak[0] // 1024} MiB"
+    result = (tmp_path / "run" / "result.json").read_bytes()
+    assert len(result) < 200_000 and len(stdout) < 1_000_000
+
+
+def quiet_counts(lab) -> dict:
+    """Each node's process count once the last test's ssh sessions have finished exiting."""
+    last, deadline = counts(lab), time.monotonic() + 15
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = counts(lab)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def _leftovers() -> set[str]:
+    """What a run could leave in /tmp (the lab's nodes share this machine's /tmp): the node
+    programs' private folders, and torchrun's own log folders."""
+    return {p.name for p in Path("/tmp").iterdir()
+            if p.name.startswith(("ddp-preflight-node-", "ddp-preflight-torchrun-", "torchelastic_"))
+            and p.stat().st_uid == os.getuid()}
+
+
+def test_a_stopped_run_leaves_no_folder_on_any_node(clean_lab, tmp_path):
+    before_files, before = _leftovers(), quiet_counts(clean_lab)
+    argv = command(clean_lab, tmp_path, "--no-probes", script_args=("--steps", "1000", "--step-time", "0.2"))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    for line in proc.stdout:
+        if " step 1 loss" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert_nothing_left(clean_lab, before)
+    left = _leftovers() - before_files
+    assert not left, left

@@ -1,0 +1,244 @@
+"""The node package, run the one way it is shipped (boot.py, the package and the spec on stdin)
+on this machine: real processes, real process groups, real sockets, real torchrun."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node import protocol
+from transport import LocalNode
+from transport.lines import MAX_LINE, LineSplitter
+from transport.node import HEARTBEATS
+
+ROOT = Path(__file__).parents[2]
+PIDS = re.compile(r"\bpids (\d+) (\d+)")
+PID = re.compile(r"\bpid (\d+)")
+NODE = ROOT / "node"
+
+
+def local() -> LocalNode:
+    return LocalNode("here", sys.executable)
+
+
+def processes_with(text: str) -> list[int]:
+    """PIDs whose command line holds `text`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state == "Z"
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(what)
+
+
+# -- what the package is made of -------------------------------------------------------------
+
+OPTIONAL = {"xxhash", "blake3"}                                     # used where the node has them
+TORCH_MODULES = {"jobs/collectives.py", "jobs/bandwidth.py", "jobs/compute.py", "torchjob.py",
+                 "launch_runner.py", "facts/launch.py", "facts/torchinfo.py"}
+
+
+def test_the_node_package_imports_the_standard_library_only():
+    for path in sorted(NODE.rglob("*.py")):
+        rel = path.relative_to(NODE).as_posix()
+        for stmt in ast.walk(ast.parse(path.read_text())):
+            if isinstance(stmt, ast.Import):
+                names = [a.name for a in stmt.names]
+            elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0:
+                names = [stmt.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in ("node", "__future__") or top in sys.stdlib_module_names:
+                    continue
+                if top == "torch" and rel in TORCH_MODULES:
+                    continue
+                assert top in OPTIONAL, f"node/{rel} imports {name}: the node package is standard library only"
+
+
+def test_a_protocol_line_round_trips():
+    outcome = protocol.JobOutcome(exit=None, signal=9, timed_out=True, stopped="master-silent", seconds=1.5)
+    text = protocol.line(protocol.JOB, outcome.to_json())
+    assert protocol.parse(text, protocol.JOB) == outcome.to_json()
+    assert protocol.JobOutcome.from_json(protocol.parse(text, protocol.JOB)) == outcome
+    assert protocol.parse("step 3 loss 1.0", protocol.JOB) is None
+    assert protocol.marked([text, "noise", protocol.line(protocol.JOB, {"exit": 0})], protocol.JOB)[1] == {"exit": 0}
+
+
+# -- lines -------------------------------------------------------------------------------------
+
+def test_lines_split_across_chunks_and_a_long_line_is_cut_with_its_size():
+    splitter = LineSplitter(max_line=8, max_marked=64)
+    assert splitter.feed(b"ab") == [] and splitter.feed(b"c\nde") == ["abc"]
+    assert splitter.feed(b"fghijklmnop\n") == ["defghijk [... 5 more bytes of this line left out]"]
+    marked = protocol.PREFIX + "X " + "y" * 30
+    assert splitter.feed(marked.encode() + b"\n") == [marked]      # protocol lines may be long
+    assert splitter.feed(b"tail") == [] and splitter.end() == ["tail"]
+
+
+def test_a_200_mb_line_without_a_newline_keeps_64_kib():
+    splitter, chunk = LineSplitter(), b"x" * (1 << 20)
+    for _ in range(200):
+        assert splitter.feed(chunk) == []
+        assert splitter._kept <= MAX_LINE          # bounded while it streams, not only at the end
+    [line] = splitter.feed(b"\n")
+    assert line.startswith("x" * MAX_LINE) and f"{200 * (1 << 20) - MAX_LINE} more bytes" in line
+
+
+# -- programs ----------------------------------------------------------------------------------
+
+def test_the_facts_program_reports_this_machine_with_a_clock_sample():
+    facts = local().collect({"sections": ["facts"], "master_port": 29500})
+    assert facts["python"]["executable"] == sys.executable and facts["clock"] == {"offset": 0.0, "uncertainty": 0.0}
+    assert "hostname" in facts["os"]
+
+
+def test_nothing_of_a_jobs_spec_shows_in_any_process_list(tmp_path):
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nprint('seen', os.environ.get('API_TOKEN') == %r, flush=True)\n"
+                      "time.sleep(30)\n" % secret)
+    lines: list[str] = []
+    job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
+                       "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
+                      env={"API_TOKEN": secret}, timeout=60, on_line=lines.append)
+    try:
+        wait_for(lambda: any("seen True" in l for l in lines), 30, f"the rank never saw its variable: {lines}")
+        assert processes_with(secret) == []
+        assert processes_with("API_TOKEN") == []
+    finally:
+        job.stop()
+        result = job.wait(30)
+    assert result.stopped == "asked" and result.error is None
+
+
+def test_a_stop_ends_the_jobs_whole_process_group_and_its_private_folder(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import os, subprocess, sys, time\n"
+                      "child = subprocess.Popen(['sleep', '300'])\n"
+                      "print('pids', os.getpid(), child.pid, os.environ.get('TMPDIR'), flush=True)\n"
+                      "time.sleep(300)\n")
+    lines: list[str] = []
+    job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
+                       "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
+                      timeout=120, on_line=lines.append)
+    try:
+        pids = wait_for(lambda: next((m.groups() for m in map(PIDS.search, lines) if m), None), 30,
+                        f"the rank never started: {lines}")
+    except AssertionError:
+        job.stop()
+        raise
+    rank, sleeper = int(pids[0]), int(pids[1])
+    # The rank's parent is the launch program (torchrun runs in it): its last word is the zip in
+    # the supervisor's private folder.
+    parent = Path(f"/proc/{rank}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    folder = Path(Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")[-2].decode()).parent
+    assert folder.name.startswith("ddp-preflight-node-") and (folder.stat().st_mode & 0o777) == 0o700
+    job.stop()
+    result = job.wait(30)
+    assert result.stopped == "asked"
+    wait_for(lambda: gone(rank) and gone(sleeper), 10, "the rank or its child outlived the stop")
+    assert not folder.exists()
+
+
+def test_a_silent_master_is_gone_after_the_lease(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    lines: list[str] = []
+    job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
+                       "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
+                      timeout=120, lease=3, on_line=lines.append)
+    try:
+        rank = int(wait_for(lambda: next((m.group(1) for m in map(PID.search, lines) if m), None), 30,
+                            f"the rank never started: {lines}"))
+    except AssertionError:
+        job.stop()
+        raise
+    HEARTBEATS.remove(job.program.process)      # as when the link is down: the stdin stays open, silent
+    silent = time.monotonic()
+    result = job.wait(30)
+    assert result.stopped == "master-silent" and gone(rank)
+    assert 3 <= time.monotonic() - silent < 10
+
+
+def test_a_listener_serves_its_token_while_strangers_hold_idle_connections():
+    node, token = local(), "t" + os.urandom(8).hex()
+    ready: list[dict] = []
+    listener = node.job({"program": "netprobe", "mode": "listen", "address": "127.0.0.1", "count": 1,
+                         "closed": 0, "token": token, "duration": 30}, timeout=40,
+                        on_line=lambda l: ready.extend([protocol.parse(l, protocol.READY)] if l.startswith(protocol.READY) else []))
+    try:
+        port = wait_for(lambda: ready and ready[0]["ports"][0], 20, "the listener never came up")
+        assert processes_with(token) == []
+        strangers = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        connect = node.job({"program": "netprobe", "mode": "connect", "token": token, "timeout": 2.5,
+                            "targets": [{"dst": "here", "address": "127.0.0.1", "port": port, "kind": "listener"}]},
+                           timeout=30)
+        [outcome] = connect.wait(30).json_lines(protocol.RESULT)[-1]
+        assert outcome["outcome"] == "open", outcome
+        for s in strangers:
+            s.close()
+    finally:
+        listener.stop()
+    stats = listener.wait(20).json_lines(protocol.RESULT)[-1]
+    assert sum(stats["accepted"].values()) == 1 and stats["rejected"] >= 3
+
+
+def test_the_probes_rendezvous_store_listens_on_the_masters_address_only():
+    seen: list[str] = []
+    job = local().job({"program": "torchjob", "job": "bandwidth", "bind": "127.0.0.1",
+                       "torchrun": ["--nnodes", "1", "--nproc-per-node", "2", "--node-rank", "0",
+                                    "--master-addr", "127.0.0.1", "--master-port", "29631", "--max-restarts", "0"],
+                       "args": ["--backend", "gloo", "--device", "cpu"]}, timeout=90,
+                      on_line=seen.append, env={"OMP_NUM_THREADS": "1"})
+    listening = wait_for(lambda: [l for l in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                                  if l.split()[1].endswith(":%04X" % 29631) and l.split()[3] == "0A"], 60,
+                         f"the store never listened: {seen[-5:]}")
+    result = job.wait(90)
+    assert result.ok, (result.error, result.stderr[-2000:])
+    assert all(l.split()[1].startswith("0100007F:") for l in listening), listening    # 127.0.0.1, not 0.0.0.0
+    assert result.json_lines(protocol.BANDWIDTH)
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_children():
+    before = set(processes_with("node.programs"))
+    yield
+    deadline = time.monotonic() + 10
+    while set(processes_with("node.programs")) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = set(processes_with("node.programs")) - before
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"node programs left running: {left}"

@@ -1,0 +1,87 @@
+"""This machine, with no SSH: node programs as local subprocesses."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import threading
+
+from .errors import explain_python
+from .node import Node, Process
+
+
+class LocalProcess(Process):
+    def __init__(self, argv: list[str]):
+        # Its own session: Ctrl-C on the operator's terminal must not reach it before the master
+        # has stopped it in order; the master's exit closes its stdin, and that stops it.
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        self._lock = threading.Lock()
+        self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):
+            self._stderr.append(chunk)
+
+    def write(self, data: bytes) -> bool:
+        with self._lock:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+                return True
+            except (OSError, ValueError):
+                return False
+
+    def heartbeat(self) -> None:
+        self.write(b"\n")      # a pipe's buffer holds 64 KiB: a newline a second never blocks
+
+    def close_input(self) -> None:
+        with self._lock:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def read(self) -> bytes:
+        return self.proc.stdout.read1(65536)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stderr_text(self) -> str:
+        return b"".join(self._stderr).decode(errors="replace")[-8192:]
+
+    def kill(self) -> None:
+        try:
+            self.proc.terminate()      # boot.py unwinds on SIGTERM: its private folder goes
+        except OSError:
+            pass
+
+
+class LocalNode(Node):
+    address = "127.0.0.1"
+
+    @property
+    def is_local(self) -> bool:
+        return True
+
+    def connect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def _spawn(self, argv: list[str]) -> Process:
+        try:
+            return LocalProcess(argv)
+        except FileNotFoundError:
+            raise explain_python(self.name, self.python, 127, "No such file") from None
+        except PermissionError:
+            raise explain_python(self.name, self.python, 126, "") from None
+
+    def _clock_offset(self, sent, clock) -> dict:
+        return {"offset": 0.0, "uncertainty": 0.0}     # this machine is the reference

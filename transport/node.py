@@ -1,0 +1,304 @@
+"""One node, as the master drives it: start a node program (node/programs.py) and stream its lines,
+collect facts, run a supervised job, put a file. LocalNode and SshNode differ only in how a
+process is started (`_spawn`); everything else is here, once.
+
+Every program is `python -c <boot>` with the node package and its spec written on its stdin
+(transport/payload.py): no orders, environments or tokens in any node's process list. A program
+that keeps its stdin (a job, hangwatch's agent) gets a heartbeat every second; the node ends what
+it started when they stop for longer than the lease (node/control.py)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from node import protocol
+from node.control import HEARTBEAT
+
+from .errors import NodeError, explain_python
+from .lines import LineSplitter
+from .payload import boot_argv, stdin_payload
+
+OnLine = Callable[[str], None]
+Progress = Callable[[str, list], None]     # (node, [done_bytes, total_bytes, done_files, total_files])
+TAIL_LINES = 200           # a program's own lines kept for its result (the rest went to on_line)
+COLLECT_TIMEOUT = 600.0    # seconds for the facts (hashing a large data folder takes a while)
+
+
+class Process(ABC):
+    """One `python -c <boot>` started on a node: a channel or a local subprocess."""
+
+    @abstractmethod
+    def write(self, data: bytes) -> bool:
+        """Write to its stdin; False when it is closed or gone."""
+
+    @abstractmethod
+    def heartbeat(self) -> None:
+        """One newline on its stdin, if that can be done without blocking."""
+
+    @abstractmethod
+    def close_input(self) -> None: ...
+
+    @abstractmethod
+    def read(self) -> bytes:
+        """The next chunk of its stdout; b"" at the end."""
+
+    @abstractmethod
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Its exit status once it has ended; None if `timeout` passed first."""
+
+    @abstractmethod
+    def stderr_text(self) -> str:
+        """The last few KB of its stderr."""
+
+    @abstractmethod
+    def kill(self) -> None: ...
+
+
+class _Heartbeats:
+    """One thread for every program that keeps its stdin: a newline each HEARTBEAT seconds."""
+
+    def __init__(self) -> None:
+        self._processes: set[Process] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, process: Process) -> None:
+        with self._lock:
+            self._processes.add(process)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._beat, name="heartbeats", daemon=True)
+                self._thread.start()
+
+    def remove(self, process: Process) -> None:
+        with self._lock:
+            self._processes.discard(process)
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT)
+            with self._lock:
+                processes = list(self._processes)
+            for process in processes:
+                try:
+                    process.heartbeat()
+                except Exception:
+                    pass      # a dropped connection: its reader says so
+
+
+HEARTBEATS = _Heartbeats()
+
+
+@dataclass
+class ProgramResult:
+    exit: int | None                     # the boot process's exit status (None: unknown)
+    marked: list[str] = field(default_factory=list)   # its protocol lines, in order
+    tail: list[str] = field(default_factory=list)     # its last own lines
+    stderr: str = ""
+    error: str | None = None             # the connection dropped, or no answer in time
+
+    def values(self, marker: str) -> list:
+        return protocol.marked(self.marked, marker)
+
+
+class Program:
+    """A node program, started: its lines go to `on_line` as they come (from a reader thread),
+    protocol lines are kept for the result, and only a tail of the rest."""
+
+    def __init__(self, node: str, process: Process, on_line: OnLine | None, keep_input: bool):
+        self.node, self.process, self.on_line = node, process, on_line
+        self.keep_input = keep_input
+        self.started = time.monotonic()
+        self._marked: list[str] = []
+        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._done = threading.Event()
+        self._result: ProgramResult | None = None
+        self._lock = threading.Lock()
+        if keep_input:
+            HEARTBEATS.add(process)
+        threading.Thread(target=self._pump, name=f"program-{node}", daemon=True).start()
+
+    def send(self, command: dict) -> bool:
+        """A command on the program's control line (hangwatch's agent reads them)."""
+        return self.process.write((json.dumps(command) + "\n").encode())
+
+    def stop(self) -> None:
+        """Close its stdin: the node program ends what it started (node/control.py)."""
+        HEARTBEATS.remove(self.process)
+        self.process.close_input()
+
+    def kill(self) -> None:
+        HEARTBEATS.remove(self.process)
+        self.process.kill()
+
+    def wait(self, timeout: float | None = None) -> ProgramResult | None:
+        if not self._done.wait(timeout):
+            return None
+        return self._result
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _line(self, line: str) -> None:
+        if line.startswith(protocol.PREFIX):
+            self._marked.append(line)
+        else:
+            self._tail.append(line)
+        if self.on_line is not None:
+            try:
+                self.on_line(line)
+            except Exception:
+                pass      # a broken viewer must not stop the reading of a node
+
+    def _pump(self) -> None:
+        splitter, error = LineSplitter(), None
+        try:
+            while True:
+                chunk = self.process.read()
+                if not chunk:
+                    break
+                for line in splitter.feed(chunk):
+                    self._line(line)
+            for line in splitter.end():
+                self._line(line)
+        except Exception as exc:     # a dropped connection is this node's news, not a crash
+            error = f"the connection dropped: {exc}"
+        code = self.process.wait(10)
+        HEARTBEATS.remove(self.process)
+        if code is None and error is None:
+            error = "no exit status from the node"
+        self._result = ProgramResult(code, list(self._marked), list(self._tail), self.process.stderr_text(), error)
+        self._done.set()
+
+
+@dataclass
+class JobResult:
+    """A supervised job's end (node/supervisor.py), as probes and the launcher read it."""
+    node: str
+    exit: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+    stdout: str = ""                  # its protocol lines and the tail of its own
+    stderr: str = ""
+    error: str | None = None          # the job could not be started or its outcome was lost
+    stopped: str | None = None        # "asked" (the master's stop) or "master-silent"
+    marked: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.exit == 0 and not self.timed_out
+
+    def json_lines(self, marker: str) -> list:
+        return protocol.marked(self.marked, marker)
+
+
+class RunningJob:
+    def __init__(self, program: Program):
+        self.program, self.node = program, program.node
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        result = self.program.wait(timeout)
+        if result is None:
+            self.stop()
+            result = self.program.wait(10)
+        if result is None:
+            return JobResult(self.node, error="the job's outcome was lost")
+        outcome = result.values(protocol.JOB)
+        error = result.error
+        if not outcome and error is None:
+            last = (result.stderr.strip().splitlines() or [""])[-1]
+            error = "the node's supervisor reported no outcome" + (f": {last}" if last else "")
+        done = protocol.JobOutcome.from_json(outcome[-1]) if outcome else protocol.JobOutcome()
+        own = [m for m in result.marked if not m.startswith(protocol.JOB)]
+        return JobResult(self.node, done.exit, done.signal, done.timed_out, done.seconds,
+                         "\n".join(own + result.tail), result.stderr, error, done.stopped, own)
+
+    def stop(self) -> None:
+        self.program.stop()
+
+
+class Node(ABC):
+    """A machine the master drives. `connect()` first; `close()` at the end."""
+
+    def __init__(self, name: str, python: str):
+        self.name, self.python = name, python
+
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """The address this node is reached at."""
+
+    @abstractmethod
+    def connect(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @abstractmethod
+    def _spawn(self, argv: list[str]) -> Process:
+        """Start argv on the node with pipes for stdin, stdout and stderr."""
+
+    # -- what every node does the same way -----------------------------------------------------
+    def start(self, spec: dict, *, on_line: OnLine | None = None, keep_input: bool = False) -> Program:
+        """Run a node program with this spec; with keep_input, its stdin stays open (heartbeats,
+        commands) until stop()."""
+        process = self._spawn(boot_argv(self.python))
+        process.write(stdin_payload(spec))
+        if not keep_input:
+            process.close_input()
+        return Program(self.name, process, on_line, keep_input)
+
+    def job(self, job: dict, *, env: dict | None = None, timeout: float = 60, lease: float | None = None,
+            cwd: str | None = None, on_line: OnLine | None = None) -> RunningJob:
+        """A node program under the node's supervisor: its own process group, bounded by
+        `timeout`, stopped by stop() or by the master's silence for `lease` seconds."""
+        spec = {"program": "supervise", "job": job, "env": env or {}, "timeout": timeout,
+                "lease": lease, "cwd": cwd}
+        return RunningJob(self.start(spec, on_line=on_line, keep_input=True))
+
+    def collect(self, request: dict, on_progress: Progress | None = None) -> dict:
+        """The facts program's result, with the node's clock offset from ours."""
+        clock: list[tuple[float, float]] = []
+
+        def on_line(line: str) -> None:
+            if line.startswith(protocol.CLOCK):
+                clock.append((float(line[len(protocol.CLOCK):]), time.time()))
+            elif line.startswith(protocol.PROGRESS) and on_progress is not None:
+                on_progress(self.name, json.loads(line[len(protocol.PROGRESS):]))
+
+        try:
+            sent = time.time()
+            program = self.start({**request, "program": "facts"}, on_line=on_line)
+            result = program.wait(COLLECT_TIMEOUT)
+        except Exception as exc:
+            raise NodeError(f"{self.name}: the collector did not start: {exc}",
+                            f"try: ssh {self.name} {self.python} -c 'import torch'") from None
+        if result is None:
+            program.kill()
+            raise NodeError(f"{self.name}: the collector did not finish within {COLLECT_TIMEOUT:.0f} s",
+                            f"try: ssh {self.name} {self.python} -c 'import torch'")
+        facts = result.values(protocol.FACTS)
+        if not facts:
+            raise explain_python(self.name, self.python, result.exit if result.exit is not None else -1,
+                                 result.stderr or result.error or "")
+        out = facts[-1]
+        out["clock"] = self._clock_offset(sent, clock)
+        return out
+
+    def _clock_offset(self, sent: float, clock: list[tuple[float, float]]) -> dict:
+        """The node's clock minus ours; the round trip bounds the error."""
+        if not clock:
+            return {"error": "the collector sent no clock sample"}
+        remote, arrived = clock[0]
+        return {"offset": remote - (sent + arrived) / 2, "uncertainty": (arrived - sent) / 2}

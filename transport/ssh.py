@@ -1,0 +1,121 @@
+"""A node over SSH (fabric for the connection and its ssh config, paramiko channels for the
+programs): the connection is opened once and carries every program of a preflight, a launch and
+its hangwatch."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import threading
+
+from .errors import explain_connect
+from .node import Node, Process
+
+CONNECT_TIMEOUT = 8
+
+
+class SshProcess(Process):
+    def __init__(self, connection, argv: list[str]):
+        self.channel = connection.client.get_transport().open_session()
+        self.channel.exec_command(" ".join(shlex.quote(a) for a in argv))
+        self._lock = threading.Lock()
+        self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        # Read, so the channel's window never fills; keep the tail.
+        while True:
+            try:
+                data = self.channel.recv_stderr(4096)
+            except Exception:
+                return
+            if not data:
+                return
+            self._stderr.append(data)
+
+    def write(self, data: bytes) -> bool:
+        with self._lock:
+            try:
+                self.channel.sendall(data)
+                return True
+            except Exception:
+                return False
+
+    def heartbeat(self) -> None:
+        # Never block the one heartbeat thread on a link that is down: send only when it can go.
+        with self._lock:
+            if not self.channel.closed and self.channel.send_ready():
+                self.channel.send(b"\n")
+
+    def close_input(self) -> None:
+        with self._lock:
+            try:
+                self.channel.shutdown_write()
+            except Exception:
+                pass
+
+    def read(self) -> bytes:
+        return self.channel.recv(65536)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self.channel.status_event.wait(timeout):
+            return None
+        return self.channel.recv_exit_status()
+
+    def stderr_text(self) -> str:
+        return b"".join(self._stderr).decode(errors="replace")[-8192:]
+
+    def kill(self) -> None:
+        self.channel.close()
+
+
+def _check_host_keys(conn) -> None:
+    """Verify host keys the way OpenSSH would (fabric accepts any key by default): the known
+    hosts files of the ssh config, and an unknown host is refused unless the config says
+    StrictHostKeyChecking no or accept-new."""
+    import paramiko
+
+    files = (conn.ssh_config.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split()
+    for name in files:
+        path = os.path.expanduser(name)
+        if os.path.isfile(path):
+            conn.client.load_host_keys(path)
+    strict = str(conn.ssh_config.get("stricthostkeychecking", "ask")).lower()
+    conn.client.set_missing_host_key_policy(
+        paramiko.WarningPolicy() if strict in ("no", "off", "accept-new") else paramiko.RejectPolicy())
+
+
+class SshNode(Node):
+    def __init__(self, name: str, python: str, ssh_config: str | None = None):
+        super().__init__(name, python)
+        self.ssh_config = ssh_config
+        self.connection = None
+
+    def connect(self) -> None:
+        from fabric import Config, Connection
+
+        config = Config(runtime_ssh_path=self.ssh_config) if self.ssh_config else Config()
+        conn = Connection(self.name, config=config, connect_timeout=CONNECT_TIMEOUT)
+        _check_host_keys(conn)
+        try:
+            conn.open()
+        except Exception as exc:   # every connect failure becomes one line with a fix
+            raise explain_connect(self.name, exc) from None
+        self.connection = conn
+
+    @property
+    def address(self) -> str:
+        """The address this node is reached at (HostName from the ssh config)."""
+        if self.connection is not None:
+            return self.connection.host
+        return self.name
+
+    def _spawn(self, argv: list[str]) -> Process:
+        if self.connection is None:
+            self.connect()
+        return SshProcess(self.connection, argv)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
