@@ -269,6 +269,43 @@ def test_a_leftover_with_a_live_parent_warns():
     assert one(results, "stale-processes", "worker1").status is Status.PASS
 
 
+# --- ranks-per-node ----------------------------------------------------------------------------
+
+def test_more_ranks_than_usable_cores_fails_on_every_such_node():
+    results = run(clean(), "ranks-per-node", nproc_per_node=10000)
+
+    for node in ("master", "worker1"):
+        result = one(results, "ranks-per-node", node)
+        assert result.status is Status.FAIL
+        assert result.summary == (f"10000 ranks per node, but {node} has 2 usable cores: "
+                                  "each rank needs at least a core of its own")
+        assert result.fix == "--nproc-per-node 2   # the fewest usable cores of any node"
+        assert result.details == {"nproc_per_node": 10000, "usable_cores": 2, "device": "cpu"}
+
+
+def test_the_fix_is_the_fewest_cores_of_any_node():
+    results = run(ff.cores(clean(), "worker1", physical=1), "ranks-per-node", nproc_per_node=2)
+
+    assert one(results, "ranks-per-node", "master").status is Status.PASS
+    worker = one(results, "ranks-per-node", "worker1")
+    assert worker.status is Status.FAIL and "worker1 has 1 usable core:" in worker.summary
+    assert worker.fix.startswith("--nproc-per-node 1 ")
+
+
+def test_as_many_ranks_as_cores_pass():
+    results = run(clean(), "ranks-per-node", nproc_per_node=2)
+
+    assert [(r.node, r.status, r.summary) for r in results] == [
+        ("master", Status.PASS, "2 ranks on 2 usable cores"), ("worker1", Status.PASS, "2 ranks on 2 usable cores")]
+
+
+def test_a_cuda_run_is_not_judged_on_cores():
+    (result,) = run(clean(), "ranks-per-node", nproc_per_node=8, device="cuda", backend="nccl")
+
+    assert (result.status, result.node) == (Status.SKIP, None)
+    assert "--device cuda" in result.summary
+
+
 # --- device-dtype ------------------------------------------------------------------------------
 
 def test_nccl_on_cpu_fails_on_every_node():
