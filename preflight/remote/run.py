@@ -16,18 +16,19 @@ from ..facts.main import MARKER, PROGRESS
 
 CLOCK = "DDP_PREFLIGHT_CLOCK "
 from .bundle import program
-from .errors import NodeError, explain_connect, explain_python
+from .errors import NodeError, explain_connect, explain_python, python_argv
 
 Progress = Callable[[str, list], None]     # (node, [done_bytes, total_bytes, done_files, total_files])
 CONNECT_TIMEOUT = 8
 COMMAND_TIMEOUT = 600
 
 
-def parse_output(node: str, python: str, code: int, stdout: str, stderr: str) -> dict:
+def parse_output(node: str, python: str, code: int, stdout: str, err: _ProgressStream) -> dict:
     for line in stdout.splitlines():
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER):])
-    raise explain_python(node, python, code, stderr)
+    # The program's first line is its clock sample: without it, `python` never ran it.
+    raise explain_python(node, python, code, err.text(), ran=err.clock is not None)
 
 
 class _ProgressStream(io.TextIOBase):
@@ -144,12 +145,12 @@ class SshNode:
             self.connect()
         err = _ProgressStream(self.name, on_progress)
         try:
-            code, stdout = _exec(self.connection, f"{shlex.quote(self.python)} -",
+            code, stdout = _exec(self.connection, shlex.join(python_argv(self.python)),
                                  program(request).encode(), err, COMMAND_TIMEOUT)
         except Exception as exc:
             raise NodeError(f"{self.name}: the collector did not finish: {exc}",
                             f"try: ssh {self.name} {self.python} -c 'import torch'") from None
-        facts = parse_output(self.name, self.python, code, stdout, err.text())
+        facts = parse_output(self.name, self.python, code, stdout, err)
         facts["clock"] = err.clock_offset()
         return facts
 
@@ -170,16 +171,14 @@ class LocalNode:
         pass
 
     def collect(self, request: dict, on_progress: Progress | None = None) -> dict:
-        try:
-            proc = subprocess.Popen([self.python, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-        except FileNotFoundError:
-            raise explain_python(self.name, self.python, 127, "No such file") from None
-        except PermissionError:
-            raise explain_python(self.name, self.python, 126, "") from None
+        proc = subprocess.Popen(python_argv(self.python), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         err = _ProgressStream(self.name, on_progress)
-        proc.stdin.write(program(request))
-        proc.stdin.close()
+        try:
+            proc.stdin.write(program(request))
+            proc.stdin.close()
+        except BrokenPipeError:     # it exited without reading the program: what it said tells why
+            pass
         stdout: list[str] = []
         # stdout can outgrow a pipe's buffer (a large shard manifest): drain it alongside.
         reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
@@ -188,7 +187,7 @@ class LocalNode:
             err.write(line)
         reader.join()
         code = proc.wait()
-        facts = parse_output(self.name, self.python, code, "".join(stdout), err.text())
+        facts = parse_output(self.name, self.python, code, "".join(stdout), err)
         facts["clock"] = {"offset": 0.0, "uncertainty": 0.0}   # this machine is the reference
         return facts
 
