@@ -1,7 +1,6 @@
-"""The first program on a node, run as `python -c <this file's text>` (standard library only,
-Python 3.8+, self-contained: the package is not importable until this has run).
-
-It reads its stdin, which the master writes:
+"""The first program on a node (standard library only, Python 3.8+, self-contained: the package
+is not importable until this has run). Everything arrives on stdin, which the master writes:
+    8 digits: the size of this file's text, then the text (STAGE0, the only argv, runs it),
     b"DDP-PREFLIGHT-NODE 1 <zip size> <spec size>\\n", the node package as a zip, the spec (JSON),
 then, for the programs that keep it, the control stream (control.py): heartbeats and commands.
 So neither the package nor the orders (environments, tokens) ever show in the process list.
@@ -19,28 +18,23 @@ import tempfile
 MAGIC = b"DDP-PREFLIGHT-NODE"
 VERSION = b"1"
 
-
-def read_exact(fd, size):
-    chunks = []
-    while size:
-        chunk = os.read(fd, min(size, 1 << 20))
-        if not chunk:
-            raise EOFError("the master closed the stream before the payload ended")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+# `python -c STAGE0`: reads this file's text from stdin and runs it. One short line, so that a
+# --python that is not a Python says something readable about it. The buffered reader loops
+# until it has every byte asked for; everything after reads through it too.
+STAGE0 = "import sys; exec(sys.stdin.buffer.read(int(sys.stdin.buffer.read(8))))"
 
 
-def read_header(fd):
-    # Byte by byte, unbuffered: what follows the header belongs to the program's own reads of fd 0.
-    line = b""
-    while not line.endswith(b"\n"):
-        byte = os.read(fd, 1)
-        if not byte:
-            raise EOFError("no header")
-        line += byte
-        if len(line) > 200:
-            raise ValueError("not a ddp-preflight header")
+def read_exact(stream, size):
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the master closed the stream before the payload ended")
+    return data
+
+
+def read_header(stream):
+    line = stream.readline(200)
+    if not line.endswith(b"\n"):
+        raise EOFError("no header")
     parts = line.split()
     if len(parts) != 4 or parts[0] != MAGIC or parts[1] != VERSION:
         raise ValueError("not a ddp-preflight header (a different version on each side?)")
@@ -64,9 +58,10 @@ def _terminated(signum, frame):
 
 def main():
     try:
-        zip_size, spec_size = read_header(0)
-        payload = read_exact(0, zip_size)
-        spec = json.loads(read_exact(0, spec_size).decode("utf-8"))
+        stdin = sys.stdin.buffer
+        zip_size, spec_size = read_header(stdin)
+        payload = read_exact(stdin, zip_size)
+        spec = json.loads(read_exact(stdin, spec_size).decode("utf-8"))
     except (ValueError, EOFError) as exc:
         sys.stderr.write("ddp-preflight node: cannot start: %s\n" % (exc,))
         sys.stderr.flush()
@@ -83,7 +78,8 @@ def main():
         except Exception:
             pass
         shutil.rmtree(folder, ignore_errors=True)
-    # Not sys.exit: a daemon thread blocked on a read must not hold the interpreter's exit.
+    # Not sys.exit: a daemon thread blocked on a read of stdin (control.py) holds the buffered
+    # reader's lock, and the interpreter's own exit would wait on it.
     os._exit(code if isinstance(code, int) else 0)
 
 

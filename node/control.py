@@ -9,7 +9,7 @@ either way, so nothing outlives its master by more than the lease."""
 from __future__ import annotations
 
 import json
-import os
+import sys
 import threading
 import time
 from typing import Callable, Optional
@@ -20,8 +20,10 @@ MAX_COMMAND = 1 << 20     # bytes: a longer line is not ours and is dropped
 
 class Control:
     def __init__(self, lease: Optional[float], on_gone: Callable[[str], None],
-                 on_command: Optional[Callable[[dict], None]] = None, fd: int = 0):
-        self.lease, self.on_gone, self.on_command, self.fd = lease, on_gone, on_command, fd
+                 on_command: Optional[Callable[[dict], None]] = None, stream=None):
+        # The same buffered reader boot.py read the payload through: what it holds is ours.
+        self.lease, self.on_gone, self.on_command = lease, on_gone, on_command
+        self.stream = stream if stream is not None else sys.stdin.buffer
         self.last = time.monotonic()
         self.why: Optional[str] = None
         self.gone = threading.Event()
@@ -37,8 +39,8 @@ class Control:
         partial = b""
         while True:
             try:
-                data = os.read(self.fd, 65536)      # raw: never a buffered reader in a daemon thread
-            except OSError:
+                data = self.stream.read1(65536)
+            except (OSError, ValueError):
                 data = b""
             if not data:
                 self._gone("eof")

@@ -96,6 +96,7 @@ def serve(sockets, token, stats, stop, until):
                 drop(conn, selector, pending)
     finally:
         for conn in list(pending):
+            stats["rejected"] += 1      # still silent when the probe ended: not ours either
             drop(conn, selector, pending)
         selector.close()
 

@@ -26,6 +26,7 @@ BANDWIDTH = "DDP_PREFLIGHT_BANDWIDTH "      # rank 0 of the bandwidth job
 COMPUTE = "DDP_PREFLIGHT_COMPUTE "          # the compute benchmark's figure
 AGENT = "DDP_PREFLIGHT_AGENT "              # hangwatch's agent: hello, rank, sample, stacks, exit
 FILE = "DDP_PREFLIGHT_FILE "                # a file received (its private path)
+PYTHON = "DDP_PREFLIGHT_PYTHON "            # (stderr) what --python is when it cannot run: missing, a folder...
 
 _lock = threading.Lock()
 

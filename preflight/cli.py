@@ -116,7 +116,6 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from .checks import CHECKS, UnknownCheck, run_checks, select
     from .config import ConfigError, load
     from .model import Context, Options, Report
-    from .remote.hosts import HostListError, expand_slurm, read_hostfile
 
     if args.list:
         for check in CHECKS:
@@ -128,23 +127,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     except (ConfigError, UnknownCheck) as exc:
         raise UsageError(str(exc)) from None
 
-    hosts = list(args.hosts)
-    slots = None
-    try:
-        if args.hostfile:
-            entries = read_hostfile(args.hostfile)
-            hosts += [e.host for e in entries]
-            slot_counts = {e.slots for e in entries if e.slots}
-            slots = slot_counts.pop() if len(slot_counts) == 1 else None
-    except HostListError as exc:
-        raise UsageError(str(exc)) from None
-    if args.slurm:
-        nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
-        if not nodelist:
-            raise UsageError("--slurm: SLURM_JOB_NODELIST is not set (run inside an allocation: salloc/sbatch)")
-        hosts += expand_slurm(nodelist)
-    if not hosts:
-        hosts = list(config.values.get("hosts", []))
+    hosts, slots = _hosts(args, config)
 
     def pick(name, default):
         value = getattr(args, name)
@@ -164,6 +147,9 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         params=int(args.params) if args.params else None, scan=args.scan,
         # A data folder given only per node (config [nodes.X]) still means: compare shards.
         data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None))
+    if options.nproc_per_node < 1:
+        given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
+        raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port {options.master_port} is not a port number")
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
@@ -208,6 +194,29 @@ def _render(args, report) -> int:
         sys.stdout.write(text.render(report, width=width, color=color, verbose=args.verbose))
     ok = report.ok_strict() if args.strict else report.ok
     return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _hosts(args: argparse.Namespace, config) -> tuple[list[str], int | None]:
+    """Every host from the command line, the hostfile and Slurm (else the config), each machine
+    once; and the processes per node the hostfile's slots ask for, when they decide it."""
+    from .remote.hosts import HostListError, check_unique, hostfile_slots, read_hostfile, slurm_hosts
+
+    sources = [("the command line", list(args.hosts))]
+    slots = None
+    try:
+        if args.hostfile:
+            entries = read_hostfile(args.hostfile)
+            sources.append((f"hostfile {args.hostfile}", [e.host for e in entries]))
+            if args.nproc_per_node is None and config.values.get("nproc_per_node") is None:
+                slots = hostfile_slots(entries, args.hostfile)
+        if args.slurm:
+            sources.append(slurm_hosts(os.environ))
+        if not any(hosts for _, hosts in sources):
+            sources.append(("the config's hosts", list(config.values.get("hosts", []))))
+        check_unique(sources)
+    except HostListError as exc:
+        raise UsageError(str(exc)) from None
+    return [host for _, hosts in sources for host in hosts], slots
 
 
 def _targets(args, config, hosts, launch_args):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import socket
+
+from node import protocol
 
 
 class NodeError(Exception):
@@ -14,6 +17,21 @@ class NodeError(Exception):
         self.fix = fix
 
 
+# What connect() failing with each errno means, and the fix for it; {host} is filled in.
+CONNECT_ERRORS = {
+    errno.ECONNREFUSED: ("nothing accepts ssh connections (connection refused)",
+                         "start sshd on {host} (sudo systemctl start ssh) or fix Port in the ssh config"),
+    errno.EHOSTUNREACH: ("no route to host: nothing answers at its address on the network",
+                         "check that {host} is on and connected, and that HostName in the ssh config is its address"),
+    errno.ENETUNREACH: ("network unreachable: this machine has no route to its address",
+                        "check this machine's network and routes (ip route get ADDRESS), "
+                        "or HostName for {host} in the ssh config"),
+    errno.ETIMEDOUT: ("no answer on the ssh port within the timeout",
+                      "check that {host} is on and its address in the ssh config is right; "
+                      "a firewall may drop port 22"),
+}
+
+
 def explain_connect(host: str, exc: BaseException) -> NodeError:
     """Turn what paramiko/fabric raised into a sentence about this host."""
     import paramiko
@@ -23,13 +41,12 @@ def explain_connect(host: str, exc: BaseException) -> NodeError:
         return NodeError(f"{host}: the name does not resolve ({exc.strerror})",
                          f"add a 'Host {host}' entry with its HostName to your ssh config, "
                          "or pass --ssh-config FILE")
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) or isinstance(exc, ConnectionRefusedError):
-        return NodeError(f"{host}: nothing accepts ssh connections (connection refused)",
-                         f"start sshd on {host} (sudo systemctl start ssh) or fix Port in the ssh config")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return _explain_addresses(host, exc.errors)
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return NodeError(f"{host}: no answer on the ssh port within the timeout",
-                         f"check that {host} is on and its address in the ssh config is right; "
-                         "a firewall may drop port 22")
+        return _explain_errno(host, errno.ETIMEDOUT)
+    if isinstance(exc, OSError) and exc.errno in CONNECT_ERRORS:
+        return _explain_errno(host, exc.errno)
     if isinstance(exc, paramiko.AuthenticationException):
         return NodeError(f"{host}: the ssh key was refused ({exc})",
                          f"ssh-copy-id {host}   # or set IdentityFile for {host} in the ssh config")
@@ -39,6 +56,10 @@ def explain_connect(host: str, exc: BaseException) -> NodeError:
     if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
         return NodeError(f"{host}: its host key is not known here, so it cannot be verified",
                          f"ssh {host} true   # once, to check and accept its key; or ssh-keyscan {host} >> ~/.ssh/known_hosts")
+    if _closed_before_greeting(exc):
+        return NodeError(f"{host}: its ssh port accepted the connection, then "
+                         f"{'reset' if 'reset' in str(exc) else 'closed'} it before the ssh greeting",
+                         f"ssh -v {host} true   # to see what answers on its ssh port")
     if isinstance(exc, paramiko.SSHException):
         return NodeError(f"{host}: ssh failed: {exc}", f"try 'ssh {host} true' to see the full error")
     if isinstance(exc, OSError):
@@ -47,14 +68,84 @@ def explain_connect(host: str, exc: BaseException) -> NodeError:
     return NodeError(f"{host}: {name}: {exc}", f"try 'ssh {host} true' to see the full error")
 
 
-def explain_python(host: str, python: str, exit_code: int, stderr: str) -> NodeError:
+def _explain_errno(host: str, number: int) -> NodeError:
+    summary, fix = CONNECT_ERRORS[number]
+    return NodeError(f"{host}: {summary}", fix.format(host=host))
+
+
+def _explain_addresses(host: str, errors: dict) -> NodeError:
+    """paramiko tried each address of the host; one cause for all, or each address's own."""
+    causes = {address[0]: error for address, error in errors.items()}
+    numbers = {getattr(error, "errno", None) for error in causes.values()}
+    if len(numbers) == 1 and numbers <= CONNECT_ERRORS.keys():
+        return _explain_errno(host, numbers.pop())
+    listed = "; ".join(f"{address}: {error.strerror or error}" for address, error in causes.items())
+    # A refusal means the machine is up, so its fix comes first.
+    first = next((n for n in CONNECT_ERRORS if n in numbers), None)
+    return NodeError(f"{host}: cannot connect to any of its addresses ({listed})",
+                     CONNECT_ERRORS[first][1].format(host=host) if first else f"check the network path to {host}")
+
+
+def _closed_before_greeting(exc: BaseException) -> bool:
+    """The port took the connection, then closed or reset it before sshd's banner (not sshd, or
+    one refusing more connections): paramiko raises the reset itself, an EOF, or its banner
+    error, depending on when the peer's close arrives."""
+    import paramiko
+
+    return (isinstance(exc, (EOFError, ConnectionResetError))
+            or isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc))
+
+
+# --- the training Python ---------------------------------------------------------------------------
+
+# Runs on the node before the training Python: says what --python is when it is not a program,
+# instead of letting the shell guess (a folder, a missing path, a text file the shell would run
+# as a script). A binary or a #! script (a wrapper that sets variables) is run.
+PYTHON_VERDICT = protocol.PYTHON
+_RUN_PYTHON = r"""p=$1; shift
+case $p in */*) ;; *) p=$(command -v "$p") || p=$1 ;; esac
+program() { case $(head -c 4 "$p" 2>/dev/null) in
+  "#!"*|"$(printf 'ELF')"|"$(printf 'Ïúíþ')"|"$(printf 'Êþº¾')") return 0 ;;
+  *) return 1 ;; esac; }
+if [ -d "$p" ]; then what=folder; [ -x "$p/bin/python" ] && what=environment-folder
+elif [ ! -e "$p" ]; then what=missing
+elif [ -r "$p" ] && ! program; then what=not-a-program
+elif [ ! -x "$p" ]; then what=not-executable
+else exec "$p" "$@"
+fi
+cat >/dev/null   # the payload, sent on stdin all the same
+echo "DDP_PREFLIGHT_PYTHON $what" >&2
+exit 126"""
+
+
+def python_argv(python: str, *args: str) -> list[str]:
+    """The command that runs `python ARGS...` on a node, once it is known to be a program."""
+    return ["sh", "-c", _RUN_PYTHON, "ddp-preflight", python, *args]
+
+
+def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: bool) -> NodeError:
+    """Why the collector gave no facts; `ran`: the program started (it sent its first line),
+    so `python` is a Python."""
+    verdict = next((line[len(PYTHON_VERDICT):] for line in stderr.splitlines() if line.startswith(PYTHON_VERDICT)), None)
     last = (stderr.strip().splitlines() or [""])[-1][:300]
-    if exit_code == 127 or "No such file" in stderr or "not found" in stderr:
-        return NodeError(f"{host}: the training Python {python} does not exist there",
-                         f"pass --python PATH, or set python under [nodes.{host}] in the config")
-    if exit_code == 126:
+    pick = f"pass --python PATH, or set python under [nodes.{host}] in the config"
+    if verdict == "missing":
+        return NodeError(f"{host}: the training Python {python} does not exist there", pick)
+    if verdict == "environment-folder":
+        inside = f"{python.rstrip('/')}/bin/python"
+        return NodeError(f"{host}: {python} is a folder, not a Python (it holds {inside})",
+                         f"--python {inside}   # or set python under [nodes.{host}] in the config")
+    if verdict == "folder":
+        return NodeError(f"{host}: {python} is a folder, not a Python", f"give the interpreter's path: {pick}")
+    if verdict == "not-a-program":
+        return NodeError(f"{host}: {python} is a plain file (neither a binary nor a #! script), not a Python", pick)
+    if verdict == "not-executable":
         return NodeError(f"{host}: {python} is not executable there",
                          f"chmod +x {python} on {host}, or pass the right --python")
+    if not ran and "Python" not in stderr:
+        # What it said, cut short: it may quote the few lines of Python it was given to run.
+        said = f": {last[:200]}{'…' if len(last) > 200 else ''}" if last else ""
+        return NodeError(f"{host}: {python} is not a Python: it ran and exited with code {exit_code}{said}", pick)
     if "SyntaxError" in stderr:
         return NodeError(f"{host}: {python} is too old to run the collector ({last})",
                          f"use a Python 3.8+ environment on {host} (--python PATH)")

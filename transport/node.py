@@ -290,8 +290,9 @@ class Node(ABC):
                             f"try: ssh {self.name} {self.python} -c 'import torch'")
         facts = result.values(protocol.FACTS)
         if not facts:
+            # The program's first line is its clock sample: without it, `python` never ran it.
             raise explain_python(self.name, self.python, result.exit if result.exit is not None else -1,
-                                 result.stderr or result.error or "")
+                                 result.stderr or result.error or "", ran=bool(clock))
         out = facts[-1]
         out["clock"] = self._clock_offset(sent, clock)
         return out

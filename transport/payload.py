@@ -12,6 +12,8 @@ from pathlib import Path
 import node
 from node import boot
 
+from .errors import python_argv
+
 NODE_DIR = Path(node.__file__).resolve().parent
 BOOT = Path(boot.__file__).read_text()
 
@@ -28,11 +30,14 @@ def package_zip() -> bytes:
 
 
 def stdin_payload(spec: dict) -> bytes:
+    text = BOOT.encode()
     package = package_zip()
     orders = json.dumps(spec).encode()
     header = boot.MAGIC + b" " + boot.VERSION + b" %d %d\n" % (len(package), len(orders))
-    return header + package + orders
+    return b"%08d" % len(text) + text + header + package + orders
 
 
 def boot_argv(python: str) -> list[str]:
-    return [python, "-c", BOOT]
+    """`python -c STAGE0` (it reads boot.py from stdin), behind a few lines of sh that say what
+    --python is when it cannot run."""
+    return python_argv(python, "-c", boot.STAGE0)

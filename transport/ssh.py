@@ -5,6 +5,7 @@ its hangwatch."""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import shlex
 import threading
@@ -13,6 +14,12 @@ from .errors import explain_connect
 from .node import Node, Process
 
 CONNECT_TIMEOUT = 8
+
+# paramiko's transport thread logs a traceback when a peer fails mid-handshake (it resets during
+# the banner), and with no handler anywhere Python prints it on stderr, although connect() raises
+# the same error, which becomes the node's one-line error. A handler of its own ends that; an
+# application that configures logging still receives the records.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class SshProcess(Process):

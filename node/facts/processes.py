@@ -121,7 +121,9 @@ def training_processes(master_port: int) -> dict:
             reasons.append("RANK in its environment")
         if any(TRAINING_SCRIPT.search(a) for a in argv[1:3]) and "python" in os.path.basename(argv[0]):
             reasons.append("a training script")
-        if pid in holders:
+        # Holding the port makes a training process matter more; alone it does not make one
+        # (sshd holds 22): master-port names such a holder.
+        if reasons and pid in holders:
             reasons.append(f"holds port {master_port}")
         if reasons:
             found.append({**describe(pid), "why": reasons})

@@ -10,7 +10,7 @@ from .bandwidth import check_bandwidth, check_compute_balance
 from .clock import check_clock_skew
 from .collectives import check_collectives
 from .data_shards import check_data_shards
-from .hardware import check_device_dtype, check_omp_threads
+from .hardware import check_device_dtype, check_omp_threads, check_ranks_per_node
 from .launch_args import check_launch_args
 from .network import check_address_family, check_interface_choice
 from .ports import check_ephemeral_ports, check_master_reachable
@@ -29,6 +29,7 @@ CHECKS: tuple[Check, ...] = (
     Check("stale-processes", "no leftover training or torchrun processes on any node", check_stale_processes),
     Check("data-shards", "the same data shard files, with the same content, on every node", check_data_shards),
     Check("device-dtype", "the backend fits the device; a GPU beside a CPU run, or bf16 without bf16 instructions", check_device_dtype),
+    Check("ranks-per-node", "each node has a core for every rank it is asked to start", check_ranks_per_node),
     Check("omp-threads", "OMP_NUM_THREADS x processes per node against the physical cores", check_omp_threads),
     Check("ptrace", "hangwatch will be able to read the ranks' Python stacks", check_ptrace),
     Check("clock-skew", "node clocks agree within a second or two", check_clock_skew),

@@ -47,6 +47,9 @@ def short_command(argv: list[str], limit: int = 90) -> str:
     """The command line with its program's folder left out, cut at a word."""
     if not argv:
         return "?"
+    if len(argv) == 1 and " " in argv[0]:
+        # A retitled process (sshd: "sshd: /usr/sbin/sshd -D [listener] ..."): one argument of words.
+        argv = argv[0].split()
     words = [argv[0].rsplit("/", 1)[-1]] + [a if len(a) < 60 else "…" + a[-40:] for a in argv[1:]]
     text = ""
     for word in words:

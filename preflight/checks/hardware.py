@@ -1,4 +1,5 @@
-"""device-dtype and omp-threads: the backend fits the device, and threads fit the cores."""
+"""device-dtype, ranks-per-node and omp-threads: the backend fits the device, and ranks and
+threads fit the cores."""
 
 from __future__ import annotations
 
@@ -116,3 +117,30 @@ def check_omp_threads(ctx: Context) -> Iterator[Result]:
         else:
             yield Result(ID, Status.PASS, node.node, f"{threads} threads x {procs} processes on {cores} physical cores",
                          None, details)
+
+
+def check_ranks_per_node(ctx: Context) -> Iterator[Result]:
+    """Every node starts --nproc-per-node ranks: each needs a core of its own on a CPU run."""
+    ID = "ranks-per-node"
+    ranks = ctx.options.nproc_per_node
+    if ctx.options.device == "cuda":
+        # The GPU side goes here: ranks per node against the GPUs each node's torch sees.
+        yield Result(ID, Status.SKIP, None, "not checked for --device cuda yet (ranks against each node's GPUs)")
+        return
+    usable = {n.node: (n.section("cpu") or {}).get("usable_cores") for n in ctx.reachable}
+    fewest = min((c for c in usable.values() if c), default=None)
+    for node in ctx.reachable:
+        cores = usable[node.node]
+        if not cores:
+            yield Result(ID, Status.ERROR, node.node,
+                         f"{node.node}: {node.section_error('cpu') or 'the CPU facts have no usable core count'}")
+            continue
+        details = {"nproc_per_node": ranks, "usable_cores": cores, "device": ctx.options.device}
+        if ranks > cores:
+            yield Result(ID, Status.FAIL, node.node,
+                         f"{ranks} ranks per node, but {node.node} has {cores} usable "
+                         f"core{'s' if cores > 1 else ''}: each rank needs at least a core of its own",
+                         f"--nproc-per-node {fewest}   # the fewest usable cores of any node", details)
+        else:
+            yield Result(ID, Status.PASS, node.node,
+                         f"{ranks} rank{'s' if ranks > 1 else ''} on {cores} usable cores", None, details)

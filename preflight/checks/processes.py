@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model import Context, Result, Status
+from ..model import Context, NodeFacts, Result, Status
 from .common import describe_process
+
+DEFAULT_MASTER_PORT = 29500     # torchrun's
 
 
 def check_master_port(ctx: Context) -> Iterator[Result]:
@@ -18,22 +20,53 @@ def check_master_port(ctx: Context) -> Iterator[Result]:
     if facts is None:
         yield Result(ID, Status.ERROR, master.node, f"{master.node}: {master.section_error('master_port')}")
         return
-    details = {"port": port, "holders": [dict(h) for h in facts["holders"]]}
+    training = _training_pids(master)
+    details = {"port": port, "holders": [{**h, "training": None if training is None else h["pid"] in training}
+                                         for h in facts["holders"]]}
     if not facts["listening"]:
         yield Result(ID, Status.PASS, master.node, f"port {port} is free on {master.node}", None, details)
         return
-    if facts["holders"]:
-        holders = facts["holders"]
+    holders = facts["holders"]
+    if not holders:
+        yield Result(ID, Status.FAIL, master.node,
+                     f"port {port} on {master.node} is held by a process of another user",
+                     f"sudo ss -ltnp 'sport = :{port}'   # on {master.node}, to see who; or use --master-port",
+                     details)
+    elif training is not None and all(h["pid"] in training for h in holders):
         pids = " ".join(str(h["pid"]) for h in holders)
         yield Result(ID, Status.FAIL, master.node,
                      f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
                      + ": rendezvous fails with EADDRINUSE (seed 002)",
                      f"kill {pids}   # on {master.node}; or choose another port with --master-port", details)
     else:
-        yield Result(ID, Status.FAIL, master.node,
-                     f"port {port} on {master.node} is held by a process of another user",
-                     f"sudo ss -ltnp 'sport = :{port}'   # on {master.node}, to see who; or use --master-port",
-                     details)
+        others = [h for h in holders if training is None or h["pid"] not in training]
+        yield _held_by_another_program(master.node, port, others, training is not None, details)
+
+
+def _training_pids(master: NodeFacts) -> set[int] | None:
+    """The processes the master's scan took for training (torchrun, a rank, a training
+    script); None when the scan failed, so nothing can be called a leftover."""
+    processes = master.section("processes")
+    return None if processes is None else {p["pid"] for p in processes["processes"]}
+
+
+def _held_by_another_program(node: str, port: int, holders: list[dict], known: bool, details: dict) -> Result:
+    """The port belongs to something that is not training (sshd on 22, a database): not debris
+    to kill, the run needs another port. Without the process scan, nothing is called either."""
+    named = "; ".join(describe_process({**h, "orphan": False}) for h in holders)
+    what = ", which is not a training process" if known else " (the process scan failed: training or not is unknown)"
+    program = _program(holders[0].get("cmdline") or [])
+    low = "; ports below 1024 also need root to bind" if port < 1024 else ""
+    other = DEFAULT_MASTER_PORT if port != DEFAULT_MASTER_PORT else DEFAULT_MASTER_PORT + 1
+    return Result("master-port", Status.FAIL, node,
+                  f"port {port} on {node} is held by {named}{what}: rendezvous fails with EADDRINUSE{low}",
+                  f"--master-port {other}   # another port for the run; {port} is {program}'s"
+                  + (", leave it running" if known else ""), details)
+
+
+def _program(argv: list[str]) -> str:
+    """The program's name: 'sshd' for sshd's retitled 'sshd: /usr/sbin/sshd -D [listener] ...'."""
+    return argv[0].split()[0].rsplit("/", 1)[-1].rstrip(":") if argv and argv[0].strip() else "another program"
 
 
 def check_stale_processes(ctx: Context) -> Iterator[Result]:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # What ssh accepts as a destination: [user@]host, host an alias, DNS name or address.
 HOST = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?:[A-Za-z0-9][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:.]+)$")
+
+# More nodes than this tool is made for; a Slurm list is refused before it is expanded, so
+# `node[1-99999999]` is one line, not minutes and gigabytes of host names.
+MAX_HOSTS = 4096
 
 
 class HostListError(Exception):
@@ -21,18 +28,22 @@ def bad_host_reason(host: str) -> str | None:
             "give an ssh alias, a DNS name or an address")
 
 
+# --- hostfiles -----------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class HostfileEntry:
     host: str
     slots: int | None
+    line: int = field(default=0, compare=False)     # where it is in the file, for messages
 
 
 def read_hostfile(path: str) -> list[HostfileEntry]:
     """DeepSpeed/OpenMPI (`host slots=4`) and MPICH (`host:4`) hostfiles."""
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise HostListError(f"hostfile {path}: {exc.strerror}") from None
+    text = _text_of(data, path)
     entries = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -42,37 +53,173 @@ def read_hostfile(path: str) -> list[HostfileEntry]:
         host, slots = parts[0], None
         if ":" in host and host.count(":") == 1:
             host, count = host.split(":")
-            slots = _int(count, path, number)
+            slots = _slots(count, path, number)
         for part in parts[1:]:
             key, _, value = part.partition("=")
             if key == "slots":
-                slots = _int(value, path, number)
-        entries.append(HostfileEntry(host, slots))
+                slots = _slots(value, path, number)
+        reason = bad_host_reason(host)
+        if reason:
+            raise HostListError(f"hostfile {path} line {number}: {reason}")
+        entries.append(HostfileEntry(host, slots, number))
     if not entries:
         raise HostListError(f"hostfile {path} lists no hosts")
     return entries
 
 
-def _int(value: str, path: str, number: int) -> int:
-    if not value.isdigit():
-        raise HostListError(f"hostfile {path} line {number}: slots must be a number, not {value!r}")
+def _text_of(data: bytes, path: str) -> str:
+    """The file as text; a binary file (a NUL byte, or bytes that are not UTF-8) is refused."""
+    at = data.find(b"\0")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        at = exc.start if at < 0 else min(at, exc.start)
+    if at >= 0:
+        raise HostListError(f"hostfile {path} is not a text file (byte {at} is not text); "
+                            "give a file with one 'host slots=N' per line")
+    return text
+
+
+def _slots(value: str, path: str, number: int) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise HostListError(f"hostfile {path} line {number}: slots must be a number of 1 or more, "
+                            f"not {value!r}")
     return int(value)
 
 
+def hostfile_slots(entries: list[HostfileEntry], path: str) -> int | None:
+    """The processes per node the hostfile asks for: its hosts' one slot count, or None when
+    none gives one. ddp-preflight starts as many ranks on every node, so differing counts are
+    an error rather than a silent choice."""
+    given = {e.slots for e in entries}
+    if given == {None}:
+        return None
+    if len(given) == 1:
+        return given.pop()
+    counts = ", ".join(f"{e.host} {'slots=' + str(e.slots) if e.slots else 'no slots'}" for e in entries)
+    raise HostListError(f"hostfile {path} gives different slots ({counts}): ddp-preflight starts the "
+                        "same number of ranks on every node; give every host the same slots, "
+                        "or pass --nproc-per-node N")
+
+
+# --- one machine, one entry ------------------------------------------------------------------------
+
+def _machine(host: str) -> str:
+    """The machine an ssh destination names: `root@Node1` and `node1` are the same one."""
+    return host.rsplit("@", 1)[-1].strip("[]").lower()
+
+
+def check_unique(sources: list[tuple[str, list[str]]]) -> None:
+    """Each machine once across all the host lists, given as (where from, hosts): a second
+    entry would start a second node rank on the same machine."""
+    seen: dict[str, str] = {}
+    for origin, hosts in sources:
+        for host in hosts:
+            first = seen.get(_machine(host))
+            if first is not None:
+                where = f"twice in {origin}" if first == origin else f"in {first} and in {origin}"
+                raise HostListError(f"{host} is listed {where}: two entries for one machine would start "
+                                    "two node ranks there; list each machine once "
+                                    "(--nproc-per-node sets the ranks per machine)")
+            seen[_machine(host)] = origin
+
+
+# --- Slurm ---------------------------------------------------------------------------------------
+
+SLURM_VARIABLES = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+
+
+def slurm_hosts(environ: Mapping[str, str]) -> tuple[str, list[str]]:
+    """The allocation's hosts from the environment: (the variable read, its hosts)."""
+    variable = next((v for v in SLURM_VARIABLES if v in environ), None)
+    if variable is None:
+        raise HostListError("--slurm: SLURM_JOB_NODELIST is not set (run inside an allocation: salloc/sbatch)")
+    value = environ[variable]
+    try:
+        return variable, expand_slurm(value)
+    except HostListError as exc:
+        raise HostListError(f"--slurm: {variable}={value!r}: {exc}") from None
+
+
 def expand_slurm(nodelist: str) -> list[str]:
-    """Slurm's compressed list: 'node[01-03,07],gpu5' -> node01 node02 node03 node07 gpu5."""
-    hosts = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", nodelist):
-        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
-        if not match:
-            hosts.append(item)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for part in ranges.split(","):
-            if "-" in part:
-                low, high = part.split("-", 1)
-                width = len(low)
-                hosts += [f"{prefix}{i:0{width}d}{suffix}" for i in range(int(low), int(high) + 1)]
-            else:
-                hosts.append(f"{prefix}{part}{suffix}")
+    """Slurm's compressed list, as `scontrol show hostnames` prints it:
+    'node[01-03,07],gpu5' -> node01 node02 node03 node07 gpu5; 'rack[1-2]-n[1-2]' -> rack1-n1
+    rack1-n2 rack2-n1 rack2-n2 (the last bracket varies fastest)."""
+    items = [_parse_item(item) for item in _split_items(nodelist)]
+    total = sum(_count(item) for item in items)
+    if total == 0:
+        raise HostListError("it lists no hosts")
+    if total > MAX_HOSTS:
+        raise HostListError(f"it lists {total} hosts, more than the {MAX_HOSTS} ddp-preflight takes")
+    hosts = [host for item in items for host in _expand_item(item)]
+    for host in hosts:
+        reason = bad_host_reason(host)
+        if reason:
+            raise HostListError(reason)
     return hosts
+
+
+def _split_items(nodelist: str) -> list[str]:
+    """The comma- (or space-) separated items; commas inside brackets belong to the ranges."""
+    items, current, depth = [], "", 0
+    for char in nodelist:
+        if char == "[":
+            if depth:
+                raise HostListError("a '[' inside brackets: ranges do not nest")
+            depth = 1
+        elif char == "]":
+            if not depth:
+                raise HostListError("a ']' without its '['")
+            depth = 0
+        elif char in ", \t\n" and not depth:
+            items.append(current)
+            current = ""
+            continue
+        current += char
+    if depth:
+        raise HostListError("a '[' without its ']'")
+    return [item for item in items + [current] if item]
+
+
+@dataclass(frozen=True)
+class _Bracket:
+    """One bracket group: its ranges as (low, high, width); `[01-03]` keeps width 2, as Slurm
+    writes it (the width of the low end)."""
+    ranges: tuple[tuple[int, int, int], ...]
+
+    def count(self) -> int:
+        return sum(high - low + 1 for low, high, _ in self.ranges)
+
+    def names(self) -> list[str]:
+        return [f"{i:0{width}d}" for low, high, width in self.ranges for i in range(low, high + 1)]
+
+
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def _parse_item(item: str) -> list[str | _Bracket]:
+    """Text and bracket groups in turn: `rack[1-2]-n[01-03]` -> "rack", [1-2], "-n", [01-03]."""
+    parts = re.split(r"\[([^\]]*)\]", item)      # even indexes: text; odd: inside brackets
+    return [part if i % 2 == 0 else _parse_bracket(part, item) for i, part in enumerate(parts) if part or i % 2]
+
+
+def _parse_bracket(inside: str, item: str) -> _Bracket:
+    ranges = []
+    for part in inside.split(","):
+        match = _RANGE.fullmatch(part)
+        if not match:
+            raise HostListError(f"in {item}, {part!r} is not a number or a range of numbers like 1-4")
+        low, high = match.group(1), match.group(2) or match.group(1)
+        if int(high) < int(low):
+            raise HostListError(f"in {item}, the range {part} runs backwards, so it names no host")
+        ranges.append((int(low), int(high), len(low)))
+    return _Bracket(tuple(ranges))
+
+
+def _count(item: list[str | _Bracket]) -> int:
+    return math.prod(piece.count() for piece in item if isinstance(piece, _Bracket))
+
+
+def _expand_item(item: list[str | _Bracket]) -> list[str]:
+    choices = [[piece] if isinstance(piece, str) else piece.names() for piece in item]
+    return ["".join(parts) for parts in itertools.product(*choices)]

@@ -183,6 +183,28 @@ def port_held_by_other_user(art: dict) -> dict:
     return art
 
 
+# sshd as Debian and Ubuntu show it: its listener retitles itself (one argv element).
+SSHD_LISTENER = ["sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups"]
+
+
+def port_held_by_service(art: dict, port: int = 22, cmdline: list[str] = SSHD_LISTENER,
+                         pid: int = 811) -> dict:
+    """The master port asked for (e.g. --master-port 22) is a system service's: root's `pid`,
+    started at boot by PID 1 (so its parent is 1). The process scan does not list it: it is
+    not torchrun, not a rank and not a training script."""
+    art = _copy(art)
+    facts(art, "master")["master_port"].update(port=port, listening=True, unattributed=0, holders=[
+        {"pid": pid, "ppid": 1, "uid": 0, "cmdline": list(cmdline), "age_seconds": 86400.0, "orphan": True}])
+    return art
+
+
+def processes_failed(art: dict, node: str) -> dict:
+    """The process scan failed on `node`: the section is the error the collector reports."""
+    art = _copy(art)
+    facts(art, node)["processes"] = {"error": "PermissionError: [Errno 13] Permission denied: '/proc' (at processes.py:96)"}
+    return art
+
+
 def not_orphaned(art: dict, node: str, parent: int = 4242) -> dict:
     """The leftover training processes on `node` still have a live parent (e.g. a shell or
     tmux that started them): a run someone may still want, not debris."""

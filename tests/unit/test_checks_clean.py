@@ -12,7 +12,8 @@ from .facts_fixtures import clean, context, one
 NODES = ("master", "worker1")
 # Checks that say something about each node, and checks that speak for the cluster (node None).
 PER_NODE = {"node-reachable", "torch-parity", "python-parity", "address-family", "interface-choice",
-            "stale-processes", "data-shards", "device-dtype", "omp-threads", "ptrace", "clock-skew"}
+            "stale-processes", "data-shards", "device-dtype", "ranks-per-node", "omp-threads", "ptrace",
+            "clock-skew"}
 
 
 def clean_results():

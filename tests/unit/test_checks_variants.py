@@ -250,6 +250,35 @@ def test_master_port_follows_the_port_asked_for():
     assert "29501" in result.summary and "29501" in result.fix
 
 
+def test_a_port_held_by_sshd_is_not_an_orphan_to_kill():
+    (result,) = run(ff.port_held_by_service(clean(), port=22), "master-port", master_port=22)
+
+    assert (result.status, result.node) == (Status.FAIL, "master")
+    assert result.summary == ("port 22 on master is held by PID 811 (sshd: /usr/sbin/sshd -D [listener] 0 of "
+                              "10-100 startups, 24.0 h old), which is not a training process: rendezvous fails "
+                              "with EADDRINUSE; ports below 1024 also need root to bind")
+    assert result.fix == "--master-port 29500   # another port for the run; 22 is sshd's, leave it running"
+    assert "kill" not in result.fix and "orphan" not in result.summary
+    assert result.details["holders"][0]["training"] is False
+
+
+def test_a_service_on_the_default_port_gets_another_port_and_no_root_note():
+    (result,) = run(ff.port_held_by_service(clean(), port=29500, cmdline=["/usr/bin/redis-server", "*:29500"]),
+                    "master-port")
+
+    assert "redis-server *:29500" in result.summary and "root" not in result.summary
+    assert result.fix.startswith("--master-port 29501   # another port for the run; 29500 is redis-server's")
+
+
+def test_a_holder_is_not_called_a_leftover_when_the_process_scan_failed():
+    (result,) = run(ff.processes_failed(faulted(), "master"), "master-port")
+
+    # The holder is the recorded train.py, but without the scan nothing says it is training.
+    assert result.status is Status.FAIL and "the process scan failed" in result.summary
+    assert not result.fix.startswith("kill") and "leave it running" not in result.fix
+    assert result.details["holders"][0]["training"] is None
+
+
 # --- stale-processes ---------------------------------------------------------------------------
 
 def test_an_orphaned_leftover_fails():
@@ -267,6 +296,43 @@ def test_a_leftover_with_a_live_parent_warns():
     assert "orphan" not in result.summary
     assert result.fix.startswith("kill 16882 ") and "if they are not a run you want" in result.fix
     assert one(results, "stale-processes", "worker1").status is Status.PASS
+
+
+# --- ranks-per-node ----------------------------------------------------------------------------
+
+def test_more_ranks_than_usable_cores_fails_on_every_such_node():
+    results = run(clean(), "ranks-per-node", nproc_per_node=10000)
+
+    for node in ("master", "worker1"):
+        result = one(results, "ranks-per-node", node)
+        assert result.status is Status.FAIL
+        assert result.summary == (f"10000 ranks per node, but {node} has 2 usable cores: "
+                                  "each rank needs at least a core of its own")
+        assert result.fix == "--nproc-per-node 2   # the fewest usable cores of any node"
+        assert result.details == {"nproc_per_node": 10000, "usable_cores": 2, "device": "cpu"}
+
+
+def test_the_fix_is_the_fewest_cores_of_any_node():
+    results = run(ff.cores(clean(), "worker1", physical=1), "ranks-per-node", nproc_per_node=2)
+
+    assert one(results, "ranks-per-node", "master").status is Status.PASS
+    worker = one(results, "ranks-per-node", "worker1")
+    assert worker.status is Status.FAIL and "worker1 has 1 usable core:" in worker.summary
+    assert worker.fix.startswith("--nproc-per-node 1 ")
+
+
+def test_as_many_ranks_as_cores_pass():
+    results = run(clean(), "ranks-per-node", nproc_per_node=2)
+
+    assert [(r.node, r.status, r.summary) for r in results] == [
+        ("master", Status.PASS, "2 ranks on 2 usable cores"), ("worker1", Status.PASS, "2 ranks on 2 usable cores")]
+
+
+def test_a_cuda_run_is_not_judged_on_cores():
+    (result,) = run(clean(), "ranks-per-node", nproc_per_node=8, device="cuda", backend="nccl")
+
+    assert (result.status, result.node) == (Status.SKIP, None)
+    assert "--device cuda" in result.summary
 
 
 # --- device-dtype ------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def test_text_hides_passes_unless_verbose(clean_report):
 def test_text_says_not_ready_on_failure_and_shows_the_fix(faulted_report):
     out = text.render(faulted_report, color=False)
 
-    assert "NOT READY: 18 passed, 1 warnings, 5 failed, 0 errors, 1 skipped on 2 node(s)" in out
+    assert "NOT READY: 20 passed, 1 warnings, 5 failed, 0 errors, 1 skipped on 2 node(s)" in out
     # Fixes come below the table, numbered, one per line, so they paste whole.
     fixes = out.split("fixes:\n", 1)[1].splitlines()
     assert any(line.strip().endswith("kill 16882   # on master; or choose another port with --master-port")
