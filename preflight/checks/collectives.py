@@ -62,10 +62,11 @@ def check_collectives(ctx: Context) -> Iterator[Result]:
                      + _job_reason(data["jobs"]), "please report this with the --json output", base)
         return
     under = _pinned_words(pinned) if pinned else ""
-    failures = _by_op(data["matrix"])
+    failures = _failures(data["matrix"])
     scan = data.get("scan") or {}
-    for op, rows in failures.items():
-        yield _op_result(op, rows, data["backend"], scan, base, under)
+    for op, rows in failures:
+        others = [r for other, more in failures if other == op and more is not rows for r in more]
+        yield _failure_result(op, rows, others, data["backend"], scan, base, under)
     if data.get("broken"):
         b = data["broken"]
         yield Result(ID, Status.FAIL, None,
@@ -99,32 +100,54 @@ def compact(matrix: list[dict]) -> dict:
     return out
 
 
-def _by_op(matrix: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def _failures(matrix: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Each distinct failure of each operation, with its rows: the rows that raised the same
+    error, or the rows that returned wrong numbers (each row keeps its own numbers)."""
+    out: dict[tuple[str, str], list[dict]] = {}
     for row in matrix:
         if row["status"] not in ("ok", "not run"):
-            out.setdefault(row["op"], []).append(row)
-    return out
+            out.setdefault((row["op"], _what_failed(row)), []).append(row)
+    return [(op, rows) for (op, _), rows in out.items()]
 
 
-def _op_result(op: str, rows: list[dict], backend: str, scan: dict, base: dict, under: str) -> Result:
+def _what_failed(row: dict) -> str:
+    return "wrong results" if row["status"] == "wrong" else _message(row)
+
+
+def _message(row: dict) -> str:
+    return f"{row.get('error_type', '')}: {row.get('error', '')}".lstrip(": ")
+
+
+def _failure_result(op: str, rows: list[dict], others: list[dict], backend: str, scan: dict, base: dict,
+                    under: str) -> Result:
+    """One distinct failure of op (rows); others: the op's rows that failed some other way."""
     modes = [m for m in MODE_WORDS if any(r["mode"] == m for r in rows)]
     dtypes = sorted({r["dtype"] for r in rows if r["dtype"]}, key=["float32", "bfloat16", "float16"].index)
     all_modes = len(modes) == len(MODE_WORDS)
     where = ("in every mode" if all_modes else " and ".join(MODE_WORDS[m] for m in modes)) + \
         (f", {'/'.join(dtypes)}" if dtypes else "")
     first = rows[0]
-    message = f"{first.get('error_type', '')}: {first.get('error', '')}".lstrip(": ")
-    wrong = any(r["status"] == "wrong" for r in rows)
+    wrong = first["status"] == "wrong"
+    message = _message(first)
+    if wrong:
+        # Each case, and each rank's shard, has its own numbers: say whose these are.
+        ranks = first.get("ranks_failing") or []
+        whose = ([MODE_WORDS[first["mode"]], first["dtype"]] if len(rows) > 1 else []) + \
+            ([f"rank {ranks[0]}"] if ranks and len(ranks) < base["world"] else [])
+        message = ", ".join(w for w in whose if w) + (": " if any(whose) else "") + message
     name = LABEL.get(op, op)
-    if modes == ["async_future"]:
+    future_only = modes == ["async_future"]
+    if future_only:
         name = "isend/irecv(...).get_future()" if op == "isend_irecv" else \
             f"{op}(..., async_op=True).get_future()"
-        where += "; blocking calls and wait() work"
+        if not any(r["mode"] != "async_future" for r in others):
+            where += "; blocking calls and wait() work"
     hits = _scan_hits(op, modes, scan)
-    seed = " (seed 000)" if modes == ["async_future"] and op.startswith("reduce_scatter") else ""
+    seed = " (seed 000)" if future_only and op.startswith("reduce_scatter") and not wrong else ""
     verb = "returns wrong results" if wrong else "fails"
     summary = f"{name} {verb} on {backend} ({where}): {message}{seed}{under}"
+    if others:
+        summary += f"; it also fails another way, reported on its own ({_what_failed(others[0])})"
     # An all_gather call site fails only if its ranks' sizes differ, which no scan can tell.
     maybe = op == "all_gather_uneven"
     if hits:
@@ -136,15 +159,21 @@ def _op_result(op: str, rows: list[dict], backend: str, scan: dict, base: dict, 
         summary += f"; --scan found no call to it in {scan['path']}"
     # Only .get_future() missing: blocking calls and wait() work, so it fails the run only if the
     # code asks for the future (NCCL-style overlap, seeds 000 and 004). --scan tells.
-    future_only = modes == ["async_future"]
-    if future_only and not hits and "sites" not in scan:
+    if future_only and not wrong and not hits and "sites" not in scan:
         summary += "; code that calls .get_future() on it crashes: --scan PATH finds such calls"
     status = Status.FAIL if (wrong or (hits and not maybe) or (op in COMMON and not future_only)) else Status.WARN
-    details = {**base, "op": op, "failures": rows, "call_sites": hits}
-    return Result(ID, status, None, summary, workaround(op, modes, dtypes, backend), details)
+    fix = wrong_numbers(op, modes, dtypes, backend) if wrong else workaround(op, modes, dtypes, backend)
+    details = {**base, "op": op, "failure": _what_failed(first), "failures": rows, "call_sites": hits}
+    return Result(ID, status, None, summary, fix, details)
 
 
 def workaround(op: str, modes: list[str], dtypes: list[str], backend: str) -> str:
+    """For an operation that raises: what to call instead."""
+    call = CALL.get(op, op)
+    if modes == ["async_future"]:
+        wrapped = "dist.isend(...)" if op == "isend_irecv" else f"dist.{call}(..., async_op=True)"
+        return (f"call it as _async_op({wrapped}): a shim that returns work.get_future() and falls back to "
+                f"an object whose wait() calls work.wait() (seed 000; {SHIM})")
     if op == "all_reduce_premul_sum":
         return "multiply first, then reduce with SUM: t.mul_(factor); dist.all_reduce(t, op=dist.ReduceOp.SUM)"
     if op == "all_gather_uneven":
@@ -152,16 +181,22 @@ def workaround(op: str, modes: list[str], dtypes: list[str], backend: str) -> st
                 "each rank's part back to its own length (send the lengths first with a small all_gather)")
     if op == "all_reduce_avg":
         return "reduce with SUM, then divide: dist.all_reduce(t); t.div_(dist.get_world_size())"
-    call = CALL.get(op, op)
-    if modes == ["async_future"]:
-        wrapped = "dist.isend(...)" if op == "isend_irecv" else f"dist.{call}(..., async_op=True)"
-        return (f"call it as _async_op({wrapped}): a shim that returns work.get_future() and falls back to "
-                f"an object whose wait() calls work.wait() (seed 000; {SHIM})")
     if dtypes and "float32" not in dtypes:
         return f"communicate in float32: t32 = t.float(); dist.{call}(t32, ...); t.copy_(t32)"
     if modes == ["async_wait", "async_future"]:
         return f"call dist.{call} without async_op=True on {backend}"
     return f"{backend} does not implement it here: avoid this call, or use a backend that does (nccl on GPUs)"
+
+
+def wrong_numbers(op: str, modes: list[str], dtypes: list[str], backend: str) -> str:
+    """For an operation that returns, but further from the exact result than rounding explains."""
+    call = CALL.get(op, op)
+    if dtypes and "float32" not in dtypes:
+        return f"communicate in float32: t32 = t.float(); dist.{call}(t32, ...); t.copy_(t32)"
+    if "sync" not in modes:
+        return f"call dist.{call} without async_op=True on {backend}"
+    return (f"{backend} computes dist.{call} wrongly here, in float32 too: avoid it on this backend and report "
+            "it to the backend's developers with the --json output")
 
 
 def _scan_hits(op: str, modes: list[str], scan: dict) -> list[dict]:

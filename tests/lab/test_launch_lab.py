@@ -161,6 +161,17 @@ def test_a_failed_check_refuses_the_launch_and_force_launches_anyway(clean_lab, 
     assert counts(clean_lab) == before
 
 
+def test_sixteen_ranks_launch_with_bfloat16_rounding_not_taken_for_wrong_results(clean_lab, tmp_path):
+    # Issue 10: at 16 ranks a bfloat16 reduce_scatter rounded past the probe's old fixed 1%, the
+    # collectives check failed, and the launch was refused (2 of 2 runs).
+    before = counts(clean_lab)
+    done = launch(clean_lab, tmp_path, "--only", "collectives", nproc=8, script_args=("--steps", "1"))
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "not launching" not in done.stderr and "returns wrong results" not in done.stdout
+    assert "on 2 node(s) x 8 = 16 ranks" in done.stderr and "all 16 ranks exited with code 0" in done.stderr
+    assert_nothing_left(clean_lab, before)
+
+
 def test_a_script_missing_on_one_node_is_one_line_naming_it(clean_lab, tmp_path):
     before = counts(clean_lab)
     elsewhere = tmp_path / "elsewhere"

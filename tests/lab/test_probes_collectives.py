@@ -97,3 +97,24 @@ def test_a_held_master_port_skips_with_a_pointer_to_master_port(clean_lab):
     _, report, _ = timed(clean_lab, "--only", "master-port,collectives", expect=1)
     result = by(report, "collectives")[0]
     assert result["status"] == "skip" and "see master-port" in result["summary"]
+
+
+def test_sixteen_ranks_return_no_false_wrong_result(clean_lab):
+    # Issue 10: at 16 ranks Gloo's bfloat16 sums round past a fixed 1% ("got 380.0, expected
+    # 376.0"), a false failure. 2 nodes x 8 processes give the same world size and the same Gloo
+    # arithmetic as 16 nodes x 1 at half the cost on this box (measured: about 20 s against 40 s;
+    # 16 nodes once missed the 15 s creation bound when other work loaded the cores).
+    before = snapshot(clean_lab)
+    _, report, seconds = timed(clean_lab, *ONLY, "--nproc-per-node", "8", expect=0)
+    results = by(report, "collectives")
+    assert {r["status"] for r in results} == {"warn"}          # Gloo's own gaps, nothing wrong
+    details = results[0]["details"]
+    assert details["world"] == 16 and details["nodes"] == ["master", "worker1"]
+    cells = {(op, mode, dtype): cell for op, modes in details["matrix"].items()
+             for mode, dtypes in modes.items() for dtype, cell in dtypes.items()}
+    assert not [case for case, cell in cells.items() if cell.startswith("wrong")]
+    assert all(cells[op, mode, "bfloat16"] == "ok" for op in ("all_reduce_sum", "all_reduce_avg",
+                                                              "reduce_scatter_tensor", "reduce_scatter")
+               for mode in ("sync", "async_wait"))
+    assert seconds < 60
+    assert settled(clean_lab, before) == before

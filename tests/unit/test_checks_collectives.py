@@ -2,7 +2,11 @@
 
 artifacts/collectives_gloo_2node.json holds three runs, each with the nodes' facts as collected:
 "clean", "vpn-ipv6@worker1" and "firewall@worker1" (with the network probe too). Re-record them,
-as root on a running lab: python -m tests.unit.test_checks_collectives record [LAB]"""
+as root on a running lab: python -m tests.unit.test_checks_collectives record [LAB]
+
+artifacts/collectives_gloo_16rank.json holds one clean run at 16 ranks (2 nodes x 8 processes:
+the world size where issue 10 saw bfloat16 sums rounded past the old fixed tolerance). Re-record
+it the same way: python -m tests.unit.test_checks_collectives record16 [LAB]"""
 
 from __future__ import annotations
 
@@ -14,17 +18,24 @@ from pathlib import Path
 import pytest
 
 from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
+from preflight.launch.cli import refusal
+from preflight.model import Context, NodeFacts, Options, Report, Status
 from preflight.probes.collectives import JOB, MARKER, assemble, scan
 
 ARTIFACT = Path(__file__).parent / "artifacts" / "collectives_gloo_2node.json"
 RUNS = {"clean": ("collectives",), "vpn-ipv6@worker1": ("collectives",),
         "firewall@worker1": ("network", "collectives")}
+ARTIFACT_16 = Path(__file__).parent / "artifacts" / "collectives_gloo_16rank.json"
 
 
 @pytest.fixture(scope="module")
 def recorded():
     return json.loads(ARTIFACT.read_text())
+
+
+@pytest.fixture(scope="module")
+def recorded_16():
+    return json.loads(ARTIFACT_16.read_text())
 
 
 def run(recorded, name, probes=None, scan_path=None):
@@ -120,6 +131,69 @@ def test_wrong_numbers_fail_even_for_a_rare_operation(recorded):
             row.update(status="wrong", error="got [0.0], expected [1.0]")
     result = by_op(run(recorded, "clean", probes))["all_to_all_single"]
     assert result.status is Status.FAIL and "returns wrong results" in result.summary
+
+
+# --- 16 ranks (issue 10): bfloat16 sums round, and each failure is reported as itself --------
+
+def test_sixteen_real_ranks_pass_but_for_gloos_own_gaps_and_do_not_block_the_launch(recorded_16):
+    data = recorded_16["clean"]["probes"]["collectives"]
+    assert data["world"] == 16 and data["nodes"] == ["master", "worker1"]
+    # Every reduction came back within the rounding its dtype allows: nothing is wrong.
+    assert not [r for r in data["matrix"] if r["status"] == "wrong"]
+    assert data["matrix"][0]["op"] == "all_reduce_sum" and data["matrix"][0]["status"] == "ok"
+    results = run(recorded_16, "clean")
+    assert {r.status for r in results} == {Status.WARN}
+    assert {(r.details["op"], r.details["failure"]) for r in results} == {
+        ("reduce_scatter_tensor", "RuntimeError: Work::getFuture not implemented."),
+        ("reduce_scatter", "RuntimeError: Work::getFuture not implemented."),
+        ("isend_irecv", "RuntimeError: Work::getFuture not implemented."),
+        ("all_gather_uneven", "RuntimeError: ProcessGroupGloo::allgather: invalid tensor size at index 1 "
+                              "(expected (1), got (2))"),
+        ("all_reduce_premul_sum", "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo")}
+    assert refusal(Report(tuple(results), ("master", "worker1")), strict=False) == []
+
+
+def test_a_wrong_mode_and_a_get_future_failure_of_one_operation_are_two_results(recorded_16):
+    probes = copy.deepcopy(recorded_16["clean"]["probes"])
+    for row in probes["collectives"]["matrix"]:
+        # Derived: the blocking and wait() bfloat16 rows as the old fixed 1% tolerance judged them
+        # on the lab at 16 ranks (rank 15's numbers); their get_future rows raise, as recorded.
+        if (row["op"], row["dtype"]) == ("reduce_scatter_tensor", "bfloat16") and row["mode"] != "async_future":
+            row.update(status="wrong", error="got [380.0, 380.0, 380.0, 380.0], expected [376.0, 376.0, 376.0, 376.0]",
+                       ranks_failing=[15])
+    results = [r for r in run(recorded_16, "clean", probes) if r.details.get("op") == "reduce_scatter_tensor"]
+    assert len(results) == 2
+    [wrong] = [r for r in results if r.details["failure"] == "wrong results"]
+    [future] = [r for r in results if r is not wrong]
+    assert wrong.status is Status.FAIL
+    assert wrong.summary.startswith(
+        "reduce_scatter_tensor returns wrong results on gloo (blocking and async_op=True + wait(), bfloat16): "
+        "blocking, bfloat16, rank 15: got [380.0, 380.0, 380.0, 380.0], expected [376.0, 376.0, 376.0, 376.0]")
+    assert [(r["mode"], r["dtype"]) for r in wrong.details["failures"]] == [("sync", "bfloat16"),
+                                                                             ("async_wait", "bfloat16")]
+    assert wrong.fix.startswith("communicate in float32: t32 = t.float(); dist.reduce_scatter_tensor(t32")
+    # The get_future failure keeps its own message, modes, dtypes and fix, and no number.
+    assert future.status is Status.WARN and "got [" not in future.summary
+    assert future.summary.startswith(
+        "reduce_scatter_tensor(..., async_op=True).get_future() fails on gloo (async_op=True + .get_future(), "
+        "float32/bfloat16/float16): RuntimeError: Work::getFuture not implemented. (seed 000)")
+    assert "blocking calls and wait() work" not in future.summary         # not in bfloat16, here
+    assert {r["mode"] for r in future.details["failures"]} == {"async_future"}
+    assert "_async_op(dist.reduce_scatter_tensor(..., async_op=True))" in future.fix
+    # The wrong numbers fail the run: the launch is refused for them, and only for them.
+    assert refusal(Report(tuple(results)), strict=False) == [wrong]
+
+
+def test_wrong_numbers_in_float32_too_say_to_avoid_the_call_not_to_change_dtype(recorded_16):
+    probes = copy.deepcopy(recorded_16["clean"]["probes"])
+    for row in probes["collectives"]["matrix"]:     # derived: a backend whose all_gather loses a shard
+        if row["op"] == "all_gather_into_tensor":
+            row.update(status="wrong", error="got [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], "
+                                             "expected [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]")
+    [result] = [r for r in run(recorded_16, "clean", probes) if r.details.get("op") == "all_gather_into_tensor"]
+    assert result.status is Status.FAIL and "(in every mode, float32/bfloat16/float16): blocking, float32: got" \
+        in result.summary
+    assert "float32 too: avoid it on this backend" in result.fix and "t.float()" not in result.fix
 
 
 def test_vpn_ipv6_fails_fast_with_the_address_family_cause_then_measures_pinned(recorded):
@@ -263,7 +337,7 @@ def test_assembly_keeps_rank_0s_row_and_every_other_ranks_disagreement():
 
 # --- recording -----------------------------------------------------------------------------
 
-def record(lab_name: str) -> None:
+def record(lab_name: str, runs: dict = RUNS, artifact: Path = ARTIFACT, nproc: int = 1) -> None:
     """Run the probes on the lab for each recorded situation and write the artifact."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from preflight.lab import Lab
@@ -272,24 +346,27 @@ def record(lab_name: str) -> None:
 
     lab = Lab.open(lab_name)
     out = {}
-    for name, probe_names in RUNS.items():
+    for name, probe_names in runs.items():
         lab.clear_faults()
         if name != "clean":
             lab.add_fault(name)
         targets = [Target(n.name, sys.executable) for n in lab.nodes]
-        request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": 1,
+        request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": nproc,
                    "launch_args": []}
         with Cluster(targets, str(lab.ssh_config)) as cluster:
             nodes, master_addr = gather(cluster, request)
-            probes = run_probes(list(probe_names), cluster, tuple(nodes), Options(master_addr=master_addr))
+            options = Options(master_addr=master_addr, nproc_per_node=nproc)
+            probes = run_probes(list(probe_names), cluster, tuple(nodes), options)
         out[name] = {"faults": lab.status()["nodes"], "master_addr": master_addr, "probes": probes,
                      "nodes": [{"node": n.node, "facts": dict(n.facts), "error": n.error, "fix": n.fix}
                                for n in nodes]}
         print(f"{name}: {probes['collectives'].get('seconds')} s", file=sys.stderr)
     lab.clear_faults()
-    ARTIFACT.write_text(json.dumps(out, indent=1, default=str) + "\n")
-    print(f"wrote {ARTIFACT} ({ARTIFACT.stat().st_size} bytes)")
+    artifact.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    print(f"wrote {artifact} ({artifact.stat().st_size} bytes)")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
     record(sys.argv[2] if len(sys.argv) > 2 else "lab")
+elif __name__ == "__main__" and sys.argv[1:2] == ["record16"]:
+    record(sys.argv[2] if len(sys.argv) > 2 else "lab", {"clean": ("collectives",)}, ARTIFACT_16, nproc=8)
