@@ -17,11 +17,13 @@ class LocalProcess(Process):
                                      stderr=subprocess.PIPE, start_new_session=True)
         self._lock = threading.Lock()
         self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
+        self._stderr_done = threading.Event()
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
         for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):
             self._stderr.append(chunk)
+        self._stderr_done.set()
 
     def write(self, data: bytes) -> bool:
         with self._lock:
@@ -52,6 +54,7 @@ class LocalProcess(Process):
             return None
 
     def stderr_text(self) -> str:
+        self._stderr_done.wait(5)         # once it has ended: its last words are in
         return b"".join(self._stderr).decode(errors="replace")[-8192:]
 
     def kill(self) -> None:

@@ -54,7 +54,7 @@ class Process(ABC):
 
     @abstractmethod
     def stderr_text(self) -> str:
-        """The last few KB of its stderr."""
+        """The last few KB of its stderr, once it has ended (waits a moment for the last of it)."""
 
     @abstractmethod
     def kill(self) -> None: ...

@@ -28,18 +28,21 @@ class SshProcess(Process):
         self.channel.exec_command(" ".join(shlex.quote(a) for a in argv))
         self._lock = threading.Lock()
         self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
+        self._stderr_done = threading.Event()
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
         # Read, so the channel's window never fills; keep the tail.
-        while True:
-            try:
+        try:
+            while True:
                 data = self.channel.recv_stderr(4096)
-            except Exception:
-                return
-            if not data:
-                return
-            self._stderr.append(data)
+                if not data:
+                    return
+                self._stderr.append(data)
+        except Exception:
+            return
+        finally:
+            self._stderr_done.set()
 
     def write(self, data: bytes) -> bool:
         with self._lock:
@@ -71,6 +74,7 @@ class SshProcess(Process):
         return self.channel.recv_exit_status()
 
     def stderr_text(self) -> str:
+        self._stderr_done.wait(5)         # once it has ended: its last words are in
         return b"".join(self._stderr).decode(errors="replace")[-8192:]
 
     def kill(self) -> None:
