@@ -11,9 +11,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from preflight import redact
+
 from . import agent
 
-SOURCE = Path(agent.__file__).read_text()
+# The agent redacts the environments it reads with the shared rules: they go first, self-contained.
+SOURCE = Path(redact.__file__).read_text() + "\n" + Path(agent.__file__).read_text()
 
 OnMessage = Callable[[str, dict], None]       # (node, message)
 OnClosed = Callable[[str, str | None], None]  # (node, why or None for a clean end)

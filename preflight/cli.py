@@ -103,13 +103,18 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
             raise UsageError(f"{used[0]} goes with --launch")
         return None
     from .launch import PlanError, parse_command, parse_env
+    from .launch.cli import log_dir_problem
     if args.node_lease is not None and not 5 <= args.node_lease <= 86400:
         raise UsageError(f"--node-lease {args.node_lease:g}: give 5 to 86400 seconds (a node must outlast a "
                          "few missed heartbeats, one a second)")
     try:
-        return parse_command(launch_args), parse_env(args.env)
+        request = parse_command(launch_args), parse_env(args.env)
     except PlanError as exc:
         raise UsageError(str(exc)) from None
+    problem = log_dir_problem(args.log_dir)
+    if problem:
+        raise UsageError(problem)
+    return request
 
 
 def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) -> int:

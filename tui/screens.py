@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from hangwatch.model import RankView, Source
+from preflight.redact import visible
 
 from . import format as fmt
 
@@ -79,7 +80,8 @@ class LogScreen(ModalScreen[None]):
     def read(self) -> None:
         try:
             lines = self.source.log(self.rank.node, self.rank.rank)
-            text = Text("\n".join(lines)) if lines else Text("no output from this rank yet")
+            # The rank's own text: its escape sequences are shown, never sent to the terminal.
+            text = Text("\n".join(map(visible, lines))) if lines else Text("no output from this rank yet")
         except Exception as exc:            # the log is a nicety: say why, keep the dashboard
             text = Text(f"could not read the log: {exc}")
         self.app.call_from_thread(self._show, text)

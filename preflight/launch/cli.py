@@ -4,6 +4,7 @@ The only module of the launch that prints: rank output on stdout, the launcher's
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -12,11 +13,14 @@ import time
 from pathlib import Path
 
 from ..model import Report, Status
+from ..private import make_folder
+from ..redact import redact_argv, redact_env, redact_text
 from .outcome import render
 from .plan import Command, NodeTarget, PlanError, build_plan
 from .run import Launch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+RUNS = Path("ddp-preflight-runs")    # where each run's log folder goes without --log-dir
 STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the supervisors' grace is 2 s)
 SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTERM on the master",
                   signal.SIGHUP: "the master's terminal closed (SIGHUP)"}
@@ -40,12 +44,33 @@ def describe(results: list) -> str:
 
 
 def default_log_dir() -> Path:
-    base = Path("ddp-preflight-runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = RUNS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     folder, n = base, 1
     while folder.exists():
         n += 1
         folder = base.with_name(f"{base.name}-{n}")
     return folder
+
+
+def log_dir_problem(log_dir: str | None) -> str | None:
+    """Why the run's logs could not be written where they would go, as one line with the fix;
+    None when they can. Asked before any node is contacted."""
+    folder = Path(log_dir) if log_dir else RUNS
+    existing = folder
+    try:
+        while not existing.exists():     # the folder the missing ones would be created in
+            existing = existing.parent
+        if not existing.is_dir():
+            why = f"{existing} is not a folder"
+        elif os.access(existing, os.W_OK | os.X_OK):
+            return None
+        else:
+            why = os.strerror(errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES)
+    except OSError as exc:               # a folder on the way this user may not enter
+        why = exc.strerror or str(exc)
+    if log_dir:
+        return f"cannot write the logs in {folder} ({why}): give --log-dir a folder this user can write to"
+    return f"cannot write the logs in {folder}/ ({why}): run from a folder you can write to, or give --log-dir DIR"
 
 
 def launch_training(args, cluster, report: Report, nodes, options, targets, command: Command,
@@ -65,15 +90,15 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
         return EXIT_FAILED
     log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(log_dir)
     except OSError as exc:
         say(f"cannot create the log folder {log_dir}: {exc.strerror} (choose another with --log-dir)")
         return EXIT_USAGE
 
-    say(f"launching {' '.join(command.words())} on {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+    say(f"launching {' '.join(redact_argv(command.words()))} on {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
         f"= {plan.world_size} ranks; master {plan.master_addr}:{plan.master_port}; logs in {log_dir}/")
     for node in plan.nodes:
-        env = " ".join(f"{k}={v}" for k, v in node.env.items()) or "no extra environment"
+        env = " ".join(f"{k}={v}" for k, v in redact_env(dict(node.env)).items()) or "no extra environment"
         say(f"  {node.node}: node rank {node.node_rank}, ranks {node.ranks[0]}-{node.ranks[-1]}, {env}")
 
     launch = Launch(cluster, plan, log_dir, **({"lease": args.node_lease} if args.node_lease else {}))
@@ -84,10 +109,16 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
         if dashboard["on"]:
             return
         with out:
-            sys.stdout.write(line.prefixed() + "\n")
+            sys.stdout.write(line.shown() + "\n")
             sys.stdout.flush()
 
+    def logs_failed(why: str) -> None:
+        # The summary says it too (the logs are incomplete), also after the dashboard.
+        if not dashboard["on"]:
+            say(f"cannot write the logs in {log_dir} ({why}): logging stopped; the output goes on here")
+
     launch.on_line.append(show)
+    launch.on_logs_failed.append(logs_failed)
     watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"],
                     stop_on_hang=args.stop_on_hang)
     caught: list[int] = []
@@ -128,7 +159,7 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
         say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s; closing the connections "
             "ends their process groups")
         return EXIT_FAILED
-    sys.stderr.write("ddp-preflight: " + render(result, plan.master_port, plan.nodes[0].node))
+    sys.stderr.write("ddp-preflight: " + redact_text(render(result, plan.master_port, plan.nodes[0].node)))
     sys.stderr.flush()
     return result.exit_code
 

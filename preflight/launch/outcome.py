@@ -66,6 +66,7 @@ class LaunchResult:
     log_dir: str | None = None
     port_free: bool | None = None      # the master port could be bound afterwards (None: not tested)
     notes: list[str] = field(default_factory=list)
+    logs_error: str | None = None      # why the logs stopped before the end ("No space left on device")
 
     @property
     def ok(self) -> bool:
@@ -82,7 +83,8 @@ class LaunchResult:
     def to_json(self) -> dict:
         return {"ok": self.ok, "exit_code": self.exit_code, "stop_reason": self.stop_reason,
                 "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
-                "log_dir": self.log_dir, "port_free": self.port_free, "notes": list(self.notes),
+                "log_dir": self.log_dir, "logs_complete": self.logs_error is None, "logs_error": self.logs_error,
+                "port_free": self.port_free, "notes": list(self.notes),
                 "nodes": [asdict(n) for n in self.nodes],
                 "ranks": [{**asdict(r), "outcome": r.outcome()} for r in self.ranks]}
 
@@ -156,5 +158,5 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         lines.append(f"  port {port} on {master} is still held: see `ddp-preflight {master} --only master-port`")
     lines += [f"  {note}" for note in result.notes]
     if result.log_dir:
-        lines.append(f"logs: {result.log_dir}")
+        lines.append(f"logs: {result.log_dir}" + (f" (incomplete: {result.logs_error})" if result.logs_error else ""))
     return "\n".join(lines) + "\n"

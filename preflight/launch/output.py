@@ -1,5 +1,5 @@
-"""Every node's output, as lines that say which node and which rank wrote them, and one log
-file per node on the master.
+"""Every node's output, as lines that say which node and which rank wrote them, and the run's
+log folder on the master: one log file per node, the plan and the result, private to the user.
 
 torchrun's `--tee 3` prefixes each rank's lines with its role and local rank ("[default0]:");
 the global rank is node_rank x nproc_per_node + local_rank (static rendezvous). Lines without
@@ -7,10 +7,16 @@ a prefix are torchrun's own (or the node's), and belong to the node."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
+
+from ..private import make_folder, open_file
+from ..redact import visible
 
 TEE_PREFIX = re.compile(r"^\[([A-Za-z_]\D*?)(\d+)\]:(.*)$")
 STEP = re.compile(r"^\s*step\b\s*[:=#]?\s*(\d+)", re.IGNORECASE)     # nanochat: "step 00004/05000 ..."
@@ -27,6 +33,10 @@ class Line:
     def prefixed(self) -> str:
         who = f"{self.node} r{self.rank}" if self.rank is not None else self.node
         return f"[{who}] {self.text}"
+
+    def shown(self) -> str:
+        """The line for a terminal: the rank's escape sequences shown, not obeyed (its log keeps them)."""
+        return visible(self.prefixed())
 
     @property
     def step(self) -> int | None:
@@ -50,26 +60,62 @@ def safe_name(node: str) -> str:
 
 
 class NodeLogs:
-    """`<folder>/<node>.log`: every line of that node, prefixed as on the terminal."""
+    """The run's log folder: `<node>.log` with every line of that node, prefixed as on the
+    terminal and as the rank wrote it; plan.json and result.json. The logs are not the run: the
+    first error (a full disk, a folder gone) stops all writing, is kept in `failure` ("No space
+    left on device") and told once to `on_failure`; nothing here raises."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, on_failure: Callable[[str], None] | None = None):
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, object] = {}
+        self.on_failure = on_failure
+        self.failure: str | None = None
+        self._files: dict[str, TextIO] = {}
         self._lock = threading.Lock()
 
     def path(self, node: str) -> Path:
         return self.folder / f"{safe_name(node)}.log"
 
     def write(self, node: str, text: str) -> None:
-        with self._lock:
+        def append() -> None:
             f = self._files.get(node)
             if f is None:
-                f = self._files[node] = open(self.path(node), "a", buffering=1, encoding="utf-8")
+                make_folder(self.folder)
+                f = self._files[node] = open_file(self.path(node), append=True)
             f.write(text + "\n")
+        self._guarded(append)
+
+    def write_json(self, name: str, document: dict) -> None:
+        def write() -> None:
+            with open_file(make_folder(self.folder) / name) as f:
+                f.write(json.dumps(document, indent=2) + "\n")
+        self._guarded(write)
 
     def close(self) -> None:
+        self._guarded(self._close_files)
+
+    def _guarded(self, action: Callable[[], None]) -> None:
         with self._lock:
-            for f in self._files.values():
-                f.close()
-            self._files.clear()
+            if self.failure is not None:
+                return
+            try:
+                action()
+                return
+            except OSError as exc:
+                self.failure = exc.strerror or str(exc)
+                try:
+                    self._close_files()
+                except OSError:
+                    pass       # the same disk: their last lines are lost with the rest
+        if self.on_failure is not None:
+            self.on_failure(self.failure)
+
+    def _close_files(self) -> None:
+        files, self._files = list(self._files.values()), {}
+        errors = []
+        for f in files:
+            try:
+                f.close()         # a line-buffered file has at most part of a line left to write
+            except OSError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..model import NodeFacts, Options, Report
+from ..redact import redact_argv, redact_env
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -56,15 +57,18 @@ class NodePlan:
         object.__setattr__(self, "env_sources", MappingProxyType(dict(self.env_sources)))
 
     def command_line(self) -> str:
-        """The same start, as a line to paste into a shell on the node."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        run = shlex.join([self.python, "-m", "torch.distributed.run", *self.torchrun])
+        """The same start, as a line to paste into a shell on the node, secrets redacted (it is
+        shown and logged; the real values travel to the node only)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(dict(self.env)).items())
+        run = shlex.join(redact_argv([self.python, "-m", "torch.distributed.run", *self.torchrun]))
         return f"cd {shlex.quote(self.cwd)} && " + (f"{env} {run}" if env else run)
 
     def to_json(self) -> dict:
+        """What plan.json keeps, secrets redacted."""
         return {"node": self.node, "node_rank": self.node_rank, "python": self.python, "cwd": self.cwd,
-                "env": dict(self.env), "env_sources": dict(self.env_sources),
-                "torchrun": list(self.torchrun), "ranks": list(self.ranks), "command": self.command_line()}
+                "env": redact_env(dict(self.env)), "env_sources": dict(self.env_sources),
+                "torchrun": redact_argv(list(self.torchrun)), "ranks": list(self.ranks),
+                "command": self.command_line()}
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ class Plan:
         return {"nnodes": len(self.nodes), "nproc_per_node": self.nproc_per_node,
                 "world_size": self.world_size, "master_addr": self.master_addr,
                 "master_port": self.master_port, "backend": self.backend,
-                "command": self.command.words(), "nodes": [n.to_json() for n in self.nodes]}
+                "command": redact_argv(self.command.words()), "nodes": [n.to_json() for n in self.nodes]}
 
 
 def parse_command(launch_args: Sequence[str]) -> Command:
@@ -132,7 +136,8 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
         if not sep:
             raise PlanError(f"--env {pair!r} has no '=': write --env NAME=VALUE (e.g. --env NANOCHAT_DTYPE=float32)")
         if not ENV_NAME.match(name):
-            raise PlanError(f"--env {pair!r}: {name!r} is not a variable name (letters, digits and _, "
+            # The value may be a secret: the message names the variable only.
+            raise PlanError(f"--env {name}=...: {name!r} is not a variable name (letters, digits and _, "
                             "not starting with a digit)")
         env[name] = value
     return env

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from node import protocol
 
+from ..redact import redact_json
 from .outcome import LaunchResult, NodeState, RankState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
@@ -33,7 +34,10 @@ class Launch:
     (Ctrl-C, the dashboard's quit) and returns at once; `wait()` blocks until every node ended.
 
     The state is plain data, readable at any time: `plan`, `ranks` (global rank -> RankState:
-    pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`."""
+    pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`.
+
+    The log folder is not the run: when it cannot be written (a full disk), `on_logs_failed`
+    callbacks get why, once, and the run goes on."""
 
     def __init__(self, cluster, plan: Plan, log_dir: str | Path | None = None, *, check_port: bool = True,
                  lease: float = DEFAULT_LEASE):
@@ -42,6 +46,7 @@ class Launch:
         self.check_port = check_port
         self.on_line: list[Callable[[Line], None]] = []
         self.on_end: list[Callable[[LaunchResult], None]] = []
+        self.on_logs_failed: list[Callable[[str], None]] = []
         self.ranks: dict[int, RankState] = {
             rank: RankState(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
         self.nodes: dict[str, NodeState] = {n.node: NodeState(n.node) for n in plan.nodes}
@@ -54,13 +59,13 @@ class Launch:
         self._done = threading.Event()
         self._result: LaunchResult | None = None
         self._tails: dict[tuple[str, int | None], collections.deque] = {}
-        self._logs = NodeLogs(self.log_dir) if self.log_dir else None
+        self._logs = NodeLogs(self.log_dir, on_failure=self._logs_failed) if self.log_dir else None
 
     # -- control --------------------------------------------------------------------------------
     def start(self) -> None:
         self.started_at = time.time()
         if self._logs:
-            (self.log_dir / "plan.json").write_text(json.dumps(self.plan.to_json(), indent=2) + "\n")
+            self._logs.write_json("plan.json", self.plan.to_json())
             for n in self.plan.nodes:
                 self._logs.write(n.node, f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {n.node}: "
                                          f"{n.command_line()}")
@@ -203,13 +208,12 @@ class Launch:
                 ranks=[self.ranks[r] for r in sorted(self.ranks)], nodes=list(self.nodes.values()),
                 stop_reason=self.stop_reason, first_failure=self.first_failure,
                 seconds=time.time() - (self.started_at or time.time()),
-                log_dir=str(self.log_dir) if self.log_dir else None, port_free=port_free)
+                log_dir=str(self.log_dir) if self.log_dir else None, port_free=port_free,
+                logs_error=self._logs.failure if self._logs else None)
         if self._logs:
-            try:
-                (self.log_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-            except OSError:
-                pass
+            self._logs.write_json("result.json", redact_json(result.to_json()))
             self._logs.close()
+            result.logs_error = self._logs.failure
         self._result = result
         for callback in list(self.on_end):
             try:
@@ -217,6 +221,13 @@ class Launch:
             except Exception:
                 pass
         self._done.set()
+
+    def _logs_failed(self, why: str) -> None:
+        for callback in list(self.on_logs_failed):
+            try:
+                callback(why)
+            except Exception:
+                pass     # as for a line: a broken viewer must not stop the run
 
     def _port_free(self) -> bool | None:
         """Can the master port be bound on the master now? (None: could not ask.)"""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 
 import pytest
 
@@ -142,3 +143,24 @@ def test_the_launchers_separator_is_not_doubled():
 def test_bad_env_pairs_name_the_pair_and_the_form(pair, message):
     with pytest.raises(PlanError, match=message):
         parse_env([pair])
+
+
+def test_a_bad_env_name_is_said_without_its_value():
+    with pytest.raises(PlanError) as error:
+        parse_env(["1HF_TOKEN=hf_secret"])
+    assert "hf_secret" not in str(error.value) and str(error.value).startswith("--env 1HF_TOKEN=...: ")
+
+
+def test_secrets_reach_the_node_but_never_the_plan_shown_or_kept():
+    secrets = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI", "HF_TOKEN": "hf_abc", "WANDB_API_KEY": "0123abcd",
+               "PASSWORD": "hunter2", "DATABASE_URL": "postgres://u:p@db/x"}
+    plan = plan_for(env=secrets, command=("train.py", "--hub-token", "hf_arg", "--mirror", "https://me:pw@host/s"))
+    shown = json.dumps(plan.to_json()) + "".join(n.command_line() for n in plan.nodes)
+    for value in (*secrets.values(), "hf_arg", "me:pw"):
+        assert value not in shown
+    node = plan.nodes[1]
+    assert node.to_json()["env"]["DATABASE_URL"] == "postgres://<redacted>@db/x"
+    assert "HF_TOKEN='<redacted>'" in node.command_line() and "--hub-token '<redacted>'" in node.command_line()
+    # What starts on the node is the real thing.
+    assert {k: node.env[k] for k in secrets} == secrets
+    assert list(node.torchrun[-4:]) == ["--hub-token", "hf_arg", "--mirror", "https://me:pw@host/s"]

@@ -170,6 +170,27 @@ def test_l_shows_the_selected_ranks_log_from_the_source():
     run(scenario())
 
 
+def test_a_ranks_escape_sequences_are_shown_in_the_table_and_the_log_not_sent_to_the_terminal():
+    async def scenario():
+        hostile = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\tafter a tab"
+        snapshot = recorded("deadlock")
+        for rank in snapshot.ranks:
+            rank.last_line = hostile
+        source = ReplaySource([snapshot], logs={(r.node, r.rank): ["step 1", hostile] for r in snapshot.ranks})
+        app = DashboardApp(source, refresh=60)
+        async with app.run_test(size=(160, 36)) as pilot:
+            await shown(app, pilot)
+            table = app.query_one(RanksTable)
+            last_output = [str(cell) for cell in table.get_column("output")]
+            assert last_output == ["^[]0;owned^G^[[2J^[[31mred\tafter a tab"] * len(snapshot.ranks)
+            await pilot.press("l")
+            await app.screen.workers.wait_for_complete()
+            await pilot.pause()
+            log = str(app.screen.query_one("#log", Static).render())
+            assert log.splitlines() == ["step 1", "^[]0;owned^G^[[2J^[[31mred\tafter a tab"]
+    run(scenario())
+
+
 def test_selecting_a_preflight_result_shows_its_fix():
     async def scenario():
         app = DashboardApp(ReplaySource([recorded("healthy")]), refresh=60)
