@@ -27,6 +27,9 @@ PEER_LOSS = (1 << 8, signal.SIGABRT)     # how a rank that lost its Gloo peer en
 PEER_LOSS_WINDOW = 1.0    # seconds: exits this close to the first failure may be its echo
 EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
+SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
+SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
+GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
 
 
 @dataclass
@@ -83,6 +86,9 @@ class Watcher(Source):
         self._asked_at: float | None = None
         self._reported: str | None = None            # the diagnosis already said in this stall
         self._exit_check_at: float | None = None     # look at the exits once they have settled
+        self.silent_after = max(SILENT_SAMPLES * interval, SILENT_FLOOR)
+        self._heard: dict[str, float] = {}           # node -> when its agent last said anything
+        self._lost: dict[str, str] = {}              # node -> how its agent was lost (GONE, SILENT)
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -163,6 +169,15 @@ class Watcher(Source):
 
     def _handle(self, node: str, msg: dict) -> None:
         kind = msg.get("type")
+        with self.lock:
+            self._heard[node] = self.clock()
+            back = self._lost.get(node) == SILENT
+            if back:
+                del self._lost[node]
+        if back:
+            self._node(node, "watching", f"{node} watched again: its agent reports again; its ranks' "
+                       "stacks are taken afresh", again=True)
+            self._ask_stacks()
         if kind == "hello":
             with self.lock:
                 self.hello[node] = msg
@@ -204,13 +219,23 @@ class Watcher(Source):
     def _closed(self, node: str, why: str | None) -> None:
         if self._stop.is_set():
             return
-        self._node(node, "lost", f"{node}: the agent stopped ({why or 'its SSH channel closed'}); "
+        self._lose(node, GONE, f"{node}: the agent stopped ({why or 'its SSH channel closed'}); "
                    "the other nodes are still watched")
+
+    def _lose(self, node: str, how: str, message: str) -> None:
+        """Its ranks are unknown from now on: their stacks and CPU are from before and say nothing
+        now, so none of it is judged (a rank nobody sees may be computing)."""
         with self.lock:
+            self._lost[node] = how
             for r in self.ranks.values():
                 if r.view.node == node and r.view.state != "exited":
-                    r.view.state, r.idle_since = "unknown", None
+                    r.view.state, r.view.op, r.view.frame, r.view.function = "unknown", None, None, None
+                    r.view.idle_for, r.idle_since, r.busy_at = 0.0, None, None
+                    r.dump, r.dump_error, r.stack_at = None, None, None
             self._asked.pop(node, None)
+            if not self._asked:
+                self._asked_at = None
+        self._node(node, "lost", message)
 
     def _notice(self, text: str) -> None:
         with self.lock:
@@ -336,7 +361,7 @@ class Watcher(Source):
         if self.nodes[v.node].status in ("lost", "error"):
             # Its stack and CPU are from before the node was lost: they say nothing now.
             v.state, v.op, v.frame, v.function = "unknown", None, None, None
-            return RankState("unknown", evidence=(f"not watched: {v.node}'s agent is gone",))
+            return RankState("unknown", evidence=(f"not watched: {v.node}'s agent {self._lost.get(v.node, GONE)}",))
         state = classify(r.dump, v.cpu, v.wchan)
         if state.state in ("collective", "rendezvous", "idle") and r.idle_since is None and \
                 r.busy_at is not None and r.stack_at is not None and r.busy_at > r.stack_at:
@@ -360,6 +385,8 @@ class Watcher(Source):
                            "native": True if self.native else "auto"}
                 if self.nodes[name].status == "watching" and link.send(command):
                     self._asked[name] = self._asked_at
+            if not self._asked:
+                self._asked_at = None
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(0.25):
@@ -370,6 +397,10 @@ class Watcher(Source):
 
     def tick(self) -> None:
         now = self.clock()
+        for node, quiet in self._silent(now):
+            self._lose(node, SILENT, f"{node} lost: its agent has sent nothing for {quiet:.0f} s (the link or "
+                       "the node is down); its ranks are unknown until it reports again; the other nodes "
+                       "are still watched")
         step, resumed = None, False
         with self.lock:
             live = [r for r in self.ranks.values() if r.view.state != "exited"]
@@ -381,12 +412,14 @@ class Watcher(Source):
             if self._exit_check_at is not None and now >= self._exit_check_at:
                 self._exit_check_at = None
                 first_failure = self._first_failure(exited)
-            if live and not idle:
+            # Progress is seen on watched nodes only: a lost node's ranks are neither idle nor not.
+            watched = [r for r in live if self.nodes[r.view.node].status == "watching"]
+            if watched and not idle:
                 resumed = self.diagnosis is not None and self.diagnosis.kind != "exited"
                 if resumed:
                     self.diagnosis, self._reported = None, None
                     self.messages.append("progress resumed")
-            elif live:
+            elif idle:
                 waiting = max(now - r.idle_since for r in idle)
                 if exited:
                     # A rank that is gone while others are idle: the stall began when it left.
@@ -407,6 +440,12 @@ class Watcher(Source):
             self._ask_stacks()
         if step.diagnose:
             self._diagnose(waiting)
+
+    def _silent(self, now: float) -> list[tuple[str, float]]:
+        """Watched nodes whose agent has said nothing for a few sample intervals, and for how long."""
+        with self.lock:
+            return [(name, now - self._heard[name]) for name, n in self.nodes.items()
+                    if n.status == "watching" and name in self._heard and now - self._heard[name] >= self.silent_after]
 
     def _first_failure(self, exited: list[_Rank]) -> Diagnosis | None:
         """Ranks exited and one failed: the first to go is the one to look at; the rest
@@ -501,15 +540,21 @@ class Watcher(Source):
             self._emit("straggler" if found.kind == "straggler" else "notice", found.summary, snapshot=True)
 
     def _without_stacks(self, found: Diagnosis, states: dict) -> Diagnosis | None:
-        """No stack for some rank (no ptrace, no py-spy): say what CPU and /proc alone show."""
+        """Stacks missing for some rank (no ptrace, no py-spy), yet every rank is watched and none
+        has used CPU: the run is stalled, though who is guilty cannot be told. A rank on a lost
+        node, or one using CPU, may be a straggler: then it stays `unseen`, not a hang."""
         unknown = [k for k, s in states.items() if s.state == "unknown"]
-        if not unknown or found.kind in HANGS:
+        if not unknown or found.kind not in ("none", "unseen"):
             return None
+        live = [r for r in self.ranks.values() if r.view.state != "exited"]
+        if not all(self.nodes[r.view.node].status == "watching" and r.idle_since is not None for r in live):
+            return None
+        quiet = min(self.clock() - r.idle_since for r in live if r.idle_since is not None)
         idle = [k for k, s in states.items() if s.state != "exited"]
         return Diagnosis("stall", f"{', '.join(self._label(k) for k in sorted(idle))} have used "
-                         f"no CPU for {self.threshold:.0f}+ s; stacks unavailable for "
+                         f"no CPU for {quiet:.0f}+ s; stacks unavailable for "
                          f"{', '.join(self._label(k) for k in sorted(unknown))}, so who is guilty cannot be told "
-                         "(see the notice for the fix)", tuple(sorted(k for k in unknown if k >= 0)))
+                         "(see the notice for the fix)")
 
     def _label(self, key: int) -> str:
         return f"rank {key}" if key >= 0 else f"pid {-key}"
