@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -183,11 +184,51 @@ def net_bytes():
 
 
 def find_py_spy(given):
-    for path in (given, os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
+    """(the py-spy to run, why the one given was refused or None). The one given (the watcher's,
+    or copied here for this watch) is run only if no other user can have placed or changed it;
+    else the training environment's own, as its Python is trusted."""
+    refused = None
+    if given:
+        real = os.path.realpath(given)
+        refused = _not_trusted(real)
+        if refused is None and os.access(real, os.X_OK):
+            return real, None
+    for path in (os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
                  os.path.expanduser("~/.local/bin/py-spy")):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
+            return path, refused
+    return None, refused
+
+
+def _not_trusted(path):
+    """Why this user must not run `path` (a real path: no symlink in it), or None. The file and its
+    folder must be owned by root or this user and writable by no one else; so must every folder
+    above, except sticky ones such as /tmp, where only an entry's owner can move it."""
+    me = os.geteuid()
+    folder = os.path.dirname(path)
+    for where in [path] + _folders(folder):
+        try:
+            st = os.lstat(where)
+        except OSError as exc:
+            return f"{where}: {exc.strerror}"
+        if where == path and not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a regular file"
+        if where != path and not stat.S_ISDIR(st.st_mode):
+            return f"{where} is not a folder (it changed while being checked)"
+        if st.st_uid not in (0, me):
+            return f"{where} belongs to uid {st.st_uid}, not to root or this user (uid {me})"
+        sticky = where not in (path, folder) and st.st_mode & stat.S_ISVTX
+        if st.st_mode & 0o022 and not sticky:
+            return f"{where} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def _folders(folder):
+    """folder and every folder above it, up to /."""
+    out = [folder]
+    while out[-1] != os.path.dirname(out[-1]):
+        out.append(os.path.dirname(out[-1]))
+    return out
 
 
 def dump(py_spy, pid, native):
@@ -263,7 +304,7 @@ class Agent:
         self.spec = spec
         self.interval = float(spec.get("interval", 1.0))
         self.stack_every = float(spec.get("stack_every", 120.0))
-        self.py_spy = find_py_spy(spec.get("py_spy"))
+        self.py_spy, self.py_spy_refused = find_py_spy(spec.get("py_spy"))
         self.native = bool(spec.get("native"))
         self.ranks = Ranks(spec.get("pids") or [])
         self.lock = threading.Lock()
@@ -284,7 +325,8 @@ class Agent:
             pass
         self.emit({"type": "hello", "node": self.spec.get("node"), "host": os.uname().nodename,
                    "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
-                   "torch": torch_version, "py_spy": self.py_spy, "time": time.time()})
+                   "torch": torch_version, "py_spy": self.py_spy, "py_spy_refused": self.py_spy_refused,
+                   "time": time.time()})
 
     def stacks(self, request_id=None, native=None):
         pids = list(self.ranks.known)
@@ -319,8 +361,9 @@ class Agent:
                 threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native")),
                                  daemon=True).start()
             elif command.get("cmd") == "py-spy":
-                self.py_spy = find_py_spy(command.get("path"))
-                self.emit({"type": "py-spy", "path": self.py_spy})
+                path, refused = find_py_spy(command.get("path"))
+                self.py_spy = path or self.py_spy
+                self.emit({"type": "py-spy", "path": path, "given": command.get("path"), "refused": refused})
         self.alive = False       # EOF: the watcher is gone
 
     def watch_exits(self):

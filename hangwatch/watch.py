@@ -7,7 +7,9 @@ behind one lock; the snapshot is a copy."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
+import stat
 import sys
 import threading
 import time
@@ -89,6 +91,8 @@ class Watcher(Source):
         self.silent_after = max(SILENT_SAMPLES * interval, SILENT_FLOOR)
         self._heard: dict[str, float] = {}           # node -> when its agent last said anything
         self._lost: dict[str, str] = {}              # node -> how its agent was lost (GONE, SILENT)
+        self._brought: dict[str, str] = {}           # node -> the folder py-spy was copied to there
+        self._bringing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -118,6 +122,9 @@ class Watcher(Source):
             link.close()
         if self._ticker:
             self._ticker.join(2)
+        for thread in self._bringing:
+            thread.join(30)
+        self._remove_brought()
 
     # --- Source -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -182,12 +189,16 @@ class Watcher(Source):
             with self.lock:
                 self.hello[node] = msg
             self._node(node, "watching", agent_pid=msg.get("pid"))
-            if not msg.get("py_spy") and self._bring_py_spy(node):
-                return
+            if msg.get("py_spy_refused"):
+                self._refused_py_spy(node, msg["py_spy_refused"])
             if not msg.get("py_spy"):
-                self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks "
-                             f"are missing; fix: {msg.get('python') and 'pip install py-spy'} in the training "
-                             "environment on that node (CPU and /proc are still watched)")
+                # Copying takes seconds over a slow link: the node's messages keep coming meanwhile.
+                thread = threading.Thread(target=self._bring_py_spy, args=(node, msg.get("uid")), daemon=True)
+                self._bringing.append(thread)
+                thread.start()
+        elif kind == "py-spy":
+            if msg.get("refused"):
+                self._refused_py_spy(node, msg["refused"])
         elif kind == "rank":
             self._rank_found(node, msg)
         elif kind == "sample":
@@ -197,24 +208,63 @@ class Watcher(Source):
         elif kind == "exit":
             self._exit(node, msg)
 
-    def _bring_py_spy(self, node: str) -> bool:
-        """py-spy is missing on a node: copy ours there (a static binary) for this watch."""
+    def _bring_py_spy(self, node: str, uid: int | None) -> None:
+        """py-spy is missing on a node: copy ours there (a static binary) for this watch, into a
+        folder made for it now that only this user can write: the agent runs what is there, so a
+        name another user could have placed first (a file, a symlink) must never be used."""
         target = next(t for t in self.targets if t.name == node)
         binary = local_py_spy()
-        if target.connection is None or binary is None:
-            return False
-        remote = f"/tmp/hangwatch-py-spy-{os.getuid()}-{os.path.getsize(binary)}"
-        try:
-            sftp = target.connection.sftp()
-            sftp.put(binary, remote)
-            sftp.chmod(remote, 0o755)
-        except Exception as exc:      # no SFTP, full disk: say it, watch without stacks
-            self._notice(f"{node}: could not copy py-spy there ({exc}); fix: pip install py-spy in the "
-                         "training environment on that node")
-            return False
-        self.links[node].send({"cmd": "py-spy", "path": remote})
-        self._notice(f"{node}: py-spy was missing; copied this machine's to {remote}")
-        return True
+        copied = None
+        if target.connection is not None and binary is not None and uid is not None:
+            try:
+                copied = self._copy_py_spy(node, target.connection, binary, uid)
+            except Exception as exc:      # no SFTP, full disk, a folder not ours: say it, watch without stacks
+                self._notice(f"{node}: could not copy py-spy there ({exc}); fix: pip install py-spy in the "
+                             "training environment on that node")
+                return
+        if copied is None:
+            self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks are "
+                         "missing; fix: pip install py-spy in the training environment on that node (CPU "
+                         "and /proc are still watched)")
+            return
+        self.links[node].send({"cmd": "py-spy", "path": copied})
+        self._notice(f"{node}: py-spy was missing; copied this machine's to {copied} for this watch")
+
+    def _copy_py_spy(self, node: str, connection, binary: str, uid: int) -> str:
+        sftp = connection.sftp()
+        folder = f"/tmp/hangwatch-{secrets.token_hex(8)}"
+        sftp.mkdir(folder, 0o700)          # fails if the name exists: this folder is made here, now
+        with self.lock:
+            self._brought[node] = folder
+        st = sftp.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode or 0) or st.st_uid != uid or (st.st_mode or 0) & 0o077:
+            raise OSError(f"{folder} is not a private folder of uid {uid} once made")
+        path = f"{folder}/py-spy"
+        with open(binary, "rb") as source, sftp.open(path, "wx") as copy:     # x: a new file, only
+            copy.set_pipelined(True)
+            while chunk := source.read(1 << 16):
+                copy.write(chunk)
+            copy.chmod(0o700)
+        return path
+
+    def _remove_brought(self) -> None:
+        """The py-spy copied for this watch goes with it."""
+        for node, folder in list(self._brought.items()):
+            target = next(t for t in self.targets if t.name == node)
+            try:
+                sftp = target.connection.sftp()
+                try:
+                    sftp.remove(f"{folder}/py-spy")
+                except FileNotFoundError:
+                    pass
+                sftp.rmdir(folder)
+            except Exception as exc:      # the node is gone: nothing more can be done from here
+                self._notice(f"{node}: could not remove {folder} ({exc}); fix: rm -r {folder} on {node}")
+            del self._brought[node]
+
+    def _refused_py_spy(self, node: str, why: str) -> None:
+        self._notice(f"{node}: the agent did not run the py-spy it was given: {why}; stacks from it are "
+                     "missing; fix: pip install py-spy in the training environment on that node")
 
     def _closed(self, node: str, why: str | None) -> None:
         if self._stop.is_set():
