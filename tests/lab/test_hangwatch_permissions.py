@@ -124,3 +124,52 @@ def test_a_py_spy_path_another_user_placed_first_is_never_written_or_run(clean_l
     # The stacks were taken with it: the deadlock is named with its rank and line.
     assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
     assert "rank 3 left the loop: idle at hang_train.py:" in diagnosis["summary"]
+
+
+# Run in a mount namespace of its own on a fresh /tmp: the machine's /tmp, where other runs keep
+# their Flight Recorder folders, is never touched. Prints what happened as JSON.
+FLIGHT_SCENE = """
+import json, os, subprocess, sys, time
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/tmp"], check=True)
+as_nobody, planted = json.loads(sys.argv[1]), sys.argv[2]
+theirs = ["/tmp/hangwatch-fr", "/tmp/hangwatch-fr-0"]      # the names hangwatch used before, and now
+if planted == "symlink":
+    subprocess.run(as_nobody + ["mkdir", "-m", "777", "/tmp/theirs"], check=True)
+    for name in theirs:
+        subprocess.run(as_nobody + ["ln", "-s", "/tmp/theirs", name], check=True)
+else:
+    for name in theirs:
+        subprocess.run(as_nobody + ["mkdir", "-m", "777", name], check=True)
+# A rank of root's that opts in, as a training script would.
+with open("/tmp/rank.err", "w") as err:
+    rank = subprocess.Popen([sys.executable, "-c", "import hangwatch.flight, time; print(1, flush=True); "
+                             "time.sleep(60)"], stdout=subprocess.PIPE, stderr=err)
+rank.stdout.readline()
+# nobody lures the agent: this rank's ready file, where nobody can write.
+for folder in (["/tmp/theirs"] if planted == "symlink" else theirs):
+    subprocess.run(as_nobody + ["touch", f"{folder}/{rank.pid}.ready"])
+from hangwatch.agent import flight
+answer = flight(rank.pid, wait=1.0)
+rank.kill()
+rank.wait()
+left = {f: sorted(os.listdir(f)) for f in (["/tmp/theirs"] if planted == "symlink" else theirs)}
+print(json.dumps({"pid": rank.pid, "answer": answer, "left": left, "rank_err": open("/tmp/rank.err").read()}))
+"""
+
+
+@pytest.mark.parametrize("planted", ["symlink", "folder"])
+def test_a_flight_recorder_folder_another_user_placed_first_is_never_used(planted):
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", FLIGHT_SCENE,
+                           json.dumps(AS_NOBODY), planted], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # Neither the rank (root) nor the agent (root) wrote anything where nobody pointed them: only
+    # nobody's own lure is there.
+    assert all(names == [f"{seen['pid']}.ready"] for names in seen["left"].values()), seen
+    assert "Traceback" not in seen["rank_err"], seen["rank_err"]
+    why = ("/tmp/hangwatch-fr-0 is not a folder but a symlink" if planted == "symlink"
+           else "/tmp/hangwatch-fr-0 belongs to uid 65534, not to this user (uid 0)")
+    assert seen["rank_err"] == (f"hangwatch.flight: the Flight Recorder fetch is off: {why}; another user may "
+                                "have made it first. Fix: remove it (`sudo rm -rf /tmp/hangwatch-fr-0`) and restart\n")
+    assert "/tmp/hangwatch-fr-0 not used" in seen["answer"]["error"], seen["answer"]
