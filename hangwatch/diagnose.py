@@ -77,9 +77,12 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
         return Diagnosis("network-stall", f"every rank waits in {ops.pop()} and none computes: a peer or "
                          "the link is gone", tuple(sorted(waiting)))
     if any(s.state == "unknown" for s in ranks.values()):
-        seen = "; ".join(f"{_who([r])} is {s.describe()}" for r, s in sorted(ranks.items())
-                         if s.state not in ("unknown", "exited"))
-        return Diagnosis("unseen", f"{seen + '; ' if seen else ''}{_unknown(ranks)}: {CANNOT_TELL}")
+        where: dict[str, list[int]] = {}
+        for r, s in sorted(ranks.items()):
+            if s.state not in ("unknown", "exited"):
+                where.setdefault(s.describe(), []).append(r)
+        seen = "".join(f"{_who(rs)}: {what}; " for what, rs in where.items())
+        return Diagnosis("unseen", f"{seen}{_unknown(ranks)}: {CANNOT_TELL}")
     return Diagnosis("none", "no hang: no rank waits in a collective")
 
 

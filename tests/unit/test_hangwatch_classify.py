@@ -86,3 +86,9 @@ def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
     # A rank without a stack (no ptrace) is no culprit either; one without a rank number is named by pid.
     found = diagnose({0: waiting, -4242: classify(None, 97.0)})
     assert found.kind == "unseen" and found.guilty == () and "pid 4242 unknown (no stack" in found.summary
+    # Nobody waits in a collective, and the ranks not seen may be anywhere: said as seen, no hang.
+    rendezvous = RankState("rendezvous", evidence=("in init_process_group",))
+    found = diagnose({0: rendezvous, 1: rendezvous, 2: lost, 3: lost})
+    assert found.kind == "unseen" and found.guilty == ()
+    assert found.summary == ("ranks 0,1: rendezvous; ranks 2,3 unknown (not watched: worker1's agent is gone): "
+                             "a hang cannot be told from a straggler")
