@@ -187,7 +187,7 @@ def find_py_spy(given):
     """(the py-spy to run, why the one given was refused or None). The one given (the watcher's,
     or copied here for this watch) is run only if no other user can have placed or changed it;
     else the training environment's own, as its Python is trusted."""
-    refused = None
+    refused, real = None, None
     if given:
         real = os.path.realpath(given)
         refused = _not_trusted(real)
@@ -195,7 +195,7 @@ def find_py_spy(given):
             return real, None
     for path in (os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
                  os.path.expanduser("~/.local/bin/py-spy")):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK) and os.path.realpath(path) != real:
             return path, refused
     return None, refused
 
@@ -218,9 +218,26 @@ def _not_trusted(path):
         if st.st_uid not in (0, me):
             return f"{where} belongs to uid {st.st_uid}, not to root or this user (uid {me})"
         sticky = where not in (path, folder) and st.st_mode & stat.S_ISVTX
-        if st.st_mode & 0o022 and not sticky:
+        if _others_may_write(st) and not sticky:
             return f"{where} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def _others_may_write(st):
+    """Anyone but the owner may write it. Group write counts only if the group holds someone else:
+    with a user's private group (umask 002: Fedora, RHEL) only the owner is in it."""
+    if st.st_mode & 0o002:
+        return True
+    if not st.st_mode & 0o020:
+        return False
+    import grp
+    import pwd
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        members = set(grp.getgrgid(st.st_gid).gr_mem)
+    except KeyError:          # an owner or group with no name here: cannot tell who is in it
+        return True
+    return bool(members - {owner}) or any(p.pw_gid == st.st_gid and p.pw_uid != st.st_uid for p in pwd.getpwall())
 
 
 def _folders(folder):

@@ -32,6 +32,7 @@ FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving
 SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
 SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
 GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
+SFTP_TIMEOUT = 15.0       # seconds one SFTP step may take: a dead link must not hold the watch's end
 
 
 @dataclass
@@ -123,7 +124,7 @@ class Watcher(Source):
         if self._ticker:
             self._ticker.join(2)
         for thread in self._bringing:
-            thread.join(30)
+            thread.join(2 * SFTP_TIMEOUT)
         self._remove_brought()
 
     # --- Source -----------------------------------------------------------------------------
@@ -232,6 +233,7 @@ class Watcher(Source):
 
     def _copy_py_spy(self, node: str, connection, binary: str, uid: int) -> str:
         sftp = connection.sftp()
+        sftp.get_channel().settimeout(SFTP_TIMEOUT)
         folder = f"/tmp/hangwatch-{secrets.token_hex(8)}"
         sftp.mkdir(folder, 0o700)          # fails if the name exists: this folder is made here, now
         with self.lock:
@@ -250,17 +252,18 @@ class Watcher(Source):
     def _remove_brought(self) -> None:
         """The py-spy copied for this watch goes with it."""
         for node, folder in list(self._brought.items()):
-            target = next(t for t in self.targets if t.name == node)
+            del self._brought[node]
             try:
-                sftp = target.connection.sftp()
+                if self._lost.get(node) == SILENT:      # its link is down: each try would wait for nothing
+                    raise OSError("the node is lost")
+                sftp = next(t for t in self.targets if t.name == node).connection.sftp()
                 try:
                     sftp.remove(f"{folder}/py-spy")
                 except FileNotFoundError:
                     pass
                 sftp.rmdir(folder)
-            except Exception as exc:      # the node is gone: nothing more can be done from here
+            except Exception as exc:
                 self._notice(f"{node}: could not remove {folder} ({exc}); fix: rm -r {folder} on {node}")
-            del self._brought[node]
 
     def _refused_py_spy(self, node: str, why: str) -> None:
         self._notice(f"{node}: the agent did not run the py-spy it was given: {why}; stacks from it are "

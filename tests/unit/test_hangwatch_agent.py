@@ -27,10 +27,16 @@ def _planted_py_spy(tmp_path):
     return planted, marker
 
 
-def test_a_py_spy_in_a_folder_others_can_write_is_refused_with_why(tmp_path):
+def test_a_py_spy_in_a_folder_others_can_write_is_refused_with_why(tmp_path, monkeypatch):
     planted, _ = _planted_py_spy(tmp_path)
     path, refused = agent.find_py_spy(str(planted))
     assert path != str(planted) and "is writable by other users (mode 777)" in refused
+    # Nor is it taken when the search for the training environment's own finds it on the PATH.
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-py-spy-here" / "python"))
+    monkeypatch.setenv("PATH", str(planted.parent))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert agent.find_py_spy(str(planted)) == (None, refused)
+    monkeypatch.undo()
     # Reached through a symlink from a safe folder, it is the same file: refused too.
     safe = tmp_path / "safe"
     safe.mkdir(mode=0o700)
