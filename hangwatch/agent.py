@@ -9,8 +9,10 @@ dump pauses a rank for a few milliseconds, and that is all.
 
 argv[1] is base64 JSON: {"pids": [..], "interval": 1.0, "stack_every": 120.0, "py_spy": path|null,
 "native": false, "node": name}.
-Lines out: {"type": "hello", ...}, {"type": "sample", "t", "ranks": [...], "net": bytes/s},
-{"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}}, {"type": "error", ...}.
+Lines out: {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null},
+{"type": "sample", "t", "ranks": [...], "net": bytes/s}, {"type": "stacks", "t", "id", "stacks":
+{pid: dump | {"error": ...}}}, {"type": "py-spy", "path", "given", "refused"} (after a py-spy
+command), {"type": "error", ...}.
 """
 
 import base64

@@ -6,7 +6,6 @@ behind one lock; the snapshot is a copy."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import stat
@@ -600,7 +599,8 @@ class Watcher(Source):
         if not unknown or found.kind not in ("none", "unseen"):
             return None
         live = [r for r in self.ranks.values() if r.view.state != "exited"]
-        if not all(self.nodes[r.view.node].status == "watching" and r.idle_since is not None for r in live):
+        if not live or not all(self.nodes[r.view.node].status == "watching" and r.idle_since is not None
+                               for r in live):
             return None
         quiet = min(self.clock() - r.idle_since for r in live if r.idle_since is not None)
         idle = [k for k, s in states.items() if s.state != "exited"]
