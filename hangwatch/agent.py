@@ -9,8 +9,10 @@ dump pauses a rank for a few milliseconds, and that is all.
 
 argv[1] is base64 JSON: {"pids": [..], "interval": 1.0, "stack_every": 120.0, "py_spy": path|null,
 "native": false, "node": name}.
-Lines out: {"type": "hello", ...}, {"type": "sample", "t", "ranks": [...], "net": bytes/s},
-{"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}}, {"type": "error", ...}.
+Lines out: {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null},
+{"type": "sample", "t", "ranks": [...], "net": bytes/s}, {"type": "stacks", "t", "id", "stacks":
+{pid: dump | {"error": ...}}}, {"type": "py-spy", "path", "given", "refused"} (after a py-spy
+command), {"type": "error", ...}.
 """
 
 import base64
@@ -18,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -188,11 +191,68 @@ def net_bytes():
 
 
 def find_py_spy(given):
-    for path in (given, os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
+    """(the py-spy to run, why the one given was refused or None). The one given (the watcher's,
+    or copied here for this watch) is run only if no other user can have placed or changed it;
+    else the training environment's own, as its Python is trusted."""
+    refused, real = None, None
+    if given:
+        real = os.path.realpath(given)
+        refused = _not_trusted(real)
+        if refused is None and os.access(real, os.X_OK):
+            return real, None
+    for path in (os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
                  os.path.expanduser("~/.local/bin/py-spy")):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
+        if path and os.path.isfile(path) and os.access(path, os.X_OK) and os.path.realpath(path) != real:
+            return path, refused
+    return None, refused
+
+
+def _not_trusted(path):
+    """Why this user must not run `path` (a real path: no symlink in it), or None. The file and its
+    folder must be owned by root or this user and writable by no one else; so must every folder
+    above, except sticky ones such as /tmp, where only an entry's owner can move it."""
+    me = os.geteuid()
+    folder = os.path.dirname(path)
+    for where in [path] + _folders(folder):
+        try:
+            st = os.lstat(where)
+        except OSError as exc:
+            return f"{where}: {exc.strerror}"
+        if where == path and not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a regular file"
+        if where != path and not stat.S_ISDIR(st.st_mode):
+            return f"{where} is not a folder (it changed while being checked)"
+        if st.st_uid not in (0, me):
+            return f"{where} belongs to uid {st.st_uid}, not to root or this user (uid {me})"
+        sticky = where not in (path, folder) and st.st_mode & stat.S_ISVTX
+        if _others_may_write(st) and not sticky:
+            return f"{where} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def _others_may_write(st):
+    """Anyone but the owner may write it. Group write counts only if the group holds someone else:
+    with a user's private group (umask 002: Fedora, RHEL) only the owner is in it."""
+    if st.st_mode & 0o002:
+        return True
+    if not st.st_mode & 0o020:
+        return False
+    import grp
+    import pwd
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        members = set(grp.getgrgid(st.st_gid).gr_mem)
+    except KeyError:          # an owner or group with no name here: cannot tell who is in it
+        return True
+    return bool(members - {owner}) or any(p.pw_gid == st.st_gid and p.pw_uid != st.st_uid for p in pwd.getpwall())
+
+
+def _folders(folder):
+    """folder and every folder above it, up to /."""
+    out = [folder]
+    while out[-1] != os.path.dirname(out[-1]):
+        out.append(os.path.dirname(out[-1]))
+    return out
 
 
 def dump(py_spy, pid, native):
@@ -228,29 +288,84 @@ def _opaque(stack):
     return bool(frames) and (frames[0].get("short_filename") or "").startswith(OPAQUE)
 
 
-FLIGHT = "/tmp/hangwatch-fr"
+FLIGHT = "/tmp/hangwatch-fr-"      # + the rank's uid: each user's private folder (hangwatch/flight.py)
+ANSWER_LIMIT = 64 << 20           # bytes: a Flight Recorder dump of 2000 entries is a few MB
 
 
 def flight(pid, wait=3.0):
     """The rank's Flight Recorder, if its script imported hangwatch.flight: the last collective
-    it entered on each process group (sequence number and op), or None if it did not opt in."""
-    base = os.path.join(FLIGHT, str(pid))
-    if not os.path.exists(base + ".ready"):
+    it entered on each process group (sequence number and op), or None if it did not opt in.
+
+    The agent is often root, reading a rank of another user: it asks only in a folder that is the
+    rank's own and that no one else can write, creates its request there without following a
+    link or reusing a file, and reads the answer the same way, bounded."""
+    uid = _uid(pid)
+    if uid is None:
+        return None
+    folder = FLIGHT + str(uid)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:         # a symlink (ELOOP), a file, or a folder this user may not open
+        return {"error": f"{folder} not used: {exc.strerror}"}
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != uid or st.st_mode & 0o022:
+            return {"error": f"{folder} not used: it is not the rank's own private folder (owner uid "
+                             f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; the rank's uid is {uid})"}
+        return _ask_flight(fd, pid, uid, wait)
+    finally:
+        os.close(fd)
+
+
+def _ask_flight(folder, pid, uid, wait):
+    name = str(pid)
+    try:
+        os.stat(name + ".ready", dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
         return None
     try:
-        open(base + ".request", "w").close()
+        os.close(os.open(name + ".request", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                         dir_fd=folder))
+    except FileExistsError:
+        pass                     # asked before and not answered yet: that answer will do
     except OSError as exc:
-        return {"error": f"cannot ask: {exc}"}
+        return {"error": f"cannot ask: {exc.strerror}"}
     deadline = time.monotonic() + wait
-    while not os.path.exists(base + ".json"):
-        if time.monotonic() > deadline:
-            return {"error": f"no answer within {wait:.0f} s"}
-        time.sleep(0.05)
+    while True:
+        try:
+            # O_NONBLOCK: a FIFO put there would otherwise block this open forever.
+            fd = os.open(name + ".json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+            break
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                return {"error": f"no answer within {wait:.0f} s"}
+            time.sleep(0.05)
+        except OSError as exc:
+            return {"error": f"unreadable answer: {exc.strerror}"}
     try:
-        with open(base + ".json") as f:
-            trace = json.load(f)
-        os.unlink(base + ".json")
-    except (OSError, ValueError) as exc:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return {"error": "the answer is not a file of the rank's own"}
+        chunks, size = [], 0
+        while size <= ANSWER_LIMIT:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(name + ".json", dir_fd=folder)
+        except OSError:
+            pass
+    if size > ANSWER_LIMIT:
+        return {"error": f"the answer is over {ANSWER_LIMIT >> 20} MiB"}
+    try:
+        trace = json.loads(b"".join(chunks))
+    except ValueError as exc:
         return {"error": f"unreadable answer: {exc}"}
     if "error" in trace:
         return {"error": trace["error"]}
@@ -263,12 +378,20 @@ def flight(pid, wait=3.0):
     return {"groups": sorted(last.values(), key=lambda e: e["group"]), "entries": len(trace.get("entries") or [])}
 
 
+def _uid(pid):
+    """The process's effective uid (the owner of what it creates), or None if it is gone."""
+    for line in (_read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[2])
+    return None
+
+
 class Agent:
     def __init__(self, spec):
         self.spec = spec
         self.interval = float(spec.get("interval", 1.0))
         self.stack_every = float(spec.get("stack_every", 120.0))
-        self.py_spy = find_py_spy(spec.get("py_spy"))
+        self.py_spy, self.py_spy_refused = find_py_spy(spec.get("py_spy"))
         self.native = bool(spec.get("native"))
         self.ranks = Ranks(spec.get("pids") or [])
         self.lock = threading.Lock()
@@ -289,7 +412,8 @@ class Agent:
             pass
         self.emit({"type": "hello", "node": self.spec.get("node"), "host": os.uname().nodename,
                    "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
-                   "torch": torch_version, "py_spy": self.py_spy, "time": time.time()})
+                   "torch": torch_version, "py_spy": self.py_spy, "py_spy_refused": self.py_spy_refused,
+                   "time": time.time()})
 
     def stacks(self, request_id=None, native=None):
         pids = list(self.ranks.known)
@@ -324,8 +448,9 @@ class Agent:
                 threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native")),
                                  daemon=True).start()
             elif command.get("cmd") == "py-spy":
-                self.py_spy = find_py_spy(command.get("path"))
-                self.emit({"type": "py-spy", "path": self.py_spy})
+                path, refused = find_py_spy(command.get("path"))
+                self.py_spy = path or self.py_spy
+                self.emit({"type": "py-spy", "path": path, "given": command.get("path"), "refused": refused})
         self.alive = False       # EOF: the watcher is gone
 
     def watch_exits(self):

@@ -11,7 +11,7 @@ from .classify import RankState
 
 @dataclass(frozen=True)
 class Diagnosis:
-    kind: str                       # deadlock | mismatch | network-stall | rendezvous-stall | straggler | exited | none
+    kind: str                       # deadlock | mismatch | network-stall | rendezvous-stall | straggler | exited | unseen | none
     summary: str
     guilty: tuple[int, ...] = ()    # the ranks to look at
     causes: tuple[str, ...] = ()
@@ -27,6 +27,8 @@ MISMATCH_CAUSES = ("rank-dependent code: a collective only some ranks call (`if 
                    "ranks disagree on a branch: compare the code and data across nodes (ddp-preflight "
                    "code-parity and data-shards)")
 
+
+CANNOT_TELL = "a hang cannot be told from a straggler"
 
 # "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
 WORKING = ("computing", "compiling", "loading-data", "saving", "running")
@@ -51,12 +53,14 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
         others = {r: s for r, s in ranks.items() if r not in waiting}
         ops = {s.op for s in waiting.values()}
         if others:
-            # Ranks we cannot see (no stack, node lost) are named only if no seen rank explains it.
-            seen = {r: s for r, s in others.items() if s.state != "unknown"} or others
-            unseen = sorted(set(others) - set(seen))
-            where = "; ".join(f"rank {r} left the loop: {s.describe()}" for r, s in sorted(seen.items()))
-            if unseen:
-                where += f"; {_who(unseen)} unknown ({others[unseen[0]].evidence[0]})"
+            seen = {r: s for r, s in others.items() if s.state != "unknown"}
+            if not seen:
+                # Only ranks nobody sees (no stack, node lost) could be holding the others up, and
+                # one of them may be computing: never a culprit, never a hang that stops a run.
+                return Diagnosis("unseen", f"{_wait(waiting)} in {_ops(waiting)}; {_unknown(others)}: {CANNOT_TELL}")
+            where = "; ".join(f"{_who([r])} left the loop: {s.describe()}" for r, s in sorted(seen.items()))
+            if len(seen) < len(others):
+                where += f"; {_unknown(others)}"
             return Diagnosis("deadlock", f"{where}; {_wait(waiting)} in {_ops(waiting)}",
                              tuple(sorted(seen)), LIKELY_DEADLOCK)
         if len(ops) > 1:
@@ -72,15 +76,31 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
                              tuple(odd), MISMATCH_CAUSES)
         return Diagnosis("network-stall", f"every rank waits in {ops.pop()} and none computes: a peer or "
                          "the link is gone", tuple(sorted(waiting)))
+    if any(s.state == "unknown" for s in ranks.values()):
+        where: dict[str, list[int]] = {}
+        for r, s in sorted(ranks.items()):
+            if s.state not in ("unknown", "exited"):
+                where.setdefault(s.describe(), []).append(r)
+        seen = "".join(f"{_who(rs)}: {what}; " for what, rs in where.items())
+        return Diagnosis("unseen", f"{seen}{_unknown(ranks)}: {CANNOT_TELL}")
     return Diagnosis("none", "no hang: no rank waits in a collective")
 
 
-def _list(ranks) -> str:
-    return ",".join(str(r) for r in sorted(ranks))
+def _unknown(ranks: dict[int, RankState]) -> str:
+    """The ranks nobody sees, grouped by why: "ranks 2,3 unknown (not watched: worker1's agent is gone)"."""
+    why: dict[str, list[int]] = {}
+    for r, s in sorted(ranks.items()):
+        if s.state == "unknown":
+            why.setdefault(s.evidence[0] if s.evidence else "no stack", []).append(r)
+    return "; ".join(f"{_who(rs)} unknown ({reason})" for reason, rs in why.items())
 
 
 def _who(ranks) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + _list(ranks)
+    """Ranks by number; a rank whose number is unknown is keyed by its negated pid."""
+    numbered, pids = sorted(r for r in ranks if r >= 0), sorted(-r for r in ranks if r < 0)
+    parts = [("rank " if len(numbered) == 1 else "ranks ") + ",".join(map(str, numbered))] if numbered else []
+    parts += [("pid " if len(pids) == 1 else "pids ") + ",".join(map(str, pids))] if pids else []
+    return " and ".join(parts)
 
 
 def _wait(ranks) -> str:

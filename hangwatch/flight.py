@@ -6,23 +6,60 @@ init_process_group:
 torch records every collective in its Flight Recorder (Gloo too, in torch 2.13) when
 TORCH_FR_BUFFER_SIZE is set, but nothing dumps it when a Gloo collective hangs. This sets the
 variable (unless set) and starts a daemon thread that answers hangwatch: when the agent drops
-/tmp/hangwatch-fr/PID.request, it writes the entries to /tmp/hangwatch-fr/PID.json. A thread
-works where a signal would not: a rank blocked in a collective never returns to Python's main
-loop, but the wait releases the GIL. Costs nothing until asked (a stat() twice a second)."""
+PID.request in this user's folder /tmp/hangwatch-fr-UID, it writes the entries to PID.json there.
+A thread works where a signal would not: a rank blocked in a collective never returns to Python's
+main loop, but the wait releases the GIL. Costs nothing until asked (a stat() twice a second).
+
+The folder is private (0700, this user's, never a symlink): another user who made that name
+first could otherwise point this rank's writes at a file of theirs. If the name is taken, the
+Flight Recorder stays off and one line on stderr says how to free it."""
+
+from __future__ import annotations
 
 import atexit
 import json
 import os
+import stat
+import sys
 import threading
 import time
 
-FOLDER = "/tmp/hangwatch-fr"
+FOLDER = f"/tmp/hangwatch-fr-{os.geteuid()}"      # hangwatch's agent finds it by the rank's uid
 BUFFER = "2000"          # collectives kept per rank
+# A new file, this process's own: never through a symlink, never into a file already there.
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
 def _paths(pid: int) -> tuple[str, str, str]:
     base = os.path.join(FOLDER, str(pid))
     return base + ".ready", base + ".request", base + ".json"
+
+
+def _private_folder() -> str | None:
+    """Make this user's folder, or find it made; why it cannot be used, or None."""
+    try:
+        os.mkdir(FOLDER, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot make {FOLDER}: {exc.strerror}"
+    st = os.lstat(FOLDER)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{FOLDER} is not a folder but {'a symlink' if stat.S_ISLNK(st.st_mode) else 'a file'}"
+    if st.st_uid != os.geteuid():
+        return f"{FOLDER} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"{FOLDER} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _write_new(path: str, text: str) -> None:
+    try:
+        os.unlink(path)          # left by an earlier process with this pid (the folder is ours alone)
+    except FileNotFoundError:
+        pass
+    with os.fdopen(os.open(path, CREATE, 0o600), "w") as f:
+        f.write(text)
 
 
 def _serve() -> None:
@@ -38,8 +75,7 @@ def _serve() -> None:
         except Exception as exc:      # no process group yet, or an older torch: say so
             text = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
         partial = answer + ".part"
-        with open(partial, "w") as f:
-            f.write(text)
+        _write_new(partial, text)
         os.replace(partial, answer)
         try:
             os.unlink(request)
@@ -55,11 +91,14 @@ def _forget(ready: str) -> None:
 
 
 def enable() -> None:
+    refused = _private_folder()
+    if refused:
+        sys.stderr.write(f"hangwatch.flight: the Flight Recorder fetch is off: {refused}; another user "
+                         f"may have made it first. Fix: remove it (`sudo rm -rf {FOLDER}`) and restart\n")
+        return
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", BUFFER)
-    os.makedirs(FOLDER, mode=0o1777, exist_ok=True)
     ready, _, _ = _paths(os.getpid())
-    with open(ready, "w") as f:
-        f.write(str(time.time()))
+    _write_new(ready, str(time.time()))
     atexit.register(_forget, ready)
     threading.Thread(target=_serve, name="hangwatch-flight", daemon=True).start()
 

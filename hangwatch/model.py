@@ -25,7 +25,7 @@ A snapshot, as JSON:
              "stack": [{"function": str, "file": str, "line": int}] | null,   # innermost first
              "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null}],
                                                # Flight Recorder, for ranks that opted in
-  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall|slow",
+  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall|slow|unseen",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],

@@ -6,8 +6,9 @@ behind one lock; the snapshot is a copy."""
 
 from __future__ import annotations
 
-import os
+import secrets
 import signal
+import stat
 import sys
 import threading
 import time
@@ -27,6 +28,10 @@ PEER_LOSS = (1 << 8, signal.SIGABRT)     # how a rank that lost its Gloo peer en
 PEER_LOSS_WINDOW = 1.0    # seconds: exits this close to the first failure may be its echo
 EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
+SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
+SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
+GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
+SFTP_TIMEOUT = 15.0       # seconds one SFTP step may take: a dead link must not hold the watch's end
 
 
 @dataclass
@@ -83,6 +88,11 @@ class Watcher(Source):
         self._asked_at: float | None = None
         self._reported: str | None = None            # the diagnosis already said in this stall
         self._exit_check_at: float | None = None     # look at the exits once they have settled
+        self.silent_after = max(SILENT_SAMPLES * interval, SILENT_FLOOR)
+        self._heard: dict[str, float] = {}           # node -> when its agent last said anything
+        self._lost: dict[str, str] = {}              # node -> how its agent was lost (GONE, SILENT)
+        self._brought: dict[str, str] = {}           # node -> the folder py-spy was copied to there
+        self._bringing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -112,6 +122,9 @@ class Watcher(Source):
             link.close()
         if self._ticker:
             self._ticker.join(2)
+        for thread in self._bringing:
+            thread.join(2 * SFTP_TIMEOUT)
+        self._remove_brought()
 
     # --- Source -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -163,16 +176,29 @@ class Watcher(Source):
 
     def _handle(self, node: str, msg: dict) -> None:
         kind = msg.get("type")
+        with self.lock:
+            self._heard[node] = self.clock()
+            back = self._lost.get(node) == SILENT
+            if back:
+                del self._lost[node]
+        if back:
+            self._node(node, "watching", f"{node} watched again: its agent reports again; its ranks' "
+                       "stacks are taken afresh", again=True)
+            self._ask_stacks()
         if kind == "hello":
             with self.lock:
                 self.hello[node] = msg
             self._node(node, "watching", agent_pid=msg.get("pid"))
-            if not msg.get("py_spy") and self._bring_py_spy(node):
-                return
+            if msg.get("py_spy_refused"):
+                self._refused_py_spy(node, msg["py_spy_refused"])
             if not msg.get("py_spy"):
-                self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks "
-                             f"are missing; fix: {msg.get('python') and 'pip install py-spy'} in the training "
-                             "environment on that node (CPU and /proc are still watched)")
+                # Copying takes seconds over a slow link: the node's messages keep coming meanwhile.
+                thread = threading.Thread(target=self._bring_py_spy, args=(node, msg.get("uid")), daemon=True)
+                self._bringing.append(thread)
+                thread.start()
+        elif kind == "py-spy":
+            if msg.get("refused"):
+                self._refused_py_spy(node, msg["refused"])
         elif kind == "rank":
             self._rank_found(node, msg)
         elif kind == "sample":
@@ -182,35 +208,86 @@ class Watcher(Source):
         elif kind == "exit":
             self._exit(node, msg)
 
-    def _bring_py_spy(self, node: str) -> bool:
-        """py-spy is missing on a node: copy ours there (a static binary) for this watch."""
+    def _bring_py_spy(self, node: str, uid: int | None) -> None:
+        """py-spy is missing on a node: copy ours there (a static binary) for this watch, into a
+        folder made for it now that only this user can write: the agent runs what is there, so a
+        name another user could have placed first (a file, a symlink) must never be used."""
         target = next(t for t in self.targets if t.name == node)
         binary = local_py_spy()
-        if target.connection is None or binary is None:
-            return False
-        remote = f"/tmp/hangwatch-py-spy-{os.getuid()}-{os.path.getsize(binary)}"
-        try:
-            sftp = target.connection.sftp()
-            sftp.put(binary, remote)
-            sftp.chmod(remote, 0o755)
-        except Exception as exc:      # no SFTP, full disk: say it, watch without stacks
-            self._notice(f"{node}: could not copy py-spy there ({exc}); fix: pip install py-spy in the "
-                         "training environment on that node")
-            return False
-        self.links[node].send({"cmd": "py-spy", "path": remote})
-        self._notice(f"{node}: py-spy was missing; copied this machine's to {remote}")
-        return True
+        copied = None
+        if target.connection is not None and binary is not None and uid is not None:
+            try:
+                copied = self._copy_py_spy(node, target.connection, binary, uid)
+            except Exception as exc:      # no SFTP, full disk, a folder not ours: say it, watch without stacks
+                self._notice(f"{node}: could not copy py-spy there ({exc}); fix: pip install py-spy in the "
+                             "training environment on that node")
+                return
+        if copied is None:
+            self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks are "
+                         "missing; fix: pip install py-spy in the training environment on that node (CPU "
+                         "and /proc are still watched)")
+            return
+        self.links[node].send({"cmd": "py-spy", "path": copied})
+        self._notice(f"{node}: py-spy was missing; copied this machine's to {copied} for this watch")
+
+    def _copy_py_spy(self, node: str, connection, binary: str, uid: int) -> str:
+        sftp = connection.sftp()
+        sftp.get_channel().settimeout(SFTP_TIMEOUT)
+        folder = f"/tmp/hangwatch-{secrets.token_hex(8)}"
+        sftp.mkdir(folder, 0o700)          # fails if the name exists: this folder is made here, now
+        with self.lock:
+            self._brought[node] = folder
+        st = sftp.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode or 0) or st.st_uid != uid or (st.st_mode or 0) & 0o077:
+            raise OSError(f"{folder} is not a private folder of uid {uid} once made")
+        path = f"{folder}/py-spy"
+        with open(binary, "rb") as source, sftp.open(path, "wx") as copy:     # x: a new file, only
+            copy.set_pipelined(True)
+            while chunk := source.read(1 << 16):
+                copy.write(chunk)
+            copy.chmod(0o700)
+        return path
+
+    def _remove_brought(self) -> None:
+        """The py-spy copied for this watch goes with it."""
+        for node, folder in list(self._brought.items()):
+            del self._brought[node]
+            try:
+                if self._lost.get(node) == SILENT:      # its link is down: each try would wait for nothing
+                    raise OSError("the node is lost")
+                sftp = next(t for t in self.targets if t.name == node).connection.sftp()
+                try:
+                    sftp.remove(f"{folder}/py-spy")
+                except FileNotFoundError:
+                    pass
+                sftp.rmdir(folder)
+            except Exception as exc:
+                self._notice(f"{node}: could not remove {folder} ({exc}); fix: rm -r {folder} on {node}")
+
+    def _refused_py_spy(self, node: str, why: str) -> None:
+        self._notice(f"{node}: the agent did not run the py-spy it was given: {why}; stacks from it are "
+                     "missing; fix: pip install py-spy in the training environment on that node")
 
     def _closed(self, node: str, why: str | None) -> None:
         if self._stop.is_set():
             return
-        self._node(node, "lost", f"{node}: the agent stopped ({why or 'its SSH channel closed'}); "
+        self._lose(node, GONE, f"{node}: the agent stopped ({why or 'its SSH channel closed'}); "
                    "the other nodes are still watched")
+
+    def _lose(self, node: str, how: str, message: str) -> None:
+        """Its ranks are unknown from now on: their stacks and CPU are from before and say nothing
+        now, so none of it is judged (a rank nobody sees may be computing)."""
         with self.lock:
+            self._lost[node] = how
             for r in self.ranks.values():
                 if r.view.node == node and r.view.state != "exited":
-                    r.view.state, r.idle_since = "unknown", None
+                    r.view.state, r.view.op, r.view.frame, r.view.function = "unknown", None, None, None
+                    r.view.idle_for, r.idle_since, r.busy_at = 0.0, None, None
+                    r.dump, r.dump_error, r.stack_at = None, None, None
             self._asked.pop(node, None)
+            if not self._asked:
+                self._asked_at = None
+        self._node(node, "lost", message)
 
     def _notice(self, text: str) -> None:
         with self.lock:
@@ -336,7 +413,7 @@ class Watcher(Source):
         if self.nodes[v.node].status in ("lost", "error"):
             # Its stack and CPU are from before the node was lost: they say nothing now.
             v.state, v.op, v.frame, v.function = "unknown", None, None, None
-            return RankState("unknown", evidence=(f"not watched: {v.node}'s agent is gone",))
+            return RankState("unknown", evidence=(f"not watched: {v.node}'s agent {self._lost.get(v.node, GONE)}",))
         state = classify(r.dump, v.cpu, v.wchan)
         if state.state in ("collective", "rendezvous", "idle") and r.idle_since is None and \
                 r.busy_at is not None and r.stack_at is not None and r.busy_at > r.stack_at:
@@ -360,6 +437,8 @@ class Watcher(Source):
                            "native": True if self.native else "auto"}
                 if self.nodes[name].status == "watching" and link.send(command):
                     self._asked[name] = self._asked_at
+            if not self._asked:
+                self._asked_at = None
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(0.25):
@@ -370,6 +449,10 @@ class Watcher(Source):
 
     def tick(self) -> None:
         now = self.clock()
+        for node, quiet in self._silent(now):
+            self._lose(node, SILENT, f"{node} lost: its agent has sent nothing for {quiet:.0f} s (the link or "
+                       "the node is down); its ranks are unknown until it reports again; the other nodes "
+                       "are still watched")
         step, resumed = None, False
         with self.lock:
             live = [r for r in self.ranks.values() if r.view.state != "exited"]
@@ -381,12 +464,14 @@ class Watcher(Source):
             if self._exit_check_at is not None and now >= self._exit_check_at:
                 self._exit_check_at = None
                 first_failure = self._first_failure(exited)
-            if live and not idle:
+            # Progress is seen on watched nodes only: a lost node's ranks are neither idle nor not.
+            watched = [r for r in live if self.nodes[r.view.node].status == "watching"]
+            if watched and not idle:
                 resumed = self.diagnosis is not None and self.diagnosis.kind != "exited"
                 if resumed:
                     self.diagnosis, self._reported = None, None
                     self.messages.append("progress resumed")
-            elif live:
+            elif idle:
                 waiting = max(now - r.idle_since for r in idle)
                 if exited:
                     # A rank that is gone while others are idle: the stall began when it left.
@@ -407,6 +492,12 @@ class Watcher(Source):
             self._ask_stacks()
         if step.diagnose:
             self._diagnose(waiting)
+
+    def _silent(self, now: float) -> list[tuple[str, float]]:
+        """Watched nodes whose agent has said nothing for a few sample intervals, and for how long."""
+        with self.lock:
+            return [(name, now - self._heard[name]) for name, n in self.nodes.items()
+                    if n.status == "watching" and name in self._heard and now - self._heard[name] >= self.silent_after]
 
     def _first_failure(self, exited: list[_Rank]) -> Diagnosis | None:
         """Ranks exited and one failed: the first to go is the one to look at; the rest
@@ -501,15 +592,22 @@ class Watcher(Source):
             self._emit("straggler" if found.kind == "straggler" else "notice", found.summary, snapshot=True)
 
     def _without_stacks(self, found: Diagnosis, states: dict) -> Diagnosis | None:
-        """No stack for some rank (no ptrace, no py-spy): say what CPU and /proc alone show."""
+        """Stacks missing for some rank (no ptrace, no py-spy), yet every rank is watched and none
+        has used CPU: the run is stalled, though who is guilty cannot be told. A rank on a lost
+        node, or one using CPU, may be a straggler: then it stays `unseen`, not a hang."""
         unknown = [k for k, s in states.items() if s.state == "unknown"]
-        if not unknown or found.kind in HANGS:
+        if not unknown or found.kind not in ("none", "unseen"):
             return None
+        live = [r for r in self.ranks.values() if r.view.state != "exited"]
+        if not live or not all(self.nodes[r.view.node].status == "watching" and r.idle_since is not None
+                               for r in live):
+            return None
+        quiet = min(self.clock() - r.idle_since for r in live if r.idle_since is not None)
         idle = [k for k, s in states.items() if s.state != "exited"]
         return Diagnosis("stall", f"{', '.join(self._label(k) for k in sorted(idle))} have used "
-                         f"no CPU for {self.threshold:.0f}+ s; stacks unavailable for "
+                         f"no CPU for {quiet:.0f}+ s; stacks unavailable for "
                          f"{', '.join(self._label(k) for k in sorted(unknown))}, so who is guilty cannot be told "
-                         "(see the notice for the fix)", tuple(sorted(k for k in unknown if k >= 0)))
+                         "(see the notice for the fix)")
 
     def _label(self, key: int) -> str:
         return f"rank {key}" if key >= 0 else f"pid {-key}"

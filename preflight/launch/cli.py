@@ -179,7 +179,7 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
     def on_event(event) -> None:
         if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
             return
-        if event.kind == "node" and event.data.get("status") == "watching":
+        if event.kind == "node" and event.data.get("status") == "watching" and not event.data.get("again"):
             return
         say(f"hangwatch: {event.text}")
 

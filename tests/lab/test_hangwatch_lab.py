@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from hangwatch.stall import DEFAULT_THRESHOLD
 
-from .hangjob import hangwatch, start_job
+from .hangjob import hangwatch, start_job, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -147,6 +149,35 @@ def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
     assert "ranks 2,3 unknown (not watched: worker1's agent is gone)" in diagnosis["summary"]
     states = {r["rank"]: (r["node"], r["state"]) for r in watch.of("diagnosis")[0]["snapshot"]["ranks"]}
     assert states[0] == ("master", "idle") and states[1] == ("master", "collective")
+
+
+def test_a_dead_link_is_a_lost_node_within_seconds_and_nothing_is_judged_from_its_old_data(watched, clean_lab):
+    watch, job = watched("--steps", "100000", port=29639)
+    for rank in range(4):
+        watch.wait_for("rank-found", 60, lambda e, rank=rank: e.get("rank") == rank)
+    # Training: every rank computing, the old data worker1 leaves behind says so.
+    wait_until(lambda: any(re.search(r"step [1-9]\d loss", line) for _, line in job.lines), 60, "training steps")
+    netns = clean_lab.node("worker1").netns
+    subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
+    down_at = time.time()
+    try:
+        lost = watch.wait_for("node", 15, lambda e: e["text"].startswith("worker1 lost"))
+        # Down past the threshold: ranks 0,1 wait in all_reduce for ranks nobody sees.
+        said = watch.wait_for("notice", DEFAULT_THRESHOLD + 20, lambda e: (e.get("snapshot") or {}).get("diagnosis"))
+    finally:
+        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
+    assert lost["time"] - down_at <= 5 + 1.5, f"lost after {lost['time'] - down_at:.1f} s"
+    diagnosis = said["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "unseen" and diagnosis["guilty"] == [], diagnosis
+    assert said["text"] == ("ranks 0,1 wait in all_reduce; ranks 2,3 unknown (not watched: worker1's agent went "
+                            "silent): a hang cannot be told from a straggler")
+    assert {r["rank"]: r["state"] for r in said["snapshot"]["ranks"] if r["node"] == "worker1"} == \
+        {2: "unknown", 3: "unknown"}
+    back = watch.wait_for("node", 60, lambda e: e["text"].startswith("worker1 watched again"))
+    # Nothing was judged while worker1 was lost: no hang, no bundle, no straggler from its old data.
+    while_lost = [e for e in watch.events if lost["time"] <= e["time"] <= back["time"]]
+    assert not [e for e in while_lost if e["event"] in ("diagnosis", "incident", "straggler")], while_lost
+    assert len([e for e in watch.of("node") if e["text"].startswith("worker1 lost")]) == 1
 
 
 def _agent_pid(watch, node):

@@ -1,21 +1,28 @@
-"""hangwatch without permission to ptrace the ranks (here: run as `nobody`, the ranks as root):
-it says so once, with the fix, and keeps diagnosing from CPU and /proc alone."""
+"""hangwatch and other users: without permission to ptrace the ranks (here: run as `nobody`, the
+ranks as root) it says so once, with the fix, and keeps diagnosing from CPU and /proc alone; and
+what it runs or writes as root never lives where another user (`nobody`) can place it first."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
-import shutil
 import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
+from hangwatch.watch import local_py_spy
+
+from .hangjob import hangwatch, start_job
+
 SCRIPT = Path(__file__).parents[2] / "examples" / "hang_train.py"
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -68,3 +75,101 @@ def test_no_ptrace_permission_gives_the_fix_and_still_names_the_stall():
     diagnosis = next(e for e in events if e["event"] == "diagnosis")["snapshot"]["diagnosis"]
     assert code == 1 and diagnosis["kind"] == "stall", diagnosis
     assert "no CPU" in diagnosis["summary"] and "stacks unavailable" in diagnosis["summary"]
+
+
+@pytest.mark.parametrize("planted", ["file", "symlink"])
+def test_a_py_spy_path_another_user_placed_first_is_never_written_or_run(clean_lab, tmp_path, planted):
+    # The name hangwatch used to copy py-spy to, predictable by anyone: nobody makes it first, as
+    # a script anyone may rewrite (run as root, it would say so in `witness`), or as a symlink to
+    # a root-only file.
+    known = Path(f"/tmp/hangwatch-py-spy-{os.getuid()}-{os.path.getsize(local_py_spy())}")
+    assert not os.path.lexists(known), f"{known} is left from an earlier run: remove it"
+    witness = Path(tempfile.mkdtemp(prefix="hangwatch-witness-"))
+    os.chmod(witness, 0o777)
+    precious = tmp_path / "root-only"          # tmp_path: a folder only root may enter
+    precious.write_text("root's own\n")
+    os.chmod(precious, 0o600)
+    if planted == "file":
+        subprocess.run(AS_NOBODY + ["sh", "-c", f"printf '#!/bin/sh\\nid > {witness}/ran\\n' > {known}; "
+                                    f"chmod 777 {known}"], check=True)
+    else:
+        subprocess.run(AS_NOBODY + ["ln", "-s", str(precious), str(known)], check=True)
+    before = (known.lstat(), os.readlink(known) if planted == "symlink" else known.read_bytes())
+    try:
+        # /usr/bin/python3 has no py-spy beside it on the nodes: the watch has to bring one.
+        watch = hangwatch(clean_lab, "--python", "/usr/bin/python3", "--incident-dir", str(tmp_path / "incidents"))
+        job = start_job(clean_lab, "--steps", "500", "--fault", "leave", "--rank", "3", "--at", "5",
+                        port=29643 if planted == "file" else 29644)
+        try:
+            copied = watch.wait_for("notice", 60, lambda e: e["text"].startswith("worker1: py-spy was missing"))
+            diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
+        finally:
+            job.stop()
+            watch.stop()
+        after = (known.lstat(), os.readlink(known) if planted == "symlink" else known.read_bytes())
+        ran = (witness / "ran").exists()
+    finally:
+        known.unlink()
+        shutil.rmtree(witness)
+    assert "Traceback" not in watch.stderr, watch.stderr
+    # The planted name was neither written nor run, and root's file behind the symlink is untouched.
+    assert (after[0].st_uid, after[0].st_mode, after[0].st_size, after[1]) == \
+        (before[0].st_uid, before[0].st_mode, before[0].st_size, before[1])
+    assert not ran
+    assert precious.read_bytes() == b"root's own\n" and stat.S_IMODE(precious.stat().st_mode) == 0o600
+    # Brought to a folder made for this watch, and gone with it.
+    folder = Path(copied["text"].split(" to ")[1].split()[0]).parent
+    assert folder.parent == Path("/tmp") and folder.name.startswith("hangwatch-") and folder != known.parent
+    assert not folder.exists()
+    # The stacks were taken with it: the deadlock is named with its rank and line.
+    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
+    assert "rank 3 left the loop: idle at hang_train.py:" in diagnosis["summary"]
+
+
+# Run in a mount namespace of its own on a fresh /tmp: the machine's /tmp, where other runs keep
+# their Flight Recorder folders, is never touched. Prints what happened as JSON.
+FLIGHT_SCENE = """
+import json, os, subprocess, sys, time
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/tmp"], check=True)
+as_nobody, planted = json.loads(sys.argv[1]), sys.argv[2]
+theirs = ["/tmp/hangwatch-fr", "/tmp/hangwatch-fr-0"]      # the names hangwatch used before, and now
+if planted == "symlink":
+    subprocess.run(as_nobody + ["mkdir", "-m", "777", "/tmp/theirs"], check=True)
+    for name in theirs:
+        subprocess.run(as_nobody + ["ln", "-s", "/tmp/theirs", name], check=True)
+else:
+    for name in theirs:
+        subprocess.run(as_nobody + ["mkdir", "-m", "777", name], check=True)
+# A rank of root's that opts in, as a training script would.
+with open("/tmp/rank.err", "w") as err:
+    rank = subprocess.Popen([sys.executable, "-c", "import hangwatch.flight, time; print(1, flush=True); "
+                             "time.sleep(60)"], stdout=subprocess.PIPE, stderr=err)
+rank.stdout.readline()
+# nobody lures the agent: this rank's ready file, where nobody can write.
+for folder in (["/tmp/theirs"] if planted == "symlink" else theirs):
+    subprocess.run(as_nobody + ["touch", f"{folder}/{rank.pid}.ready"])
+from hangwatch.agent import flight
+answer = flight(rank.pid, wait=1.0)
+rank.kill()
+rank.wait()
+left = {f: sorted(os.listdir(f)) for f in (["/tmp/theirs"] if planted == "symlink" else theirs)}
+print(json.dumps({"pid": rank.pid, "answer": answer, "left": left, "rank_err": open("/tmp/rank.err").read()}))
+"""
+
+
+@pytest.mark.parametrize("planted", ["symlink", "folder"])
+def test_a_flight_recorder_folder_another_user_placed_first_is_never_used(planted):
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", FLIGHT_SCENE,
+                           json.dumps(AS_NOBODY), planted], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # Neither the rank (root) nor the agent (root) wrote anything where nobody pointed them: only
+    # nobody's own lure is there.
+    assert all(names == [f"{seen['pid']}.ready"] for names in seen["left"].values()), seen
+    assert "Traceback" not in seen["rank_err"], seen["rank_err"]
+    why = ("/tmp/hangwatch-fr-0 is not a folder but a symlink" if planted == "symlink"
+           else "/tmp/hangwatch-fr-0 belongs to uid 65534, not to this user (uid 0)")
+    assert seen["rank_err"] == (f"hangwatch.flight: the Flight Recorder fetch is off: {why}; another user may "
+                                "have made it first. Fix: remove it (`sudo rm -rf /tmp/hangwatch-fr-0`) and restart\n")
+    assert "/tmp/hangwatch-fr-0 not used" in seen["answer"]["error"], seen["answer"]

@@ -73,3 +73,22 @@ def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop
     found = diagnose(ranks)
     assert found.kind == "deadlock" and found.guilty == (0,)
     assert "rank 2 unknown (no stack" in found.summary
+
+
+def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
+    from hangwatch.classify import RankState
+    waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
+    lost = RankState("unknown", evidence=("not watched: worker1's agent is gone",))
+    found = diagnose({0: waiting, 2: waiting, 1: lost})
+    assert found.kind == "unseen" and found.guilty == ()
+    assert found.summary == ("ranks 0,2 wait in all_reduce; rank 1 unknown (not watched: worker1's agent is gone): "
+                             "a hang cannot be told from a straggler")
+    # A rank without a stack (no ptrace) is no culprit either; one without a rank number is named by pid.
+    found = diagnose({0: waiting, -4242: classify(None, 97.0)})
+    assert found.kind == "unseen" and found.guilty == () and "pid 4242 unknown (no stack" in found.summary
+    # Nobody waits in a collective, and the ranks not seen may be anywhere: said as seen, no hang.
+    rendezvous = RankState("rendezvous", evidence=("in init_process_group",))
+    found = diagnose({0: rendezvous, 1: rendezvous, 2: lost, 3: lost})
+    assert found.kind == "unseen" and found.guilty == ()
+    assert found.summary == ("ranks 0,1: rendezvous; ranks 2,3 unknown (not watched: worker1's agent is gone): "
+                             "a hang cannot be told from a straggler")

@@ -10,13 +10,17 @@ from hangwatch.watch import Watcher, WatchTarget
 AGENT = Path(__file__).parent / "artifacts" / "agent"
 
 
-def replay(name, tmp_path, until=None):
+def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=lambda record: False, then=()):
+    """Feed a recording to a real Watcher on a driven clock. lost(record): a message that never
+    arrives (a killed agent, a dead link); then: (at, action(watcher)) pairs, done at that time."""
     lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
     header, records = json.loads(lines[0]), [json.loads(l) for l in lines[1:]]
+    records = sorted([r for r in records if not lost(r)] + [{"at": at, "do": do} for at, do in then],
+                     key=lambda r: r["at"])
     now = [0.0]
     events = []
     watcher = Watcher([WatchTarget("master", "python"), WatchTarget("worker1", "python")], clock=lambda: now[0],
-                      on_event=events.append, incident_dir=str(tmp_path / "incidents"))
+                      threshold=threshold, on_event=events.append, incident_dir=str(tmp_path / "incidents"))
     for record in records:
         if until is not None and record["at"] > until:
             break
@@ -26,7 +30,10 @@ def replay(name, tmp_path, until=None):
             for e in events:
                 e.data.setdefault("at", now[0])
         now[0] = record["at"]
-        watcher._message(record["node"], record["msg"])
+        if "do" in record:
+            record["do"](watcher)
+        else:
+            watcher._message(record["node"], record["msg"])
         for e in events:
             e.data.setdefault("at", now[0])
     return header, watcher, events
@@ -90,3 +97,57 @@ def test_a_rank_caught_as_a_zombie_is_reported_gone_once_with_its_signal(tmp_pat
         watcher._message("master", msg)
     gone = [e for e in events if e.kind == "rank-gone"]
     assert len(gone) == 1 and gone[0].data["exit"] == "signal 15", [e.text for e in events]
+
+
+def test_an_agent_lost_while_its_rank_straggles_gives_no_deadlock_and_no_bundle(tmp_path):
+    # The recorded straggler is rank 0 on master; its agent dies 2.5 s into the straggle (as
+    # with kill -9: its messages stop and its channel closes). Ranks 2,3 then wait in all_reduce
+    # for a rank nobody can see, which may be computing: never a hang that stops the run.
+    header, watcher, events = replay("straggle", tmp_path, lost=lambda r: r["node"] == "master" and r["at"] > 18.0,
+                                     then=[(18.0, lambda w: w._closed("master", "killed"))])
+    kinds = [e.kind for e in events]
+    assert "diagnosis" not in kinds and "incident" not in kinds, [e.text for e in events]
+    assert not (tmp_path / "incidents").exists()
+    said = next(e for e in events if e.snapshot is not None and e.snapshot.diagnosis is not None)
+    assert said.snapshot.diagnosis.kind == "unseen" and said.snapshot.diagnosis.guilty == []
+    assert said.text == ("ranks 2,3 wait in all_reduce; ranks 0,1 unknown (not watched: master's agent is gone): "
+                         "a hang cannot be told from a straggler")
+    lost = [e for e in events if e.kind == "node" and e.data["status"] == "lost"]
+    assert len(lost) == 1 and "master: the agent stopped (killed)" in lost[0].text
+
+
+def _worker1_lost(events):
+    return [e for e in events if e.kind == "node" and e.data["node"] == "worker1" and e.data["status"] == "lost"]
+
+
+def test_a_silent_agent_is_a_lost_node_within_seconds_whatever_the_threshold(tmp_path):
+    # worker1's messages stop at 10 s with no close (its link is down); rank 3 there leaves the loop at 14.6 s.
+    silent = lambda r: r["node"] == "worker1" and r["at"] > 10.0      # noqa: E731
+    heard = max(r["at"] for r in map(json.loads, (AGENT / "leave.jsonl").read_text().splitlines()[1:])
+                if r["node"] == "worker1" and r["at"] <= 10.0)
+    seen = {}
+    for threshold in (8.0, 20.0):
+        header, watcher, events = replay("leave", tmp_path / str(threshold), threshold=threshold, lost=silent)
+        lost = _worker1_lost(events)
+        assert len(lost) == 1, [e.text for e in events]
+        seen[threshold] = lost[0].data["at"] - heard
+        assert lost[0].text.startswith("worker1 lost: its agent has sent nothing for 5 s")
+        ranks = {r.rank: r for r in watcher.snapshot().ranks}
+        assert ranks[2].state == ranks[3].state == "unknown", ranks
+        # Nothing is judged from worker1's old data: no straggler "computing" there, no deadlock.
+        assert not [e for e in events if e.kind in ("straggler", "diagnosis", "incident")], [e.text for e in events]
+    assert seen[8.0] == seen[20.0] and 5.0 <= seen[8.0] <= 5.5, seen
+    header, watcher, events = replay("leave", tmp_path / "named", lost=silent)
+    unseen = [e for e in events if e.snapshot is not None and e.snapshot.diagnosis is not None]
+    assert unseen and unseen[0].snapshot.diagnosis.kind == "unseen", [e.text for e in events]
+    assert unseen[0].text.startswith("ranks 0,1 wait in all_reduce; ranks 2,3 unknown (not watched: worker1's "
+                                     "agent went silent)")
+
+
+def test_a_node_that_reports_again_is_watched_again_and_its_deadlock_still_named(tmp_path):
+    header, watcher, events = replay("leave", tmp_path, lost=lambda r: r["node"] == "worker1" and 6.0 < r["at"] < 12.0)
+    lost, back = _worker1_lost(events), [e for e in events if e.kind == "node" and "watched again" in e.text]
+    assert len(lost) == 1 and len(back) == 1 and lost[0].data["at"] < back[0].data["at"], [e.text for e in events]
+    assert back[0].data["status"] == "watching" and back[0].text.startswith("worker1 watched again")
+    diagnosis = next(e for e in events if e.kind == "diagnosis").snapshot.diagnosis
+    assert diagnosis.kind == "deadlock" and diagnosis.guilty == [3], diagnosis

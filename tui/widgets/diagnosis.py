@@ -12,8 +12,9 @@ from hangwatch.model import Snapshot
 
 from .. import format as fmt
 
-# A straggler is named by the diagnosis but is "not a hang": it gets the milder colour.
-MILD = {"straggler"}
+# A straggler is named by the diagnosis but is "not a hang", and an unseen rank leaves it untold:
+# they get the milder colour.
+MILD = {"straggler", "unseen"}
 
 
 class DiagnosisPanel(VerticalScroll):
