@@ -72,7 +72,7 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str):
 
     with ThreadPoolExecutor(min(32, len(hosts))) as pool:
         results = list(pool.map(one, hosts))
-    targets = [WatchTarget(n.name, python, n.connection) for n, err in results if err is None]
+    targets = [WatchTarget(n) for n, err in results if err is None]
     return targets, [n for n, _ in results], [err for _, err in results if err]
 
 
@@ -87,10 +87,11 @@ def attach(args) -> int:
     if args.hosts:
         targets, nodes, problems = _connect(args.hosts, ssh_config, python)
         if args.pid and targets:
-            targets[0] = WatchTarget(targets[0].name, python, targets[0].connection, tuple(args.pid))
+            targets[0] = WatchTarget(targets[0].node, tuple(args.pid))
     else:
         import socket
-        targets = [WatchTarget(socket.gethostname(), python, None, tuple(args.pid))]
+        from transport import LocalNode
+        targets = [WatchTarget(LocalNode(socket.gethostname(), python), tuple(args.pid))]
     for problem in problems:
         print(f"hangwatch: {problem}", file=sys.stderr)
     if not targets:

@@ -1,7 +1,7 @@
 """Opt in to hangwatch's Flight Recorder fetch with one line in the training script, before
 init_process_group:
 
-    import hangwatch.flight      # or copy this file next to the script: it needs only torch
+    import hangwatch.flight      # ddp-preflight installed in the training environment
 
 torch records every collective in its Flight Recorder (Gloo too, in torch 2.13) when
 TORCH_FR_BUFFER_SIZE is set, but nothing dumps it when a Gloo collective hangs. This sets the
@@ -19,12 +19,14 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import stat
 import sys
 import threading
 import time
 
-FOLDER = f"/tmp/hangwatch-fr-{os.geteuid()}"      # hangwatch's agent finds it by the rank's uid
+from node.flight import folder_of
+from node.private import own_private_folder
+
+FOLDER = folder_of(os.geteuid())      # hangwatch's agent finds it by the rank's uid
 BUFFER = "2000"          # collectives kept per rank
 # A new file, this process's own: never through a symlink, never into a file already there.
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -33,24 +35,6 @@ CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 def _paths(pid: int) -> tuple[str, str, str]:
     base = os.path.join(FOLDER, str(pid))
     return base + ".ready", base + ".request", base + ".json"
-
-
-def _private_folder() -> str | None:
-    """Make this user's folder, or find it made; why it cannot be used, or None."""
-    try:
-        os.mkdir(FOLDER, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        return f"cannot make {FOLDER}: {exc.strerror}"
-    st = os.lstat(FOLDER)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        return f"{FOLDER} is not a folder but {'a symlink' if stat.S_ISLNK(st.st_mode) else 'a file'}"
-    if st.st_uid != os.geteuid():
-        return f"{FOLDER} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"{FOLDER} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
 
 
 def _write_new(path: str, text: str) -> None:
@@ -91,7 +75,7 @@ def _forget(ready: str) -> None:
 
 
 def enable() -> None:
-    refused = _private_folder()
+    refused = own_private_folder(FOLDER, os.geteuid())
     if refused:
         sys.stderr.write(f"hangwatch.flight: the Flight Recorder fetch is off: {refused}; another user "
                          f"may have made it first. Fix: remove it (`sudo rm -rf {FOLDER}`) and restart\n")

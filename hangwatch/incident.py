@@ -1,6 +1,6 @@
 """An incident bundle: a folder with incident.json (the snapshot, each node's versions, each
 rank's command line and environment) and report.txt (the same, to read). Secrets are redacted
-by name and by value (preflight/redact.py) and the bundle is its user's alone: the folder 0700,
+by name and by value (node/redact.py) and the bundle is its user's alone: the folder 0700,
 the files 0600."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from preflight.private import FOLDER_MODE, make_folder, write_file
-from preflight.redact import redact_argv, redact_json
+from node.private import FOLDER_MODE, make_folder, write_file
+from node.redact import redact_argv, redact_json
 
 from .model import Snapshot
 from .render import incident_report

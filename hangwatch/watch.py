@@ -6,9 +6,7 @@ behind one lock; the snapshot is a copy."""
 
 from __future__ import annotations
 
-import secrets
 import signal
-import stat
 import sys
 import threading
 import time
@@ -19,6 +17,8 @@ from pathlib import Path
 from . import stall
 from .classify import BUSY_CPU, RankState, classify, frames_of
 from .diagnose import Diagnosis, diagnose
+from transport import Node, NodeError
+
 from .links import AgentLink
 from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
 
@@ -31,7 +31,7 @@ FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving
 SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
 SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
 GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
-SFTP_TIMEOUT = 15.0       # seconds one SFTP step may take: a dead link must not hold the watch's end
+COPY_WAIT = 30.0          # seconds the watch's end waits for a py-spy still being copied
 
 
 @dataclass
@@ -59,10 +59,12 @@ class _Rank:
 
 @dataclass(frozen=True)
 class WatchTarget:
-    name: str
-    python: str
-    connection: object = None      # an open fabric Connection; None: this machine
+    node: Node                     # reached through the transport (SSH, or this machine)
     pids: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.node.name
 
 
 class Watcher(Source):
@@ -91,7 +93,6 @@ class Watcher(Source):
         self.silent_after = max(SILENT_SAMPLES * interval, SILENT_FLOOR)
         self._heard: dict[str, float] = {}           # node -> when its agent last said anything
         self._lost: dict[str, str] = {}              # node -> how its agent was lost (GONE, SILENT)
-        self._brought: dict[str, str] = {}           # node -> the folder py-spy was copied to there
         self._bringing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -99,16 +100,13 @@ class Watcher(Source):
     # --- life -----------------------------------------------------------------------------
     def start(self) -> Watcher:
         for target in self.targets:
-            link = AgentLink(target.name, self._message, self._closed)
+            link = AgentLink(target.node, self._message, self._closed)
             spec = {"node": target.name, "interval": self.interval, "pids": list(target.pids),
-                    "native": self.native, "py_spy": self.py_spy or (local_py_spy() if target.connection is None else None)}
+                    "native": self.native, "py_spy": self.py_spy or (local_py_spy() if target.node.is_local else None)}
             try:
-                if target.connection is None:
-                    link.start_local(target.python, spec)
-                else:
-                    link.start_ssh(target.connection, target.python, spec)
+                link.start(spec)
             except Exception as exc:
-                self._node(target.name, "error", f"{target.name}: the agent did not start with {target.python}: "
+                self._node(target.name, "error", f"{target.name}: the agent did not start with {target.node.python}: "
                            f"{exc}; fix: --python PATH, the training environment's Python, runnable by this user")
                 continue
             self.links[target.name] = link
@@ -123,8 +121,7 @@ class Watcher(Source):
         if self._ticker:
             self._ticker.join(2)
         for thread in self._bringing:
-            thread.join(2 * SFTP_TIMEOUT)
-        self._remove_brought()
+            thread.join(COPY_WAIT)
 
     # --- Source -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -193,7 +190,7 @@ class Watcher(Source):
                 self._refused_py_spy(node, msg["py_spy_refused"])
             if not msg.get("py_spy"):
                 # Copying takes seconds over a slow link: the node's messages keep coming meanwhile.
-                thread = threading.Thread(target=self._bring_py_spy, args=(node, msg.get("uid")), daemon=True)
+                thread = threading.Thread(target=self._bring_py_spy, args=(node,), daemon=True)
                 self._bringing.append(thread)
                 thread.start()
         elif kind == "py-spy":
@@ -208,61 +205,24 @@ class Watcher(Source):
         elif kind == "exit":
             self._exit(node, msg)
 
-    def _bring_py_spy(self, node: str, uid: int | None) -> None:
+    def _bring_py_spy(self, node: str) -> None:
         """py-spy is missing on a node: copy ours there (a static binary) for this watch, into a
-        folder made for it now that only this user can write: the agent runs what is there, so a
-        name another user could have placed first (a file, a symlink) must never be used."""
+        folder made for it now that only this user can write (the transport's put_file: a name
+        another user could have placed first is never used); the agent removes it at its end."""
         target = next(t for t in self.targets if t.name == node)
         binary = local_py_spy()
-        copied = None
-        if target.connection is not None and binary is not None and uid is not None:
-            try:
-                copied = self._copy_py_spy(node, target.connection, binary, uid)
-            except Exception as exc:      # no SFTP, full disk, a folder not ours: say it, watch without stacks
-                self._notice(f"{node}: could not copy py-spy there ({exc}); fix: pip install py-spy in the "
-                             "training environment on that node")
-                return
-        if copied is None:
+        if target.node.is_local or binary is None:
             self._notice(f"{node}: py-spy is not installed for the training Python there, so stacks are "
                          "missing; fix: pip install py-spy in the training environment on that node (CPU "
                          "and /proc are still watched)")
             return
-        self.links[node].send({"cmd": "py-spy", "path": copied})
-        self._notice(f"{node}: py-spy was missing; copied this machine's to {copied} for this watch")
-
-    def _copy_py_spy(self, node: str, connection, binary: str, uid: int) -> str:
-        sftp = connection.sftp()
-        sftp.get_channel().settimeout(SFTP_TIMEOUT)
-        folder = f"/tmp/hangwatch-{secrets.token_hex(8)}"
-        sftp.mkdir(folder, 0o700)          # fails if the name exists: this folder is made here, now
-        with self.lock:
-            self._brought[node] = folder
-        st = sftp.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode or 0) or st.st_uid != uid or (st.st_mode or 0) & 0o077:
-            raise OSError(f"{folder} is not a private folder of uid {uid} once made")
-        path = f"{folder}/py-spy"
-        with open(binary, "rb") as source, sftp.open(path, "wx") as copy:     # x: a new file, only
-            copy.set_pipelined(True)
-            while chunk := source.read(1 << 16):
-                copy.write(chunk)
-            copy.chmod(0o700)
-        return path
-
-    def _remove_brought(self) -> None:
-        """The py-spy copied for this watch goes with it."""
-        for node, folder in list(self._brought.items()):
-            del self._brought[node]
-            try:
-                if self._lost.get(node) == SILENT:      # its link is down: each try would wait for nothing
-                    raise OSError("the node is lost")
-                sftp = next(t for t in self.targets if t.name == node).connection.sftp()
-                try:
-                    sftp.remove(f"{folder}/py-spy")
-                except FileNotFoundError:
-                    pass
-                sftp.rmdir(folder)
-            except Exception as exc:
-                self._notice(f"{node}: could not remove {folder} ({exc}); fix: rm -r {folder} on {node}")
+        try:
+            path, folder = target.node.put_file(binary, "py-spy", mode=0o700, prefix="hangwatch-")
+        except NodeError as exc:      # a full disk, a link gone: say it, watch without stacks
+            self._notice(f"{exc.summary}; fix: pip install py-spy in the training environment on that node")
+            return
+        self.links[node].send({"cmd": "py-spy", "path": path, "remove": folder})
+        self._notice(f"{node}: py-spy was missing; copied this machine's to {path} for this watch")
 
     def _refused_py_spy(self, node: str, why: str) -> None:
         self._notice(f"{node}: the agent did not run the py-spy it was given: {why}; stacks from it are "

@@ -16,6 +16,8 @@ PROGRAMS = {
     "compute": "node.jobs.compute",        # a matmul benchmark (compute-balance)
     "launch": "node.launch_runner",        # torchrun with the training script
     "bind-check": "node.bindcheck",        # can this port be bound now
+    "agent": "node.agent",                 # hangwatch's agent: the ranks, their CPU, stacks, exits
+    "receive": "node.receive",             # a file from the master, kept in a private folder
 }
 
 

@@ -110,9 +110,10 @@ class Program:
     """A node program, started: its lines go to `on_line` as they come (from a reader thread),
     protocol lines are kept for the result, and only a tail of the rest."""
 
-    def __init__(self, node: str, process: Process, on_line: OnLine | None, keep_input: bool):
+    def __init__(self, node: str, process: Process, on_line: OnLine | None, keep_input: bool,
+                 keep_marked: bool = True):
         self.node, self.process, self.on_line = node, process, on_line
-        self.keep_input = keep_input
+        self.keep_input, self.keep_marked = keep_input, keep_marked
         self.started = time.monotonic()
         self._marked: list[str] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -147,7 +148,8 @@ class Program:
 
     def _line(self, line: str) -> None:
         if line.startswith(protocol.PREFIX):
-            self._marked.append(line)
+            if self.keep_marked:
+                self._marked.append(line)
         else:
             self._tail.append(line)
         if self.on_line is not None:
@@ -250,14 +252,16 @@ class Node(ABC):
         """Start argv on the node with pipes for stdin, stdout and stderr."""
 
     # -- what every node does the same way -----------------------------------------------------
-    def start(self, spec: dict, *, on_line: OnLine | None = None, keep_input: bool = False) -> Program:
-        """Run a node program with this spec; with keep_input, its stdin stays open (heartbeats,
-        commands) until stop()."""
+    def start(self, spec: dict, *, on_line: OnLine | None = None, keep_input: bool = False,
+              data: bytes = b"", keep_marked: bool = True) -> Program:
+        """Run a node program with this spec (and `data` after it on its stdin); with keep_input,
+        its stdin stays open (heartbeats, commands) until stop(). A program that streams for
+        hours (hangwatch's agent) gives its lines to on_line only: keep_marked=False."""
         process = self._spawn(boot_argv(self.python))
-        process.write(stdin_payload(spec))
+        process.write(stdin_payload(spec) + data)
         if not keep_input:
             process.close_input()
-        return Program(self.name, process, on_line, keep_input)
+        return Program(self.name, process, on_line, keep_input, keep_marked)
 
     def job(self, job: dict, *, env: dict | None = None, timeout: float = 60, lease: float | None = None,
             cwd: str | None = None, on_line: OnLine | None = None) -> RunningJob:
@@ -266,6 +270,24 @@ class Node(ABC):
         spec = {"program": "supervise", "job": job, "env": env or {}, "timeout": timeout,
                 "lease": lease, "cwd": cwd}
         return RunningJob(self.start(spec, on_line=on_line, keep_input=True))
+
+    def put_file(self, local: str, name: str, *, mode: int = 0o600, prefix: str = "ddp-preflight-",
+                 timeout: float = 120) -> tuple[str, str]:
+        """Copy a file of this machine to the node, into a folder made for it there that only this
+        user can write (node/receive.py): (its path, its folder). Raises NodeError."""
+        with open(local, "rb") as f:
+            data = f.read()
+        program = self.start({"program": "receive", "name": name, "size": len(data), "mode": mode,
+                              "prefix": prefix}, data=data)
+        result = program.wait(timeout)
+        if result is None:
+            program.kill()
+            raise NodeError(f"{self.name}: copying {name} took over {timeout:.0f} s")
+        placed = result.values(protocol.FILE)
+        if not placed:
+            last = (result.stderr.strip().splitlines() or [result.error or "no answer"])[-1]
+            raise NodeError(f"{self.name}: could not copy {name} there: {last}")
+        return placed[-1]["path"], placed[-1]["folder"]
 
     def collect(self, request: dict, on_progress: Progress | None = None) -> dict:
         """The facts program's result, with the node's clock offset from ours."""

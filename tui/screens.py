@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from hangwatch.model import RankView, Source
-from preflight.redact import visible
+from preflight.report.terminal import visible
 
 from . import format as fmt
 

@@ -9,7 +9,8 @@ import os
 import re
 import socket
 
-from .util import command, read
+from ..proc import read
+from .util import command
 
 VPN_NAMES = re.compile(r"^(tailscale|wg|zt|tun|utun|tap|ppp|ipsec|nordlynx|proton)")
 BRIDGE_NAMES = re.compile(r"^(docker|br-|virbr|lxcbr|lxdbr|cni|flannel|cali|vmnet|vboxnet)")

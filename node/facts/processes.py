@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 
-from .util import cmdline, proc_stat, read, uptime
+from .. import proc, pyspy, ranks
+from ..boot import STAGE0
+from ..proc import read
 
-TRAINING_LAUNCHERS = re.compile(r"(^|/)torchrun$|torch\.distributed\.(run|launch)|torchelastic")
 TRAINING_SCRIPT = re.compile(r"train[^/]*\.py$|(^|\.)(base_train|train)$")
 
 
@@ -50,16 +50,10 @@ def _socket_owners(inodes: set[int]) -> dict[int, int]:
 
 
 def describe(pid: int) -> dict:
-    stat = proc_stat(pid) or {}
-    argv = cmdline(pid)
-    try:
-        uid = os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        uid = None
-    started = stat.get("start")
-    return {"pid": pid, "ppid": stat.get("ppid"), "uid": uid, "cmdline": argv,
-            "age_seconds": round(uptime() - started, 1) if started is not None else None,
-            "orphan": stat.get("ppid") == 1}
+    st = proc.stat(pid)
+    return {"pid": pid, "ppid": st.ppid if st else None, "uid": proc.owner(pid), "cmdline": proc.cmdline(pid),
+            "age_seconds": round(proc.uptime() - st.start_seconds, 1) if st else None,
+            "orphan": st is not None and st.ppid == 1}
 
 
 def port_holders(port: int) -> dict:
@@ -69,16 +63,6 @@ def port_holders(port: int) -> dict:
     unknown = len([i for i in inodes if i not in owners])
     return {"port": port, "listening": bool(inodes), "holders": holders,
             "unattributed": unknown}
-
-
-def _environ_has_rank(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        return False
-    keys = {item.split(b"=", 1)[0] for item in env}
-    return b"RANK" in keys and b"WORLD_SIZE" in keys
 
 
 def _same_network(pid: int, own: int | None) -> bool:
@@ -93,8 +77,10 @@ def _same_network(pid: int, own: int | None) -> bool:
 
 
 def training_processes(master_port: int) -> dict:
-    """Processes that look like a training run: torchrun, a rank (RANK and WORLD_SIZE in its
-    environment), or a train*.py script. Our own process and its ancestors are left out."""
+    """Processes that look like a training run: torchrun, a rank (node/ranks.py's rule), or a
+    train*.py script. This process and its ancestors are left out, and so are ddp-preflight's
+    own node programs (hangwatch's agent of a run that just ended, another collector): the boot
+    line they run is theirs alone."""
     try:
         own_net = os.stat("/proc/self/ns/net").st_ino
     except OSError:
@@ -103,21 +89,21 @@ def training_processes(master_port: int) -> dict:
     pid = os.getpid()
     while pid and pid not in mine:
         mine.add(pid)
-        pid = (proc_stat(pid) or {}).get("ppid", 0)
+        st = proc.stat(pid)
+        pid = st.ppid if st else 0
     found = []
     holders = {h["pid"] for h in port_holders(master_port)["holders"]}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in mine or not _same_network(int(entry), own_net):
             continue
         pid = int(entry)
-        argv = cmdline(pid)
-        if not argv:
+        argv = proc.cmdline(pid)
+        if not argv or STAGE0 in argv:
             continue
-        joined = " ".join(argv)
         reasons = []
-        if any(TRAINING_LAUNCHERS.search(a) for a in argv) or "torch.distributed.run" in joined:
+        if ranks.is_launcher(argv):
             reasons.append("torchrun")
-        if _environ_has_rank(pid):
+        if ranks.has_rank(proc.environ(pid)):
             reasons.append("RANK in its environment")
         if any(TRAINING_SCRIPT.search(a) for a in argv[1:3]) and "python" in os.path.basename(argv[0]):
             reasons.append("a training script")
@@ -139,10 +125,4 @@ def ptrace_facts() -> dict:
             cap_eff = int(line.split()[1], 16)
     return {"ptrace_scope": int(scope_text) if scope_text else None, "euid": os.geteuid(),
             "cap_sys_ptrace": bool(cap_eff & (1 << 19)),
-            "py_spy": shutil.which("py-spy") or _beside_python("py-spy")}
-
-
-def _beside_python(name: str) -> str | None:
-    import sys
-    candidate = os.path.join(os.path.dirname(sys.executable), name)
-    return candidate if os.access(candidate, os.X_OK) else None
+            "py_spy": pyspy.find()[0]}

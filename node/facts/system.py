@@ -7,15 +7,14 @@ import platform
 import re
 import socket
 import sys
-import time
 
-from .util import read
+from ..proc import read
+from ..redact import redact_env
 
 # Variables that decide how training binds, threads and picks dtypes. Prefixes match many.
 ENV_PREFIXES = ("GLOO_", "NCCL_", "TORCH_", "OMP_", "MKL_", "MASTER_", "NANOCHAT_", "TP_",
                 "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTORCH_",
                 "DTYPE", "COMPUTE_DTYPE")
-SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
 def os_facts() -> dict:
@@ -90,12 +89,6 @@ def gpu_facts() -> dict:
 
 
 def env_facts() -> dict:
-    picked = {}
-    for key, value in os.environ.items():
-        if key.startswith(ENV_PREFIXES):
-            picked[key] = "<redacted>" if SECRET.search(key) else value
-    return {"vars": dict(sorted(picked.items()))}
-
-
-def clock_facts() -> dict:
-    return {"time": time.time()}
+    """The variables that decide how training binds, threads and picks dtypes (secrets hidden)."""
+    picked = {key: value for key, value in os.environ.items() if key.startswith(ENV_PREFIXES)}
+    return {"vars": dict(sorted(redact_env(picked).items()))}

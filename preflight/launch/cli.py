@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from ..model import Report, Status
-from ..private import make_folder
-from ..redact import redact_argv, redact_env, redact_text
+from node.private import make_folder
+from node.redact import redact_argv, redact_env, redact_text
 from .outcome import render
 from .plan import Command, NodeTarget, PlanError, build_plan
 from .run import Launch
@@ -169,8 +169,7 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
     said here (and kept in the log folder's incidents/)."""
     from hangwatch.watch import Watcher, WatchTarget
 
-    targets = [WatchTarget(cluster.targets[i].name, cluster.nodes[i].python, getattr(cluster.nodes[i], "connection", None))
-               for i in cluster.usable()]
+    targets = [WatchTarget(cluster.nodes[i]) for i in cluster.usable()]
 
     def on_hang(path: str) -> None:
         if stop_on_hang:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from node import protocol
 
-from ..redact import redact_json
+from node.redact import redact_json
 from .outcome import LaunchResult, NodeState, RankState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan

@@ -148,7 +148,7 @@ rank.stdout.readline()
 # nobody lures the agent: this rank's ready file, where nobody can write.
 for folder in (["/tmp/theirs"] if planted == "symlink" else theirs):
     subprocess.run(as_nobody + ["touch", f"{folder}/{rank.pid}.ready"])
-from hangwatch.agent import flight
+from node.flight import ask as flight
 answer = flight(rank.pid, wait=1.0)
 rank.kill()
 rank.wait()

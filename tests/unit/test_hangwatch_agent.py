@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from hangwatch import agent
+from node import flight, pyspy
+from transport import LocalNode
 from hangwatch.watch import Watcher, WatchTarget, local_py_spy
 
 
@@ -29,29 +30,29 @@ def _planted_py_spy(tmp_path):
 
 def test_a_py_spy_in_a_folder_others_can_write_is_refused_with_why(tmp_path, monkeypatch):
     planted, _ = _planted_py_spy(tmp_path)
-    path, refused = agent.find_py_spy(str(planted))
+    path, refused = pyspy.find(str(planted))
     assert path != str(planted) and "is writable by other users (mode 777)" in refused
     # Nor is it taken when the search for the training environment's own finds it on the PATH.
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-py-spy-here" / "python"))
     monkeypatch.setenv("PATH", str(planted.parent))
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert agent.find_py_spy(str(planted)) == (None, refused)
+    assert pyspy.find(str(planted)) == (None, refused)
     monkeypatch.undo()
     # Reached through a symlink from a safe folder, it is the same file: refused too.
     safe = tmp_path / "safe"
     safe.mkdir(mode=0o700)
     (safe / "py-spy").symlink_to(planted)
-    assert agent.find_py_spy(str(safe / "py-spy"))[0] != str(planted)
+    assert pyspy.find(str(safe / "py-spy"))[0] != str(planted)
     # A safe one is taken as it is.
     os.chmod(planted.parent, 0o755)
-    assert agent.find_py_spy(str(planted)) == (str(planted), None)
+    assert pyspy.find(str(planted)) == (str(planted), None)
 
 
 def test_the_agent_never_runs_a_py_spy_it_may_not_trust_and_says_so(tmp_path):
     planted, marker = _planted_py_spy(tmp_path)
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     events = []
-    watcher = Watcher([WatchTarget("here", sys.executable, pids=(rank.pid,))], py_spy=str(planted),
+    watcher = Watcher([WatchTarget(LocalNode("here", sys.executable), pids=(rank.pid,))], py_spy=str(planted),
                       on_event=events.append, incident_dir=str(tmp_path / "incidents")).start()
     try:
         deadline = time.monotonic() + 30
@@ -72,7 +73,7 @@ def test_the_agent_never_runs_a_py_spy_it_may_not_trust_and_says_so(tmp_path):
 @pytest.fixture
 def flight_folder(tmp_path, monkeypatch):
     """The agent's Flight Recorder folder for this process's own uid, under tmp_path."""
-    monkeypatch.setattr(agent, "FLIGHT", str(tmp_path / "hangwatch-fr-"))
+    monkeypatch.setattr(flight, "FOLDER_PREFIX", str(tmp_path / "hangwatch-fr-"))
     return tmp_path / f"hangwatch-fr-{os.geteuid()}"
 
 
@@ -95,7 +96,7 @@ def test_the_flight_recorder_is_asked_and_read_in_the_ranks_own_folder(flight_fo
     entry = {"process_group": ["0", "default_pg"], "collective_seq_id": 12, "profiling_name": "gloo:all_reduce",
              "state": "started"}
     server = _answer_once(flight_folder, json.dumps({"entries": [entry]}))
-    found = agent.flight(os.getpid(), wait=3.0)
+    found = flight.ask(os.getpid(), wait=3.0)
     server.join()
     assert found == {"groups": [{"group": "default_pg", "seq": 12, "op": "all_reduce", "state": "started"}],
                      "entries": 1}
@@ -107,11 +108,11 @@ def test_a_flight_folder_that_is_a_symlink_or_others_can_write_is_not_used(fligh
     elsewhere.mkdir(mode=0o700)
     (elsewhere / f"{os.getpid()}.ready").write_text("1")
     flight_folder.symlink_to(elsewhere)
-    assert "not used" in agent.flight(os.getpid(), wait=0.2)["error"]
+    assert "not used" in flight.ask(os.getpid(), wait=0.2)["error"]
     flight_folder.unlink()
     os.chmod(elsewhere, 0o777)
     elsewhere.rename(flight_folder)
-    assert "not the rank's own private folder" in agent.flight(os.getpid(), wait=0.2)["error"]
+    assert "not the rank's own private folder" in flight.ask(os.getpid(), wait=0.2)["error"]
     # No request was left where anyone could have pointed it.
     assert sorted(p.name for p in flight_folder.iterdir()) == [f"{os.getpid()}.ready"]
 
@@ -123,15 +124,15 @@ def test_the_answer_is_never_read_through_a_link_a_fifo_or_past_its_bound(flight
     secret = tmp_path / "secret.json"
     secret.write_text('{"entries": []}')
     answer.symlink_to(secret)
-    assert "unreadable answer" in agent.flight(os.getpid(), wait=0.2)["error"]
+    assert "unreadable answer" in flight.ask(os.getpid(), wait=0.2)["error"]
     answer.unlink()
     os.mkfifo(answer)
     started = time.monotonic()
-    assert "not a file" in agent.flight(os.getpid(), wait=0.2)["error"]
+    assert "not a file" in flight.ask(os.getpid(), wait=0.2)["error"]
     assert time.monotonic() - started < 2
-    monkeypatch.setattr(agent, "ANSWER_LIMIT", 100)
+    monkeypatch.setattr(flight, "ANSWER_LIMIT", 100)
     (flight_folder / f"{os.getpid()}.request").unlink()
     server = _answer_once(flight_folder, json.dumps({"entries": [], "pad": "x" * 200}))
-    assert "over" in agent.flight(os.getpid(), wait=3.0)["error"]
+    assert "over" in flight.ask(os.getpid(), wait=3.0)["error"]
     server.join()
     assert secret.read_text() == '{"entries": []}'

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hangwatch import stall
 from hangwatch.watch import Watcher, WatchTarget
+from transport import LocalNode
 
 AGENT = Path(__file__).parent / "artifacts" / "agent"
 
@@ -19,7 +20,7 @@ def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=l
                      key=lambda r: r["at"])
     now = [0.0]
     events = []
-    watcher = Watcher([WatchTarget("master", "python"), WatchTarget("worker1", "python")], clock=lambda: now[0],
+    watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))], clock=lambda: now[0],
                       threshold=threshold, on_event=events.append, incident_dir=str(tmp_path / "incidents"))
     for record in records:
         if until is not None and record["at"] > until:
@@ -86,7 +87,7 @@ def test_a_rank_caught_as_a_zombie_is_reported_gone_once_with_its_signal(tmp_pat
     # The message order a busy node produced (seen in bench/hangwatch_detection.py): a sample
     # catches the zombie before the pidfd notice comes.
     events, now = [], [0.0]
-    watcher = Watcher([WatchTarget("master", "python")], clock=lambda: now[0], on_event=events.append,
+    watcher = Watcher([WatchTarget(LocalNode("master", "python"))], clock=lambda: now[0], on_event=events.append,
                       incident_dir=str(tmp_path))
     for msg in ({"type": "rank", "pid": 111, "rank": 0, "local_rank": 0, "world_size": 1, "env": {}},
                 {"type": "sample", "t": 1.0, "ranks": [{"pid": 111, "cpu": 50.0}], "gone": []},

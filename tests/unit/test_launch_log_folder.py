@@ -13,7 +13,7 @@ from pathlib import Path
 
 from preflight.launch.outcome import LaunchResult, NodeState, RankState, render
 from preflight.launch.output import NodeLogs
-from preflight.private import make_folder
+from node.private import make_folder
 
 REPO = Path(__file__).parents[2]
 

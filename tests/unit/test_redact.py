@@ -6,14 +6,17 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import subprocess
 import sys
 import time
 
 import pytest
 
-from hangwatch import links
-from preflight.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text, secret_name, visible
+from node import protocol
+from transport import LocalNode
+from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text, secret_name
+from preflight.report.terminal import visible
 
 
 @pytest.mark.parametrize("name", [
@@ -79,32 +82,33 @@ def test_a_ranks_escape_sequences_are_shown_not_obeyed():
 
 
 def test_the_agent_as_shipped_redacts_a_real_processs_environment():
-    """The agent's source as it travels to a node (the rules ahead of it), on a real process."""
+    """The agent as it runs on a node (shipped by the transport), on a real process."""
     secrets = {"HF_TOKEN": "hf_sent_to_the_rank", "DATABASE_URL": "postgres://u:pw_of_db@db:5432/x"}
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                             env={**os.environ, "RANK": "0", "LOCAL_RANK": "0", **secrets})
-    spec = {"node": "here", "interval": 0.2, "pids": [rank.pid], "native": False, "py_spy": None}
-    agent = subprocess.Popen([sys.executable, "-c", links.SOURCE, base64.b64encode(json.dumps(spec).encode()).decode()],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    messages: queue.Queue = queue.Queue()
+    agent = LocalNode("here", sys.executable).start(
+        {"program": "agent", "node": "here", "interval": 0.2, "pids": [rank.pid], "native": False, "py_spy": None},
+        keep_input=True, keep_marked=False, on_line=lambda line: messages.put(protocol.parse(line, protocol.AGENT)))
     try:
-        deadline = time.monotonic() + 20
-        found = None
-        for line in agent.stdout:
-            message = json.loads(line)
-            if message.get("type") == "rank" and message.get("pid") == rank.pid:
+        deadline, found = time.monotonic() + 20, None
+        while found is None and time.monotonic() < deadline:
+            try:
+                message = messages.get(timeout=1)
+            except queue.Empty:
+                continue
+            if message and message.get("type") == "rank" and message.get("pid") == rank.pid:
                 found = message
-                break
-            assert time.monotonic() < deadline, "the agent did not report the rank"
     finally:
-        agent.stdin.close()
+        agent.stop()
         agent.wait(10)
         rank.kill()
         rank.wait()
-    assert found is not None, "the agent ended without reporting the rank"
+    assert found is not None, "the agent did not report the rank"
     assert found["env"]["HF_TOKEN"] == REDACTED
     assert found["env"]["DATABASE_URL"] == "postgres://<redacted>@db:5432/x" and found["env"]["RANK"] == "0"
 
 
 def test_the_agent_module_on_the_master_uses_the_same_rules():
-    from hangwatch.agent import redact
+    from node.agent import redact_env as redact
     assert redact({"MY_PASS": "x", "URL": "https://a:b@h/"}) == {"MY_PASS": REDACTED, "URL": "https://<redacted>@h/"}

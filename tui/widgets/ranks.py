@@ -9,7 +9,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from hangwatch.model import RankView, Snapshot
-from preflight.redact import visible
+from preflight.report.terminal import visible
 
 from .. import format as fmt
 

@@ -1,8 +1,7 @@
-"""What is shown or written, made safe: secrets redacted by their name and by their value, and a
-rank's text made harmless for a terminal.
+"""Secrets redacted by their name and by their value, in everything that is shown or written.
 
-Pure, standard library only and self-contained (no import of this package): it runs on the nodes
-too, shipped ahead of hangwatch's agent, and will move to the node-side package as it is.
+Pure, standard library only: the agent redacts the environments it reads before they leave a
+node, and the master redacts what it prints and writes, by the same rules.
 
 The rules, in the user's words:
 - a variable, option or JSON key whose name has a secret word as one of its parts: HF_TOKEN,
@@ -37,11 +36,6 @@ COOKIE_HEADER = re.compile(r"(?i)\b((?:set-)?cookie)(\s*:\s*)[^\r\n'\"]+")
 BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*")
 PAIR = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=([^\s;&,]+)")
 OPTION = re.compile(r"--?[A-Za-z][\w.\-]*")
-
-# What a terminal would obey rather than show: C0 controls but the tab, DEL, and the C1 controls
-# (0x9b is an escape sequence's start on its own).
-CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
 
 def secret_name(name: str) -> bool:
     """Does this name say it holds a secret? (HF_TOKEN, MY_PASS, --api-key, PGPASSWORD: yes.)"""
@@ -90,21 +84,3 @@ def redact_json(value):
     if isinstance(value, str):
         return redact_text(value)
     return value
-
-
-def visible(line: str) -> str:
-    """A rank's line as it may reach a terminal: shown, never obeyed. A carriage return keeps what
-    a terminal would have left (a progress bar's last state); other control characters and escape
-    sequences are written out the way `cat -v` does (ESC as ^[, 0x9b as M-^[); tabs stay."""
-    if "\r" in line:
-        line = next((part for part in reversed(line.split("\r")) if part), "")
-    return CONTROL.sub(_caret, line)
-
-
-def _caret(found: re.Match) -> str:
-    code = ord(found.group(0))
-    if code == 0x7F:
-        return "^?"
-    if code >= 0x80:
-        return "M-^" + chr(code - 0x80 + 0x40)
-    return "^" + chr(code + 0x40)

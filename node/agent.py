@@ -1,0 +1,174 @@
+"""hangwatch's agent: one per node, a node program (started by the watcher through the
+transport; its spec on stdin). Standard library only.
+
+It finds the training ranks (ranks.py), samples each one's CPU, kernel wait channel and state
+every `interval` seconds, takes their Python stacks with py-spy when asked (all ranks at once)
+and, rarely, on its own, sees each exit the moment it happens, and streams AGENT lines. Commands
+come on the control line; when the watcher closes it or goes silent for the lease (its node
+lost, its master dead), the agent removes what was made for the watch and exits at once. It
+never signals a rank: py-spy's dump pauses a rank for a few milliseconds, and that is all.
+
+spec: {"program": "agent", "node": name, "pids": [..], "interval": 1.0, "stack_every": 120.0,
+       "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders]}
+Lines out (AGENT + JSON): {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null},
+{"type": "rank", ...what ranks.Finder says}, {"type": "sample", "t", "ranks": [...], "gone": [pids],
+"net": bytes/s}, {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight":
+{pid: record}}, {"type": "exit", "pid", "t", "code"}, {"type": "py-spy", "path", "given", "refused"}.
+Commands: {"cmd": "stacks", "id", "native"}, {"cmd": "py-spy", "path", "remove": folder}."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+
+from . import flight, proc, protocol, pyspy
+from .control import Control
+from .ranks import Finder
+from .redact import redact_env
+
+
+class Agent:
+    def __init__(self, spec):
+        self.spec = spec
+        self.interval = float(spec.get("interval", 1.0))
+        self.stack_every = float(spec.get("stack_every", 120.0))
+        self.py_spy, self.py_spy_refused = pyspy.find(spec.get("py_spy"))
+        self.native = bool(spec.get("native"))
+        self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
+        self.last_stacks = 0.0
+        self.stop = threading.Event()
+        self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
+
+    def emit(self, message):
+        protocol.emit(protocol.AGENT, message)
+
+    def hello(self):
+        torch_version = None
+        try:
+            from importlib.metadata import version
+            torch_version = version("torch")
+        except Exception:
+            pass
+        self.emit({"type": "hello", "node": self.spec.get("node"), "host": os.uname().nodename,
+                   "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
+                   "torch": torch_version, "py_spy": self.py_spy, "py_spy_refused": self.py_spy_refused,
+                   "time": time.time()})
+
+    def stacks(self, request_id=None, native=None):
+        pids = list(self.ranks.known)
+        out = {}
+        if self.py_spy is None:
+            out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
+        else:
+            how = native if native is not None else self.native
+            threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), pyspy.dump(self.py_spy, p, how)))
+                       for p in pids]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        flights = {}
+        if request_id is not None:      # asked for, in a stall: the Flight Recorder too, where opted in
+            threads = [threading.Thread(target=lambda p=p: flights.__setitem__(str(p), flight.ask(p))) for p in pids]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.last_stacks = time.monotonic()
+        self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
+                   "flight": {p: f for p, f in flights.items() if f is not None}})
+
+    def command(self, command):
+        """One command from the watcher, on the control line (node/control.py)."""
+        if command.get("cmd") == "stacks":
+            threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native")),
+                             daemon=True).start()
+        elif command.get("cmd") == "py-spy":
+            if command.get("remove"):
+                self.remove.append(command["remove"])
+            path, refused = pyspy.find(command.get("path"))
+            self.py_spy = path or self.py_spy
+            self.emit({"type": "py-spy", "path": path, "given": command.get("path"), "refused": refused})
+
+    def watch_exits(self):
+        """The moment each rank exits, through a pidfd (Linux 5.3+): the order of exits names the
+        rank that went first, even when its peers follow within milliseconds. The exit code is
+        read while the rank is a zombie, before torchrun reaps it."""
+        import select
+        poller, fds, reported = select.poll(), {}, set()
+        while not self.stop.is_set():
+            for pid in list(self.ranks.known):
+                if pid not in fds.values() and pid not in reported:
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except (OSError, AttributeError):
+                        continue
+                    fds[fd] = pid
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(200):
+                pid = fds.pop(fd)
+                reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
+                poller.unregister(fd)
+                os.close(fd)
+                st = proc.stat(pid)
+                code = st.exit_status if st is not None and st.state in "ZX" else None
+                self.emit({"type": "exit", "pid": pid, "t": time.time(), "code": code})
+
+    def run(self):
+        self.hello()
+        threading.Thread(target=self.watch_exits, daemon=True).start()
+        last = {}        # pid -> (monotonic, cpu seconds)
+        last_net = (time.monotonic(), proc.net_bytes())
+        announced = set()
+        while not self.stop.is_set():
+            started = time.monotonic()
+            found = self.ranks.scan()
+            samples = []
+            for pid, info in found.items():
+                st = proc.stat(pid)
+                if st is None:
+                    continue
+                now, cpu = time.monotonic(), st.cpu_seconds
+                before = last.get(pid)
+                last[pid] = (now, cpu)
+                sample = {"pid": pid, "rank": info["rank"], "state": st.state, "threads": proc.threads(pid),
+                          "wchan": proc.wchan(pid)}
+                if st.state == "Z":
+                    sample["exit"] = st.exit_status
+                if before:
+                    dt = max(now - before[0], 1e-6)
+                    sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
+                if (pid, info["start"]) not in announced:
+                    announced.add((pid, info["start"]))
+                    self.emit({"type": "rank", **info})
+                samples.append(sample)
+            for pid in [p for p in last if p not in found]:
+                del last[pid]
+            now, total = time.monotonic(), proc.net_bytes()
+            net = (total - last_net[1]) / max(now - last_net[0], 1e-6)
+            last_net = (now, total)
+            gone = sorted(p for p, _ in announced if p not in found)
+            announced = {(p, s) for p, s in announced if p in found}
+            self.emit({"type": "sample", "t": time.time(), "ranks": samples, "gone": gone,
+                       "net": round(net, 1)})
+            if found and time.monotonic() - self.last_stacks > self.stack_every:
+                threading.Thread(target=self.stacks, daemon=True).start()
+                self.last_stacks = time.monotonic()
+            self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def main(spec: dict, work=None) -> int:
+    agent = Agent(spec)
+    control = Control(spec.get("lease"), on_gone=lambda why: agent.stop.set(), on_command=agent.command).start()
+    try:
+        agent.run()
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        control.gone.set()
+        for folder in agent.remove:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0

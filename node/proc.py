@@ -1,0 +1,131 @@
+"""What /proc says about processes and this machine: read once, here, for the collectors and the
+agent alike. Every function returns None (or an empty value) for a process that is gone."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional
+
+TICK = os.sysconf("SC_CLK_TCK")     # clock ticks per second, the unit of /proc's times
+
+
+def read(path: str, default: Optional[str] = None) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def read_bytes(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class Stat:
+    state: str                 # R, S, D, Z, ... as in ps
+    ppid: int
+    cpu_seconds: float         # user + system, the whole process
+    start_ticks: int           # since boot, in TICKs: with the pid, names the process for its life
+    exit_status: Optional[int]  # the wait status, readable while it is a zombie (Linux 3.5+)
+
+    @property
+    def start_seconds(self) -> float:
+        return self.start_ticks / TICK
+
+
+def stat(pid: int) -> Optional[Stat]:
+    raw = read_bytes(f"/proc/{pid}/stat")
+    if not raw:
+        return None
+    fields = raw[raw.rindex(b")") + 2:].split()
+    return Stat(fields[0].decode(), int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19]),
+                int(fields[49]) if len(fields) > 49 else None)
+
+
+def pids() -> Iterator[int]:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            yield int(name)
+
+
+def threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def environ(pid: int) -> Optional[Dict[str, str]]:
+    """The environment it started with; None when this user may not read it (another user's
+    process), {} when it is gone or has none (a kernel thread)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except PermissionError:
+        return None
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def cmdline(pid: int) -> List[str]:
+    raw = read_bytes(f"/proc/{pid}/cmdline") or b""
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def netns(pid: int) -> Optional[str]:
+    """Its network namespace ("net:[4026531840]"); None when this user may not tell."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def uid(pid: int) -> Optional[int]:
+    """Its effective uid (the owner of what it creates)."""
+    for line in (read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[2])
+    return None
+
+
+def owner(pid: int) -> Optional[int]:
+    """The uid that owns its /proc entry (its real owner, for ps-like listings)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def wchan(pid: int) -> Optional[str]:
+    """The kernel function it sleeps in, when it sleeps."""
+    text = (read(f"/proc/{pid}/wchan") or "").strip()
+    return text if text and text != "0" else None
+
+
+def uptime() -> float:
+    text = read("/proc/uptime", "0 0") or "0 0"
+    return float(text.split()[0])
+
+
+def net_bytes() -> int:
+    """Received + sent bytes of every interface but loopback, in this network namespace."""
+    total = 0
+    for line in (read("/proc/net/dev") or "").splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        if name.strip() == "lo":
+            continue
+        fields = rest.split()
+        total += int(fields[0]) + int(fields[8])
+    return total

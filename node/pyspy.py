@@ -1,0 +1,73 @@
+"""py-spy on a node: found once, here (the agent and the ptrace facts alike), and trusted only
+when no other user can have placed or changed it; a rank's stack as py-spy's JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Optional, Tuple
+
+from .private import not_trusted
+
+# Python frames that stop at a call into C++ that can hide a wait (backward, where DDP's reducer
+# waits for its gradient all_reduce): native frames are worth their ~0.5 s there.
+OPAQUE = ("torch/autograd/", "torch/_ops.py", "torch/_tensor.py")
+DUMP_TIMEOUT = 10.0
+
+
+def candidates() -> list:
+    """Where the training environment's own py-spy would be."""
+    return [os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
+            os.path.expanduser("~/.local/bin/py-spy")]
+
+
+def find(given: Optional[str] = None) -> Tuple[Optional[str], Optional[str]]:
+    """(the py-spy to run, why the one given was refused or None). The one given (the watcher's,
+    or brought here for this watch) is run only if no other user can have placed or changed it;
+    else the training environment's own, as its Python is trusted."""
+    refused, real = None, None
+    if given:
+        real = os.path.realpath(given)
+        refused = not_trusted(real)
+        if refused is None and os.access(real, os.X_OK):
+            return real, None
+    for path in candidates():
+        if path and os.path.isfile(path) and os.access(path, os.X_OK) and os.path.realpath(path) != real:
+            return path, refused
+    return None, refused
+
+
+def dump(py_spy: str, pid: int, native) -> object:
+    """One process's stack as py-spy's JSON, or {"error": why}. native: True, False, or "auto":
+    native frames only when the Python stack stops where C++ can hide a wait (OPAQUE)."""
+    argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native is True else [])
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"py-spy took over {DUMP_TIMEOUT:.0f} s"}
+    if done.returncode == 0:
+        try:
+            stack = json.loads(done.stdout)
+        except ValueError:
+            return {"error": "py-spy printed no JSON"}
+        if native == "auto" and opaque(stack):
+            deeper = dump(py_spy, pid, True)
+            return stack if isinstance(deeper, dict) else deeper
+        return stack
+    text = (done.stderr or done.stdout).strip()
+    if not os.path.exists(f"/proc/{pid}"):
+        return {"error": "the process exited"}
+    if re.search(r"Permission denied|Operation not permitted|EPERM", text, re.IGNORECASE):
+        return {"error": "ptrace not permitted", "permission": True}
+    lines = [line for line in text.splitlines() if line.strip() and not re.match(r"\s*\d+: ", line)]
+    return {"error": lines[0][:200] if lines else f"py-spy exit {done.returncode}"}
+
+
+def opaque(stack) -> bool:
+    main = next((t for t in stack if t.get("thread_name") == "MainThread"), stack[0] if stack else None)
+    frames = (main or {}).get("frames") or []
+    return bool(frames) and (frames[0].get("short_filename") or "").startswith(OPAQUE)
