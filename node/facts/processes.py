@@ -92,18 +92,38 @@ def _same_network(pid: int, own: int | None) -> bool:
         return True     # another user's process: we cannot tell, so keep it
 
 
-def training_processes(master_port: int) -> dict:
-    """Processes that look like a training run: torchrun, a rank (RANK and WORLD_SIZE in its
-    environment), or a train*.py script. Our own process and its ancestors are left out."""
-    try:
-        own_net = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        own_net = None
+def own_lineage() -> set[int]:
+    """Our own process and its ancestors: never a leftover."""
     mine = set()
     pid = os.getpid()
     while pid and pid not in mine:
         mine.add(pid)
         pid = (proc_stat(pid) or {}).get("ppid", 0)
+    return mine
+
+
+def training_reasons(pid: int, argv: list[str]) -> list[str]:
+    """Why a process looks like training: torchrun, a rank (RANK and WORLD_SIZE in its
+    environment), or a train*.py script; empty when it does not."""
+    joined = " ".join(argv)
+    reasons = []
+    if any(TRAINING_LAUNCHERS.search(a) for a in argv) or "torch.distributed.run" in joined:
+        reasons.append("torchrun")
+    if _environ_has_rank(pid):
+        reasons.append("RANK in its environment")
+    if any(TRAINING_SCRIPT.search(a) for a in argv[1:3]) and "python" in os.path.basename(argv[0]):
+        reasons.append("a training script")
+    return reasons
+
+
+def training_processes(master_port: int) -> dict:
+    """Processes that look like a training run (training_reasons), or hold the master port.
+    Our own process and its ancestors are left out."""
+    try:
+        own_net = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        own_net = None
+    mine = own_lineage()
     found = []
     holders = {h["pid"] for h in port_holders(master_port)["holders"]}
     for entry in os.listdir("/proc"):
@@ -113,14 +133,7 @@ def training_processes(master_port: int) -> dict:
         argv = cmdline(pid)
         if not argv:
             continue
-        joined = " ".join(argv)
-        reasons = []
-        if any(TRAINING_LAUNCHERS.search(a) for a in argv) or "torch.distributed.run" in joined:
-            reasons.append("torchrun")
-        if _environ_has_rank(pid):
-            reasons.append("RANK in its environment")
-        if any(TRAINING_SCRIPT.search(a) for a in argv[1:3]) and "python" in os.path.basename(argv[0]):
-            reasons.append("a training script")
+        reasons = training_reasons(pid, argv)
         if pid in holders:
             reasons.append(f"holds port {master_port}")
         if reasons:
