@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from node.facts import gpu, nvml, nvsmi, torchinfo
+from preflight.checks import BY_ID, run_checks
+from preflight.model import Context, NodeFacts, Options, Status
 from transport import LocalNode
 
 from .gpu_fixtures import H100, MIB, recorded_apps, recording
@@ -187,6 +189,12 @@ def test_the_fallback_reports_the_recorded_host_and_who_holds_its_memory(fake_nv
     # One GPU: no pairs to ask `nvidia-smi topo -m` about.
     assert not any(line.startswith("topo") for line in fake_nvidia_smi.read_text().splitlines())
 
+    # ...and gpu-memory-held, given these facts, offers to kill it: a training leftover.
+    node = NodeFacts("h100", {"gpu": facts, "torch": {"build": "cuda", "imported": True, "cuda_available": True,
+                                                      "cuda_devices": [{"index": 0}]}})
+    [result] = run_checks(Context((node,), Options(device="cuda", backend="nccl")), [BY_ID["gpu-memory-held"]])
+    assert result.status is Status.WARN                 # its parent (this test) is alive: not an orphan
+    assert result.fix == f"kill {leftover_rank.pid}   # on h100: leftover training"
 
 
 def test_a_field_the_driver_does_not_know_is_asked_by_its_older_name(fake_nvidia_smi, monkeypatch):
