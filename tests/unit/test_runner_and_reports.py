@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,14 @@ def test_check_ids_are_unique_and_every_check_has_a_title():
     ids = [c.id for c in CHECKS]
     assert len(ids) == len(set(ids))
     assert all(c.title and "\n" not in c.title for c in CHECKS)
+
+
+def test_every_check_has_its_docs_page_and_a_row_in_the_checks_table():
+    docs = Path(__file__).parents[2] / "docs" / "checks"
+    table = (docs / "README.md").read_text()
+    for check in CHECKS:
+        assert (docs / f"{check.id}.md").read_text().startswith(f"# {check.id}\n"), check.id
+        assert f"| [`{check.id}`]({check.id}.md) |" in table, check.id
 
 
 # --- Report verdicts ---------------------------------------------------------------------------
