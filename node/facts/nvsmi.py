@@ -147,9 +147,9 @@ def _query(kind: str, fields: tuple[str, ...]) -> str:
         done = command(["nvidia-smi", f"--query-{kind}={','.join(wanted)}", "--format=csv,nounits"])
         if done is None:
             raise NvidiaSmiError("nvidia-smi is not installed")
-        if done.returncode == 0:
+        unknown = INVALID_FIELD.search(done.stdout + done.stderr)    # whatever its exit code says
+        if unknown is None and done.returncode == 0:
             return done.stdout
-        unknown = INVALID_FIELD.search(done.stdout + done.stderr)
         if unknown is None or unknown.group(1) not in wanted:
             raise NvidiaSmiError(_first_line(done) or f"nvidia-smi exited with {done.returncode}")
         at = wanted.index(unknown.group(1))

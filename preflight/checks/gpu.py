@@ -169,8 +169,14 @@ def check_gpu_visible(ctx: Context) -> Iterator[Result]:
 
 
 def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by: str | None) -> str:
-    where = f" (CUDA_VISIBLE_DEVICES={hidden_by!r} hides {seen.physical - seen.count} of {seen.physical})" \
-        if hidden_by is not None else ""
+    given = visible_var(node, "NVIDIA_VISIBLE_DEVICES")
+    if hidden_by is not None:
+        where = f" (CUDA_VISIBLE_DEVICES={hidden_by!r} hides {seen.physical - seen.count} of {seen.physical})"
+    elif given is not None and given != "all":
+        # The container runtime gave the container these GPUs; the driver inside lists only them.
+        where = f" (its container was started with NVIDIA_VISIBLE_DEVICES={given})"
+    else:
+        where = ""
     if seen.count == 0:
         return f"{ranks} rank{'s' if ranks > 1 else ''} per node but {node.node} sees no GPU{where}"
     # torchrun numbers node n's ranks n*ranks ...; the first one past the GPUs shares GPU 0
@@ -217,8 +223,7 @@ def check_gpu_memory_held(ctx: Context) -> Iterator[Result]:
         seen = sight(node)
         gpu = gpu_of(node)
         if not gpu.get("source") or not seen.devices:
-            yield Result(ID, Status.SKIP, node.node, f"no GPU memory facts from {node.node}: "
-                         + (gpu.get("no_driver") or "not collected (a collector older than this check)"))
+            yield Result(ID, Status.SKIP, node.node, _no_devices(node, gpu))
             continue
         holders = _holders(node, seen)
         unseen = [d for d in seen.devices if not any(p.get("gpu") == d.get("index") for p in holders)
@@ -243,6 +248,13 @@ def check_gpu_memory_held(ctx: Context) -> Iterator[Result]:
         orphans = any(p.get("orphan") for p in leftovers)
         yield Result(ID, Status.FAIL if orphans else Status.WARN, node.node,
                      f"GPU memory already held on {node.node}: " + "; ".join(lines), fix, details)
+
+
+def _no_devices(node: NodeFacts, gpu: dict) -> str:
+    """Why a check about the GPUs the ranks will use has none to look at."""
+    if gpu.get("source"):
+        return f"no GPU for the ranks on {node.node} (see gpu-visible)"
+    return f"no GPU facts from {node.node}: " + (gpu.get("no_driver") or "not collected (a collector older than this check)")
 
 
 def _free_gpus(node: NodeFacts, holders: list[dict]) -> list[str]:
@@ -319,8 +331,7 @@ def check_gpu_health(ctx: Context) -> Iterator[Result]:
         seen = sight(node)
         gpu = gpu_of(node)
         if not gpu.get("source") or not seen.devices:
-            yield Result(ID, Status.SKIP, node.node, f"no GPU health facts from {node.node}: "
-                         + (gpu.get("no_driver") or "not collected (a collector older than this check)"))
+            yield Result(ID, Status.SKIP, node.node, _no_devices(node, gpu))
             continue
         devices = [d for d in seen.devices if not d.get("mig")]
         findings = [f for d in devices

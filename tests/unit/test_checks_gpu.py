@@ -104,6 +104,21 @@ def test_no_gpu_visible_names_the_variable_that_hides_them():
     assert result.fix == "export CUDA_VISIBLE_DEVICES=0   # on h100"
 
 
+def test_a_container_given_one_gpu_says_so():
+    # DERIVED: the recorded host inside a container started with NVIDIA_VISIBLE_DEVICES=0.
+    def container(f):
+        f["gpu"]["visible"]["NVIDIA_VISIBLE_DEVICES"] = "0"
+    [result] = run(g.context(("h100", g.edited(g.h100(), container)), nproc_per_node=2), "gpu-visible")
+    assert result.summary.startswith(
+        "2 ranks per node but h100 sees 1 GPU (its container was started with NVIDIA_VISIBLE_DEVICES=0): rank 1 fails")
+
+
+def test_the_recorded_facts_alone_have_no_memory_or_health_facts():
+    results = run(g.context(("h100", g.h100(with_driver_view=False))), "gpu-memory-held", "gpu-health")
+    assert [(r.status, r.summary) for r in results] == \
+        [(Status.SKIP, "no GPU facts from h100: not collected (a collector older than this check)")] * 2
+
+
 def test_a_node_with_no_gpu_at_all_gets_no_fix_here():
     # DERIVED: worker1's driver lists no GPU; device-dtype says what to do about that node.
     def none(f):
@@ -114,6 +129,8 @@ def test_a_node_with_no_gpu_at_all_gets_no_fix_here():
     result = one(results, "gpu-visible", "worker1")
     assert result.status is Status.FAIL and result.summary == "1 rank per node but worker1 sees no GPU"
     assert result.fix is None
+    later = run(g.context(("master", g.h100()), ("worker1", g.edited(g.h100(), none))), "gpu-memory-held", "gpu-health")
+    assert {r.summary for r in later if r.node == "worker1"} == {"no GPU for the ranks on worker1 (see gpu-visible)"}
 
 
 DEVICES = [{"index": 0, "uuid": "GPU-79a24157-c204"}, {"index": 1, "uuid": "GPU-00000000-0000"}]

@@ -136,7 +136,7 @@ FAKE = """#!/bin/sh
 echo "$*" >> "$FAKE_LOG"
 case "$1" in
   --query-gpu=*)
-    case "$1" in *"$REJECT"*) if [ -n "$REJECT" ]; then echo "Field \\"$REJECT\\" is not a valid field to query."; exit 2; fi;; esac
+    case "$1" in *"$REJECT"*) if [ -n "$REJECT" ]; then echo "Field \\"$REJECT\\" is not a valid field to query."; exit "$REJECT_EXIT"; fi;; esac
     cat "$H100/nvidia-smi-query.csv" ;;
   --query-compute-apps=*) printf 'gpu_uuid, pid, used_gpu_memory [MiB]\\nGPU-79a24157-c204-df4b-4bfa-0702835d7fe1, %s, 1836 MiB\\n' "$HOLDER" ;;
   topo) cat "$H100/nvidia-smi-topo.txt" ;;
@@ -197,10 +197,12 @@ def test_the_fallback_reports_the_recorded_host_and_who_holds_its_memory(fake_nv
     assert result.fix == f"kill {leftover_rank.pid}   # on h100: leftover training"
 
 
-def test_a_field_the_driver_does_not_know_is_asked_by_its_older_name(fake_nvidia_smi, monkeypatch):
+@pytest.mark.parametrize("exit_code", ["2", "0"])
+def test_a_field_the_driver_does_not_know_is_asked_by_its_older_name(fake_nvidia_smi, monkeypatch, exit_code):
     # DERIVED: a driver before 535, which knows clocks_throttle_reasons.active only (the fake
-    # still answers with the recorded table).
+    # still answers with the recorded table). Its refusal is read whatever its exit code.
     monkeypatch.setenv("REJECT", "clocks_event_reasons.active")
+    monkeypatch.setenv("REJECT_EXIT", exit_code)
     monkeypatch.setenv("HOLDER", "1")
     facts = gpu.gpu_facts()
 
