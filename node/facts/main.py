@@ -9,7 +9,7 @@ import time
 import traceback
 
 from .. import protocol
-from . import code, launch, network, processes, system, torchinfo
+from . import code, gpu, launch, network, processes, system, torchinfo
 
 
 def _guard(fn, *args):
@@ -34,7 +34,7 @@ def collect(request: dict) -> dict:
         out.update({
             "os": _guard(system.os_facts), "python": _guard(system.python_facts),
             "cpu": _guard(system.cpu_facts), "memory": _guard(system.memory_facts),
-            "gpu": _guard(system.gpu_facts), "env": env, "torch": _guard(torchinfo.torch_facts),
+            "gpu": _guard(gpu.gpu_facts), "env": env, "torch": _guard(torchinfo.torch_facts),
             "network": _guard(network.network_facts, request, env_vars),
             "master_port": _guard(processes.port_holders, port),
             "processes": _guard(processes.training_processes, port),

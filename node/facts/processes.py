@@ -76,21 +76,39 @@ def _same_network(pid: int, own: int | None) -> bool:
         return True     # another user's process: we cannot tell, so keep it
 
 
-def training_processes(master_port: int) -> dict:
-    """Processes that look like a training run: torchrun, a rank (node/ranks.py's rule), or a
-    train*.py script. This process and its ancestors are left out, and so are ddp-preflight's
-    own node programs (hangwatch's agent of a run that just ended, another collector): the boot
-    line they run is theirs alone."""
-    try:
-        own_net = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        own_net = None
+def own_lineage() -> set[int]:
+    """Our own process and its ancestors: never a leftover."""
     mine = set()
     pid = os.getpid()
     while pid and pid not in mine:
         mine.add(pid)
         st = proc.stat(pid)
         pid = st.ppid if st else 0
+    return mine
+
+
+def training_reasons(pid: int, argv: list[str]) -> list[str]:
+    """Why a process looks like training: torchrun, a rank (node/ranks.py's rule), or a
+    train*.py script; empty when it does not."""
+    reasons = []
+    if ranks.is_launcher(argv):
+        reasons.append("torchrun")
+    if ranks.has_rank(proc.environ(pid)):
+        reasons.append("RANK in its environment")
+    if any(TRAINING_SCRIPT.search(a) for a in argv[1:3]) and "python" in os.path.basename(argv[0]):
+        reasons.append("a training script")
+    return reasons
+
+
+def training_processes(master_port: int) -> dict:
+    """Processes that look like a training run (training_reasons). This process and its
+    ancestors are left out, and so are ddp-preflight's own node programs (hangwatch's agent of a
+    run that just ended, another collector): the boot line they run is theirs alone."""
+    try:
+        own_net = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        own_net = None
+    mine = own_lineage()
     found = []
     holders = {h["pid"] for h in port_holders(master_port)["holders"]}
     for entry in os.listdir("/proc"):
@@ -100,13 +118,7 @@ def training_processes(master_port: int) -> dict:
         argv = proc.cmdline(pid)
         if not argv or STAGE0 in argv:
             continue
-        reasons = []
-        if ranks.is_launcher(argv):
-            reasons.append("torchrun")
-        if ranks.has_rank(proc.environ(pid)):
-            reasons.append("RANK in its environment")
-        if any(TRAINING_SCRIPT.search(a) for a in argv[1:3]) and "python" in os.path.basename(argv[0]):
-            reasons.append("a training script")
+        reasons = training_reasons(pid, argv)
         # Holding the port makes a training process matter more; alone it does not make one
         # (sshd holds 22): master-port names such a holder.
         if reasons and pid in holders:

@@ -1,4 +1,4 @@
-"""OS, Python, CPU, memory, GPU presence, environment, clock."""
+"""OS, Python, CPU, memory, environment, clock."""
 
 from __future__ import annotations
 
@@ -75,17 +75,6 @@ def memory_facts() -> dict:
         if key in ("MemTotal", "MemAvailable"):
             values[key] = int(rest.split()[0]) * 1024
     return {"total_bytes": values.get("MemTotal"), "available_bytes": values.get("MemAvailable")}
-
-
-def gpu_facts() -> dict:
-    """Whether a GPU is physically here, whatever torch build is installed (seeds 001, 004:
-    a GPU in the box made auto-detection pick bf16 and flash attention for a CPU run)."""
-    nvidia = sorted(d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)) \
-        if os.path.isdir("/dev") else []
-    driver = read("/proc/driver/nvidia/version")
-    amd = os.path.exists("/dev/kfd")
-    return {"nvidia_devices": nvidia, "nvidia_driver": driver.splitlines()[0] if driver else None,
-            "amd_kfd": amd}
 
 
 def env_facts() -> dict:

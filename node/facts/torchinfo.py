@@ -75,4 +75,52 @@ def _imported() -> dict:
                             "capability": list(torch.cuda.get_device_capability(index)),
                             "memory_bytes": props.total_memory})
     facts["cuda_devices"] = devices
+    if facts["build"] == "cuda":
+        facts.update(_nccl(torch))
     return facts
+
+
+NCCL_WHEELS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+
+
+def _nccl(torch) -> dict:
+    """The NCCL torch will use: the version it reports, the library file this process mapped when
+    torch loaded it, and the pip wheel that ships it (nccl-parity compares them across nodes)."""
+    facts: dict = {"nccl_version": None, "nccl_library": _mapped("libnccl"), "nccl_wheel": _wheel(NCCL_WHEELS)}
+    try:
+        import torch.cuda.nccl
+
+        version = torch.cuda.nccl.version()
+    except Exception as exc:     # a build without NCCL, or a library that does not load
+        facts["nccl_error"] = f"{type(exc).__name__}: {exc}"
+        return facts
+    if isinstance(version, int):  # before torch 1.13: one number, 2708 for 2.7.8 (21903 for 2.19.3)
+        parts = (version // 10000, version // 100 % 100, version % 100) if version >= 10000 else \
+                (version // 1000, version // 100 % 10, version % 100)
+        version = parts
+    facts["nccl_version"] = ".".join(str(p) for p in version)
+    return facts
+
+
+def _mapped(library: str) -> str | None:
+    """The file of a shared library this process has mapped, e.g. torch's libnccl.so.2."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path).startswith(library + "."):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _wheel(names: tuple[str, ...]) -> dict | None:
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return {"name": name, "version": metadata.version(name)}
+        except metadata.PackageNotFoundError:
+            continue
+    return None

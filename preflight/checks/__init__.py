@@ -10,8 +10,10 @@ from .bandwidth import check_bandwidth, check_compute_balance
 from .clock import check_clock_skew
 from .collectives import check_collectives
 from .data_shards import check_data_shards
+from .gpu import check_gpu_health, check_gpu_memory_held, check_gpu_visible
 from .hardware import check_device_dtype, check_omp_threads, check_ranks_per_node
 from .launch_args import check_launch_args
+from .nccl import check_nccl_env, check_nccl_parity
 from .network import check_address_family, check_interface_choice
 from .ports import check_ephemeral_ports, check_master_reachable
 from .processes import check_master_port, check_ptrace, check_stale_processes
@@ -31,6 +33,15 @@ CHECKS: tuple[Check, ...] = (
     Check("device-dtype", "the backend fits the device; a GPU beside a CPU run, or bf16 without bf16 instructions", check_device_dtype),
     Check("ranks-per-node", "each node has a core for every rank it is asked to start", check_ranks_per_node),
     Check("omp-threads", "OMP_NUM_THREADS x processes per node against the physical cores", check_omp_threads),
+    Check("gpu-visible", "for a CUDA run, each node's ranks against the GPUs they will see; how the GPUs connect",
+          check_gpu_visible),
+    Check("nccl-parity", "the same NCCL and CUDA runtime on every node, and a driver new enough for torch's CUDA",
+          check_nccl_parity),
+    Check("gpu-memory-held", "no other process holds memory on the GPUs the ranks will use", check_gpu_memory_held),
+    Check("gpu-health", "no uncorrected ECC errors or pending repairs, no slowdown, PCIe and NVLink at full width",
+          check_gpu_health),
+    Check("nccl-env", "NCCL_SOCKET_IFNAME and NCCL_IB_HCA name what each node has; one network and the same "
+          "NCCL switches on every node", check_nccl_env),
     Check("ptrace", "hangwatch will be able to read the ranks' Python stacks", check_ptrace),
     Check("clock-skew", "node clocks agree within a second or two", check_clock_skew),
     Check("launch-args", "torchrun's options and the script's options do not collide", check_launch_args),

@@ -12,6 +12,9 @@ from rich.text import Text
 
 from ..model import Report, Status
 
+# Passes worth a line even when passes are hidden: which nodes were reached, and the GPUs and
+# topology each node's ranks will use.
+ALWAYS_SHOWN = ("node-reachable", "gpu-visible")
 STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red",
          Status.ERROR: "bold magenta", Status.SKIP: "dim"}
 
@@ -25,7 +28,7 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     table.add_column("summary", overflow="fold")
     fixes = []
     for r in report.results:
-        if not verbose and r.status == Status.PASS and r.check not in ("node-reachable",):
+        if not verbose and r.status == Status.PASS and r.check not in ALWAYS_SHOWN:
             continue
         number = ""
         if r.fix and r.status.rank >= 1:      # warnings, failures and errors

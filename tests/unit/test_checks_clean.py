@@ -40,13 +40,19 @@ def test_every_check_reports():
     assert [r.node for r in results if r.check == "master-port"] == ["master"]
 
 
-def test_only_the_two_checks_without_input_skip():
+GPU_CHECKS = {"gpu-visible", "nccl-parity", "gpu-memory-held", "gpu-health", "nccl-env"}
+
+
+def test_only_the_two_checks_without_input_and_the_gpu_checks_skip():
     results = clean_results()
 
     skipped = {r.check: r for r in results if r.status is Status.SKIP}
     # code-parity: the recorder passed no --code-dir, so no node has code facts to compare.
     # launch-args: no training command after --.
-    assert set(skipped) == {"code-parity", "launch-args"}
+    # The GPU checks: a CPU run, once each for the cluster.
+    assert set(skipped) == {"code-parity", "launch-args"} | GPU_CHECKS
+    for check in GPU_CHECKS:
+        assert [(r.node, r.summary) for r in results if r.check == check] == [(None, "not a GPU run (--device cpu)")]
     assert skipped["code-parity"].node is None
     assert skipped["code-parity"].summary == "no training code given"
     assert "--code-dir PATH" in skipped["code-parity"].fix

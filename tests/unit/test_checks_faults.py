@@ -122,6 +122,8 @@ def test_no_fault_is_reported_against_a_node_without_it(results):
         ("stale-processes", "master"),
         ("data-shards", "worker1"),
         ("launch-args", "master"),
+        ("gpu-visible", None), ("nccl-parity", None),          # skip: a CPU run
+        ("gpu-memory-held", None), ("gpu-health", None), ("nccl-env", None),
     }
     assert one(results, "code-parity", None).status is Status.SKIP
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,14 @@ def test_check_ids_are_unique_and_every_check_has_a_title():
     assert all(c.title and "\n" not in c.title for c in CHECKS)
 
 
+def test_every_check_has_its_docs_page_and_a_row_in_the_checks_table():
+    docs = Path(__file__).parents[2] / "docs" / "checks"
+    table = (docs / "README.md").read_text()
+    for check in CHECKS:
+        assert (docs / f"{check.id}.md").read_text().startswith(f"# {check.id}\n"), check.id
+        assert f"| [`{check.id}`]({check.id}.md) |" in table, check.id
+
+
 # --- Report verdicts ---------------------------------------------------------------------------
 
 def _result(status: Status) -> Result:
@@ -133,7 +142,8 @@ def test_junit_has_one_testcase_per_result_and_counts_right(faulted_report):
     counts = {s: sum(r.status is s for r in faulted_report.results) for s in Status}
 
     assert len(cases) == len(faulted_report.results) == int(suite.get("tests"))
-    assert counts[Status.FAIL] == 5 and counts[Status.SKIP] == 1      # the seeded faults, code-parity
+    # The seeded faults; code-parity and the five GPU checks (a CPU run) skip.
+    assert counts[Status.FAIL] == 5 and counts[Status.SKIP] == 6
     assert len(suite.findall("testcase/failure")) == counts[Status.FAIL] == int(suite.get("failures"))
     assert len(suite.findall("testcase/error")) == counts[Status.ERROR] == int(suite.get("errors"))
     assert len(suite.findall("testcase/skipped")) == counts[Status.SKIP] == int(suite.get("skipped"))
@@ -171,7 +181,7 @@ def test_text_hides_passes_unless_verbose(clean_report):
 def test_text_says_not_ready_on_failure_and_shows_the_fix(faulted_report):
     out = text.render(faulted_report, color=False)
 
-    assert "NOT READY: 20 passed, 1 warnings, 5 failed, 0 errors, 1 skipped on 2 node(s)" in out
+    assert "NOT READY: 20 passed, 1 warnings, 5 failed, 0 errors, 6 skipped on 2 node(s)" in out
     # Fixes come below the table, numbered, one per line, so they paste whole.
     fixes = out.split("fixes:\n", 1)[1].splitlines()
     assert any(line.strip().endswith("kill 16882   # on master; or choose another port with --master-port")

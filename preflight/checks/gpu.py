@@ -1,0 +1,351 @@
+"""gpu-visible, gpu-memory-held, gpu-health: the GPUs each node's ranks will see, whether
+something else holds their memory, and whether they are healthy and at full speed.
+
+All three judge the `gpu` facts (node/facts/gpu.py) of a --device cuda run; CPU runs skip them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..model import Context, NodeFacts, Result, Status
+from .common import describe_process
+
+MIB = 2**20
+# GPU memory in use with no process to show for it, above which someone else's work is assumed:
+# an idle GPU shows 0 MiB used (the driver's own share is "reserved"), older drivers a few hundred.
+UNSEEN_USE_BYTES = 2**30
+
+
+def cpu_run(ctx: Context, check: str) -> Result | None:
+    """The one result a GPU check gives for a CPU run."""
+    if ctx.options.device == "cuda":
+        return None
+    return Result(check, Status.SKIP, None, f"not a GPU run (--device {ctx.options.device})")
+
+
+def gpu_of(node: NodeFacts) -> dict:
+    return dict(node.section("gpu") or {})
+
+
+def visible_var(node: NodeFacts, name: str) -> str | None:
+    gpu = gpu_of(node)
+    if "visible" in gpu:
+        return gpu["visible"].get(name)
+    return ((node.section("env") or {}).get("vars") or {}).get(name)   # older collectors: env only
+
+
+def apply_cuda_visible(value: str | None, devices: list[dict]) -> list[dict]:
+    """The devices CUDA shows for CUDA_VISIBLE_DEVICES=value, in its order. Unset: all; empty:
+    none; else a comma list of indexes, GPU-UUID prefixes or MIG instances, read up to the first
+    entry CUDA cannot use ("none", "-1", an index out of range, a repeat), which hides it and
+    every entry after it."""
+    if value is None:
+        return list(devices)
+    chosen: list[dict] = []
+    for token in (t.strip() for t in value.split(",")):
+        if token.isdigit():
+            match = next((d for d in devices if d.get("index") == int(token)), None)
+        elif token.startswith("GPU-"):
+            matches = [d for d in devices if str(d.get("uuid") or "").startswith(token)]
+            match = matches[0] if len(matches) == 1 else None
+        elif token.startswith("MIG-"):
+            match = {"index": None, "name": f"MIG instance {token}", "mig": True}
+        else:
+            match = None
+        if match is None or match in chosen:
+            break
+        chosen.append(match)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Sight:
+    """What one node's ranks will see."""
+    count: int | None            # GPUs a rank can pick from; None: not known
+    devices: list                # the driver's facts of those GPUs (empty when it was not asked)
+    physical: int | None         # GPUs the driver lists, before CUDA_VISIBLE_DEVICES
+    source: str                  # where the count comes from
+
+
+def sight(node: NodeFacts) -> Sight:
+    gpu, torch = gpu_of(node), node.section("torch") or {}
+    physical = gpu.get("devices") if gpu.get("source") else None
+    chosen = apply_cuda_visible(visible_var(node, "CUDA_VISIBLE_DEVICES"), physical) if physical is not None else []
+    if torch.get("build") == "cuda" and torch.get("imported") and torch.get("cuda_available"):
+        # The training Python itself, with the same environment the ranks inherit.
+        return Sight(len(torch.get("cuda_devices") or []), chosen, len(physical) if physical is not None else None,
+                     "torch")
+    if physical is not None:
+        return Sight(len(chosen), chosen, len(physical), gpu["source"])
+    return Sight(None, [], None, "none")
+
+
+def nccl_device(bus_id: str | None) -> str:
+    """The number NCCL prints for a GPU ("CUDA device 60"): its PCI bus id read as hex."""
+    digits = re.sub(r"[^0-9a-fA-F]", "", bus_id or "")
+    return format(int(digits, 16), "x") if digits else "…"
+
+
+def _names(devices: list) -> str:
+    names = [d.get("name") or "?" for d in devices]
+    if len(set(names)) == 1:
+        return names[0] if len(names) == 1 else f"{len(names)} x {names[0]}"
+    return ", ".join(names)
+
+
+def topology(devices: list, links: list) -> str:
+    """One line: how the GPUs connect (NVLink or the PCIe path, as `nvidia-smi topo -m` names
+    it), their PCIe links, and their NUMA nodes."""
+    indexes = {d.get("index") for d in devices}
+    parts = []
+    pairs = [link for link in links if set(link.get("gpus", [])) <= indexes]
+    if pairs:
+        nvlink = sum(1 for link in pairs if link.get("nvlink"))
+        paths: dict = {}
+        for link in pairs:
+            if not link.get("nvlink"):
+                paths[link.get("path") or "?"] = paths.get(link.get("path") or "?", 0) + 1
+        if nvlink == len(pairs):
+            parts.append(f"NVLink between all {len(pairs)} pair{'s' if len(pairs) > 1 else ''}")
+        else:
+            parts.append(", ".join(([f"NVLink: {nvlink} pairs"] if nvlink else [])
+                                   + [f"PCIe {path}: {n} pair{'s' if n > 1 else ''}" for path, n in sorted(paths.items())]))
+    widths = {(d.get("pcie_gen"), d.get("pcie_width")) for d in devices if d.get("pcie_width")}
+    if len(widths) == 1:
+        gen, width = widths.pop()
+        parts.append(f"PCIe gen{gen} x{width}")
+    numa: dict = {}
+    for d in devices:
+        if d.get("numa_node") is not None:
+            numa.setdefault(d["numa_node"], []).append(str(d.get("index")))
+    if numa:
+        parts.append("; ".join(f"NUMA {n}: GPU {','.join(gpus)}" if len(numa) > 1 else f"NUMA {n}"
+                               for n, gpus in sorted(numa.items())))
+    return ", ".join(parts)
+
+
+def check_gpu_visible(ctx: Context) -> Iterator[Result]:
+    ID = "gpu-visible"
+    skip = cpu_run(ctx, ID)
+    if skip:
+        yield skip
+        return
+    ranks = max(1, ctx.options.nproc_per_node)
+    sights = {node.node: sight(node) for node in ctx.reachable}
+    known = [s.count for s in sights.values() if s.count]
+    for position, node in enumerate(ctx.nodes):
+        if node.error is not None:
+            continue
+        seen = sights[node.node]
+        torch = node.section("torch") or {}
+        cuda_visible = visible_var(node, "CUDA_VISIBLE_DEVICES")
+        details = {"nproc_per_node": ranks, "gpus_seen": seen.count, "gpus_in_box": seen.physical,
+                   "from": seen.source, "CUDA_VISIBLE_DEVICES": cuda_visible,
+                   "NVIDIA_VISIBLE_DEVICES": visible_var(node, "NVIDIA_VISIBLE_DEVICES"),
+                   "gpus": [dict(d) for d in seen.devices], "links": list(gpu_of(node).get("links") or [])}
+        if torch.get("build") == "cuda" and torch.get("imported") and not torch.get("cuda_available"):
+            yield Result(ID, Status.SKIP, node.node,
+                         f"torch cannot use CUDA on {node.node}: see device-dtype and nccl-parity", None, details)
+            continue
+        if seen.count is None:
+            gpu = gpu_of(node)
+            why = gpu.get("no_driver") or (node.section_error("torch") or "no CUDA build of torch to ask")
+            yield Result(ID, Status.SKIP, node.node, f"not known how many GPUs {node.node} has: {why}", None, details)
+            continue
+        if seen.count >= ranks:
+            idle = f"; {seen.count - ranks} left idle" if seen.count > ranks else ""
+            line = topology(seen.devices, details["links"])
+            named = seen.devices or torch.get("cuda_devices") or []
+            yield Result(ID, Status.PASS, node.node,
+                         f"{ranks} rank{'s' if ranks > 1 else ''} on {seen.count} GPU{'s' if seen.count > 1 else ''}"
+                         + (f" ({_names(named)})" if named else "") + idle + (f": {line}" if line else ""),
+                         None, details)
+            continue
+        hidden = seen.physical is not None and seen.physical > seen.count and cuda_visible is not None
+        yield Result(ID, Status.FAIL, node.node, _too_few(node, position, ranks, seen, cuda_visible if hidden else None),
+                     _fix_too_few(node, ranks, seen, min(known) if known else 0, hidden), details)
+
+
+def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by: str | None) -> str:
+    given = visible_var(node, "NVIDIA_VISIBLE_DEVICES")
+    if hidden_by is not None:
+        where = f" (CUDA_VISIBLE_DEVICES={hidden_by!r} hides {seen.physical - seen.count} of {seen.physical})"
+    elif given is not None and given != "all":
+        # The container runtime gave the container these GPUs; the driver inside lists only them.
+        where = f" (its container was started with NVIDIA_VISIBLE_DEVICES={given})"
+    else:
+        where = ""
+    if seen.count == 0:
+        return f"{ranks} rank{'s' if ranks > 1 else ''} per node but {node.node} sees no GPU{where}"
+    # torchrun numbers node n's ranks n*ranks ...; the first one past the GPUs shares GPU 0
+    # (LOCAL_RANK % device_count) or asks for a GPU that is not there (cuda:LOCAL_RANK).
+    first = position * ranks
+    extra = first + seen.count
+    device = nccl_device(seen.devices[0].get("pci_bus_id")) if seen.devices else "…"
+    return (f"{ranks} ranks per node but {node.node} sees {seen.count} GPU{'s' if seen.count > 1 else ''}{where}: "
+            f"rank {extra} fails with 'Duplicate GPU detected : rank {extra} and rank {first} both on CUDA device "
+            f"{device}' (or 'invalid device ordinal' when it picks cuda:LOCAL_RANK)")
+
+
+def _fix_too_few(node: NodeFacts, ranks: int, seen: Sight, fewest: int, hidden: bool) -> str | None:
+    if hidden and seen.physical is not None and seen.physical >= ranks:
+        return f"export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(ranks))}   # on {node.node}"
+    if seen.count and fewest:
+        return f"--nproc-per-node {fewest}   # the GPUs of the node with the fewest"
+    return None         # no GPU at all there: device-dtype says what to do
+
+
+# --- gpu-memory-held ---------------------------------------------------------------------------
+
+def _holders(node: NodeFacts, seen: Sight) -> list[dict]:
+    used = {d.get("index") for d in seen.devices}
+    return [dict(p) for p in gpu_of(node).get("processes") or [] if p.get("gpu") in used or p.get("gpu") is None]
+
+
+def _describe_holder(p: dict) -> str:
+    size = f"{p['used_bytes'] / MIB:.0f} MiB" if p.get("used_bytes") is not None else "memory"
+    where = f" on GPU {p['gpu']}" if p.get("gpu") is not None else ""
+    if not p.get("visible_here"):
+        return f"PID {p['pid']} (not in this node's /proc: another container) holds {size}{where}"
+    who = f", {p['user']}" if p.get("user") else ""
+    return describe_process(p)[:-1] + f"{who}) holds {size}{where}"
+
+
+def check_gpu_memory_held(ctx: Context) -> Iterator[Result]:
+    ID = "gpu-memory-held"
+    skip = cpu_run(ctx, ID)
+    if skip:
+        yield skip
+        return
+    for node in ctx.reachable:
+        seen = sight(node)
+        gpu = gpu_of(node)
+        if not gpu.get("source") or not seen.devices:
+            yield Result(ID, Status.SKIP, node.node, _no_devices(node, gpu))
+            continue
+        holders = _holders(node, seen)
+        unseen = [d for d in seen.devices if not any(p.get("gpu") == d.get("index") for p in holders)
+                  and (d.get("memory_used_bytes") or 0) > UNSEEN_USE_BYTES]
+        details = {"processes": holders, "gpus": [{k: d.get(k) for k in ("index", "memory_total_bytes", "memory_used_bytes")}
+                                                  for d in seen.devices]}
+        if not holders and not unseen:
+            yield Result(ID, Status.PASS, node.node,
+                         f"no other process holds memory on the {len(seen.devices)} GPU(s) the ranks will use", None, details)
+            continue
+        leftovers = [p for p in holders if p.get("why")]
+        lines = [_describe_holder(p) for p in holders[:4]] + (["and more"] if len(holders) > 4 else [])
+        lines += [f"{(d.get('memory_used_bytes') or 0) / MIB:.0f} MiB used on GPU {d.get('index')} by processes "
+                  f"{node.node} cannot see (another container or user)" for d in unseen]
+        fix = None
+        if leftovers:
+            fix = f"kill {' '.join(str(p['pid']) for p in leftovers)}   # on {node.node}: leftover training"
+        else:
+            free = _free_gpus(node, holders)
+            if len(free) >= max(1, ctx.options.nproc_per_node):
+                fix = f"export CUDA_VISIBLE_DEVICES={','.join(free)}   # on {node.node}: the GPUs no one else uses"
+        orphans = any(p.get("orphan") for p in leftovers)
+        yield Result(ID, Status.FAIL if orphans else Status.WARN, node.node,
+                     f"GPU memory already held on {node.node}: " + "; ".join(lines), fix, details)
+
+
+def _no_devices(node: NodeFacts, gpu: dict) -> str:
+    """Why a check about the GPUs the ranks will use has none to look at."""
+    if gpu.get("source"):
+        return f"no GPU for the ranks on {node.node} (see gpu-visible)"
+    return f"no GPU facts from {node.node}: " + (gpu.get("no_driver") or "not collected (a collector older than this check)")
+
+
+def _free_gpus(node: NodeFacts, holders: list[dict]) -> list[str]:
+    busy = {p.get("gpu") for p in holders}
+    return [str(d["index"]) for d in gpu_of(node).get("devices") or []
+            if d.get("index") not in busy and (d.get("memory_used_bytes") or 0) <= UNSEEN_USE_BYTES]
+
+
+# --- gpu-health --------------------------------------------------------------------------------
+
+# nvml.h's clock event (throttle) reasons. The first set slows a GPU that should run full speed;
+# the others are normal (idle, clocks set by the admin, power cap under load, sync boost, display).
+SLOWDOWNS = {0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
+             0x80: "HW power brake slowdown"}
+NORMAL_REASONS = {0x1: "idle", 0x2: "applications clocks setting", 0x4: "SW power cap", 0x10: "sync boost",
+                  0x100: "display clock setting"}
+
+
+def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
+    """(slowdowns, normal reasons) active in an NVML clock event reasons bitmask."""
+    return ([name for bit, name in SLOWDOWNS.items() if mask & bit],
+            [name for bit, name in NORMAL_REASONS.items() if mask & bit])
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: Status
+    text: str
+    fix: str | None = None
+
+
+def device_findings(node: str, d: dict, peers: list[dict]) -> list[Finding]:
+    """What is wrong with one GPU; `peers` are the same model's GPUs on the node, for NVLink."""
+    i = d.get("index")
+    reset = f"sudo nvidia-smi -r -i {i}   # on {node}, with nothing running on GPU {i}; or reboot {node}"
+    found = []
+    if d.get("error"):
+        return [Finding(Status.FAIL, f"GPU {i} does not answer ({d['error']})", f"reboot {node}; if it stays, the GPU needs service")]
+    if d.get("ecc_uncorrected_volatile"):
+        found.append(Finding(Status.FAIL, f"GPU {i} has {d['ecc_uncorrected_volatile']} uncorrected ECC errors since the "
+                             "driver loaded: results can be wrong, and the next one can end the run", reset))
+    if d.get("remapped_rows_failed"):
+        found.append(Finding(Status.FAIL, f"GPU {i}: a memory row remapping failed: the GPU needs service"))
+    elif d.get("remapped_rows_pending") or d.get("retired_pages_pending"):
+        what = "memory rows wait to be remapped" if d.get("remapped_rows_pending") else "memory pages wait to be retired"
+        found.append(Finding(Status.WARN, f"GPU {i}: {what}, which happens at the next GPU reset", reset))
+    reasons = d.get("clock_event_reasons")
+    slow, normal = clock_reasons(reasons) if reasons is not None else ([], [])
+    if slow:
+        found.append(Finding(Status.WARN, f"GPU {i} is slowed down now ({', '.join(slow)}): it will be the straggler",
+                             f"nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {i}   # on {node}: the slowdown's causes"))
+    width, widest = d.get("pcie_width"), d.get("pcie_width_max")
+    if width and widest and width < widest:
+        found.append(Finding(Status.WARN, f"GPU {i}'s PCIe link runs x{width} of x{widest}: less host bandwidth "
+                             "(a card not fully seated, or a riser)", None))
+    gen, fastest = d.get("pcie_gen"), d.get("pcie_gen_max")
+    if gen and fastest and gen < fastest and "idle" not in normal:   # an idle link drops its gen
+        found.append(Finding(Status.WARN, f"GPU {i}'s PCIe link runs gen{gen} of gen{fastest} while not idle", None))
+    most = max((p.get("nvlinks_up") or 0 for p in peers), default=0)
+    up = d.get("nvlinks_up")
+    if up is not None and most and up < most:
+        found.append(Finding(Status.WARN, f"GPU {i} has {up} NVLinks up, its peers {most}: "
+                             "traffic to it falls back to fewer links or PCIe", None))
+    return found
+
+
+def check_gpu_health(ctx: Context) -> Iterator[Result]:
+    ID = "gpu-health"
+    skip = cpu_run(ctx, ID)
+    if skip:
+        yield skip
+        return
+    for node in ctx.reachable:
+        seen = sight(node)
+        gpu = gpu_of(node)
+        if not gpu.get("source") or not seen.devices:
+            yield Result(ID, Status.SKIP, node.node, _no_devices(node, gpu))
+            continue
+        devices = [d for d in seen.devices if not d.get("mig")]
+        findings = [f for d in devices
+                    for f in device_findings(node.node, d, [p for p in devices if p.get("name") == d.get("name")])]
+        details = {"gpus": [dict(d) for d in devices], "source": gpu["source"],
+                   "clock_event_reasons": {str(d.get("index")): sum(clock_reasons(d["clock_event_reasons"]), [])
+                                           for d in devices if d.get("clock_event_reasons") is not None}}
+        if not findings:
+            unknown = sorted({k for d in devices for k in (d.get("missing") or {})})
+            yield Result(ID, Status.PASS, node.node,
+                         f"{len(devices)} GPU(s) healthy: no uncorrected ECC errors or pending repairs, not slowed, "
+                         "PCIe at full width" + (f" (not readable here: {', '.join(unknown)})" if unknown else ""),
+                         None, details)
+            continue
+        worst = max(findings, key=lambda f: f.status.rank)
+        yield Result(ID, worst.status, node.node, "; ".join(f.text for f in findings),
+                     next((f.fix for f in findings if f.fix and f.status is worst.status), None), details)
