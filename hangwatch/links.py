@@ -12,7 +12,7 @@ from transport import Node, Program
 
 OnMessage = Callable[[str, dict], None]       # (node, message)
 OnClosed = Callable[[str, str | None], None]  # (node, why or None for a clean end)
-LEASE = 30.0      # seconds an agent keeps watching without hearing from the watcher
+LEASE = 30.0      # seconds an agent keeps watching without hearing from the watcher (default)
 
 
 class AgentLink:

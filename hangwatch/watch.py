@@ -19,7 +19,7 @@ from .classify import BUSY_CPU, RankState, classify, frames_of
 from .diagnose import Diagnosis, diagnose
 from transport import Node, NodeError
 
-from .links import AgentLink
+from .links import LEASE, AgentLink
 from .model import HISTORY, DiagnosisView, NodeView, RankView, Snapshot, Source
 
 HANGS = ("deadlock", "mismatch", "network-stall", "rendezvous-stall", "exited", "stall")
@@ -71,11 +71,11 @@ class Watcher(Source):
     def __init__(self, targets: list[WatchTarget], *, threshold: float = stall.DEFAULT_THRESHOLD,
                  interval: float = 1.0, native: bool = False, py_spy: str | None = None,
                  on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
-                 incident_dir: str = "hangwatch-incidents",
+                 incident_dir: str = "hangwatch-incidents", lease: float = LEASE,
                  clock: Callable[[], float] = time.monotonic):
         self.clock = clock           # monotonic seconds; tests replaying recorded agent lines drive it
         self.targets, self.threshold, self.interval = list(targets), threshold, interval
-        self.native, self.py_spy = native, py_spy
+        self.native, self.py_spy, self.lease = native, py_spy, lease
         self.on_event, self.on_hang = on_event or (lambda e: None), on_hang
         self.incident_dir = incident_dir
         self.lock = threading.RLock()
@@ -101,7 +101,7 @@ class Watcher(Source):
     def start(self) -> Watcher:
         for target in self.targets:
             link = AgentLink(target.node, self._message, self._closed)
-            spec = {"node": target.name, "interval": self.interval, "pids": list(target.pids),
+            spec = {"node": target.name, "interval": self.interval, "pids": list(target.pids), "lease": self.lease,
                     "native": self.native, "py_spy": self.py_spy or (local_py_spy() if target.node.is_local else None)}
             try:
                 link.start(spec)

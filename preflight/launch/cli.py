@@ -156,8 +156,8 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
             signal.signal(s, handler)
     if result is None:
         late = [n.node for n in launch.nodes.values() if n.ended_at is None]
-        say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s; closing the connections "
-            "ends their process groups")
+        say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s (unreachable?); a node that "
+            f"does not hear from this machine stops its part by itself within its {launch.lease:g} s lease")
         return EXIT_FAILED
     sys.stderr.write("ddp-preflight: " + redact_text(render(result, plan.master_port, plan.nodes[0].node)))
     sys.stderr.flush()
@@ -182,7 +182,9 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
             return
         say(f"hangwatch: {event.text}")
 
-    return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"))
+    # The agents go with the run: a node cut off from this machine ends both within one lease.
+    return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
+                   lease=launch.lease)
 
 
 def _wait_for_stop(launch: Launch):

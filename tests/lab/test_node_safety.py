@@ -155,3 +155,49 @@ def test_a_stopped_run_leaves_no_folder_on_any_node(clean_lab, tmp_path):
     assert_nothing_left(clean_lab, before)
     left = _leftovers() - before_files
     assert not left, left
+
+
+def _ours_on(lab, node: str) -> list[int]:
+    """The run's processes on a node: its training and ddp-preflight's node programs (not sshd)."""
+    out = []
+    for pid in lab.processes(node):
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"train_ddp.py" in line or b"node.programs" in line or b"sys.stdin.buffer.read(int(" in line:
+            out.append(pid)
+    return out
+
+
+def test_a_node_cut_off_from_its_master_stops_its_part_within_the_lease(clean_lab, tmp_path):
+    """worker1's link goes down, then the master is stopped (Ctrl-C): no stop can reach worker1,
+    and still nothing of the run is left there once the lease has run out."""
+    before = quiet_counts(clean_lab)
+    argv = command(clean_lab, tmp_path, "--no-probes", "--node-lease", "10",
+                   script_args=("--steps", "1000", "--step-time", "0.2"))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    netns = clean_lab.node("worker1").netns
+    try:
+        for line in proc.stdout:
+            if "[worker1 r3] step 1 loss" in line:
+                break
+        assert _ours_on(clean_lab, "worker1"), "nothing of the run on worker1"
+        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
+        cut = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        while _ours_on(clean_lab, "worker1") and time.monotonic() - cut < 30:
+            time.sleep(0.2)
+        gone_after = time.monotonic() - cut
+        left = _ours_on(clean_lab, "worker1")
+        assert not left, f"still on worker1 {gone_after:.0f} s after its link went down: {left}"
+        assert gone_after < 10 + 8       # the lease, the supervisor's grace, a sample
+        stdout, stderr = proc.communicate(timeout=90)
+        assert "Traceback" not in stderr, stderr[-3000:]
+        assert "worker1 did not confirm the stop" in stderr and "within its 10 s lease" in stderr, stderr[-2000:]
+    finally:
+        subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert_nothing_left(clean_lab, before, timeout=60)      # the sessions of the cut link end too
