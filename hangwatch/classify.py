@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .model import RankStatus
+from .model import RankStatus as S
+
 # torch.distributed's Python entry points, by the name users know them by.
 COLLECTIVES = {
     "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
@@ -60,14 +63,17 @@ class Frame:
 
 @dataclass(frozen=True)
 class RankState:
-    state: str                   # computing | collective | rendezvous | loading-data | compiling | saving | idle | exited | unknown
+    state: RankStatus
     op: str | None = None        # the collective, for state == collective
     frame: Frame | None = None   # the innermost frame of the training code: "the line"
     evidence: tuple[str, ...] = field(default_factory=tuple)
 
+    def __post_init__(self):
+        object.__setattr__(self, "state", RankStatus(self.state))     # also when given its word
+
     def describe(self) -> str:
         where = f" at {self.frame.where} ({self.frame.function})" if self.frame else ""
-        return f"{self.op if self.state == 'collective' else self.state}{where}"
+        return f"{self.op if self.state is S.COLLECTIVE else self.state.value}{where}"
 
 
 def frames_of(dump: list[dict]) -> list[Frame]:
@@ -82,9 +88,9 @@ def frames_of(dump: list[dict]) -> list[Frame]:
 def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | None = None,
              exit_code: int | None = None) -> RankState:
     if exit_code is not None:
-        return RankState("exited", evidence=(f"exit code {exit_code}",))
+        return RankState(S.EXITED, evidence=(f"exit code {exit_code}",))
     if dump is None:
-        return RankState("unknown", evidence=("no stack: py-spy could not read this process",))
+        return RankState(S.UNKNOWN, evidence=("no stack: py-spy could not read this process",))
     frames = frames_of(dump)
     user = next((f for f in frames if not f.in_library), None)
     evidence = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown"]
@@ -92,26 +98,26 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
         evidence.append(f"waiting in the kernel at {wchan}")
     for frame in frames:
         if frame.native and "c10d::Reducer" in frame.function:
-            return RankState("collective", "all_reduce", user, tuple(evidence + [
+            return RankState(S.COLLECTIVE, "all_reduce", user, tuple(evidence + [
                 f"DDP's gradient all_reduce: backward waits in {frame.function.split('(')[0]} (native frame)"]))
         if frame.file.startswith(DISTRIBUTED_FILES):
             if frame.function in RENDEZVOUS:
-                return RankState("rendezvous", frame=user, evidence=tuple(evidence + [f"in {frame.function}"]))
+                return RankState(S.RENDEZVOUS, frame=user, evidence=tuple(evidence + [f"in {frame.function}"]))
             if frame.function in COLLECTIVES:
                 op = COLLECTIVES[frame.function]
-                return RankState("collective", op, user, tuple(evidence + [f"in {frame.function} ({frame.where})"]))
+                return RankState(S.COLLECTIVE, op, user, tuple(evidence + [f"in {frame.function} ({frame.where})"]))
         if frame.file.startswith(COMPILING_FILES):
-            return RankState("compiling", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+            return RankState(S.COMPILING, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
         if frame.file.startswith(DATA_FILES):
-            return RankState("loading-data", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+            return RankState(S.LOADING_DATA, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
         if frame.file.startswith(SAVING_FILES):
-            return RankState("saving", frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+            return RankState(S.SAVING, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
     if frames and frames[0].file.startswith(BACKWARD_FILES) and not busy:
         # backward() with no CPU: DDP's reducer waiting for its gradient all_reduce; without
         # native frames that is likely, not seen.
-        return RankState("collective", "all_reduce", user, tuple(evidence + [
+        return RankState(S.COLLECTIVE, "all_reduce", user, tuple(evidence + [
             f"in backward ({frames[0].where}) without using CPU: likely DDP's gradient all_reduce "
             "(native frames were not taken to confirm)"]))
-    return RankState("computing" if busy else "idle", frame=user or (frames[0] if frames else None),
+    return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence))

@@ -128,7 +128,7 @@ def attach(args) -> int:
     watcher = Watcher(targets, threshold=args.threshold, interval=args.interval, native=args.native,
                       on_event=on_event, on_hang=on_hang, incident_dir=args.incident_dir)
     for problem in problems:
-        watcher.messages.append(problem)
+        watcher.notice(problem)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watcher.start()

@@ -4,17 +4,9 @@ Pure: a function of every rank's state at the moment progress stopped."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .classify import RankState
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    kind: str                       # deadlock | mismatch | network-stall | rendezvous-stall | straggler | exited | unseen | none
-    summary: str
-    guilty: tuple[int, ...] = ()    # the ranks to look at
-    causes: tuple[str, ...] = ()
+from .model import Diagnosis, Kind
+from .model import RankStatus as S
 
 
 LIKELY_DEADLOCK = ("uneven data across ranks: one rank ran out of batches and left the loop "
@@ -31,66 +23,66 @@ MISMATCH_CAUSES = ("rank-dependent code: a collective only some ranks call (`if 
 CANNOT_TELL = "a hang cannot be told from a straggler"
 
 # "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
-WORKING = ("computing", "compiling", "loading-data", "saving", "running")
+WORKING = (S.COMPUTING, S.COMPILING, S.LOADING_DATA, S.SAVING, S.RUNNING)
 
 
 def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
-    waiting = {r: s for r, s in ranks.items() if s.state == "collective"}
+    waiting = {r: s for r, s in ranks.items() if s.state is S.COLLECTIVE}
     working = {r: s for r, s in ranks.items() if s.state in WORKING}
-    exited = {r: s for r, s in ranks.items() if s.state == "exited"}
-    if all(s.state == "rendezvous" for s in ranks.values()) and ranks:
-        return Diagnosis("rendezvous-stall", "every rank is stuck creating the process group: check the "
+    exited = {r: s for r, s in ranks.items() if s.state is S.EXITED}
+    if all(s.state is S.RENDEZVOUS for s in ranks.values()) and ranks:
+        return Diagnosis(Kind.RENDEZVOUS_STALL, "every rank is stuck creating the process group: check the "
                          "firewall, address family and interface (ddp-preflight's ephemeral-ports, "
                          "address-family, interface-choice)", tuple(sorted(ranks)))
     if waiting and working:
         who = ", ".join(f"rank {r} is {s.describe()}" for r, s in sorted(working.items()))
-        return Diagnosis("straggler", f"not a hang: {_wait(waiting)} in "
+        return Diagnosis(Kind.STRAGGLER, f"not a hang: {_wait(waiting)} in "
                          f"{_ops(waiting)} while {who}", tuple(sorted(working)))
     if waiting and exited:
-        return Diagnosis("exited", f"{_who(exited)} exited ({'; '.join(s.evidence[0] for s in exited.values())}) "
+        return Diagnosis(Kind.EXITED, f"{_who(exited)} exited ({'; '.join(s.evidence[0] for s in exited.values())}) "
                          f"while {_wait(waiting)} in {_ops(waiting)}", tuple(sorted(exited)))
     if waiting:
         others = {r: s for r, s in ranks.items() if r not in waiting}
         ops = {s.op for s in waiting.values()}
         if others:
-            seen = {r: s for r, s in others.items() if s.state != "unknown"}
+            seen = {r: s for r, s in others.items() if s.state is not S.UNKNOWN}
             if not seen:
                 # Only ranks nobody sees (no stack, node lost) could be holding the others up, and
                 # one of them may be computing: never a culprit, never a hang that stops a run.
-                return Diagnosis("unseen", f"{_wait(waiting)} in {_ops(waiting)}; {_unknown(others)}: {CANNOT_TELL}")
+                return Diagnosis(Kind.UNSEEN, f"{_wait(waiting)} in {_ops(waiting)}; {_unknown(others)}: {CANNOT_TELL}")
             where = "; ".join(f"{_who([r])} left the loop: {s.describe()}" for r, s in sorted(seen.items()))
             if len(seen) < len(others):
                 where += f"; {_unknown(others)}"
-            return Diagnosis("deadlock", f"{where}; {_wait(waiting)} in {_ops(waiting)}",
+            return Diagnosis(Kind.DEADLOCK, f"{where}; {_wait(waiting)} in {_ops(waiting)}",
                              tuple(sorted(seen)), LIKELY_DEADLOCK)
         if len(ops) > 1:
             # The odd ones out: the ranks in the collective fewest ranks are in.
             by_op = {op: sorted(r for r, s in waiting.items() if s.op == op) for op in ops}
             odd = min(by_op.values(), key=len)
             rest = sorted(set(waiting) - set(odd))
-            return Diagnosis("mismatch", f"ranks wait in different collectives: "
+            return Diagnosis(Kind.MISMATCH, f"ranks wait in different collectives: "
                              f"{_who(odd)} {'is' if len(odd) == 1 else 'are'} in "
                              f"{'; '.join(waiting[r].describe() for r in odd)}, while "
                              f"{_wait(rest)} in {_ops({r: waiting[r] for r in rest})} "
                              f"({waiting[rest[0]].frame.where if waiting[rest[0]].frame else 'library code'})",
                              tuple(odd), MISMATCH_CAUSES)
-        return Diagnosis("network-stall", f"every rank waits in {ops.pop()} and none computes: a peer or "
+        return Diagnosis(Kind.NETWORK_STALL, f"every rank waits in {ops.pop()} and none computes: a peer or "
                          "the link is gone", tuple(sorted(waiting)))
-    if any(s.state == "unknown" for s in ranks.values()):
+    if any(s.state is S.UNKNOWN for s in ranks.values()):
         where: dict[str, list[int]] = {}
         for r, s in sorted(ranks.items()):
-            if s.state not in ("unknown", "exited"):
+            if s.state not in (S.UNKNOWN, S.EXITED):
                 where.setdefault(s.describe(), []).append(r)
         seen = "".join(f"{_who(rs)}: {what}; " for what, rs in where.items())
-        return Diagnosis("unseen", f"{seen}{_unknown(ranks)}: {CANNOT_TELL}")
-    return Diagnosis("none", "no hang: no rank waits in a collective")
+        return Diagnosis(Kind.UNSEEN, f"{seen}{_unknown(ranks)}: {CANNOT_TELL}")
+    return Diagnosis(Kind.NONE, "no hang: no rank waits in a collective")
 
 
 def _unknown(ranks: dict[int, RankState]) -> str:
     """The ranks nobody sees, grouped by why: "ranks 2,3 unknown (not watched: worker1's agent is gone)"."""
     why: dict[str, list[int]] = {}
     for r, s in sorted(ranks.items()):
-        if s.state == "unknown":
+        if s.state is S.UNKNOWN:
             why.setdefault(s.evidence[0] if s.evidence else "no stack", []).append(r)
     return "; ".join(f"{_who(rs)} unknown ({reason})" for reason, rs in why.items())
 

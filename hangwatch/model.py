@@ -38,15 +38,71 @@ progress stops, and otherwise rarely).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import enum
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 
 HISTORY = 60
+
+
+class Word(str, enum.Enum):
+    """A closed set of words: compares equal to its word, and prints as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class NodeStatus(Word):
+    CONNECTING = "connecting"     # its agent is starting
+    WATCHING = "watching"
+    LOST = "lost"                 # its agent stopped or went silent: its ranks are unknown
+    ERROR = "error"               # its agent could not start
+
+
+class RankStatus(Word):
+    """What a rank is doing, in the user's words (classify.py decides it from the evidence)."""
+    RUNNING = "running"           # sampled, using CPU, not yet looked at (or moved since its stack)
+    COMPUTING = "computing"
+    COLLECTIVE = "collective"     # waiting in one (its name is RankView.op)
+    RENDEZVOUS = "rendezvous"     # creating the process group
+    LOADING_DATA = "loading-data"
+    COMPILING = "compiling"
+    SAVING = "saving"
+    IDLE = "idle"                 # no CPU, not in a collective: where it is, its line says
+    EXITED = "exited"
+    UNKNOWN = "unknown"           # not seen: no stack, or its node is lost
+
+
+class Kind(Word):
+    """What the ranks together say (diagnose.py). The hangs are the kinds that name a stop of
+    progress with a culprit or a cause: they write a bundle and --stop-on-hang acts on them."""
+    DEADLOCK = "deadlock"                   # a rank left the loop; the others wait for it
+    MISMATCH = "mismatch"                   # ranks wait in different collectives
+    NETWORK_STALL = "network-stall"         # every rank waits, none computes, no data flows
+    RENDEZVOUS_STALL = "rendezvous-stall"   # every rank stuck creating the process group
+    EXITED = "exited"                       # a rank failed: the first one to go
+    STALL = "stall"                         # no CPU anywhere, stacks unavailable: who cannot be told
+    SLOW = "slow"                           # every rank waits, but data is still flowing
+    STRAGGLER = "straggler"                 # a rank computes while the others wait: not a hang
+    UNSEEN = "unseen"                       # only ranks nobody sees could be to blame: not a hang
+    NONE = "none"
+
+    @property
+    def is_hang(self) -> bool:
+        return self in HANGS
+
+
+HANGS = frozenset({Kind.DEADLOCK, Kind.MISMATCH, Kind.NETWORK_STALL, Kind.RENDEZVOUS_STALL, Kind.EXITED,
+                   Kind.STALL})
 
 
 @dataclass
 class NodeView:
     name: str
-    status: str = "connecting"
+    status: NodeStatus = NodeStatus.CONNECTING
     message: str | None = None
     interface: str | None = None
     ranks: int = 0
@@ -62,7 +118,7 @@ class RankView:
     world_size: int | None = None
     cpu: float = 0.0
     history: list[float] = field(default_factory=list)
-    state: str = "running"
+    state: RankStatus = RankStatus.RUNNING
     op: str | None = None
     frame: str | None = None
     function: str | None = None
@@ -80,14 +136,20 @@ class RankView:
         return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
 
 
-@dataclass
-class DiagnosisView:
-    kind: str
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the ranks together say, with the ranks to look at and the likely causes; `since`
+    (when progress stopped, epoch s) and `evidence` (each rank's state and why) once reported.
+    diagnose.py makes them with tuples; a snapshot holds them with lists, as its JSON does."""
+    kind: Kind
     summary: str
-    guilty: list[int] = field(default_factory=list)
-    causes: list[str] = field(default_factory=list)
+    guilty: Sequence[int] = ()
+    causes: Sequence[str] = ()
     since: float | None = None
-    evidence: list[str] = field(default_factory=list)
+    evidence: Sequence[str] = ()
+
+    def as_reported(self, since: float, evidence: list[str]) -> Diagnosis:
+        return replace(self, guilty=list(self.guilty), causes=list(self.causes), since=since, evidence=list(evidence))
 
 
 @dataclass
@@ -97,22 +159,44 @@ class Snapshot:
     run: dict | None = None
     nodes: list[NodeView] = field(default_factory=list)
     ranks: list[RankView] = field(default_factory=list)
-    diagnosis: DiagnosisView | None = None
+    diagnosis: Diagnosis | None = None
     incidents: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     preflight: dict | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return _plain(asdict(self))
 
     @classmethod
     def from_json(cls, data: dict) -> Snapshot:
+        diagnosis = data.get("diagnosis")
         return cls(time=data["time"], threshold=data["threshold"], run=data.get("run"),
-                   nodes=[NodeView(**n) for n in data.get("nodes", [])],
-                   ranks=[RankView(**r) for r in data.get("ranks", [])],
-                   diagnosis=DiagnosisView(**data["diagnosis"]) if data.get("diagnosis") else None,
+                   nodes=[NodeView(**{**n, "status": NodeStatus(n.get("status", "connecting"))})
+                          for n in data.get("nodes", [])],
+                   ranks=[RankView(**{**r, "state": RankStatus(r.get("state", "running"))}) for r in data.get("ranks", [])],
+                   diagnosis=Diagnosis(**{**diagnosis, "kind": Kind(diagnosis["kind"])}) if diagnosis else None,
                    incidents=list(data.get("incidents", [])), messages=list(data.get("messages", [])),
                    preflight=data.get("preflight"))
+
+
+def _plain(value):
+    """Enums as their values: the JSON contract holds plain strings."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class Event:
+    """One line of the watch's stream (`hangwatch attach` prints them; --json as objects)."""
+    kind: str            # rank-found | rank-gone | node | diagnosis | straggler | resumed | incident | notice
+    text: str
+    snapshot: Snapshot | None = None
+    data: dict = field(default_factory=dict)
 
 
 class Source:

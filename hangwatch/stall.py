@@ -23,18 +23,18 @@ ASK_TIMEOUT = 15.0        # stacks asked for and not all come: ask again after t
 
 
 @dataclass(frozen=True)
-class Plan:
+class StallStep:
     take_stacks: bool      # ask every node for every rank's stack now
     diagnose: bool         # the stacks in hand show every idle rank where it is now
 
 
 def plan(idle_for: float, threshold: float, covered: bool, stacks_age: float | None,
-         asked_age: float | None) -> Plan:
+         asked_age: float | None) -> StallStep:
     """idle_for: the longest time any live rank has been idle. covered: the last stacks were
     taken after every idle rank became idle. stacks_age: seconds since they were taken.
     asked_age: seconds since stacks were asked for and have not all come (None: none pending)."""
     if idle_for < threshold / 2:
-        return Plan(False, False)
+        return StallStep(False, False)
     stale = not covered or (stacks_age is not None and stacks_age > RECHECK)
     pending = asked_age is not None and asked_age < ASK_TIMEOUT
-    return Plan(stale and not pending, covered and idle_for >= threshold)
+    return StallStep(stale and not pending, covered and idle_for >= threshold)

@@ -65,6 +65,36 @@ def marked(lines, marker: str) -> list:
 
 
 @dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended: its exit code, or the signal that ended it (one of the two)."""
+    code: Optional[int] = None
+    signal: Optional[int] = None
+
+    STOPPED = (15, 2, 1)       # SIGTERM, SIGINT, SIGHUP: someone stopped it (Ctrl-C, a launcher)
+
+    @classmethod
+    def from_wait_status(cls, status: int) -> "ExitStatus":
+        """From a wait status (/proc's exit_code field, os.waitpid)."""
+        return cls(signal=status & 0x7F) if status & 0x7F else cls(code=status >> 8)
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> "ExitStatus":
+        """From subprocess's returncode (negative: the signal)."""
+        return cls(signal=-returncode) if returncode < 0 else cls(code=returncode)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    @property
+    def stopped(self) -> bool:
+        return self.signal in self.STOPPED
+
+    def __str__(self) -> str:
+        return f"signal {self.signal}" if self.signal is not None else f"exit code {self.code}"
+
+
+@dataclass(frozen=True)
 class JobOutcome:
     """How a supervised job ended: its exit code or the signal that ended it, whether its time
     bound or the master (a stop, or its silence) ended it, and how long it ran."""
@@ -81,3 +111,98 @@ class JobOutcome:
     def from_json(cls, data: dict) -> "JobOutcome":
         return cls(exit=data.get("exit"), signal=data.get("signal"), timed_out=bool(data.get("timed_out")),
                    stopped=data.get("stopped"), seconds=float(data.get("seconds") or 0.0))
+
+
+# -- hangwatch's agent (node/agent.py): AGENT lines, as the watcher reads them --------------------
+# The agent writes plain dicts with a "type"; these are what each one means. Parsing tolerates
+# what an older or newer agent sends: unknown keys are ignored, missing ones take their default.
+
+@dataclass(frozen=True)
+class Hello:
+    node: Optional[str] = None
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    uid: Optional[int] = None
+    python: Optional[str] = None
+    torch: Optional[str] = None
+    py_spy: Optional[str] = None            # the py-spy it will run, or None
+    py_spy_refused: Optional[str] = None    # why it did not run the one it was given
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class RankFound:
+    pid: int
+    ppid: Optional[int] = None
+    start: int = 0                   # start time in clock ticks: with the pid, names the process
+    argv: tuple = ()
+    rank: Optional[int] = None
+    local_rank: Optional[int] = None
+    world_size: Optional[int] = None
+    master: Optional[str] = None     # MASTER_ADDR:MASTER_PORT from its environment
+    env_readable: bool = True
+    env: Any = None                  # its environment, secrets redacted (a dict)
+
+
+@dataclass(frozen=True)
+class RankSample:
+    pid: int
+    rank: Optional[int] = None
+    state: Optional[str] = None      # /proc's: R, S, D, Z ...
+    threads: Optional[int] = None
+    wchan: Optional[str] = None
+    cpu: Optional[float] = None      # % of one core since the last sample (None: the first)
+    exit: Optional[int] = None       # the wait status, when caught as a zombie
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float = 0.0                   # the node's clock, epoch s
+    ranks: tuple = ()                # RankSample
+    gone: tuple = ()                 # pids no longer there
+    net: Optional[float] = None      # bytes/s on the node's links (loopback aside)
+
+
+@dataclass(frozen=True)
+class Stacks:
+    t: float = 0.0
+    id: Optional[int] = None         # the watcher's request, or None when the agent took them itself
+    stacks: Any = None               # {pid: py-spy's JSON (a list) or {"error": ..., "permission": bool}}
+    flight: Any = None               # {pid: Flight Recorder record}
+
+
+@dataclass(frozen=True)
+class RankExit:
+    pid: int
+    t: Optional[float] = None
+    code: Optional[int] = None       # the wait status, when caught before its parent reaped it
+
+
+@dataclass(frozen=True)
+class PySpyAnswer:
+    path: Optional[str] = None
+    given: Optional[str] = None
+    refused: Optional[str] = None
+
+
+AGENT_MESSAGES = {"hello": Hello, "rank": RankFound, "sample": Sample, "stacks": Stacks, "exit": RankExit,
+                  "py-spy": PySpyAnswer}
+
+
+def agent_message(data: dict):
+    """An agent's dict as its typed message; None for a kind this side does not know."""
+    cls = AGENT_MESSAGES.get(data.get("type"))
+    if cls is None:
+        return None
+    known = {f for f in cls.__dataclass_fields__}
+    values = {k: v for k, v in data.items() if k in known}
+    if cls is Sample:
+        values["ranks"] = tuple(RankSample(**{k: v for k, v in r.items() if k in RankSample.__dataclass_fields__})
+                                for r in data.get("ranks") or ())
+        values["gone"] = tuple(data.get("gone") or ())
+    elif cls is RankFound:
+        values["argv"] = tuple(data.get("argv") or ())
+    elif cls is Stacks:
+        values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}
+        values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}
+    return cls(**values)

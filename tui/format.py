@@ -3,7 +3,7 @@ could go to a plain terminal, and tests check it without starting an app."""
 
 from __future__ import annotations
 
-from hangwatch.model import DiagnosisView, RankView
+from hangwatch.model import Diagnosis, RankView
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_SAMPLES = 10
@@ -64,7 +64,7 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def since_text(diagnosis: DiagnosisView, now: float) -> str:
+def since_text(diagnosis: Diagnosis, now: float) -> str:
     """How long the hang has lasted, by the snapshot's own clock (the master's), so a recorded
     snapshot renders the same whenever it is shown."""
     return "" if diagnosis.since is None else f"for {duration(now - diagnosis.since)}"

@@ -10,6 +10,7 @@ import copy
 import json
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.model import NodeView, Snapshot, Source
@@ -103,7 +104,8 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
         wide.ranks.append(r)
     if wide.diagnosis:
         guilty = {r.rank for r in template if r.rank in snapshot.diagnosis.guilty}
-        wide.diagnosis.guilty = [r for r in range(world) if template[r % len(template)].rank in guilty]
+        wide.diagnosis = replace(wide.diagnosis,
+                                 guilty=[r for r in range(world) if template[r % len(template)].rank in guilty])
     if wide.run:
         wide.run.update(nnodes=nodes, nproc_per_node=ranks_per_node)
     return wide

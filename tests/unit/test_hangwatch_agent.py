@@ -56,7 +56,7 @@ def test_the_agent_never_runs_a_py_spy_it_may_not_trust_and_says_so(tmp_path):
                       on_event=events.append, incident_dir=str(tmp_path / "incidents")).start()
     try:
         deadline = time.monotonic() + 30
-        while not any(r.stack_at is not None for r in watcher.ranks.values()):      # its stack was taken
+        while not any(r.stack_at is not None for r in watcher.state.ranks.values()):      # its stack was taken
             assert time.monotonic() < deadline, [e.text for e in events]
             time.sleep(0.1)
     finally:
@@ -67,7 +67,7 @@ def test_the_agent_never_runs_a_py_spy_it_may_not_trust_and_says_so(tmp_path):
     notices = [e.text for e in events if e.kind == "notice"]
     assert any(n.startswith(f"here: the agent did not run the py-spy it was given: {planted.parent} is writable "
                             "by other users") for n in notices), notices
-    assert watcher.hello["here"]["py_spy"] in (None, local_py_spy())
+    assert watcher.state.hello["here"].py_spy in (None, local_py_spy())
 
 
 @pytest.fixture

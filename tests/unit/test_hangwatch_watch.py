@@ -34,7 +34,7 @@ def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=l
         if "do" in record:
             record["do"](watcher)
         else:
-            watcher._message(record["node"], record["msg"])
+            watcher.receive(record["node"], record["msg"])
         for e in events:
             e.data.setdefault("at", now[0])
     return header, watcher, events
@@ -74,13 +74,13 @@ def test_before_the_threshold_nothing_is_named(tmp_path):
 
 
 def test_the_stall_plan():
-    assert stall.plan(3.0, 8.0, False, None, None) == stall.Plan(False, False)         # short pauses: nothing
-    assert stall.plan(4.0, 8.0, False, None, None) == stall.Plan(True, False)          # half way: stacks
-    assert stall.plan(5.0, 8.0, False, None, 1.0) == stall.Plan(False, False)          # asked, pending
-    assert stall.plan(8.0, 8.0, True, 3.0, None) == stall.Plan(False, True)            # covered: name it
-    assert stall.plan(8.0, 8.0, False, 3.0, None) == stall.Plan(True, False)           # a rank went idle since
-    assert stall.plan(30.0, 8.0, True, 11.0, None) == stall.Plan(True, True)           # a long stall: look again
-    assert stall.plan(9.0, 8.0, False, 3.0, 20.0) == stall.Plan(True, False)           # a lost answer: ask again
+    assert stall.plan(3.0, 8.0, False, None, None) == stall.StallStep(False, False)         # short pauses: nothing
+    assert stall.plan(4.0, 8.0, False, None, None) == stall.StallStep(True, False)          # half way: stacks
+    assert stall.plan(5.0, 8.0, False, None, 1.0) == stall.StallStep(False, False)          # asked, pending
+    assert stall.plan(8.0, 8.0, True, 3.0, None) == stall.StallStep(False, True)            # covered: name it
+    assert stall.plan(8.0, 8.0, False, 3.0, None) == stall.StallStep(True, False)           # a rank went idle since
+    assert stall.plan(30.0, 8.0, True, 11.0, None) == stall.StallStep(True, True)           # a long stall: look again
+    assert stall.plan(9.0, 8.0, False, 3.0, 20.0) == stall.StallStep(True, False)           # a lost answer: ask again
 
 
 def test_a_rank_caught_as_a_zombie_is_reported_gone_once_with_its_signal(tmp_path):
@@ -95,7 +95,7 @@ def test_a_rank_caught_as_a_zombie_is_reported_gone_once_with_its_signal(tmp_pat
                 {"type": "exit", "pid": 111, "t": 2.1, "code": 15},
                 {"type": "sample", "t": 3.0, "ranks": [], "gone": [111]}):
         now[0] += 1
-        watcher._message("master", msg)
+        watcher.receive("master", msg)
     gone = [e for e in events if e.kind == "rank-gone"]
     assert len(gone) == 1 and gone[0].data["exit"] == "signal 15", [e.text for e in events]
 
@@ -105,7 +105,7 @@ def test_an_agent_lost_while_its_rank_straggles_gives_no_deadlock_and_no_bundle(
     # with kill -9: its messages stop and its channel closes). Ranks 2,3 then wait in all_reduce
     # for a rank nobody can see, which may be computing: never a hang that stops the run.
     header, watcher, events = replay("straggle", tmp_path, lost=lambda r: r["node"] == "master" and r["at"] > 18.0,
-                                     then=[(18.0, lambda w: w._closed("master", "killed"))])
+                                     then=[(18.0, lambda w: w.closed("master", "killed"))])
     kinds = [e.kind for e in events]
     assert "diagnosis" not in kinds and "incident" not in kinds, [e.text for e in events]
     assert not (tmp_path / "incidents").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.model import DiagnosisView, RankView, Snapshot
+from hangwatch.model import Diagnosis, Kind, RankView, Snapshot
 from tui import format as fmt
 
 SNAPSHOTS = Path(__file__).parent / "artifacts" / "snapshots"
@@ -38,7 +38,7 @@ def test_step_rate_reads_as_steps_per_second_or_seconds_per_step():
 
 
 def test_since_comes_from_the_snapshots_clock_not_the_wall_clock():
-    diagnosis = DiagnosisView("deadlock", "x", since=1000.0)
+    diagnosis = Diagnosis(Kind.DEADLOCK, "x", since=1000.0)
     assert fmt.since_text(diagnosis, now=1042.0) == "for 42s"
     assert fmt.since_text(diagnosis, now=1000.0 + 3 * 3600 + 60) == "for 3h01m"
 

@@ -29,11 +29,11 @@ class Recording(Watcher):
         super().__init__(*args, **kwargs)
         self.began, self.records = time.monotonic(), []
 
-    def _message(self, node, msg):
+    def receive(self, node, msg):
         if msg.get("type") == "rank":
             msg = {**msg, "env": {k: v for k, v in msg["env"].items() if k in KEEP}}
         self.records.append({"at": round(time.monotonic() - self.began, 3), "node": node, "msg": msg})
-        super()._message(node, msg)
+        super().receive(node, msg)
 
 
 def main():

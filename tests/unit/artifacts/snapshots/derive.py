@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from hangwatch.classify import classify, frames_of  # noqa: E402
 from hangwatch.diagnose import diagnose  # noqa: E402
-from hangwatch.model import DiagnosisView, NodeView, RankView, Snapshot  # noqa: E402
+from hangwatch.model import Diagnosis, NodeView, RankView, Snapshot  # noqa: E402
 from preflight.checks import FACT_CHECKS, run_checks  # noqa: E402
 from preflight.model import Report  # noqa: E402
 from tests.unit import facts_fixtures as ff  # noqa: E402
@@ -80,7 +80,7 @@ def deadlock() -> Snapshot:
                               function=state.frame.function if state.frame else None, wchan=wchan,
                               idle_for=idle_for, last_line="step 3 loss 2.2906" if rank == 1 else
                               "step 3 loss 2.2904", step=3, step_rate=0.0, stack=stack(dump)))
-    diagnosis = DiagnosisView(found.kind, found.summary, list(found.guilty), list(found.causes),
+    diagnosis = Diagnosis(found.kind, found.summary, list(found.guilty), list(found.causes),
                               TIME - idle_for, [f"rank {r}: {', '.join(s.evidence)}" for r, s in sorted(states.items())])
     nodes = [NodeView(name, "watching", None, "eth0", 2, 0.0) for name in NODES]
     return Snapshot(TIME, 8.0, RUN, nodes, ranks, diagnosis,
