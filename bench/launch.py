@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from preflight.lab import Lab  # noqa: E402
+from lab import Lab  # noqa: E402
 
 NAME = "benchla"
 ROUNDS = 3

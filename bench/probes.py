@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from preflight.lab import Lab  # noqa: E402
+from lab import Lab  # noqa: E402
 
 NAME = "benchpr"
 RATE_MBIT = 100

@@ -2,7 +2,7 @@
 launcher knows besides (each rank's last line, its step and step rate, exit codes it saw from
 torchrun), the preflight report, and a stop that ends the training it started.
 
-The launcher is duck-typed (preflight.launch.run.Launch): `ranks`, `plan`, `tail()`, `stop()`."""
+The launcher is duck-typed (launch.run.Launch): `ranks`, `plan`, `tail()`, `stop()`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
+"""`python -m preflight`: the `ddp-preflight` command."""
+
 import sys
 
-from .cli import main
+from cli.ddp_preflight import main
 
 sys.exit(main())

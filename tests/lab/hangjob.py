@@ -124,7 +124,7 @@ class Watch:
 
 
 def hangwatch(lab, *args: str, hosts=NODES, user: list[str] = ()) -> Watch:
-    proc = subprocess.Popen([*user, sys.executable, "-m", "hangwatch.cli", "attach", *hosts, "--json",
+    proc = subprocess.Popen([*user, sys.executable, "-m", "hangwatch", "attach", *hosts, "--json",
                              "--ssh-config", str(lab.ssh_config), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).parents[2])

@@ -38,7 +38,7 @@ def test_no_ptrace_permission_gives_the_fix_and_still_names_the_stall():
                             "--steps", "500", "--fault", "leave", "--rank", "1", "--at", "5"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     watch = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                              sys.executable, "-m", "hangwatch.cli", "attach", "--json", "--threshold", "6",
+                              sys.executable, "-m", "hangwatch", "attach", "--json", "--threshold", "6",
                               # The agent needs only the standard library; the venv's Python may sit
                               # under root's home, where nobody cannot run it.
                               "--python", "/usr/bin/python3",

@@ -3,7 +3,7 @@
 import json
 
 
-from preflight.lab.faults import FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
+from lab.faults import FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
 
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.lab import Lab, LabError
-from preflight.lab.state import lab_root
+from lab import Lab, LabError
+from lab.state import lab_root
 
 CLI = [sys.executable, "-m", "preflight"]
 
@@ -170,8 +170,8 @@ def test_sixteen_nodes_come_up_and_every_sshd_answers():
 def test_one_labs_down_leaves_the_folders_other_labs_share(lab):
     """/run/sshd is the first lab's to create and every lab's sshd needs it at each connection:
     the first lab's `down` leaves it while another lab is up, and hands its removal over."""
-    from preflight.lab import sshd
-    from preflight.lab.state import LabState
+    from lab import sshd
+    from lab.state import LabState
 
     name = "f" + secrets.token_hex(3)
     first, _ = Lab.up(name, nodes=2)

@@ -203,9 +203,9 @@ def test_bad_launch_input_is_a_usage_error_before_any_node_is_contacted(clean_la
 def test_the_python_api_streams_lines_and_stops_on_request(clean_lab, tmp_path):
     """What the dashboard and hangwatch use: Launch.start/on_line/rank_pids/tail/stop/wait."""
     from preflight.checks import FACT_CHECKS, run_checks
-    from preflight.launch import Launch, NodeTarget, build_plan, parse_command
+    from launch import Launch, build_plan, parse_command
     from preflight.model import Context, Options, Report
-    from preflight.remote.gather import Cluster, Target, gather
+    from preflight.cluster import Cluster, Target, gather
 
     before = counts(clean_lab)
     targets = [Target(n, sys.executable) for n in NODES]
@@ -214,7 +214,7 @@ def test_the_python_api_streams_lines_and_stops_on_request(clean_lab, tmp_path):
                                               "nnodes": 2, "nproc_per_node": 2})
         options = Options(nproc_per_node=2, master_addr=master_addr)
         report = Report(tuple(run_checks(Context(tuple(nodes), options), FACT_CHECKS)), NODES)
-        plan = build_plan(report, nodes, options, [NodeTarget(t.name, t.python) for t in targets],
+        plan = build_plan(report, nodes, options, targets,
                           parse_command([str(TRAIN), "--steps", "1000", "--step-time", "0.2"]), cwd=str(REPO))
         launch = Launch(cluster, plan, tmp_path / "api")
         seen = []

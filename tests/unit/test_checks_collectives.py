@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from preflight.checks import BY_ID, run_checks
-from preflight.launch.cli import refusal
+from cli.launch import refusal
 from preflight.model import Context, NodeFacts, Options, Report, Status
 from preflight.probes.collectives import JOB, MARKER, assemble, scan
 
@@ -340,9 +340,9 @@ def test_assembly_keeps_rank_0s_row_and_every_other_ranks_disagreement():
 def record(lab_name: str, runs: dict = RUNS, artifact: Path = ARTIFACT, nproc: int = 1) -> None:
     """Run the probes on the lab for each recorded situation and write the artifact."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from preflight.lab import Lab
+    from lab import Lab
     from preflight.probes.run import run_probes
-    from preflight.remote.gather import Cluster, Target, gather
+    from preflight.cluster import Cluster, Target, gather
 
     lab = Lab.open(lab_name)
     out = {}

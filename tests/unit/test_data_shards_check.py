@@ -10,7 +10,7 @@ import pytest
 
 from preflight.checks.data_shards import check_data_shards
 from node.facts.shards import DataDirMissing, ShardError, manifest
-from preflight.lab.shards import make_dataset, make_mismatched
+from lab.shards import make_dataset, make_mismatched
 from preflight.model import Context, NodeFacts, Options, Status
 
 DATA_DIR = "/data"

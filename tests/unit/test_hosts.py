@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from preflight.remote.hosts import (MAX_HOSTS, HostfileEntry, HostListError, check_unique, expand_slurm,
+from preflight.hosts import (MAX_HOSTS, HostfileEntry, HostListError, check_unique, expand_slurm,
                                     hostfile_slots, read_hostfile, slurm_hosts)
 
 # --- Slurm ---------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from preflight.launch.outcome import LaunchResult, NodeState, RankState, render
-from preflight.launch.output import NodeLogs
+from launch.outcome import LaunchResult, NodeState, LaunchedRank, render
+from launch.output import NodeLogs
 from node.private import make_folder
 
 REPO = Path(__file__).parents[2]
@@ -44,7 +44,7 @@ FAILING = """
 import json, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-from preflight.launch.output import NodeLogs
+from launch.output import NodeLogs
 told = []
 logs = NodeLogs(sys.argv[1], on_failure=told.append)
 logs.write_json("plan.json", {"nodes": []})
@@ -68,7 +68,7 @@ def test_a_folder_that_fails_stops_the_logs_once_and_raises_nothing(tmp_path):
 
 
 def test_the_summary_and_the_result_say_the_logs_are_incomplete():
-    ranks = [RankState(0, "master", 0, exit=0)]
+    ranks = [LaunchedRank(0, "master", 0, exit=0)]
     result = LaunchResult(ranks, [NodeState("master", status="exited", exit=0)], None, None, 3.0, "runs/x",
                           logs_error="No space left on device")
     assert result.exit_code == 0       # the logs are not the run

@@ -6,8 +6,8 @@ import signal
 import subprocess
 import sys
 
-from preflight.launch.outcome import LaunchResult, NodeState, RankState, explain, render
-from preflight.launch.output import NodeLogs, parse
+from launch.outcome import LaunchResult, NodeState, LaunchedRank, explain, render
+from launch.output import NodeLogs, parse
 
 
 def test_torchruns_tee_prefix_gives_the_global_rank():
@@ -47,7 +47,7 @@ def test_a_log_file_per_node(tmp_path):
 def ranks_of(node, *outcomes):
     out = []
     for local, (exit, sig) in enumerate(outcomes):
-        out.append(RankState(local, node, local, pid=100 + local, exit=exit, signal=sig))
+        out.append(LaunchedRank(local, node, local, pid=100 + local, exit=exit, signal=sig))
     return out
 
 
@@ -97,6 +97,6 @@ def test_all_ranks_exiting_zero_is_success():
 
 def test_the_launch_package_stays_headless():
     # The dashboard imports the launcher; the launcher never imports textual (STYLE: harlequin).
-    code = "import sys, preflight.launch, preflight.launch.cli; print('textual' in sys.modules)"
+    code = "import sys, launch, cli.launch; print('textual' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -9,13 +9,14 @@ import json
 import pytest
 
 from preflight.checks import FACT_CHECKS, run_checks
-from preflight.launch.plan import NodeTarget, PlanError, build_plan, parse_command, parse_env
+from launch.plan import PlanError, build_plan, parse_command, parse_env
+from preflight.cluster import Target
 from preflight.model import NodeFacts, Report
 
 from .facts_fixtures import clean, context, facts, only
 
 PY = "/opt/venv/bin/python"
-TARGETS = [NodeTarget("master", PY), NodeTarget("worker1", PY)]
+TARGETS = [Target("master", PY), Target("worker1", PY)]
 
 
 def plan_for(art=None, *, command=("train.py", "--depth", "4"), env=None, targets=TARGETS, cwd="/home/me/run",
@@ -105,7 +106,7 @@ def test_without_the_interface_result_the_same_rule_picks_the_interface():
 
 
 def test_a_node_with_its_code_elsewhere_starts_there_with_the_script_moved():
-    targets = [NodeTarget("master", PY, "/mnt/data/nanochat"), NodeTarget("worker1", PY, "/home/x/projects/nanochat")]
+    targets = [Target("master", PY, code_dir="/mnt/data/nanochat"), Target("worker1", PY, code_dir="/home/x/projects/nanochat")]
     plan = plan_for(command=("scripts/train.py", "--lr", "1"), targets=targets, cwd="/mnt/data/nanochat")
     master, worker = plan.nodes
     assert master.cwd == "/mnt/data/nanochat" and "/mnt/data/nanochat/scripts/train.py" in master.torchrun

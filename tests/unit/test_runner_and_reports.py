@@ -12,7 +12,7 @@ import pytest
 from preflight import config
 from preflight.checks import BY_ID, CHECKS, FACT_CHECKS, UnknownCheck, run_checks, select
 from preflight.model import Check, Report, Result, Status
-from preflight.remote.hosts import HostfileEntry, HostListError, bad_host_reason, expand_slurm, read_hostfile
+from preflight.hosts import HostfileEntry, HostListError, bad_host_reason, expand_slurm, read_hostfile
 from preflight.report import junit, text
 
 from .facts_fixtures import clean, context, faulted

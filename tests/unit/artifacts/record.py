@@ -10,10 +10,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from preflight.lab import Lab  # noqa: E402
+from lab import Lab  # noqa: E402
 from preflight.model import Options  # noqa: E402
 from preflight.probes.run import run_probes  # noqa: E402
-from preflight.remote.gather import Cluster, Target, gather  # noqa: E402
+from preflight.cluster import Cluster, Target, gather  # noqa: E402
 
 lab = Lab.open(os.environ.get("DDP_PREFLIGHT_LAB", "lab"))
 targets = [Target(n.name, sys.executable, str(lab.state.data_dir)) for n in lab.nodes]

@@ -1,4 +1,4 @@
-"""The `ddp-preflight` command: preflight on hosts, or `lab ...` for the lab."""
+"""The `ddp-preflight` command: preflight on hosts (then --launch), or `lab ...` for the lab."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+from .exit import Exit
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lab"]:
-        from .lab.cli import main as lab_main
+        from .lab import main as lab_main
         return lab_main(argv[1:])
     launch_args: list[str] = []
     if "--" in argv:
@@ -77,16 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         return _preflight(args, launch_args, launch)
     except KeyboardInterrupt:
         print("ddp-preflight: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except UsageError as exc:
         print(f"ddp-preflight: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
         print(f"ddp-preflight: internal error: {type(exc).__name__}: {exc} (please report it; "
               "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
         if os.environ.get("DDP_PREFLIGHT_DEBUG"):
             raise
-        return EXIT_USAGE
+        return Exit.USAGE
 
 
 class UsageError(Exception):
@@ -102,8 +102,9 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
         if used:
             raise UsageError(f"{used[0]} goes with --launch")
         return None
-    from .launch import PlanError, parse_command, parse_env
-    from .launch.cli import log_dir_problem
+    from launch import PlanError, parse_command, parse_env
+
+    from .launch import log_dir_problem
     if args.node_lease is not None and not 5 <= args.node_lease <= 86400:
         raise UsageError(f"--node-lease {args.node_lease:g}: give 5 to 86400 seconds (a node must outlast a "
                          "few missed heartbeats, one a second)")
@@ -118,14 +119,14 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
 
 
 def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) -> int:
-    from .checks import CHECKS, UnknownCheck, run_checks, select
-    from .config import ConfigError, load
-    from .model import Context, Options, Report
+    from preflight.checks import CHECKS, UnknownCheck, select
+    from preflight.config import ConfigError, load
+    from preflight.model import Options
 
     if args.list:
         for check in CHECKS:
             print(f"{check.id:<18} {check.title}")
-        return EXIT_OK
+        return Exit.OK
     try:
         config = load(args.config)
         checks = select(args.only.split(",") if args.only else None)
@@ -164,47 +165,45 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     if args.no_probes:
         checks = tuple(c for c in checks if not c.needs)
     targets = _targets(args, config, hosts, launch_args)
-    from .probes.run import run_probes
-    from .remote.gather import Cluster
+    from preflight.api import check
+    from preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config) as cluster:
-        nodes, master_addr = _gather(cluster, options, launch_args, quiet=args.json)
-        options = Options(**{**options.__dict__, "master_addr": master_addr})
-        needed = sorted({p for c in checks for p in c.needs})
-        probes = run_probes(needed, cluster, tuple(nodes), options) if needed else {}
-        ctx = Context(tuple(nodes), options, probes)
-        report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
-        code = _render(args, report)
-        if launch is None or code == EXIT_USAGE:
+        progress = _hashing_progress(quiet=args.json)
+        done = check(cluster, options, checks, on_progress=progress)
+        if progress:
+            sys.stderr.write("\r\x1b[K")
+        code = _render(args, done.report)
+        if launch is None or code == Exit.USAGE:
             return code
         # The connections preflight opened carry the training: no new handshakes.
-        from .launch.cli import launch_training
-        return launch_training(args, cluster, report, tuple(nodes), options, targets, *launch)
+        from .launch import launch_training
+        return launch_training(args, cluster, done, targets, *launch)
 
 
 def _render(args, report) -> int:
     if args.junit:
-        from .report import junit
+        from preflight.report import junit
         try:
             Path(args.junit).write_text(junit.render(report, strict=args.strict))
         except OSError as exc:
             print(f"ddp-preflight: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
     if args.json:
         print(json.dumps(report.to_json(strict=args.strict), indent=2))
     else:
-        from .report import text
+        from preflight.report import text
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         width = os.get_terminal_size().columns if sys.stdout.isatty() else 120
         sys.stdout.write(text.render(report, width=width, color=color, verbose=args.verbose))
     ok = report.ok_strict() if args.strict else report.ok
-    return EXIT_OK if ok else EXIT_FINDINGS
+    return Exit.OK if ok else Exit.FOUND
 
 
 def _hosts(args: argparse.Namespace, config) -> tuple[list[str], int | None]:
     """Every host from the command line, the hostfile and Slurm (else the config), each machine
     once; and the processes per node the hostfile's slots ask for, when they decide it."""
-    from .remote.hosts import HostListError, check_unique, hostfile_slots, read_hostfile, slurm_hosts
+    from preflight.hosts import HostListError, check_unique, hostfile_slots, read_hostfile, slurm_hosts
 
     sources = [("the command line", list(args.hosts))]
     slots = None
@@ -225,7 +224,7 @@ def _hosts(args: argparse.Namespace, config) -> tuple[list[str], int | None]:
 
 
 def _targets(args, config, hosts, launch_args):
-    from .remote.gather import Target
+    from preflight.cluster import Target
 
     default_python = args.python or config.values.get("python") or sys.executable
     code_dir = args.code_dir or config.values.get("code_dir") or _code_dir_of(launch_args)
@@ -249,27 +248,20 @@ def _code_dir_of(launch_args: list[str]) -> str | None:
     return None
 
 
-def _gather(cluster, options, launch_args, *, quiet: bool):
-    from .remote.gather import gather
+def _hashing_progress(*, quiet: bool):
+    """A progress line for shard hashing on a terminal, at most four times a second; None when quiet."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    shown = {"at": 0.0}
 
-    progress = None
-    if not quiet and sys.stderr.isatty():
-        shown = {"at": 0.0}
-
-        def progress(node, p):
-            now = time.monotonic()
-            if now - shown["at"] > 0.25 or p[0] == p[1]:
-                shown["at"] = now
-                sys.stderr.write(f"\rhashing shards on {node}: {p[0] / 1e9:.2f}/{p[1] / 1e9:.2f} GB, "
-                                 f"{p[2]}/{p[3]} files\x1b[K")
-                sys.stderr.flush()
-    request = {"master_port": options.master_port, "master_addr": options.master_addr,
-               "launch_args": launch_args, "nnodes": len(cluster.targets),
-               "nproc_per_node": options.nproc_per_node}
-    nodes, master_addr = gather(cluster, request, on_progress=progress)
-    if progress:
-        sys.stderr.write("\r\x1b[K")
-    return nodes, master_addr
+    def progress(node, p):
+        now = time.monotonic()
+        if now - shown["at"] > 0.25 or p[0] == p[1]:
+            shown["at"] = now
+            sys.stderr.write(f"\rhashing shards on {node}: {p[0] / 1e9:.2f}/{p[1] / 1e9:.2f} GB, "
+                             f"{p[2]}/{p[3]} files\x1b[K")
+            sys.stderr.flush()
+    return progress
 
 
 if __name__ == "__main__":

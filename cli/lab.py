@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 
-from .errors import LabError
-from .faults import FAULTS
-from .lab import Lab
-from .state import DEFAULT_LAB_NAME
+from lab.errors import LabError
+from lab.faults import FAULTS
+from lab.lab import Lab
+from lab.state import DEFAULT_LAB_NAME
+
+from .exit import Exit
 
 
 def render_status(status: dict) -> str:
@@ -69,16 +71,16 @@ def main(argv: list[str]) -> int:
         return _run(args)
     except LabError as exc:
         print(f"ddp-preflight lab: error: {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "faults":
         for kind in FAULTS.values():
             print(f"{kind.name:<14} {kind.what} (seed {kind.seed})")
-        return 0
+        return Exit.OK
     if args.command == "up":
         started = time.monotonic()
         lab, built = Lab.up(args.name, nodes=args.nodes, faults=args.fault, subnet=args.subnet,
@@ -88,21 +90,21 @@ def _run(args: argparse.Namespace) -> int:
         print(render_status(lab.status()))
         print(f"try: ssh -F {lab.ssh_config} worker1 hostname" if len(lab.nodes) > 1 else "")
         print(f"export DDP_PREFLIGHT_SSH_CONFIG={lab.ssh_config}")
-        return 0
+        return Exit.OK
     if args.command == "down":
         report = Lab.down(args.name)
         if report is None:
             print(f"no lab named {args.name!r} is up")
-            return 0
+            return Exit.OK
         print(f"lab {args.name!r} is down; stopped {len(report.stopped)} processes in its nodes")
         for problem in report.problems:
             print(f"  could not remove: {problem}", file=sys.stderr)
-        return 1 if report.problems else 0
+        return Exit.FOUND if report.problems else Exit.OK
     lab = Lab.open(args.name)
     if args.command == "status":
         status = lab.status()
         print(json.dumps(status, indent=2) if args.json else render_status(status))
-        return 0
+        return Exit.OK
     if args.command == "exec":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         if not argv:
@@ -117,5 +119,5 @@ def _run(args: argparse.Namespace) -> int:
         else:
             removed = lab.clear_faults(args.faults or None)
             print("cleared " + (", ".join(removed) if removed else "nothing"))
-        return 0
+        return Exit.OK
     raise AssertionError(args.command)

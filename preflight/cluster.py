@@ -9,7 +9,7 @@ from node.facts.shards import ALGORITHMS
 from transport import LocalNode, Node, NodeError, RunningJob, SshNode
 from transport.node import OnLine, Progress
 
-from ..model import NodeFacts
+from .model import NodeFacts
 from .hosts import bad_host_reason
 
 MAX_PARALLEL = 32

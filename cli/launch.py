@@ -12,14 +12,15 @@ import threading
 import time
 from pathlib import Path
 
-from ..model import Report, Status
+from launch.outcome import render
+from launch.plan import Command, PlanError, build_plan
+from launch.run import Launch
 from node.private import make_folder
 from node.redact import redact_argv, redact_env, redact_text
-from .outcome import render
-from .plan import Command, NodeTarget, PlanError, build_plan
-from .run import Launch
+from preflight.api import Preflight
+from preflight.model import Report, Status
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from .exit import Exit
 RUNS = Path("ddp-preflight-runs")    # where each run's log folder goes without --log-dir
 STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the supervisors' grace is 2 s)
 SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTERM on the master",
@@ -73,27 +74,26 @@ def log_dir_problem(log_dir: str | None) -> str | None:
     return f"cannot write the logs in {folder}/ ({why}): run from a folder you can write to, or give --log-dir DIR"
 
 
-def launch_training(args, cluster, report: Report, nodes, options, targets, command: Command,
-                    user_env: dict) -> int:
+def launch_training(args, cluster, done: Preflight, targets, command: Command, user_env: dict) -> int:
+    report = done.report
     bad = refusal(report, args.strict)
     if bad and not args.force:
         say(f"not launching: {describe(bad)}. Fix it (the report above has the fix), "
             "or add --force to launch anyway")
-        return EXIT_FAILED
+        return Exit.FOUND
     if bad:
         say(f"launching anyway (--force), though {describe(bad)}")
     try:
-        plan = build_plan(report, nodes, options, [NodeTarget(t.name, t.python, t.code_dir) for t in targets],
-                          command, cwd=os.getcwd(), user_env=user_env)
+        plan = build_plan(report, done.nodes, done.options, targets, command, cwd=os.getcwd(), user_env=user_env)
     except PlanError as exc:
         say(f"cannot launch: {exc}")
-        return EXIT_FAILED
+        return Exit.FOUND
     log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
     try:
         make_folder(log_dir)
     except OSError as exc:
         say(f"cannot create the log folder {log_dir}: {exc.strerror} (choose another with --log-dir)")
-        return EXIT_USAGE
+        return Exit.USAGE
 
     say(f"launching {' '.join(redact_argv(command.words()))} on {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
         f"= {plan.world_size} ranks; master {plan.master_addr}:{plan.master_port}; logs in {log_dir}/")
@@ -158,7 +158,7 @@ def launch_training(args, cluster, report: Report, nodes, options, targets, comm
         late = [n.node for n in launch.nodes.values() if n.ended_at is None]
         say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s (unreachable?); a node that "
             f"does not hear from this machine stops its part by itself within its {launch.lease:g} s lease")
-        return EXIT_FAILED
+        return Exit.FOUND
     sys.stderr.write("ddp-preflight: " + redact_text(render(result, plan.master_port, plan.nodes[0].node)))
     sys.stderr.flush()
     return result.exit_code

@@ -19,7 +19,7 @@ from pathlib import Path
 from node import protocol
 
 from node.redact import redact_json
-from .outcome import LaunchResult, NodeState, RankState, explain
+from .outcome import LaunchResult, NodeState, LaunchedRank, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
 
@@ -33,7 +33,7 @@ class Launch:
     `on_line` callbacks (from the nodes' reader threads); `stop()` may be called from anywhere
     (Ctrl-C, the dashboard's quit) and returns at once; `wait()` blocks until every node ended.
 
-    The state is plain data, readable at any time: `plan`, `ranks` (global rank -> RankState:
+    The state is plain data, readable at any time: `plan`, `ranks` (global rank -> LaunchedRank:
     pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`.
 
     The log folder is not the run: when it cannot be written (a full disk), `on_logs_failed`
@@ -47,8 +47,8 @@ class Launch:
         self.on_line: list[Callable[[Line], None]] = []
         self.on_end: list[Callable[[LaunchResult], None]] = []
         self.on_logs_failed: list[Callable[[str], None]] = []
-        self.ranks: dict[int, RankState] = {
-            rank: RankState(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
+        self.ranks: dict[int, LaunchedRank] = {
+            rank: LaunchedRank(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
         self.nodes: dict[str, NodeState] = {n.node: NodeState(n.node) for n in plan.nodes}
         self.stop_reason: str | None = None
         self.first_failure: str | None = None

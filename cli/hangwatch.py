@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 
-from . import stall
+from hangwatch import stall
+
+from .exit import Exit
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,11 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         print("hangwatch: error: --threshold must be at least 2 s, and --interval positive and at most "
               "a quarter of the threshold",
               file=sys.stderr)
-        return 2
+        return Exit.USAGE
     try:
         return attach(args)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
 
 
 def _connect(hosts: list[str], ssh_config: str | None, python: str):
@@ -60,7 +62,7 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str):
 
     from transport import NodeError, SshNode
 
-    from .watch import WatchTarget
+    from hangwatch.watch import WatchTarget
 
     def one(host):
         node = SshNode(host, python, ssh_config)
@@ -77,7 +79,7 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str):
 
 
 def attach(args) -> int:
-    from .watch import Watcher, WatchTarget
+    from hangwatch.watch import Watcher, WatchTarget
 
     python = args.python or sys.executable
     ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
@@ -96,7 +98,7 @@ def attach(args) -> int:
         print(f"hangwatch: {problem}", file=sys.stderr)
     if not targets:
         print("hangwatch: no node could be watched", file=sys.stderr)
-        return 2
+        return Exit.USAGE
 
     hung = threading.Event()
     write_lock = threading.Lock()
@@ -111,7 +113,7 @@ def attach(args) -> int:
                     record["snapshot"] = event.snapshot.to_json()
                 out.write(json.dumps(record) + "\n")
             else:
-                from .render import diagnosis_block, event_line
+                from hangwatch.render import diagnosis_block, event_line
                 out.write(event_line(event.kind, event.text) + "\n")
                 if event.kind == "diagnosis" and event.snapshot is not None:
                     out.write("".join(f"    {l}\n" for l in diagnosis_block(event.snapshot).splitlines()[1:]))
@@ -148,7 +150,7 @@ def attach(args) -> int:
         watcher.close()
         for node in nodes:
             node.close()
-    return 1 if hung.is_set() else 0
+    return Exit.FOUND if hung.is_set() else Exit.OK
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from node.private import make_folder, open_file
-from ..report.terminal import visible
+from preflight.report.terminal import visible
 
 TEE_PREFIX = re.compile(r"^\[([A-Za-z_]\D*?)(\d+)\]:(.*)$")
 STEP = re.compile(r"^\s*step\b\s*[:=#]?\s*(\d+)", re.IGNORECASE)     # nanochat: "step 00004/05000 ..."

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ..model import NodeFacts, Options, Report
+from preflight.cluster import Target
+from preflight.model import NodeFacts, Options, Report
 from node.redact import redact_argv, redact_env
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -31,14 +32,6 @@ class Command:
 
     def words(self) -> list[str]:
         return [*(["-m"] if self.module else []), self.script, *self.args]
-
-
-@dataclass(frozen=True)
-class NodeTarget:
-    """Where a node runs: its name, the training Python, and its code folder (config or default)."""
-    name: str
-    python: str
-    code_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +136,7 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, targets: Sequence[NodeTarget],
+def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, targets: Sequence[Target],
                command: Command, *, cwd: str, user_env: Mapping[str, str] | None = None) -> Plan:
     """One NodePlan per node, in host order. `cwd` is the folder ddp-preflight runs in on the master."""
     if not nodes:
@@ -204,8 +197,8 @@ def _interface(report: Report, node: NodeFacts, options: Options) -> str | None:
         env = result.details.get("env") or {}
         name = next((env[v] for v in IFNAME_VARS if env.get(v)), None)
     else:
-        from ..checks.network import toward_master   # the rule interface-choice applies
-        from ..model import Context
+        from preflight.checks.network import toward_master   # the rule interface-choice applies
+        from preflight.model import Context
         iface = toward_master(Context((node,), options), node) if node.facts else None
         name = iface["name"] if iface else None
     return None if name in (None, "lo") else name

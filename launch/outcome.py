@@ -13,7 +13,7 @@ STOPPED_BY_US = "stopped by ddp-preflight"
 
 
 @dataclass
-class RankState:
+class LaunchedRank:
     rank: int
     node: str
     local_rank: int
@@ -58,7 +58,7 @@ class NodeState:
 
 @dataclass
 class LaunchResult:
-    ranks: list[RankState]
+    ranks: list[LaunchedRank]
     nodes: list[NodeState]
     stop_reason: str | None            # why ddp-preflight stopped the run (None: it ended by itself)
     first_failure: str | None          # the node that failed first
@@ -76,7 +76,7 @@ class LaunchResult:
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
-    def failed_ranks(self) -> list[RankState]:
+    def failed_ranks(self) -> list[LaunchedRank]:
         """The ranks that failed by themselves (not stopped by anyone)."""
         return [r for r in self.ranks if r.ended and not r.ok and r.why is None]
 
@@ -96,7 +96,7 @@ def _signal_name(number: int) -> str:
         return "unknown signal"
 
 
-def explain(ranks: list[RankState], node: NodeState) -> None:
+def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
     """Fill in `why` for one node's ranks once the node has ended."""
     failed = [r for r in ranks if r.exit not in (None, 0) or r.signal not in (None, signals.SIGTERM)]
     for r in ranks:

@@ -1,0 +1,11 @@
+"""Exit codes, one set for every command (a CI job gates training on them)."""
+
+import enum
+
+
+class Exit(enum.IntEnum):
+    OK = 0             # no failure: ready; no hang named; every rank exited 0
+    FOUND = 1          # a check failed (or warned, with --strict); a hang was named; a rank failed
+                       # or the run was stopped; preflight refused the launch
+    USAGE = 2          # usage or internal error (one line on stderr, never a traceback)
+    INTERRUPTED = 130  # Ctrl-C before anything could be said

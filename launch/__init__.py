@@ -1,0 +1,10 @@
+"""Launch: start the training on every node with what preflight found, bring every rank's
+output back, and stop everything together (plan -> run -> outcome; output for the lines)."""
+
+from .outcome import LaunchResult, NodeState, LaunchedRank, render
+from .output import Line
+from .plan import Command, NodePlan, Plan, PlanError, build_plan, parse_command, parse_env
+from .run import Launch
+
+__all__ = ["Command", "Launch", "LaunchResult", "Line", "NodePlan", "NodeState", "Plan",
+           "PlanError", "LaunchedRank", "build_plan", "parse_command", "parse_env", "render"]

@@ -1,0 +1,54 @@
+"""Preflight as a library call: `run(targets, options) -> Report`, as the CLI and the launcher use
+it. Facts from every node, then the probes the selected checks need, then the checks; one
+unreachable node is that node's result, never the end of the report.
+
+    from preflight.api import run
+    from preflight.cluster import Target
+    from preflight.model import Options
+    report = run([Target("master", "/opt/venv/bin/python"), Target("worker1", "/opt/venv/bin/python")],
+                 Options(nproc_per_node=2))
+
+`check(cluster, options, checks)` does the same on connections the caller keeps open: the
+launcher starts the training on the connections preflight opened."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from transport.node import Progress
+
+from .checks import CHECKS, run_checks
+from .cluster import Cluster, Target, gather
+from .model import Check, Context, NodeFacts, Options, Report
+from .probes.run import run_probes
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A finished preflight: the report, every node's facts, and the options as they were
+    settled (the master address the workers dial, found on the way)."""
+    report: Report
+    nodes: tuple[NodeFacts, ...]
+    options: Options
+
+
+def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
+          on_progress: Progress | None = None) -> Preflight:
+    checks = tuple(checks)
+    request = {"master_port": options.master_port, "master_addr": options.master_addr,
+               "launch_args": list(options.launch_args), "nnodes": len(cluster.targets),
+               "nproc_per_node": options.nproc_per_node}
+    found, master_addr = gather(cluster, request, on_progress=on_progress)
+    nodes = tuple(found)
+    options = replace(options, master_addr=master_addr)
+    needed = sorted({p for c in checks for p in c.needs})
+    probes = run_probes(needed, cluster, nodes, options) if needed else {}
+    report = Report(tuple(run_checks(Context(nodes, options, probes), checks)), tuple(n.node for n in nodes))
+    return Preflight(report, nodes, options)
+
+
+def run(targets: list[Target], options: Options = Options(), *, checks: Iterable[Check] = CHECKS,
+        ssh_config: str | None = None, on_progress: Progress | None = None) -> Report:
+    with Cluster(targets, ssh_config) as cluster:
+        return check(cluster, options, checks, on_progress).report
