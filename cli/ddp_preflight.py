@@ -165,12 +165,12 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     if args.no_probes:
         checks = tuple(c for c in checks if not c.needs)
     targets = _targets(args, config, hosts, launch_args)
-    from preflight.api import check
+    from preflight import api
     from preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config) as cluster:
         progress = _hashing_progress(quiet=args.json)
-        done = check(cluster, options, checks, on_progress=progress)
+        done = api.check(cluster, options, checks, on_progress=progress)
         if progress:
             sys.stderr.write("\r\x1b[K")
         code = _render(args, done.report)
