@@ -19,8 +19,9 @@ class Status(str, enum.Enum):
     ERROR = "error"     # the check itself could not run on this node: the reason is the summary
 
     @property
-    def rank(self) -> int:
-        """Severity for sorting and the overall outcome."""
+    def severity(self) -> int:
+        """0: fine (pass, skip); 1: a warning; 2: a failure (fail, error). For the worst of
+        several, and the overall outcome."""
         return {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "error": 2}[self.value]
 
 
@@ -120,10 +121,10 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(r.status.rank >= 2 for r in self.results)
+        return not any(r.status.severity >= 2 for r in self.results)
 
     def ok_strict(self) -> bool:
-        return not any(r.status.rank >= 1 for r in self.results)
+        return not any(r.status.severity >= 1 for r in self.results)
 
     def to_json(self, strict: bool = False) -> dict:
         return {"ok": self.ok_strict() if strict else self.ok, "nodes": list(self.nodes),

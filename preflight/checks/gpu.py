@@ -346,6 +346,6 @@ def check_gpu_health(ctx: Context) -> Iterator[Result]:
                          "PCIe at full width" + (f" (not readable here: {', '.join(unknown)})" if unknown else ""),
                          None, details)
             continue
-        worst = max(findings, key=lambda f: f.status.rank)
+        worst = max(findings, key=lambda f: f.status.severity)
         yield Result(ID, worst.status, node.node, "; ".join(f.text for f in findings),
                      next((f.fix for f in findings if f.fix and f.status is worst.status), None), details)

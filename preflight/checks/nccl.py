@@ -69,7 +69,7 @@ def check_nccl_parity(ctx: Context) -> Iterator[Result]:
                                         f"the master's for CUDA {master['cuda']} (see torch-parity)",
                                         f"install the same wheel on every node ({master.get('version')})"))
         if findings:
-            worst = max(findings, key=lambda f: f.status.rank)
+            worst = max(findings, key=lambda f: f.status.severity)
             yield Result(ID, worst.status, node.node, "; ".join(f.text for f in findings),
                          next(f.fix for f in findings if f.status is worst.status), details)
             continue
@@ -221,7 +221,7 @@ def check_nccl_env(ctx: Context) -> Iterator[Result]:
         details = {"env": variables, "nccl_conf": dict(gpu_of(node).get("nccl_conf") or {}),
                    "network": net.kind if net else None, "infiniband": list(gpu_of(node).get("infiniband") or [])}
         if findings:
-            worst = max(findings, key=lambda f: f.status.rank)
+            worst = max(findings, key=lambda f: f.status.severity)
             yield Result(ID, worst.status, node.node, "; ".join(f.text for f in findings),
                          next(f.fix for f in findings if f.status is worst.status), details)
             continue
