@@ -33,7 +33,7 @@ def say(text: str) -> None:
 
 def refusal(report: Report, strict: bool) -> list:
     worst = 1 if strict else 2
-    return [r for r in report.results if r.status.rank >= worst]
+    return [r for r in report.results if r.status.severity >= worst]
 
 
 def describe(results: list) -> str:

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from preflight.checks.common import env_of
+from preflight.checks.network import route_to_master, toward_master   # the rule interface-choice applies
 from preflight.cluster import Target
-from preflight.model import NodeFacts, Options, Report
+from preflight.facts import Missing
+from preflight.model import Context, NodeFacts, Options, Report
 from node.redact import redact_argv, redact_env
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -169,8 +172,8 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
 
 def _master_addr(master: NodeFacts, options: Options) -> str | None:
     """The address the master resolved for itself (what the probes dialled); else the option."""
-    route = ((master.facts.get("network") or {}).get("route_to_master") or {}) if master.facts else {}
-    return route.get("address") or options.master_addr
+    route = route_to_master(master)
+    return (None if isinstance(route, Missing) else route.address) or options.master_addr
 
 
 def _result(report: Report, check: str, node: str):
@@ -197,10 +200,8 @@ def _interface(report: Report, node: NodeFacts, options: Options) -> str | None:
         env = result.details.get("env") or {}
         name = next((env[v] for v in IFNAME_VARS if env.get(v)), None)
     else:
-        from preflight.checks.network import toward_master   # the rule interface-choice applies
-        from preflight.model import Context
-        iface = toward_master(Context((node,), options), node) if node.facts else None
-        name = iface["name"] if iface else None
+        iface = toward_master(Context((node,), options), node)
+        name = iface.name if iface else None
     return None if name in (None, "lo") else name
 
 
@@ -209,14 +210,15 @@ def _omp_threads(report: Report, node: NodeFacts, options: Options) -> int | Non
     advice), not torchrun's 1. A node's own setting passes through untouched."""
     if options.device != "cpu":
         return None
-    env = (node.facts.get("env") or {}).get("vars", {}) if node.facts else {}
-    if "OMP_NUM_THREADS" in env:
+    if "OMP_NUM_THREADS" in env_of(node):
         return None
     result = _result(report, "omp-threads", node.node)
     if result is not None and result.details.get("recommended"):
         return int(result.details["recommended"])
-    cpu = (node.facts.get("cpu") or {}) if node.facts else {}
-    cores = min(cpu.get("physical_cores") or 0, cpu.get("usable_cores") or cpu.get("physical_cores") or 0)
+    cpu = node.parsed.cpu
+    if isinstance(cpu, Missing):
+        return None
+    cores = min(cpu.physical_cores, cpu.usable_cores or cpu.physical_cores)
     return max(1, cores // max(1, options.nproc_per_node)) if cores else None
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
+
+from .facts import Facts
 
 
 class Status(str, enum.Enum):
@@ -19,9 +22,21 @@ class Status(str, enum.Enum):
     ERROR = "error"     # the check itself could not run on this node: the reason is the summary
 
     @property
-    def rank(self) -> int:
-        """Severity for sorting and the overall outcome."""
+    def severity(self) -> int:
+        """0: fine (pass, skip); 1: a warning; 2: a failure (fail, error). For the worst of
+        several, and the overall outcome."""
         return {"pass": 0, "skip": 0, "warn": 1, "fail": 2, "error": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check says about one node (or the cluster): a Result without the check's id,
+    which the runner adds (checks/__init__.py), so a check never writes its own id."""
+    status: Status
+    node: str | None            # the node it is about; None for the cluster as a whole
+    summary: str                # one line: what is wrong (or right)
+    fix: str | None = None      # what to paste to fix it
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,27 +66,18 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What was collected on one node. `facts` is the collector's JSON: one section per
-    collector; a section that failed is {"error": "..."}. `error` means no facts at all."""
+    """What was collected on one node. `facts` is the JSON the node sent (one section per
+    collector; a section that failed is {"error": "..."}), kept as sent for recordings;
+    `parsed` is the same, typed, and what checks read. `error` means no facts at all."""
     node: str                   # the name the user gave (host alias)
     facts: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None    # why the node could not be reached or run the collector
     fix: str | None = None
 
-    def section(self, name: str) -> Mapping[str, Any] | None:
-        """A collector's section, or None when it is missing or failed."""
-        value = self.facts.get(name)
-        if not isinstance(value, Mapping) or "error" in value:
-            return None
-        return value
-
-    def section_error(self, name: str) -> str | None:
-        value = self.facts.get(name)
-        if value is None:
-            return f"no {name} facts were collected"
-        if isinstance(value, Mapping) and "error" in value:
-            return str(value["error"])
-        return None
+    @cached_property
+    def parsed(self) -> Facts:
+        """The facts as typed data, parsed on first use, once per node."""
+        return Facts.from_json(self.facts)
 
 
 @dataclass(frozen=True)
@@ -107,9 +113,9 @@ class Context:
 
 @dataclass(frozen=True)
 class Check:
-    id: str
+    id: str                     # stable: --only, the JSON report and docs/checks/ID.md use it
     title: str                  # one line for --list
-    run: Callable[[Context], Iterable[Result]]
+    run: Callable[[Context], Iterable[Verdict]]
     needs: tuple[str, ...] = ()   # probes whose data it judges (they run across the nodes first)
 
 
@@ -120,10 +126,10 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(r.status.rank >= 2 for r in self.results)
+        return not any(r.status.severity >= 2 for r in self.results)
 
     def ok_strict(self) -> bool:
-        return not any(r.status.rank >= 1 for r in self.results)
+        return not any(r.status.severity >= 1 for r in self.results)
 
     def to_json(self, strict: bool = False) -> dict:
         return {"ok": self.ok_strict() if strict else self.ok, "nodes": list(self.nodes),

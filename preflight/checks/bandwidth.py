@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
+from ..facts import Missing
+from ..model import Context, NodeFacts, Status, Verdict
 from .common import probe_data
 from .network import toward_master
 
@@ -63,7 +64,7 @@ def links(ctx: Context, names: list[str]) -> dict[str, dict]:
         node: NodeFacts | None = by_name.get(name)
         iface = toward_master(ctx, node) if node is not None else None
         if iface is not None:
-            out[name] = {"interface": iface["name"], "kind": iface["kind"], "speed_mbit": iface.get("speed_mbit")}
+            out[name] = {"interface": iface.name, "kind": iface.kind, "speed_mbit": iface.speed_mbit}
     return out
 
 
@@ -86,9 +87,8 @@ def _describe(name: str, link: dict) -> str:
     return f"{name}'s {link['interface']} ({kind}{speed})"
 
 
-def check_bandwidth(ctx: Context) -> Iterator[Result]:
-    ID = "bandwidth"
-    data, early = probe_data(ctx, "bandwidth", ID)
+def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
+    data, early = probe_data(ctx, "bandwidth")
     if early:
         yield early
         return
@@ -108,10 +108,10 @@ def check_bandwidth(ctx: Context) -> Iterator[Result]:
     params = ctx.options.params
     if not params:
         moved, seconds = step_seconds(REFERENCE_PARAMS, world, busbw)
-        yield Result(ID, Status.PASS, None,
-                     f"{figures}{where}. For scale: a {count(REFERENCE_PARAMS)}-parameter model's fp32 gradients "
-                     f"would take about {duration(seconds)} per step (--params N predicts yours)", None,
-                     {**details, "reference": {"params": REFERENCE_PARAMS, "bytes_per_rank": moved,
+        yield Verdict(Status.PASS, None,
+                      f"{figures}{where}. For scale: a {count(REFERENCE_PARAMS)}-parameter model's fp32 gradients "
+                      f"would take about {duration(seconds)} per step (--params N predicts yours)", None,
+                      {**details, "reference": {"params": REFERENCE_PARAMS, "bytes_per_rank": moved,
                                                "seconds": seconds}})
         return
     moved, seconds = step_seconds(params, world, busbw)
@@ -121,7 +121,7 @@ def check_bandwidth(ctx: Context) -> Iterator[Result]:
                  f"fp32 gradients (a ring moves {megabytes(moved)} through every rank), about {duration(seconds)} "
                  f"at {rate(busbw)}")
     if seconds <= SLOW_STEP_SECONDS:
-        yield Result(ID, Status.PASS, None, f"{figures}{where}. {predicted}", None, details)
+        yield Verdict(Status.PASS, None, f"{figures}{where}. {predicted}", None, details)
         return
     tokens = _break_even_tokens(ctx, params, seconds)
     if tokens:
@@ -130,17 +130,17 @@ def check_bandwidth(ctx: Context) -> Iterator[Result]:
                "compute, not the link, sets the pace" if tokens else "")
     if slow and slow[1]["kind"] in SLOW_KINDS:
         name, link = slow
-        yield Result(ID, Status.WARN, name,
-                     f"{predicted}: the link, not compute, will bound the run{compute}. The slowest link is "
-                     f"{_describe(name, link)}: every step's all_reduce crosses it (seeds 001, 004). {figures}",
-                     f"connect {name} by wire, then on {name}: export GLOO_SOCKET_IFNAME=<its wired interface>   "
-                     "# or all-reduce less often: accumulate gradients over several micro-batches inside "
-                     "model.no_sync()", details)
+        yield Verdict(Status.WARN, name,
+                      f"{predicted}: the link, not compute, will bound the run{compute}. The slowest link is "
+                      f"{_describe(name, link)}: every step's all_reduce crosses it (seeds 001, 004). {figures}",
+                      f"connect {name} by wire, then on {name}: export GLOO_SOCKET_IFNAME=<its wired interface>   "
+                      "# or all-reduce less often: accumulate gradients over several micro-batches inside "
+                      "model.no_sync()", details)
         return
-    yield Result(ID, Status.WARN, slow[0] if slow else None,
-                 f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
-                 "use a faster link between the nodes, or all-reduce less often: accumulate gradients over several "
-                 "micro-batches inside model.no_sync()", details)
+    yield Verdict(Status.WARN, slow[0] if slow else None,
+                  f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
+                  "use a faster link between the nodes, or all-reduce less often: accumulate gradients over several "
+                  "micro-batches inside model.no_sync()", details)
 
 
 def _break_even_tokens(ctx: Context, params: int, seconds: float) -> int | None:
@@ -158,14 +158,13 @@ def _threads(figures: dict) -> str:
     return f"{n} thread{'s' if n != 1 else ''}, {figures['threads_from']}"
 
 
-def check_compute_balance(ctx: Context) -> Iterator[Result]:
-    ID = "compute-balance"
-    data, early = probe_data(ctx, "compute", ID)
+def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
+    data, early = probe_data(ctx, "compute")
     if early:
         yield early
         return
     for name, reason in data["errors"].items():
-        yield Result(ID, Status.ERROR, name, f"{name}: the matmul benchmark did not run: {reason}")
+        yield Verdict(Status.ERROR, name, f"{name}: the matmul benchmark did not run: {reason}")
     measured = data["nodes"]
     if not measured:
         return
@@ -179,7 +178,7 @@ def check_compute_balance(ctx: Context) -> Iterator[Result]:
     if not slow:
         balance = (f"all within {STRAGGLER_RATIO}x of the fastest" if len(measured) > 1
                    else "one node, no one to wait for")
-        yield Result(ID, Status.PASS, None, f"fp32 matmul: {listed}; {balance}", None, details)
+        yield Verdict(Status.PASS, None, f"fp32 matmul: {listed}; {balance}", None, details)
         return
     by_name = {n.node: n for n in ctx.nodes}
     others = f". All: {listed}" if len(measured) > 2 else ""
@@ -187,17 +186,17 @@ def check_compute_balance(ctx: Context) -> Iterator[Result]:
         figures = measured[name]
         slowdown = top / figures["gflops"]
         role = "the straggler every synchronous step waits for" if name == slow[0] else "also slower than the rest"
-        yield Result(ID, Status.WARN, name,
-                     f"{name} is {role}: {figures['gflops']:.0f} GFLOP/s ({_threads(figures)}) against {fastest}'s "
-                     f"{top:.0f} GFLOP/s ({_threads(measured[fastest])}): every synchronous step's compute takes "
-                     f"about {slowdown:.1f}x as long as at {fastest}'s pace{others}",
-                     _straggler_fix(name, figures, measured[fastest], by_name.get(name), ctx.options.nproc_per_node),
-                     {**details, "straggler": name, "slowdown": round(slowdown, 2)})
+        yield Verdict(Status.WARN, name,
+                      f"{name} is {role}: {figures['gflops']:.0f} GFLOP/s ({_threads(figures)}) against {fastest}'s "
+                      f"{top:.0f} GFLOP/s ({_threads(measured[fastest])}): every synchronous step's compute takes "
+                      f"about {slowdown:.1f}x as long as at {fastest}'s pace{others}",
+                      _straggler_fix(name, figures, measured[fastest], by_name.get(name), ctx.options.nproc_per_node),
+                      {**details, "straggler": name, "slowdown": round(slowdown, 2)})
 
 
 def _straggler_fix(name: str, slow: dict, fast: dict, node: NodeFacts | None, nproc: int) -> str:
-    cpu = (node.section("cpu") or {}) if node is not None else {}
-    cores = cpu.get("physical_cores") or slow.get("cpus") or 1
+    cpu = node.parsed.cpu if node is not None else Missing("not one of the nodes")
+    cores = (None if isinstance(cpu, Missing) else cpu.physical_cores) or slow.get("cpus") or 1
     best = max(1, cores // max(1, nproc))
     if slow["threads"] < fast["threads"] and slow["threads"] < best:
         return (f"export OMP_NUM_THREADS={best}   # on {name}, where training starts "

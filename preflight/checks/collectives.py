@@ -6,13 +6,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from ..model import Context, Result, Status
-from .common import network_of, probe_data
-from .network import check_address_family, check_interface_choice, toward_master
-from .ports import check_ephemeral_ports, check_master_reachable
-from .processes import check_master_port
-
-ID = "collectives"
+from ..facts import Missing
+from ..model import Context, Status, Verdict
+from .common import probe_data
+from .network import toward_master
 
 # What data-parallel training (DDP, FSDP, ZeRO-style optimizers such as seed 000's) calls: a
 # failure there fails the run. The others (pipeline p2p, MoE all-to-all, NCCL's PREMUL_SUM,
@@ -43,8 +40,8 @@ CALL = {"all_reduce_sum": "all_reduce", "all_reduce_avg": "all_reduce", "all_red
 SHIM = "docs/checks/collectives.md#the-get_future-shim"
 
 
-def check_collectives(ctx: Context) -> Iterator[Result]:
-    data, early = probe_data(ctx, "collectives", ID)
+def check_collectives(ctx: Context) -> Iterator[Verdict]:
+    data, early = probe_data(ctx, "collectives")
     if early:
         yield early
         return
@@ -58,8 +55,8 @@ def check_collectives(ctx: Context) -> Iterator[Result]:
         if not pinned or _init_failed(pinned["init"], data["world"]):
             return
     if not data["matrix"]:
-        yield Result(ID, Status.ERROR, None, "the probe's job ended without reporting a matrix: "
-                     + _job_reason(data["jobs"]), "please report this with the --json output", base)
+        yield Verdict(Status.ERROR, None, "the probe's job ended without reporting a matrix: "
+                      + _job_reason(data["jobs"]), "please report this with the --json output", base)
         return
     under = _pinned_words(pinned) if pinned else ""
     failures = _failures(data["matrix"])
@@ -69,25 +66,25 @@ def check_collectives(ctx: Context) -> Iterator[Result]:
         yield _failure_result(op, rows, others, data["backend"], scan, base, under)
     if data.get("broken"):
         b = data["broken"]
-        yield Result(ID, Status.FAIL, None,
-                     f"the process group broke after {_case_words(b['case'])} ({b['reason']}); the cases after "
-                     "it were not run, and training calling it would hang or fail the same way",
-                     "see the failure above for that operation's workaround", {**base, "broken": b})
+        yield Verdict(Status.FAIL, None,
+                      f"the process group broke after {_case_words(b['case'])} ({b['reason']}); the cases after "
+                      "it were not run, and training calling it would hang or fail the same way",
+                      "see the failure above for that operation's workaround", {**base, "broken": b})
     elif data.get("stopped"):
         s = data["stopped"]
-        yield Result(ID, Status.FAIL, None,
-                     f"the job was stopped while it ran {_case_words(s['case'])}: it did not return "
-                     f"({_job_reason(data['jobs'])}); training calling it would hang there",
-                     "avoid this operation on this backend", {**base, "stopped": s})
+        yield Verdict(Status.FAIL, None,
+                      f"the job was stopped while it ran {_case_words(s['case'])}: it did not return "
+                      f"({_job_reason(data['jobs'])}); training calling it would hang there",
+                      "avoid this operation on this backend", {**base, "stopped": s})
     if scan.get("error"):
-        yield Result(ID, Status.ERROR, None, f"--scan: {scan['error']}", "give --scan a folder or .py file", base)
+        yield Verdict(Status.ERROR, None, f"--scan: {scan['error']}", "give --scan a folder or .py file", base)
     if not failures and not data.get("broken") and not data.get("stopped"):
         ops = {r["op"] for r in data["matrix"]}
         sites = f"; --scan found {len(scan['sites'])} collective calls, none failing" if scan.get("sites") else ""
-        yield Result(ID, Status.PASS, None,
-                     f"all {len(data['matrix'])} cases pass on {data['backend']} ({len(ops)} operations x "
-                     f"blocking/async/get_future x float32/bfloat16/float16, {data['world']} ranks on "
-                     f"{len(data['nodes'])} nodes, {data['seconds']:.1f} s){under}{sites}", None, base)
+        yield Verdict(Status.PASS, None,
+                      f"all {len(data['matrix'])} cases pass on {data['backend']} ({len(ops)} operations x "
+                      f"blocking/async/get_future x float32/bfloat16/float16, {data['world']} ranks on "
+                      f"{len(data['nodes'])} nodes, {data['seconds']:.1f} s){under}{sites}", None, base)
 
 
 def compact(matrix: list[dict]) -> dict:
@@ -119,7 +116,7 @@ def _message(row: dict) -> str:
 
 
 def _failure_result(op: str, rows: list[dict], others: list[dict], backend: str, scan: dict, base: dict,
-                    under: str) -> Result:
+                    under: str) -> Verdict:
     """One distinct failure of op (rows); others: the op's rows that failed some other way."""
     modes = [m for m in MODE_WORDS if any(r["mode"] == m for r in rows)]
     dtypes = sorted({r["dtype"] for r in rows if r["dtype"]}, key=["float32", "bfloat16", "float16"].index)
@@ -164,7 +161,7 @@ def _failure_result(op: str, rows: list[dict], others: list[dict], backend: str,
     status = Status.FAIL if (wrong or (hits and not maybe) or (op in COMMON and not future_only)) else Status.WARN
     fix = wrong_numbers(op, modes, dtypes, backend) if wrong else workaround(op, modes, dtypes, backend)
     details = {**base, "op": op, "failure": _what_failed(first), "failures": rows, "call_sites": hits}
-    return Result(ID, status, None, summary, fix, details)
+    return Verdict(status, None, summary, fix, details)
 
 
 def workaround(op: str, modes: list[str], dtypes: list[str], backend: str) -> str:
@@ -209,7 +206,7 @@ def _init_failed(init: list[dict], world: int) -> bool:
     return len(init) < world or not all(r.get("ok") for r in init)
 
 
-def _init_failure(ctx: Context, data: dict, base: dict) -> Result:
+def _init_failure(ctx: Context, data: dict, base: dict) -> Verdict:
     init, bound = data["init"], data["bound"]
     failed = [r for r in init if not r.get("ok")]
     port = f"{ctx.options.master_addr or ctx.master.node}:{data['port']}"
@@ -255,24 +252,25 @@ def _init_failure(ctx: Context, data: dict, base: dict) -> Result:
     details = {**base, "init": init, "jobs": data["jobs"], "env": data.get("env"), "likely_causes": causes}
     if pinned:
         details["pinned"] = pinned
-    return Result(ID, Status.FAIL, None, what, fix, details)
+    return Verdict(Status.FAIL, None, what, fix, details)
 
 
 def _likely_causes(ctx: Context, symptom: str) -> list[dict]:
     """Failures the fact and network checks report, most relevant to this symptom first."""
     if not CAUSES_FOR[symptom]:
         return []      # the job itself broke: no network fact explains that
-    checks = {"address-family": check_address_family, "interface-choice": check_interface_choice,
-              "master-port": check_master_port}
+    from . import BY_ID     # the registry imports this module: look it up when asked
+
+    checks = ["address-family", "interface-choice", "master-port"]
     if ctx.probes.get("network") and "error" not in ctx.probes["network"]:
-        checks.update({"ephemeral-ports": check_ephemeral_ports, "master-reachable": check_master_reachable})
+        checks += ["ephemeral-ports", "master-reachable"]
     found = []
     for name in CAUSES_FOR[symptom] + tuple(c for c in checks if c not in CAUSES_FOR[symptom]):
         if name not in checks:
             continue
         try:
-            found += [{"check": r.check, "node": r.node, "summary": r.summary, "fix": r.fix}
-                      for r in checks[name](ctx) if r.status == Status.FAIL]
+            found += [{"check": name, "node": v.node, "summary": v.summary, "fix": v.fix}
+                      for v in BY_ID[name].run(ctx) if v.status == Status.FAIL]
         except Exception:     # a cause we cannot name is not this check's failure
             continue
     if symptom in ("timeout", "other") and "ephemeral-ports" not in checks:
@@ -284,17 +282,19 @@ def _likely_causes(ctx: Context, symptom: str) -> list[dict]:
 def _firewalls(ctx: Context) -> list[dict]:
     out = []
     for node in ctx.reachable:
-        net = network_of(node)
-        fw = net.get("firewall") or {}
-        if not (fw.get("input_drops") or fw.get("input_policy_drop")):
+        net = node.parsed.network
+        if isinstance(net, Missing) or isinstance(net.firewall, Missing):
             continue
-        low, high = net.get("ephemeral_ports") or (32768, 60999)
-        iface = toward_master(ctx, node) or {}
-        subnet = next((str(ipaddress.ip_network(f"{a['address']}/{a['prefixlen']}", strict=False))
-                       for a in iface.get("addresses", []) if a.get("scope") == "global"), None)
-        drops = "a drop policy" if fw.get("input_policy_drop") else f"{fw['input_drops']} drop rule(s)"
+        fw = net.firewall
+        if not (fw.input_drops or fw.input_policy_drop):
+            continue
+        low, high = net.ephemeral_ports or (32768, 60999)
+        iface = toward_master(ctx, node)
+        subnet = next((str(ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False))
+                       for a in (iface.addresses if iface else ()) if a.scope == "global"), None)
+        drops = "a drop policy" if fw.input_policy_drop else f"{fw.input_drops} drop rule(s)"
         out.append({"check": "firewall", "node": node.node,
-                    "summary": f"{node.node}'s {fw.get('tool') or 'firewall'} drops some new inbound connections "
+                    "summary": f"{node.node}'s {fw.tool or 'firewall'} drops some new inbound connections "
                                f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
                     "fix": f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
                            f"to any port {low}:{high}"})

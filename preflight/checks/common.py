@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
-from ..model import Context, NodeFacts, Result, Status
+from ..facts import Missing, Process
+from ..model import Context, NodeFacts, Status, Verdict
 
 
 def gib(n: int | None) -> str:
@@ -17,30 +19,14 @@ def on_node(node: str, command: str) -> str:
 
 
 def python_of(node: NodeFacts) -> str:
-    python = node.section("python") or {}
-    return python.get("executable") or "python3"
+    python = node.parsed.python
+    return (None if isinstance(python, Missing) else python.executable) or "python3"
 
 
-def env_of(node: NodeFacts) -> dict:
-    return (node.section("env") or {}).get("vars", {})
-
-
-def network_of(node: NodeFacts) -> dict:
-    return node.section("network") or {}
-
-
-def interface(node: NodeFacts, name: str | None) -> dict | None:
-    for iface in network_of(node).get("interfaces", []):
-        if iface["name"] == name:
-            return iface
-    return None
-
-
-def interface_with_address(node: NodeFacts, address: str | None) -> dict | None:
-    for iface in network_of(node).get("interfaces", []):
-        if any(a["address"] == address for a in iface["addresses"]):
-            return iface
-    return None
+def env_of(node: NodeFacts) -> Mapping[str, str]:
+    """The node's variables that training reads; none when they were not collected."""
+    env = node.parsed.env
+    return {} if isinstance(env, Missing) else env
 
 
 def short_command(argv: list[str], limit: int = 90) -> str:
@@ -59,21 +45,22 @@ def short_command(argv: list[str], limit: int = 90) -> str:
     return text
 
 
-def describe_process(proc: dict) -> str:
-    command = short_command(proc.get("cmdline") or [])
-    age = proc.get("age_seconds")
+def describe_process(proc: Process, *, orphan: bool = True) -> str:
+    """PID, command, orphan (unless told not to say it) and age, in one parenthesis."""
+    command = short_command(list(proc.cmdline))
+    age = proc.age_seconds
     when = "" if age is None else (f", {age / 3600:.1f} h old" if age >= 3600 else f", {age:.0f} s old")
-    orphan = ", orphan" if proc.get("orphan") else ""
-    return f"PID {proc['pid']} ({command}{orphan}{when})"
+    orphaned = ", orphan" if orphan and proc.orphan else ""
+    return f"PID {proc.pid} ({command}{orphaned}{when})"
 
 
-def probe_data(ctx: Context, probe: str, check: str) -> tuple[dict | None, Result | None]:
-    """A probe's data, or the result to give instead: not probed, skipped, or failed."""
+def probe_data(ctx: Context, probe: str) -> tuple[dict | None, Verdict | None]:
+    """A probe's data, or the verdict to give instead: not probed, skipped, or failed."""
     data = ctx.probes.get(probe)
     if data is None:
-        return None, Result(check, Status.SKIP, None, "not probed (--no-probes)")
+        return None, Verdict(Status.SKIP, None, "not probed (--no-probes)")
     if "error" in data:
-        return None, Result(check, Status.ERROR, None, f"the {probe} probe failed: {data['error']}")
+        return None, Verdict(Status.ERROR, None, f"the {probe} probe failed: {data['error']}")
     if "skipped" in data:
-        return None, Result(check, Status.SKIP, None, f"not probed: {data['skipped']}")
+        return None, Verdict(Status.SKIP, None, f"not probed: {data['skipped']}")
     return data, None

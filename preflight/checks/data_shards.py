@@ -6,20 +6,20 @@ one rank runs out of batches, leaves the loop and the others wait in all_reduce 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
+from ..facts import Missing, ShardManifest
+from ..model import Context, NodeFacts, Status, Verdict
 
-CHECK_ID = "data-shards"
 SHOWN = 5                       # names listed per kind of difference; the rest is a count
 
 
-def check_data_shards(ctx: Context) -> Iterator[Result]:
+def check_data_shards(ctx: Context) -> Iterator[Verdict]:
     data_dir = ctx.options.data_dir
     if not data_dir:
-        yield Result(CHECK_ID, Status.SKIP, None, "no --data-dir given",
-                     fix="pass --data-dir PATH (the folder of training shards, the same path on "
-                         "every node)")
+        yield Verdict(Status.SKIP, None, "no --data-dir given",
+                      fix="pass --data-dir PATH (the folder of training shards, the same path on "
+                          "every node)")
         return
     master = ctx.master
     reference = yield from _manifest_or_result(master, data_dir, fix=_unreadable_fix(data_dir))
@@ -30,58 +30,56 @@ def check_data_shards(ctx: Context) -> Iterator[Result]:
         if found is None:
             continue
         if reference is None:
-            yield Result(CHECK_ID, Status.SKIP, node.node,
-                         f"not compared: no shard manifest from the master ({master.node})")
+            yield Verdict(Status.SKIP, node.node,
+                          f"not compared: no shard manifest from the master ({master.node})")
         else:
             yield _compare(ctx, node, found, reference, data_dir)
 
 
 def _manifest_or_result(node: NodeFacts, data_dir: str, fix: str):
-    """The node's manifest; or, when there is none, yields the result that says why."""
+    """The node's manifest; or, when there is none, yields the verdict that says why."""
     if node.error is not None:
-        yield Result(CHECK_ID, Status.SKIP, node.node, f"not checked: {node.error}", fix=node.fix)
+        yield Verdict(Status.SKIP, node.node, f"not checked: {node.error}", fix=node.fix)
         return None
-    section = node.facts.get("shards")
-    if not isinstance(section, Mapping) or "error" in section or "files" not in section:
-        reason = section.get("error") if isinstance(section, Mapping) else None
-        if isinstance(section, Mapping) and section.get("missing") is False:
+    manifest = node.parsed.shards
+    if isinstance(manifest, Missing):
+        if manifest.absent is False:
             fix = _unreadable_fix(data_dir)     # the folder is there: copying will not help
-        yield Result(CHECK_ID, Status.ERROR, node.node,
-                     str(reason or f"no shard manifest was collected for {data_dir}"),
-                     fix=fix, details={"data_dir": data_dir})
+        yield Verdict(Status.ERROR, node.node,
+                      (manifest.failed and manifest.reason) or f"no shard manifest was collected for {data_dir}",
+                      fix=fix, details={"data_dir": data_dir})
         return None
-    return section
+    return manifest
 
 
-def _master_result(master: NodeFacts, reference: Mapping, data_dir: str) -> Result:
-    count, size = reference["file_count"], reference["total_bytes"]
+def _master_result(master: NodeFacts, reference: ShardManifest, data_dir: str) -> Verdict:
+    count, size = reference.file_count, reference.total_bytes
     details = {"data_dir": data_dir, "shards": count, "bytes": size,
-               "algorithm": reference["algorithm"], "skipped": dict(reference.get("skipped", {}))}
+               "algorithm": reference.algorithm, "skipped": dict(reference.skipped)}
     if count == 0:
-        return Result(CHECK_ID, Status.WARN, master.node,
-                      f"no shards in {data_dir} on the master: the training would read nothing",
-                      fix=f"put the training shards in {data_dir}, or pass the folder that holds "
-                          f"them as --data-dir", details=details)
-    return Result(CHECK_ID, Status.PASS, master.node,
-                  f"{count} shards, {_size(size)} (the reference for the other nodes)",
-                  details=details)
+        return Verdict(Status.WARN, master.node,
+                       f"no shards in {data_dir} on the master: the training would read nothing",
+                       fix=f"put the training shards in {data_dir}, or pass the folder that holds "
+                           f"them as --data-dir", details=details)
+    return Verdict(Status.PASS, master.node,
+                   f"{count} shards, {_size(size)} (the reference for the other nodes)",
+                   details=details)
 
 
-def _compare(ctx: Context, node: NodeFacts, found: Mapping, reference: Mapping,
-             data_dir: str) -> Result:
-    ours, theirs = reference["files"], found["files"]
-    same_algorithm = found["algorithm"] == reference["algorithm"]
+def _compare(ctx: Context, node: NodeFacts, found: ShardManifest, reference: ShardManifest,
+             data_dir: str) -> Verdict:
+    ours, theirs = reference.files, found.files
+    same_algorithm = found.algorithm == reference.algorithm
     # Digests from two algorithms say nothing about each other: fall back to name and size.
-    field = "digest" if same_algorithm else "size"
     missing = sorted(set(ours) - set(theirs))
     extra = sorted(set(theirs) - set(ours))
-    differs = sorted(n for n in set(ours) & set(theirs) if ours[n][field] != theirs[n][field]
-                     or ours[n]["size"] != theirs[n]["size"])
-    details = {"data_dir": data_dir, "shards": found["file_count"], "bytes": found["total_bytes"],
-               "master_shards": reference["file_count"],
+    differs = sorted(n for n in set(ours) & set(theirs) if ours[n].size != theirs[n].size
+                     or (same_algorithm and ours[n].digest != theirs[n].digest))
+    details = {"data_dir": data_dir, "shards": found.file_count, "bytes": found.total_bytes,
+               "master_shards": reference.file_count,
                "compared_by": "digest" if same_algorithm else "name+size",
-               "algorithm": found["algorithm"], "master_algorithm": reference["algorithm"],
-               "skipped": dict(found.get("skipped", {}))}
+               "algorithm": found.algorithm, "master_algorithm": reference.algorithm,
+               "skipped": dict(found.skipped)}
     for kind, names in (("missing", missing), ("extra", extra), ("differs", differs)):
         details[kind], details[f"{kind}_count"] = names[:SHOWN], len(names)
 
@@ -92,20 +90,20 @@ def _compare(ctx: Context, node: NodeFacts, found: Mapping, reference: Mapping,
         if not same_algorithm:
             parts.append("content not compared (other hash algorithm)")
         present = len(ours) - len(missing)
-        return Result(CHECK_ID, Status.FAIL, node.node,
-                      f"{node.node} has {present} of the master's {len(ours)} shards; "
-                      + ", ".join(parts),
-                      fix=_rsync_fix(ctx, node, data_dir), details=details)
+        return Verdict(Status.FAIL, node.node,
+                       f"{node.node} has {present} of the master's {len(ours)} shards; "
+                       + ", ".join(parts),
+                       fix=_rsync_fix(ctx, node, data_dir), details=details)
     if not same_algorithm:
-        return Result(CHECK_ID, Status.WARN, node.node,
-                      f"{len(ours)} shards with the master's names and sizes, but their content "
-                      f"could not be compared (master hashed with {reference['algorithm']}, "
-                      f"{node.node} with {found['algorithm']})",
-                      fix="pip install xxhash in the training environment on every node, so all "
-                          "of them hash with xxh3_128", details=details)
-    return Result(CHECK_ID, Status.PASS, node.node,
-                  f"{len(ours)} shards, {_size(found['total_bytes'])}, identical to master",
-                  details=details)
+        return Verdict(Status.WARN, node.node,
+                       f"{len(ours)} shards with the master's names and sizes, but their content "
+                       f"could not be compared (master hashed with {reference.algorithm}, "
+                       f"{node.node} with {found.algorithm})",
+                       fix="pip install xxhash in the training environment on every node, so all "
+                           "of them hash with xxh3_128", details=details)
+    return Verdict(Status.PASS, node.node,
+                   f"{len(ours)} shards, {_size(found.total_bytes)}, identical to master",
+                   details=details)
 
 
 def _names(names: list[str]) -> str:

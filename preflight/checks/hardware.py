@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
+from ..facts import GpuFacts, Missing
+from ..model import Context, NodeFacts, Status, Verdict
 from .common import env_of
 
 # Switches training code reads for its dtype and attention kernel (nanochat's, and common ones).
@@ -13,134 +14,132 @@ DTYPE_VARS = ("NANOCHAT_DTYPE", "DTYPE", "COMPUTE_DTYPE", "TORCH_DTYPE")
 
 
 def _gpu_present(node: NodeFacts) -> str | None:
-    gpu = node.section("gpu") or {}
-    torch = node.section("torch") or {}
-    if torch.get("cuda_devices"):
-        return ", ".join(d["name"] for d in torch["cuda_devices"])
-    if gpu.get("nvidia_devices"):
-        return f"{len(gpu['nvidia_devices'])} NVIDIA device(s)"
-    if gpu.get("amd_kfd"):
+    gpu, torch = node.parsed.gpu, node.parsed.torch
+    if not isinstance(torch, Missing) and torch.cuda_devices:
+        return ", ".join(d.name or "?" for d in torch.cuda_devices)
+    if isinstance(gpu, GpuFacts) and gpu.nvidia_devices:
+        return f"{len(gpu.nvidia_devices)} NVIDIA device(s)"
+    if isinstance(gpu, GpuFacts) and gpu.amd_kfd:
         return "an AMD GPU"
     return None
 
 
-def check_device_dtype(ctx: Context) -> Iterator[Result]:
-    ID = "device-dtype"
+def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
     backend, device = ctx.options.backend, ctx.options.device
     for node in ctx.reachable:
-        torch = node.section("torch")
-        if torch is None:
-            yield Result(ID, Status.SKIP, node.node, f"{node.node}: no torch to check (see torch-parity)")
+        torch = node.parsed.torch
+        if isinstance(torch, Missing):
+            yield Verdict(Status.SKIP, node.node, f"{node.node}: no torch to check (see torch-parity)")
             continue
         env = env_of(node)
-        cpu = node.section("cpu") or {}
-        details = {"backend": backend, "device": device, "backends": torch.get("backends"),
-                   "cuda_available": torch.get("cuda_available"), "gpu": _gpu_present(node),
-                   "bf16_instructions": cpu.get("bf16_instructions")}
+        cpu = node.parsed.cpu
+        bf16 = None if isinstance(cpu, Missing) else list(cpu.bf16_instructions)
+        details = {"backend": backend, "device": device, "backends": list(torch.backends),
+                   "cuda_available": torch.cuda_available, "gpu": _gpu_present(node),
+                   "bf16_instructions": bf16}
         if backend == "nccl" and device == "cpu":
-            yield Result(ID, Status.FAIL, node.node, "NCCL moves CUDA tensors only: a CPU run needs Gloo",
-                         "--backend gloo (and init_process_group('gloo') in the training code)", details)
+            yield Verdict(Status.FAIL, node.node, "NCCL moves CUDA tensors only: a CPU run needs Gloo",
+                          "--backend gloo (and init_process_group('gloo') in the training code)", details)
             continue
-        if backend not in (torch.get("backends") or []):
-            yield Result(ID, Status.FAIL, node.node,
-                         f"{node.node}'s torch has no {backend} backend (it has: {', '.join(torch.get('backends') or []) or 'none'})",
-                         "install a torch build with it, or pick a backend it has with --backend", details)
+        if backend not in torch.backends:
+            yield Verdict(Status.FAIL, node.node,
+                          f"{node.node}'s torch has no {backend} backend (it has: {', '.join(torch.backends) or 'none'})",
+                          "install a torch build with it, or pick a backend it has with --backend", details)
             continue
-        if device == "cuda" and not torch.get("cuda_available"):
-            yield Result(ID, Status.FAIL, node.node,
-                         f"{node.node} has no usable CUDA device (torch {torch['version']}, {torch['build']} build)",
-                         "install the CUDA build of torch there, or train on CPU with --device cpu --backend gloo", details)
+        if device == "cuda" and not torch.cuda_available:
+            yield Verdict(Status.FAIL, node.node,
+                          f"{node.node} has no usable CUDA device (torch {torch.version}, {torch.build} build)",
+                          "install the CUDA build of torch there, or train on CPU with --device cpu --backend gloo", details)
             continue
         dtype = next((env[v] for v in DTYPE_VARS if env.get(v)), None)
         gpu = _gpu_present(node)
         hidden = env.get("CUDA_VISIBLE_DEVICES", None) == ""
-        if device == "cpu" and dtype and "bf16" in dtype.replace("bfloat16", "bf16") and not cpu.get("bf16_instructions"):
-            yield Result(ID, Status.WARN, node.node,
-                         f"bf16 on {node.node}'s CPU, which has no bf16 instructions (no avx512_bf16 or AMX): "
-                         "much slower than float32 (seed 001)",
-                         f"export {next(v for v in DTYPE_VARS if env.get(v))}=float32   # on {node.node}", details)
+        if device == "cpu" and dtype and "bf16" in dtype.replace("bfloat16", "bf16") and not bf16:
+            yield Verdict(Status.WARN, node.node,
+                          f"bf16 on {node.node}'s CPU, which has no bf16 instructions (no avx512_bf16 or AMX): "
+                          "much slower than float32 (seed 001)",
+                          f"export {next(v for v in DTYPE_VARS if env.get(v))}=float32   # on {node.node}", details)
         elif device == "cpu" and gpu and not hidden and not (dtype and "32" in dtype):
-            yield Result(ID, Status.WARN, node.node,
-                         f"{node.node} has {gpu} but trains on CPU: code that asks torch.cuda.is_available() "
-                         "picks bf16 and flash attention anyway (seeds 001, 004)",
-                         f"export NANOCHAT_DTYPE=float32 NANOCHAT_FORCE_SDPA=1   # your code's switches; or "
-                         f"CUDA_VISIBLE_DEVICES= to hide the GPU, on {node.node}", details)
+            yield Verdict(Status.WARN, node.node,
+                          f"{node.node} has {gpu} but trains on CPU: code that asks torch.cuda.is_available() "
+                          "picks bf16 and flash attention anyway (seeds 001, 004)",
+                          f"export NANOCHAT_DTYPE=float32 NANOCHAT_FORCE_SDPA=1   # your code's switches; or "
+                          f"CUDA_VISIBLE_DEVICES= to hide the GPU, on {node.node}", details)
         elif device == "cuda" and backend == "gloo":
-            yield Result(ID, Status.WARN, node.node, "CUDA tensors over Gloo are copied through the CPU: use NCCL",
-                         "--backend nccl", details)
+            yield Verdict(Status.WARN, node.node, "CUDA tensors over Gloo are copied through the CPU: use NCCL",
+                          "--backend nccl", details)
         else:
-            yield Result(ID, Status.PASS, node.node,
-                         f"{backend} on {device}" + (f", dtype {dtype}" if dtype else "")
-                         + (f"; {gpu} present and hidden" if gpu and hidden else ""), None, details)
+            yield Verdict(Status.PASS, node.node,
+                          f"{backend} on {device}" + (f", dtype {dtype}" if dtype else "")
+                          + (f"; {gpu} present and hidden" if gpu and hidden else ""), None, details)
 
 
-def check_omp_threads(ctx: Context) -> Iterator[Result]:
-    ID = "omp-threads"
+def check_omp_threads(ctx: Context) -> Iterator[Verdict]:
     procs = max(1, ctx.options.nproc_per_node)
     for node in ctx.reachable:
-        cpu = node.section("cpu")
-        if cpu is None:
-            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('cpu')}")
+        cpu = node.parsed.cpu
+        if isinstance(cpu, Missing):
+            yield Verdict(Status.ERROR, node.node, f"{node.node}: {cpu.reason}")
             continue
-        cores = min(cpu["physical_cores"], cpu.get("usable_cores") or cpu["physical_cores"])
+        cores = min(cpu.physical_cores, cpu.usable_cores or cpu.physical_cores)
         raw = env_of(node).get("OMP_NUM_THREADS")
         best = max(1, cores // procs)
-        details = {"physical_cores": cpu["physical_cores"], "usable_cores": cpu.get("usable_cores"),
-                   "logical_cores": cpu["logical_cores"], "omp_num_threads": raw, "nproc_per_node": procs,
+        details = {"physical_cores": cpu.physical_cores, "usable_cores": cpu.usable_cores,
+                   "logical_cores": cpu.logical_cores, "omp_num_threads": raw, "nproc_per_node": procs,
                    "recommended": best}
         fix = f"export OMP_NUM_THREADS={best}   # on {node.node}"
         if raw is None:
             if procs > 1 and ctx.options.device == "cpu" and best > 1:
-                yield Result(ID, Status.WARN, node.node,
-                             f"OMP_NUM_THREADS is not set: torchrun sets it to 1 for {procs} processes, so each "
-                             f"rank computes on one of {cores} cores", fix, details)
+                yield Verdict(Status.WARN, node.node,
+                              f"OMP_NUM_THREADS is not set: torchrun sets it to 1 for {procs} processes, so each "
+                              f"rank computes on one of {cores} cores", fix, details)
             else:
                 # torchrun sets OMP_NUM_THREADS=1 when it starts more than one process per node.
                 threads = cores if procs == 1 else 1
-                yield Result(ID, Status.PASS, node.node,
-                             f"{threads} thread{'s' if threads > 1 else ''} for each of {procs} process(es) "
-                             f"on {cores} cores", None, details)
+                yield Verdict(Status.PASS, node.node,
+                              f"{threads} thread{'s' if threads > 1 else ''} for each of {procs} process(es) "
+                              f"on {cores} cores", None, details)
             continue
         try:
             threads = int(raw)
         except ValueError:
-            yield Result(ID, Status.FAIL, node.node, f"OMP_NUM_THREADS={raw!r} is not a number", fix, details)
+            yield Verdict(Status.FAIL, node.node, f"OMP_NUM_THREADS={raw!r} is not a number", fix, details)
             continue
         total = threads * procs
         if total > cores:
-            yield Result(ID, Status.WARN, node.node,
-                         f"{threads} threads x {procs} processes = {total} on {cores} physical cores: "
-                         "oversubscribed, ranks slow each other down", fix, details)
+            yield Verdict(Status.WARN, node.node,
+                          f"{threads} threads x {procs} processes = {total} on {cores} physical cores: "
+                          "oversubscribed, ranks slow each other down", fix, details)
         elif ctx.options.device == "cpu" and total * 2 <= cores:
-            yield Result(ID, Status.WARN, node.node,
-                         f"{threads} threads x {procs} processes use {total} of {cores} physical cores", fix, details)
+            yield Verdict(Status.WARN, node.node,
+                          f"{threads} threads x {procs} processes use {total} of {cores} physical cores", fix, details)
         else:
-            yield Result(ID, Status.PASS, node.node, f"{threads} threads x {procs} processes on {cores} physical cores",
-                         None, details)
+            yield Verdict(Status.PASS, node.node, f"{threads} threads x {procs} processes on {cores} physical cores",
+                          None, details)
 
 
-def check_ranks_per_node(ctx: Context) -> Iterator[Result]:
+def check_ranks_per_node(ctx: Context) -> Iterator[Verdict]:
     """Every node starts --nproc-per-node ranks: each needs a core of its own on a CPU run."""
-    ID = "ranks-per-node"
     ranks = ctx.options.nproc_per_node
     if ctx.options.device == "cuda":
         # The GPU side goes here: ranks per node against the GPUs each node's torch sees.
-        yield Result(ID, Status.SKIP, None, "not checked for --device cuda yet (ranks against each node's GPUs)")
+        yield Verdict(Status.SKIP, None, "not checked for --device cuda yet (ranks against each node's GPUs)")
         return
-    usable = {n.node: (n.section("cpu") or {}).get("usable_cores") for n in ctx.reachable}
+    cpus = {n.node: n.parsed.cpu for n in ctx.reachable}
+    usable = {name: None if isinstance(cpu, Missing) else cpu.usable_cores for name, cpu in cpus.items()}
     fewest = min((c for c in usable.values() if c), default=None)
     for node in ctx.reachable:
-        cores = usable[node.node]
+        cores, cpu = usable[node.node], cpus[node.node]
         if not cores:
-            yield Result(ID, Status.ERROR, node.node,
-                         f"{node.node}: {node.section_error('cpu') or 'the CPU facts have no usable core count'}")
+            why = cpu.reason if isinstance(cpu, Missing) else "the CPU facts have no usable core count"
+            yield Verdict(Status.ERROR, node.node, f"{node.node}: {why}")
             continue
         details = {"nproc_per_node": ranks, "usable_cores": cores, "device": ctx.options.device}
         if ranks > cores:
-            yield Result(ID, Status.FAIL, node.node,
-                         f"{ranks} ranks per node, but {node.node} has {cores} usable "
-                         f"core{'s' if cores > 1 else ''}: each rank needs at least a core of its own",
-                         f"--nproc-per-node {fewest}   # the fewest usable cores of any node", details)
+            yield Verdict(Status.FAIL, node.node,
+                          f"{ranks} ranks per node, but {node.node} has {cores} usable "
+                          f"core{'s' if cores > 1 else ''}: each rank needs at least a core of its own",
+                          f"--nproc-per-node {fewest}   # the fewest usable cores of any node", details)
         else:
-            yield Result(ID, Status.PASS, node.node,
-                         f"{ranks} rank{'s' if ranks > 1 else ''} on {cores} usable cores", None, details)
+            yield Verdict(Status.PASS, node.node,
+                          f"{ranks} rank{'s' if ranks > 1 else ''} on {cores} usable cores", None, details)

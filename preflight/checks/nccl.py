@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..model import Context, NodeFacts, Result, Status
-from .common import env_of, network_of, on_node, python_of
-from .gpu import Finding, cpu_run, gpu_of
+from ..facts import DriverView, GpuFacts, Hca, Missing, NcclConf, TorchFacts
+from ..model import Context, NodeFacts, Status, Verdict
+from .common import env_of, on_node, python_of
+from .gpu import Finding, cpu_run, driver_of
 from .network import toward_master
 
 
@@ -16,83 +17,106 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
-def _driver_findings(node: NodeFacts, torch: dict, gpu: dict) -> list[Finding]:
-    runtime, driver = torch.get("cuda"), gpu.get("cuda_driver_version")
-    if not runtime or not driver:
+def _driver_findings(node: NodeFacts, torch: TorchFacts, driver: DriverView | Missing) -> list[Finding]:
+    runtime = torch.cuda
+    driver_cuda = None if isinstance(driver, Missing) else driver.cuda_driver_version
+    if not runtime or not driver_cuda or isinstance(driver, Missing):
         return []
-    have, need = _version(driver), _version(runtime)
+    have, need = _version(driver_cuda), _version(runtime)
     fix = (f"on {node.node}, install an NVIDIA driver for CUDA {runtime} or newer (it has "
-           f"{gpu.get('driver_version') or '?'}, for CUDA {driver}); nvidia-smi's header shows the CUDA a driver supports")
+           f"{driver.driver_version or '?'}, for CUDA {driver_cuda}); "
+           "nvidia-smi's header shows the CUDA a driver supports")
     if have[:1] < need[:1]:
-        return [Finding(Status.FAIL, f"{node.node}'s driver supports CUDA {driver} but torch is built for CUDA {runtime}: "
+        return [Finding(Status.FAIL, f"{node.node}'s driver supports CUDA {driver_cuda} but torch is built for CUDA {runtime}: "
                         "CUDA does not start there ('The NVIDIA driver on your system is too old')", fix)]
     if have < need:
         # CUDA's minor version compatibility runs most of it; kernels JIT-compiled from PTX do not.
-        return [Finding(Status.WARN, f"{node.node}'s driver supports CUDA {driver}, older than torch's CUDA {runtime}: "
+        return [Finding(Status.WARN, f"{node.node}'s driver supports CUDA {driver_cuda}, older than torch's CUDA {runtime}: "
                         "it runs through minor version compatibility, except kernels compiled from PTX", fix)]
     return []
 
 
-def _nccl_fix(node: NodeFacts, master: dict) -> str:
-    wheel = master.get("nccl_wheel")
+def _nccl_fix(node: NodeFacts, master: TorchFacts) -> str:
+    wheel = master.nccl_wheel
     if wheel:
-        return on_node(node.node, f"{python_of(node)} -m pip install {wheel['name']}=={wheel['version']}")
-    return f"install the master's torch build on {node.node} ({master.get('version')}), with the NCCL it brings"
+        return on_node(node.node, f"{python_of(node)} -m pip install {wheel.name}=={wheel.version}")
+    return f"install the master's torch build on {node.node} ({master.version}), with the NCCL it brings"
 
 
-def check_nccl_parity(ctx: Context) -> Iterator[Result]:
-    ID = "nccl-parity"
-    skip = cpu_run(ctx, ID)
+def check_nccl_parity(ctx: Context) -> Iterator[Verdict]:
+    skip = cpu_run(ctx)
     if skip:
         yield skip
         return
-    master = ctx.master.section("torch") or {}
+    master_torch = ctx.master.parsed.torch
+    master = None if isinstance(master_torch, Missing) else master_torch
     nccl_run = ctx.options.backend == "nccl"
     for node in ctx.reachable:
-        torch, gpu = node.section("torch") or {}, gpu_of(node)
-        if torch.get("build") != "cuda":
-            yield Result(ID, Status.SKIP, node.node, f"no CUDA build of torch on {node.node} (see device-dtype)")
+        torch, driver = node.parsed.torch, driver_of(node)
+        if isinstance(torch, Missing) or torch.build != "cuda":
+            yield Verdict(Status.SKIP, node.node, f"no CUDA build of torch on {node.node} (see device-dtype)")
             continue
-        details = {"nccl_version": torch.get("nccl_version"), "nccl_library": torch.get("nccl_library"),
-                   "nccl_wheel": torch.get("nccl_wheel"), "torch_cuda": torch.get("cuda"),
-                   "driver_version": gpu.get("driver_version"), "cuda_driver_version": gpu.get("cuda_driver_version"),
-                   "master_nccl_version": master.get("nccl_version"), "master_torch_cuda": master.get("cuda")}
-        findings = _driver_findings(node, torch, gpu)
-        if nccl_run and node is not ctx.master:
-            ours, theirs = torch.get("nccl_version"), master.get("nccl_version")
+        view = None if isinstance(driver, Missing) else driver
+        details = {"nccl_version": torch.nccl_version, "nccl_library": torch.nccl_library,
+                   "nccl_wheel": torch.nccl_wheel.to_json() if torch.nccl_wheel else None, "torch_cuda": torch.cuda,
+                   "driver_version": view.driver_version if view else None,
+                   "cuda_driver_version": view.cuda_driver_version if view else None,
+                   "master_nccl_version": master.nccl_version if master else None,
+                   "master_torch_cuda": master.cuda if master else None}
+        findings = _driver_findings(node, torch, driver)
+        if nccl_run and node is not ctx.master and master:
+            ours, theirs = torch.nccl_version, master.nccl_version
             if ours and theirs and ours != theirs:
                 findings.append(Finding(Status.FAIL, f"NCCL {ours} on {node.node}, {theirs} on the master: ranks with "
                                         "different NCCL versions fail or hang at init (NVIDIA/nccl#1267)",
                                         _nccl_fix(node, master)))
-            if master.get("cuda") and torch.get("cuda") != master.get("cuda"):
-                findings.append(Finding(Status.WARN, f"torch on {node.node} is built for CUDA {torch.get('cuda')}, "
-                                        f"the master's for CUDA {master['cuda']} (see torch-parity)",
-                                        f"install the same wheel on every node ({master.get('version')})"))
+            if master.cuda and torch.cuda != master.cuda:
+                findings.append(Finding(Status.WARN, f"torch on {node.node} is built for CUDA {torch.cuda}, "
+                                        f"the master's for CUDA {master.cuda} (see torch-parity)",
+                                        f"install the same wheel on every node ({master.version})"))
         if findings:
-            worst = max(findings, key=lambda f: f.status.rank)
-            yield Result(ID, worst.status, node.node, "; ".join(f.text for f in findings),
-                         next(f.fix for f in findings if f.status is worst.status), details)
+            worst = max(findings, key=lambda f: f.status.severity)
+            yield Verdict(worst.status, node.node, "; ".join(f.text for f in findings),
+                          next(f.fix for f in findings if f.status is worst.status), details)
             continue
-        if not gpu.get("cuda_driver_version") and not (nccl_run and torch.get("nccl_version")):
-            yield Result(ID, Status.SKIP, node.node, f"nothing to compare: {node.node}'s NCCL version and its driver's "
-                         "CUDA version were not collected", None, details)
+        driver_cuda = view.cuda_driver_version if view else None
+        if not driver_cuda and not (nccl_run and torch.nccl_version):
+            yield Verdict(Status.SKIP, node.node, f"nothing to compare: {node.node}'s NCCL version and its driver's "
+                          "CUDA version were not collected", None, details)
             continue
-        known = [f"NCCL {torch['nccl_version']}" if torch.get("nccl_version") else "NCCL version not collected",
-                 f"torch built for CUDA {torch.get('cuda')}",
-                 f"driver {gpu.get('driver_version') or '?'} for CUDA {gpu['cuda_driver_version']}"
-                 if gpu.get("cuda_driver_version") else "driver's CUDA version not collected"]
-        same = ", same as the master" if nccl_run and node is not ctx.master and master.get("nccl_version") else ""
-        yield Result(ID, Status.PASS, node.node, ", ".join(known) + same, None, details)
+        known = [f"NCCL {torch.nccl_version}" if torch.nccl_version else "NCCL version not collected",
+                 f"torch built for CUDA {torch.cuda}",
+                 f"driver {(view.driver_version if view else None) or '?'} for CUDA {driver_cuda}"
+                 if driver_cuda else "driver's CUDA version not collected"]
+        same = ", same as the master" if nccl_run and node is not ctx.master and master and master.nccl_version else ""
+        yield Verdict(Status.PASS, node.node, ", ".join(known) + same, None, details)
 
 
 # --- nccl-env ----------------------------------------------------------------------------------
+
+def _gpu(node: NodeFacts) -> GpuFacts | None:
+    gpu = node.parsed.gpu
+    return None if isinstance(gpu, Missing) else gpu
+
+
+def _nccl_conf(node: NodeFacts) -> NcclConf | None:
+    gpu = _gpu(node)
+    return None if gpu is None or isinstance(gpu.nccl_conf, Missing) else gpu.nccl_conf
+
+
+def _infiniband(node: NodeFacts) -> tuple[Hca, ...] | None:
+    """The node's HCAs; None when not collected."""
+    gpu = _gpu(node)
+    return None if gpu is None or isinstance(gpu.infiniband, Missing) else gpu.infiniband
+
 
 def setting(node: NodeFacts, name: str) -> str | None:
     """An NCCL variable as NCCL will read it: the environment, else nccl.conf."""
     value = env_of(node).get(name)
     if value is not None:
         return value
-    return ((gpu_of(node).get("nccl_conf") or {}).get("values") or {}).get(name)
+    conf = _nccl_conf(node)
+    return conf.values.get(name) if conf else None
 
 
 def nccl_matches(spec: str, names: list[str]) -> list[str]:
@@ -123,10 +147,10 @@ class Network:
 
 def usable_hcas(node: NodeFacts) -> list[str] | None:
     """HCAs with an active port that NCCL_IB_HCA lets NCCL use; None when not collected."""
-    hcas = gpu_of(node).get("infiniband")
+    hcas = _infiniband(node)
     if hcas is None:
         return None
-    active = [h["name"] for h in hcas if any(p.get("state") == "ACTIVE" for p in h.get("ports") or [])]
+    active = [h.name for h in hcas if any(p.state == "ACTIVE" for p in h.ports)]
     spec = setting(node, "NCCL_IB_HCA")
     return nccl_matches(spec, active) if spec else active
 
@@ -155,7 +179,8 @@ INTRA_NODE = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
 
 def _up_names(node: NodeFacts) -> list[str]:
     """Interfaces NCCL can bind: up, with an address."""
-    return [i["name"] for i in network_of(node).get("interfaces", []) if i.get("up") and i.get("addresses")]
+    network = node.parsed.network
+    return [] if isinstance(network, Missing) else [i.name for i in network.interfaces if i.up and i.addresses]
 
 
 def _ifname_findings(ctx: Context, node: NodeFacts) -> list[Finding]:
@@ -165,7 +190,7 @@ def _ifname_findings(ctx: Context, node: NodeFacts) -> list[Finding]:
     names = _up_names(node)
     matched = nccl_matches(spec, names)
     route = toward_master(ctx, node)
-    fix = f"export NCCL_SOCKET_IFNAME={_pin(route['name'], names)}   # on {node.node}" if route else None
+    fix = f"export NCCL_SOCKET_IFNAME={_pin(route.name, names)}   # on {node.node}" if route else None
     if matched:
         return []
     return [Finding(Status.FAIL, f"NCCL_SOCKET_IFNAME={spec} selects no interface with an address on {node.node} "
@@ -173,10 +198,10 @@ def _ifname_findings(ctx: Context, node: NodeFacts) -> list[Finding]:
 
 
 def _hca_findings(node: NodeFacts) -> list[Finding]:
-    spec, hcas = setting(node, "NCCL_IB_HCA"), gpu_of(node).get("infiniband")
+    spec, hcas = setting(node, "NCCL_IB_HCA"), _infiniband(node)
     if not spec or hcas is None:
         return []
-    names = [h["name"] for h in hcas]
+    names = [h.name for h in hcas]
     if nccl_matches(spec, names):
         return []
     fix = (f"export NCCL_IB_HCA={','.join(names)}   # on {node.node}" if names
@@ -202,14 +227,13 @@ def _cross_node_findings(node: NodeFacts, master: NodeFacts) -> list[Finding]:
     return found
 
 
-def check_nccl_env(ctx: Context) -> Iterator[Result]:
-    ID = "nccl-env"
-    skip = cpu_run(ctx, ID)
+def check_nccl_env(ctx: Context) -> Iterator[Verdict]:
+    skip = cpu_run(ctx)
     if skip:
         yield skip
         return
     if ctx.options.backend != "nccl":
-        yield Result(ID, Status.SKIP, None, f"not an NCCL run (--backend {ctx.options.backend})")
+        yield Verdict(Status.SKIP, None, f"not an NCCL run (--backend {ctx.options.backend})")
         return
     multi = len(ctx.reachable) > 1 and ctx.master.error is None
     for node in ctx.reachable:
@@ -218,14 +242,16 @@ def check_nccl_env(ctx: Context) -> Iterator[Result]:
             findings += _cross_node_findings(node, ctx.master)
         net = network(node)
         variables = {k: v for k, v in env_of(node).items() if k.startswith("NCCL_")}
-        details = {"env": variables, "nccl_conf": dict(gpu_of(node).get("nccl_conf") or {}),
-                   "network": net.kind if net else None, "infiniband": list(gpu_of(node).get("infiniband") or [])}
+        conf = _nccl_conf(node)
+        details = {"env": variables, "nccl_conf": conf.to_json() if conf else {},
+                   "network": net.kind if net else None,
+                   "infiniband": [h.to_json() for h in _infiniband(node) or ()]}
         if findings:
-            worst = max(findings, key=lambda f: f.status.rank)
-            yield Result(ID, worst.status, node.node, "; ".join(f.text for f in findings),
-                         next(f.fix for f in findings if f.status is worst.status), details)
+            worst = max(findings, key=lambda f: f.status.severity)
+            yield Verdict(worst.status, node.node, "; ".join(f.text for f in findings),
+                          next(f.fix for f in findings if f.status is worst.status), details)
             continue
-        yield Result(ID, Status.PASS, node.node, _settings_seen(node, net if multi else None, multi), None, details)
+        yield Verdict(Status.PASS, node.node, _settings_seen(node, net if multi else None, multi), None, details)
 
 
 def _settings_seen(node: NodeFacts, net: Network | None, multi: bool) -> str:
@@ -237,6 +263,6 @@ def _settings_seen(node: NodeFacts, net: Network | None, multi: bool) -> str:
     if ifname:
         parts.append(f"NCCL_SOCKET_IFNAME={ifname} selects {', '.join(nccl_matches(ifname, _up_names(node)))}")
     if hca:
-        hcas = [h["name"] for h in gpu_of(node).get("infiniband") or []]
+        hcas = [h.name for h in _infiniband(node) or ()]
         parts.append(f"NCCL_IB_HCA={hca} selects {', '.join(nccl_matches(hca, hcas)) or '?'}")
     return "; ".join(parts) or "no NCCL_SOCKET_IFNAME or NCCL_IB_HCA to check on one node"

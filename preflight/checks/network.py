@@ -5,20 +5,27 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
-from .common import interface, interface_with_address, network_of
+from ..facts import Interface, Missing, Route
+from ..model import Context, NodeFacts, Status, Verdict
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
 
 
-def toward_master(ctx: Context, node: NodeFacts) -> dict | None:
+def route_to_master(node: NodeFacts) -> Route | Missing:
+    network = node.parsed.network
+    return network if isinstance(network, Missing) else network.route_to_master
+
+
+def toward_master(ctx: Context, node: NodeFacts) -> Interface | None:
     """The interface this node uses to reach the master's address (the master: the one holding it)."""
-    route = network_of(node).get("route_to_master") or {}
+    network, route = node.parsed.network, route_to_master(node)
+    if isinstance(network, Missing) or isinstance(route, Missing):
+        return None
     if node is ctx.master:
-        owner = interface_with_address(node, route.get("address"))
+        owner = network.interface_with(route.address)
         if owner is not None:
             return owner
-    return interface(node, route.get("interface"))
+    return network.interface(route.interface)
 
 
 def _is_loopback(address: str | None) -> bool:
@@ -37,45 +44,47 @@ def _reference_family(ctx: Context) -> int | None:
     """The family workers dial the master with; else the master's own bind family."""
     # The master's own route first; any node's when the master's facts are missing.
     for node in (ctx.master, *ctx.reachable):
-        address = (network_of(node).get("route_to_master") or {}).get("address")
-        if address:
-            return 6 if ":" in address else 4
-    return (network_of(ctx.master).get("gloo_bind") or {}).get("family")
+        route = route_to_master(node)
+        if not isinstance(route, Missing) and route.address:
+            return 6 if ":" in route.address else 4
+    network = ctx.master.parsed.network
+    bind = network if isinstance(network, Missing) else network.gloo_bind
+    return None if isinstance(bind, Missing) else bind.family
 
 
-def check_address_family(ctx: Context) -> Iterator[Result]:
-    ID = "address-family"
+def check_address_family(ctx: Context) -> Iterator[Verdict]:
     multi = len(ctx.nodes) > 1
     reference = _reference_family(ctx)
     for node in ctx.reachable:
-        bind = network_of(node).get("gloo_bind")
-        if not bind:
-            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('network') or 'no network facts'}")
+        network = node.parsed.network
+        bind = network if isinstance(network, Missing) else network.gloo_bind
+        if isinstance(bind, Missing):
+            yield Verdict(Status.ERROR, node.node, f"{node.node}: {bind.reason}")
             continue
         iface = toward_master(ctx, node)
-        pin = _pin(ctx, iface["name"]) if iface else "export GLOO_SOCKET_IFNAME=<the LAN interface>"
-        where = f"{bind.get('address')} on {bind.get('interface') or '?'}"
+        pin = _pin(ctx, iface.name) if iface else "export GLOO_SOCKET_IFNAME=<the LAN interface>"
+        where = f"{bind.address} on {bind.interface or '?'}"
         why = {"GLOO_SOCKET_IFNAME": "set by GLOO_SOCKET_IFNAME",
-               "hostname": f"its hostname {bind.get('hostname')} resolves to it",
-               "fallback": f"its hostname {bind.get('hostname')} resolves to nothing bindable"}[bind["source"]]
-        details = {"bind": dict(bind), "reference_family": reference}
-        if bind.get("error"):
-            yield Result(ID, Status.FAIL, node.node, f"{node.node}: {bind['error']}", pin, details)
-        elif multi and _is_loopback(bind.get("address")):
-            yield Result(ID, Status.FAIL, node.node,
-                         f"Gloo on {node.node} will bind loopback {where} ({why}); other nodes cannot reach it",
-                         f"{pin}   # on {node.node}; or map {bind.get('hostname')} to its LAN address in /etc/hosts",
-                         details)
-        elif multi and reference and bind.get("family") != reference:
-            yield Result(ID, Status.FAIL, node.node,
-                         f"Gloo on {node.node} will bind {FAMILY[bind['family']]} {where} ({why}) while the "
-                         f"master is reached over {FAMILY[reference]}: process-group creation fails with "
-                         f"'ss1.ss_family == ss2.ss_family. {10 if bind['family'] == 6 else 2} vs "
-                         f"{10 if reference == 6 else 2}'",
-                         f"{pin}   # on {node.node}", details)
+               "hostname": f"its hostname {bind.hostname} resolves to it",
+               "fallback": f"its hostname {bind.hostname} resolves to nothing bindable"}[bind.source]
+        details = {"bind": bind.to_json(), "reference_family": reference}
+        if bind.error:
+            yield Verdict(Status.FAIL, node.node, f"{node.node}: {bind.error}", pin, details)
+        elif multi and _is_loopback(bind.address):
+            yield Verdict(Status.FAIL, node.node,
+                          f"Gloo on {node.node} will bind loopback {where} ({why}); other nodes cannot reach it",
+                          f"{pin}   # on {node.node}; or map {bind.hostname} to its LAN address in /etc/hosts",
+                          details)
+        elif multi and reference and bind.family != reference:
+            yield Verdict(Status.FAIL, node.node,
+                          f"Gloo on {node.node} will bind {FAMILY.get(bind.family, '?')} {where} ({why}) while the "
+                          f"master is reached over {FAMILY[reference]}: process-group creation fails with "
+                          f"'ss1.ss_family == ss2.ss_family. {10 if bind.family == 6 else 2} vs "
+                          f"{10 if reference == 6 else 2}'",
+                          f"{pin}   # on {node.node}", details)
         else:
-            yield Result(ID, Status.PASS, node.node,
-                         f"Gloo binds {FAMILY.get(bind.get('family'), '?')} {where} ({why})", None, details)
+            yield Verdict(Status.PASS, node.node,
+                          f"Gloo binds {FAMILY.get(bind.family, '?')} {where} ({why})", None, details)
 
 
 KIND_WARNINGS = {
@@ -86,45 +95,51 @@ KIND_WARNINGS = {
 }
 
 
-def check_interface_choice(ctx: Context) -> Iterator[Result]:
-    ID = "interface-choice"
+def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
     if len(ctx.nodes) < 2:
-        yield Result(ID, Status.SKIP, None, "one node: no interface between nodes to choose")
+        yield Verdict(Status.SKIP, None, "one node: no interface between nodes to choose")
         return
     if ctx.options.master_addr is None:
-        yield Result(ID, Status.SKIP, None, "not checked: the master's address is not known (it was not reached)",
-                     "pass --master-addr ADDR, or fix the master's ssh access")
+        yield Verdict(Status.SKIP, None, "not checked: the master's address is not known (it was not reached)",
+                      "pass --master-addr ADDR, or fix the master's ssh access")
         return
     for node in ctx.reachable:
-        net = network_of(node)
-        route = net.get("route_to_master") or {}
+        route = route_to_master(node)
+        target, address = (None, None) if isinstance(route, Missing) else (route.target, route.address)
         iface = toward_master(ctx, node)
         if iface is None:
-            reason = route.get("error") or f"no interface of {node.node} reaches {route.get('target', 'the master')}"
-            yield Result(ID, Status.FAIL, node.node, f"{node.node}: {reason}",
-                         f"check that {node.node} and the master share a network (ip route get "
-                         f"{route.get('address') or route.get('target') or 'MASTER'})", {"route": dict(route)})
+            reason = (None if isinstance(route, Missing) else route.error) or \
+                f"no interface of {node.node} reaches {target or 'the master'}"
+            yield Verdict(Status.FAIL, node.node, f"{node.node}: {reason}",
+                          f"check that {node.node} and the master share a network (ip route get "
+                          f"{address or target or 'MASTER'})", {"route": _route_json(route)})
             continue
-        name, kind = iface["name"], iface["kind"]
+        name, kind = iface.name, iface.kind
         who = "the master is reached" if node is ctx.master else f"{node.node} reaches the master"
-        speed = f", {iface['speed_mbit']} Mbit/s" if iface.get("speed_mbit") else ""
+        speed = f", {iface.speed_mbit} Mbit/s" if iface.speed_mbit else ""
         env = {("NCCL_SOCKET_IFNAME" if ctx.options.backend == "nccl" else "GLOO_SOCKET_IFNAME"): name}
-        details = {"interface": name, "kind": kind, "speed_mbit": iface.get("speed_mbit"),
-                   "env": env, "route": dict(route)}
-        bind = net.get("gloo_bind") or {}
+        details = {"interface": name, "kind": kind, "speed_mbit": iface.speed_mbit,
+                   "env": env, "route": _route_json(route)}
+        network = node.parsed.network
+        bind = None if isinstance(network, Missing) or isinstance(network.gloo_bind, Missing) else network.gloo_bind
         pin = _pin(ctx, name)
-        if ctx.options.backend == "gloo" and bind.get("interface") and bind.get("interface") != name:
-            same_family = bind.get("family") == (6 if ":" in (route.get("address") or "") else 4)
-            yield Result(ID, Status.FAIL if same_family else Status.WARN, node.node,
-                         f"{who} via {name} ({kind}) but Gloo would bind "
-                         f"{bind.get('interface')} ({bind.get('address') or 'no address'})"
-                         + ("" if same_family else "; see address-family")
-                         + (f"; and {name} is {KIND_WARNINGS[kind]}" if kind in KIND_WARNINGS else ""),
-                         f"{pin}   # on {node.node}", details)
+        if ctx.options.backend == "gloo" and bind and bind.interface and bind.interface != name:
+            same_family = bind.family == (6 if ":" in (address or "") else 4)
+            yield Verdict(Status.FAIL if same_family else Status.WARN, node.node,
+                          f"{who} via {name} ({kind}) but Gloo would bind "
+                          f"{bind.interface} ({bind.address or 'no address'})"
+                          + ("" if same_family else "; see address-family")
+                          + (f"; and {name} is {KIND_WARNINGS[kind]}" if kind in KIND_WARNINGS else ""),
+                          f"{pin}   # on {node.node}", details)
         elif kind in KIND_WARNINGS:
-            yield Result(ID, Status.WARN, node.node,
-                         f"{who} over {name}, {KIND_WARNINGS[kind]}",
-                         f"{pin}   # on {node.node}, if this link is the one to use", details)
+            yield Verdict(Status.WARN, node.node,
+                          f"{who} over {name}, {KIND_WARNINGS[kind]}",
+                          f"{pin}   # on {node.node}, if this link is the one to use", details)
         else:
-            yield Result(ID, Status.PASS, node.node,
-                         f"{who} via {name} ({kind}{speed}); pin it with {pin}", None, details)
+            yield Verdict(Status.PASS, node.node,
+                          f"{who} via {name} ({kind}{speed}); pin it with {pin}", None, details)
+
+
+def _route_json(route: Route | Missing) -> dict:
+    """The route as the node reported it, for details ({} when there is none)."""
+    return {} if isinstance(route, Missing) else route.to_json()

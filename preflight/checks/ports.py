@@ -5,8 +5,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
-from .common import network_of, probe_data
+from ..facts import Missing
+from ..model import Context, NodeFacts, Status, Verdict
+from .common import probe_data
 
 MEANING = {
     "filtered": "silently dropped (a firewall)",
@@ -17,30 +18,29 @@ MEANING = {
 }
 
 
-def check_master_reachable(ctx: Context) -> Iterator[Result]:
-    ID = "master-reachable"
-    data, early = probe_data(ctx, "network", ID)
+def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
+    data, early = probe_data(ctx, "network")
     if early:
         yield early
         return
     master = data["master"]
     if "error" in master:
-        yield Result(ID, Status.SKIP, ctx.master.node,
-                     f"not probed: the probe could not listen on the master port ({master['error']}); see master-port")
+        yield Verdict(Status.SKIP, ctx.master.node,
+                      f"not probed: the probe could not listen on the master port ({master['error']}); see master-port")
         return
     port = master["port"]
     for pair in (p for p in data["pairs"] if p["kind"] == "master"):
         details = dict(pair)
         where = f"{master['address']}:{port}"
         if pair["outcome"] == "open":
-            yield Result(ID, Status.PASS, pair["src"], f"opens a connection to the master at {where}", None, details)
+            yield Verdict(Status.PASS, pair["src"], f"opens a connection to the master at {where}", None, details)
         else:
-            yield Result(ID, Status.FAIL, pair["src"],
-                         f"cannot reach the master at {where}: {MEANING.get(pair['outcome'], pair['outcome'])}"
-                         + (f" ({pair['detail']})" if pair.get("detail") else "")
-                         + "; rendezvous will time out",
-                         f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}   # or: sudo nft add rule "
-                         f"inet filter input tcp dport {port} accept", details)
+            yield Verdict(Status.FAIL, pair["src"],
+                          f"cannot reach the master at {where}: {MEANING.get(pair['outcome'], pair['outcome'])}"
+                          + (f" ({pair['detail']})" if pair.get("detail") else "")
+                          + "; rendezvous will time out",
+                          f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}   # or: sudo nft add rule "
+                          f"inet filter input tcp dport {port} accept", details)
 
 
 def _lower(a: str, b: str) -> bool | None:
@@ -53,22 +53,22 @@ def _lower(a: str, b: str) -> bool | None:
 
 
 def _subnet(node: NodeFacts, address: str) -> str:
-    for iface in network_of(node).get("interfaces", []):
-        for a in iface["addresses"]:
-            if a["address"] == address:
-                return str(ipaddress.ip_network(f"{address}/{a['prefixlen']}", strict=False))
+    network = node.parsed.network
+    for iface in () if isinstance(network, Missing) else network.interfaces:
+        for a in iface.addresses:
+            if a.address == address and a.prefixlen is not None:
+                return str(ipaddress.ip_network(f"{address}/{a.prefixlen}", strict=False))
     return f"{address}/32"
 
 
-def check_ephemeral_ports(ctx: Context) -> Iterator[Result]:
-    ID = "ephemeral-ports"
-    data, early = probe_data(ctx, "network", ID)
+def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
+    data, early = probe_data(ctx, "network")
     if early:
         yield early
         return
     by_name = {n.node: n for n in ctx.nodes}
     for name, reason in data["errors"].items():
-        yield Result(ID, Status.ERROR, name, f"{name}: the probe did not run: {reason}")
+        yield Verdict(Status.ERROR, name, f"{name}: the probe did not run: {reason}")
     for dst, listener in data["listeners"].items():
         if dst in data["errors"] or "ports" not in listener:
             continue
@@ -84,8 +84,8 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Result]:
                    "turned_away": listener.get("rejected", 0)}
         if not blocked:
             sources = sorted({p["src"] for p in into})
-            yield Result(ID, Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
-                         f"from {', '.join(sources)}", None, details)
+            yield Verdict(Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
+                          f"from {', '.join(sources)}", None, details)
             continue
         gloo_uses, broken = [], []
         for src, pair in blocked.items():
@@ -102,18 +102,18 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Result]:
                f"# or nftables: sudo nft insert rule inet filter input ip{'6' if ':' in subnet else ''} saddr {subnet} "
                f"tcp dport {low}-{high} accept")
         if broken:
-            yield Result(ID, Status.FAIL, dst,
-                         f"{dst}'s ephemeral ports at {listener['address']} cannot be reached {what}: Gloo cannot "
-                         "connect these nodes in either direction (see address-family and interface-choice)",
-                         f"on {dst}: export GLOO_SOCKET_IFNAME=<the interface that reaches the others>", details)
+            yield Verdict(Status.FAIL, dst,
+                          f"{dst}'s ephemeral ports at {listener['address']} cannot be reached {what}: Gloo cannot "
+                          "connect these nodes in either direction (see address-family and interface-choice)",
+                          f"on {dst}: export GLOO_SOCKET_IFNAME=<the interface that reaches the others>", details)
         elif gloo_uses:
-            yield Result(ID, Status.FAIL, dst,
-                         f"new connections to {dst}'s ephemeral ports are blocked {what}. {dst} has the lower address, "
-                         f"so it listens and {', '.join(sorted(gloo_uses))} {'connects' if len(gloo_uses) == 1 else 'connect'}: "
-                         "Gloo's process-group creation "
-                         "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
+            yield Verdict(Status.FAIL, dst,
+                          f"new connections to {dst}'s ephemeral ports are blocked {what}. {dst} has the lower address, "
+                          f"so it listens and {', '.join(sorted(gloo_uses))} {'connects' if len(gloo_uses) == 1 else 'connect'}: "
+                          "Gloo's process-group creation "
+                          "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
         else:
-            yield Result(ID, Status.WARN, dst,
-                         f"new connections to {dst}'s ephemeral ports are blocked {what}. Gloo happens to connect "
-                         f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
-                         "new addresses can need this direction", fix, details)
+            yield Verdict(Status.WARN, dst,
+                          f"new connections to {dst}'s ephemeral ports are blocked {what}. Gloo happens to connect "
+                          f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
+                          "new addresses can need this direction", fix, details)

@@ -4,64 +4,64 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model import Context, NodeFacts, Result, Status
+from ..facts import Missing, Process
+from ..model import Context, NodeFacts, Status, Verdict
 from .common import describe_process
 
 DEFAULT_MASTER_PORT = 29500     # torchrun's
 
 
-def check_master_port(ctx: Context) -> Iterator[Result]:
-    ID = "master-port"
+def check_master_port(ctx: Context) -> Iterator[Verdict]:
     master, port = ctx.master, ctx.options.master_port
     if master.error:
-        yield Result(ID, Status.SKIP, master.node, f"not checked: the master was not reached ({master.error})")
+        yield Verdict(Status.SKIP, master.node, f"not checked: the master was not reached ({master.error})")
         return
-    facts = master.section("master_port")
-    if facts is None:
-        yield Result(ID, Status.ERROR, master.node, f"{master.node}: {master.section_error('master_port')}")
+    facts = master.parsed.master_port
+    if isinstance(facts, Missing):
+        yield Verdict(Status.ERROR, master.node, f"{master.node}: {facts.reason}")
         return
     training = _training_pids(master)
-    details = {"port": port, "holders": [{**h, "training": None if training is None else h["pid"] in training}
-                                         for h in facts["holders"]]}
-    if not facts["listening"]:
-        yield Result(ID, Status.PASS, master.node, f"port {port} is free on {master.node}", None, details)
+    holders = facts.holders
+    details = {"port": port, "holders": [{**h.to_json(), "training": None if training is None else h.pid in training}
+                                         for h in holders]}
+    if not facts.listening:
+        yield Verdict(Status.PASS, master.node, f"port {port} is free on {master.node}", None, details)
         return
-    holders = facts["holders"]
     if not holders:
-        yield Result(ID, Status.FAIL, master.node,
-                     f"port {port} on {master.node} is held by a process of another user",
-                     f"sudo ss -ltnp 'sport = :{port}'   # on {master.node}, to see who; or use --master-port",
-                     details)
-    elif training is not None and all(h["pid"] in training for h in holders):
-        pids = " ".join(str(h["pid"]) for h in holders)
-        yield Result(ID, Status.FAIL, master.node,
-                     f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
-                     + ": rendezvous fails with EADDRINUSE (seed 002)",
-                     f"kill {pids}   # on {master.node}; or choose another port with --master-port", details)
+        yield Verdict(Status.FAIL, master.node,
+                      f"port {port} on {master.node} is held by a process of another user",
+                      f"sudo ss -ltnp 'sport = :{port}'   # on {master.node}, to see who; or use --master-port",
+                      details)
+    elif training is not None and all(h.pid in training for h in holders):
+        pids = " ".join(str(h.pid) for h in holders)
+        yield Verdict(Status.FAIL, master.node,
+                      f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
+                      + ": rendezvous fails with EADDRINUSE (seed 002)",
+                      f"kill {pids}   # on {master.node}; or choose another port with --master-port", details)
     else:
-        others = [h for h in holders if training is None or h["pid"] not in training]
+        others = [h for h in holders if training is None or h.pid not in training]
         yield _held_by_another_program(master.node, port, others, training is not None, details)
 
 
 def _training_pids(master: NodeFacts) -> set[int] | None:
     """The processes the master's scan took for training (torchrun, a rank, a training
     script); None when the scan failed, so nothing can be called a leftover."""
-    processes = master.section("processes")
-    return None if processes is None else {p["pid"] for p in processes["processes"]}
+    processes = master.parsed.processes
+    return None if isinstance(processes, Missing) else {p.pid for p in processes}
 
 
-def _held_by_another_program(node: str, port: int, holders: list[dict], known: bool, details: dict) -> Result:
+def _held_by_another_program(node: str, port: int, holders: list[Process], known: bool, details: dict) -> Verdict:
     """The port belongs to something that is not training (sshd on 22, a database): not debris
     to kill, the run needs another port. Without the process scan, nothing is called either."""
-    named = "; ".join(describe_process({**h, "orphan": False}) for h in holders)
+    named = "; ".join(describe_process(h, orphan=False) for h in holders)
     what = ", which is not a training process" if known else " (the process scan failed: training or not is unknown)"
-    program = _program(holders[0].get("cmdline") or [])
+    program = _program(list(holders[0].cmdline))
     low = "; ports below 1024 also need root to bind" if port < 1024 else ""
     other = DEFAULT_MASTER_PORT if port != DEFAULT_MASTER_PORT else DEFAULT_MASTER_PORT + 1
-    return Result("master-port", Status.FAIL, node,
-                  f"port {port} on {node} is held by {named}{what}: rendezvous fails with EADDRINUSE{low}",
-                  f"--master-port {other}   # another port for the run; {port} is {program}'s"
-                  + (", leave it running" if known else ""), details)
+    return Verdict(Status.FAIL, node,
+                   f"port {port} on {node} is held by {named}{what}: rendezvous fails with EADDRINUSE{low}",
+                   f"--master-port {other}   # another port for the run; {port} is {program}'s"
+                   + (", leave it running" if known else ""), details)
 
 
 def _program(argv: list[str]) -> str:
@@ -69,24 +69,22 @@ def _program(argv: list[str]) -> str:
     return argv[0].split()[0].rsplit("/", 1)[-1].rstrip(":") if argv and argv[0].strip() else "another program"
 
 
-def check_stale_processes(ctx: Context) -> Iterator[Result]:
-    ID = "stale-processes"
+def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
     for node in ctx.reachable:
-        facts = node.section("processes")
-        if facts is None:
-            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('processes')}")
+        found = node.parsed.processes
+        if isinstance(found, Missing):
+            yield Verdict(Status.ERROR, node.node, f"{node.node}: {found.reason}")
             continue
-        found = facts["processes"]
         if not found:
-            yield Result(ID, Status.PASS, node.node, "no leftover training processes")
+            yield Verdict(Status.PASS, node.node, "no leftover training processes")
             continue
-        orphans = [p for p in found if p.get("orphan")]
+        orphans = [p for p in found if p.orphan]
         listed = "; ".join(describe_process(p) for p in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
-        yield Result(ID, Status.FAIL if orphans else Status.WARN, node.node,
-                     f"{len(found)} training process{'es' if len(found) > 1 else ''} already on {node.node}"
-                     f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {listed}",
-                     f"kill {' '.join(str(p['pid']) for p in found)}   # on {node.node}, if they are not a run you want",
-                     {"processes": [dict(p) for p in found]})
+        yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
+                      f"{len(found)} training process{'es' if len(found) > 1 else ''} already on {node.node}"
+                      f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {listed}",
+                      f"kill {' '.join(str(p.pid) for p in found)}   # on {node.node}, if they are not a run you want",
+                      {"processes": [p.to_json() for p in found]})
 
 
 PTRACE_FIX = {
@@ -96,23 +94,22 @@ PTRACE_FIX = {
 }
 
 
-def check_ptrace(ctx: Context) -> Iterator[Result]:
-    ID = "ptrace"
+def check_ptrace(ctx: Context) -> Iterator[Verdict]:
     for node in ctx.reachable:
-        facts = node.section("ptrace")
-        if facts is None:
-            yield Result(ID, Status.ERROR, node.node, f"{node.node}: {node.section_error('ptrace')}")
+        facts = node.parsed.ptrace
+        if isinstance(facts, Missing):
+            yield Verdict(Status.ERROR, node.node, f"{node.node}: {facts.reason}")
             continue
-        scope = facts.get("ptrace_scope")
-        privileged = facts.get("euid") == 0 or facts.get("cap_sys_ptrace")
-        details = dict(facts)
+        scope = facts.ptrace_scope
+        privileged = facts.euid == 0 or facts.cap_sys_ptrace
+        details = facts.to_json()
         if privileged and scope != 3:
-            yield Result(ID, Status.PASS, node.node, "hangwatch can read stacks (root or CAP_SYS_PTRACE)", None, details)
+            yield Verdict(Status.PASS, node.node, "hangwatch can read stacks (root or CAP_SYS_PTRACE)", None, details)
         elif scope in (None, 0):
-            yield Result(ID, Status.PASS, node.node,
-                         "hangwatch can read stacks of this user's processes"
-                         + (" (no Yama ptrace restriction)" if scope is None else " (ptrace_scope=0)"), None, details)
+            yield Verdict(Status.PASS, node.node,
+                          "hangwatch can read stacks of this user's processes"
+                          + (" (no Yama ptrace restriction)" if scope is None else " (ptrace_scope=0)"), None, details)
         else:
-            yield Result(ID, Status.WARN, node.node,
-                         f"ptrace_scope={scope} on {node.node}: hangwatch cannot read the ranks' stacks, "
-                         "only their CPU and state", PTRACE_FIX.get(scope), details)
+            yield Verdict(Status.WARN, node.node,
+                          f"ptrace_scope={scope} on {node.node}: hangwatch cannot read the ranks' stacks, "
+                          "only their CPU and state", PTRACE_FIX.get(scope), details)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model import Context, Result, Status
+from ..facts import Missing
+from ..model import Context, Status, Verdict
 
-ID = "node-reachable"
 
-
-def check_node_reachable(ctx: Context) -> Iterator[Result]:
+def check_node_reachable(ctx: Context) -> Iterator[Verdict]:
     for node in ctx.nodes:
         if node.error:
-            yield Result(ID, Status.ERROR, node.node, node.error, node.fix)
+            yield Verdict(Status.ERROR, node.node, node.error, node.fix)
             continue
-        python = node.section("python") or {}
-        os_ = node.section("os") or {}
-        yield Result(ID, Status.PASS, node.node,
-                     f"reached at {node.facts.get('reached_at', '?')} as {os_.get('hostname', '?')}; "
-                     f"Python {python.get('version', '?')} at {python.get('executable', '?')}",
-                     details={"hostname": os_.get("hostname"), "python": python.get("executable")})
+        facts = node.parsed
+        hostname = None if isinstance(facts.os, Missing) else facts.os.hostname
+        python = None if isinstance(facts.python, Missing) else facts.python
+        executable = python.executable if python else None
+        yield Verdict(Status.PASS, node.node,
+                      f"reached at {'?' if isinstance(facts.reached_at, Missing) else facts.reached_at} as "
+                      f"{hostname or '?'}; Python {python.version if python else '?'} at {executable or '?'}",
+                      details={"hostname": hostname, "python": executable})

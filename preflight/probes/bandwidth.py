@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from node import protocol
 
+from ..facts import Missing
 from ..model import NodeFacts, Options
 from . import torchjob
 
@@ -13,8 +14,9 @@ TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
 
 
 def master_port_held(nodes: tuple[NodeFacts, ...]) -> bool:
-    facts = nodes[0].section("master_port") or {}
-    return bool(facts.get("listening"))
+    """Whether something already listens on the master port on the master (see master-port)."""
+    held = nodes[0].parsed.master_port
+    return not isinstance(held, Missing) and held.listening
 
 
 def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:

@@ -20,6 +20,7 @@ from node.protocol import COLLECTIVES as MARKER
 from ..checks.common import env_of
 from ..model import NodeFacts, Options
 from . import torchjob
+from .bandwidth import master_port_held
 
 # What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
 JOB = "\n".join(Path(f).read_text() for f in (Path(node.jobs.__file__).parent / "collectives.py", protocol.__file__))
@@ -32,8 +33,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     if 0 not in usable:
         return {"skipped": "the master was not reached"}
-    held = nodes[0].facts.get("master_port") or {}
-    if held.get("listening"):
+    if master_port_held(nodes):
         return {"skipped": f"port {options.master_port} is already held on {nodes[0].node}, so the job "
                            "could not rendezvous there; see master-port"}
     nproc = options.nproc_per_node

@@ -12,14 +12,33 @@ import threading
 
 from node import protocol
 
+from ..checks.network import route_to_master
+from ..facts import Missing
 from ..model import NodeFacts, Options
+
 CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow
 READY_TIMEOUT = 20.0
 
 
+DEFAULT_EPHEMERAL_PORTS = [32768, 60999]     # Linux's, when the node's could not be read
+
+
 def _bind_address(node: NodeFacts) -> str | None:
-    net = node.facts.get("network") or {}
-    return (net.get("gloo_bind") or {}).get("address") or node.facts.get("reached_at")
+    """What Gloo will bind there; else the address the master reached the node at."""
+    network = node.parsed.network
+    bind = network if isinstance(network, Missing) else network.gloo_bind
+    return (None if isinstance(bind, Missing) else bind.address) or _reached_at(node)
+
+
+def _reached_at(node: NodeFacts) -> str | None:
+    reached = node.parsed.reached_at
+    return None if isinstance(reached, Missing) else reached
+
+
+def _ephemeral_ports(node: NodeFacts) -> list[int]:
+    network = node.parsed.network
+    ports = None if isinstance(network, Missing) else network.ephemeral_ports
+    return list(ports) if ports else DEFAULT_EPHEMERAL_PORTS
 
 
 def _agent(cluster, i: int, spec: dict, timeout: float, on_line=None):
@@ -50,14 +69,14 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     jobs, ready = {}, {}
     for i in usable:
         address = _bind_address(nodes[i])
-        port_range = (nodes[i].facts.get("network") or {}).get("ephemeral_ports") or [32768, 60999]
+        port_range = _ephemeral_ports(nodes[i])
         ready[i] = _Ready()
         spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
                 "range": port_range, "duration": 60}
         jobs[i] = _agent(cluster, i, spec, 70, ready[i])
         out["listeners"][names[i]] = {"address": address, "range": port_range}
-    master_route = (nodes[0].facts.get("network") or {}).get("route_to_master") or {}
-    master_ip = master_route.get("address") or nodes[0].facts.get("reached_at")
+    master_route = route_to_master(nodes[0])
+    master_ip = (None if isinstance(master_route, Missing) else master_route.address) or _reached_at(nodes[0])
     master_ready = _Ready()
     master_job = _agent(cluster, 0, {"mode": "listen", "address": master_ip, "ports": [options.master_port],
                                      "closed": 0, "token": token, "duration": 60}, 70, master_ready)

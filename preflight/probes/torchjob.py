@@ -11,7 +11,10 @@ from dataclasses import dataclass
 
 from transport import JobResult
 
-from ..model import NodeFacts, Options
+from ..checks.network import route_to_master, toward_master   # the choice interface-choice reports
+from ..facts import Missing
+from ..model import Context, NodeFacts, Options
+
 
 @dataclass(frozen=True)
 class TorchJob:
@@ -24,14 +27,10 @@ class TorchJob:
 
 def node_env(node: NodeFacts, options: Options) -> dict:
     """The per-node environment training would get: the interface toward the master."""
-    from ..checks.network import toward_master   # the same choice interface-choice reports
-    from ..model import Context
-
     env = {"OMP_NUM_THREADS": "1"}
-    ctx = Context((node,), options)
-    iface = toward_master(ctx, node)
-    if iface is not None and iface.get("name") != "lo":
-        env["NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"] = iface["name"]
+    iface = toward_master(Context((node,), options), node)
+    if iface is not None and iface.name != "lo":
+        env["NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"] = iface.name
     return env
 
 
@@ -39,8 +38,8 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
         indexes: list[int] | None = None, extra_env: dict | None = None) -> list[JobResult]:
     """Start the job on the given nodes (default: all usable, master first) and wait for all."""
     indexes = indexes if indexes is not None else [i for i in cluster.usable() if nodes[i].error is None]
-    master_ip = ((nodes[0].facts.get("network") or {}).get("route_to_master") or {}).get("address") \
-        or options.master_addr
+    route = route_to_master(nodes[0])
+    master_ip = (None if isinstance(route, Missing) else route.address) or options.master_addr
     running = []
     for rank, i in enumerate(indexes):
         torchrun = ["--nnodes", str(len(indexes)), "--nproc-per-node", str(job.nproc_per_node),

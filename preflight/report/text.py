@@ -31,7 +31,7 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
         if not verbose and r.status == Status.PASS and r.check not in ALWAYS_SHOWN:
             continue
         number = ""
-        if r.fix and r.status.rank >= 1:      # warnings, failures and errors
+        if r.fix and r.status.severity >= 1:      # warnings, failures and errors
             fixes.append(r)
             number = str(len(fixes))
         table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), number, r.summary)

@@ -11,6 +11,7 @@ import pytest
 from preflight.checks import BY_ID, run_checks
 from preflight.checks.gpu import apply_cuda_visible, clock_reasons, nccl_device
 from preflight.checks.nccl import nccl_matches
+from preflight.facts import GpuDevice
 from preflight.model import Report, Status
 from preflight.report import text
 
@@ -133,7 +134,9 @@ def test_a_node_with_no_gpu_at_all_gets_no_fix_here():
     assert {r.summary for r in later if r.node == "worker1"} == {"no GPU for the ranks on worker1 (see gpu-visible)"}
 
 
-DEVICES = [{"index": 0, "uuid": "GPU-79a24157-c204"}, {"index": 1, "uuid": "GPU-00000000-0000"}]
+# As the node sends them, parsed as the checks read them.
+DEVICES = [GpuDevice.from_json(d) for d in ({"index": 0, "uuid": "GPU-79a24157-c204"},
+                                            {"index": 1, "uuid": "GPU-00000000-0000"})]
 
 
 @pytest.mark.parametrize("value, seen", [
@@ -141,7 +144,7 @@ DEVICES = [{"index": 0, "uuid": "GPU-79a24157-c204"}, {"index": 1, "uuid": "GPU-
     ("none", []), ("0,-1,1", [0]), ("0,0", [0]), ("2,1", []), (" 1 , 0", [1, 0]),
 ])
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, seen):
-    assert [d["index"] for d in apply_cuda_visible(value, DEVICES)] == seen
+    assert [d.index for d in apply_cuda_visible(value, DEVICES)] == seen
 
 
 # --- nccl-parity -------------------------------------------------------------------------------

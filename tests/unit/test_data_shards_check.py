@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks.data_shards import check_data_shards
+from preflight.checks import BY_ID, run_checks
 from node.facts.shards import DataDirMissing, ShardError, manifest
 from lab.shards import make_dataset, make_mismatched
 from preflight.model import Context, NodeFacts, Options, Status
@@ -26,7 +26,7 @@ def node(name: str, folder: Path, algorithm: str = "blake2b") -> NodeFacts:
 
 
 def run(*nodes: NodeFacts, data_dir: str | None = DATA_DIR, **options):
-    results = list(check_data_shards(Context(nodes, Options(data_dir=data_dir, **options))))
+    results = run_checks(Context(nodes, Options(data_dir=data_dir, **options)), [BY_ID["data-shards"]])
     for result in results:
         json.dumps(result.to_json())            # every result must reach --json as it is
         assert result.check == "data-shards"

@@ -1,0 +1,27 @@
+"""The training code's revision (node/facts/code.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .read import Sent, flag, required, sent_of, text, whole
+
+
+@dataclass(frozen=True)
+class CodeFacts(Sent):
+    """The training code's revision: a git commit and uncommitted changes, or a hash of the files."""
+    dir: str
+    git: bool
+    commit: str | None = None          # None: not a git folder, or HEAD did not resolve
+    dirty: bool = False
+    changed_count: int = 0
+    changes_hash: str | None = None    # of the uncommitted changes; None: none
+    tree_hash: str | None = None       # without git: of the source files
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> CodeFacts:
+        return cls(required(text(wire, "dir"), "dir"), flag(wire, "git"), text(wire, "commit"),
+                   flag(wire, "dirty"), whole(wire, "changed_count") or 0, text(wire, "changes_hash"),
+                   text(wire, "tree_hash"), sent=sent_of(wire))

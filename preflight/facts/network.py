@@ -1,0 +1,116 @@
+"""Interfaces, the address Gloo will bind, the route to the master, the ephemeral ports and the
+firewall (node/facts/network.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .read import Missing, Sent, Unreadable, flag, kind, objects, part, required, sent_of, text, whole
+
+
+@dataclass(frozen=True)
+class Address:
+    family: int                  # 4 or 6
+    address: str
+    prefixlen: int | None = None
+    scope: str | None = None     # "global", "link", "host"
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> Address:
+        return cls(required(whole(wire, "family"), "family"), required(text(wire, "address"), "address"),
+                   whole(wire, "prefixlen"), text(wire, "scope"))
+
+
+@dataclass(frozen=True)
+class Interface:
+    name: str
+    kind: str                    # in the user's words: "ethernet", "wireless", "vpn", "loopback" ...
+    up: bool
+    addresses: tuple[Address, ...]
+    speed_mbit: int | None = None   # in Mbit/s; None: the link does not say (virtual, or down)
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> Interface:
+        return cls(required(text(wire, "name"), "name"), required(text(wire, "kind"), "kind"), flag(wire, "up"),
+                   objects(wire, "addresses", Address.from_json), whole(wire, "speed_mbit"))
+
+
+@dataclass(frozen=True)
+class GlooBind(Sent):
+    """The address Gloo will bind on the node, by Gloo's own rule."""
+    source: Literal["GLOO_SOCKET_IFNAME", "hostname", "fallback"]
+    interface: str | None        # None: no interface holds the address
+    family: int | None           # 4 or 6; None with `error`
+    address: str | None
+    hostname: str | None = None  # what was resolved (source hostname or fallback)
+    error: str | None = None     # GLOO_SOCKET_IFNAME names no interface with an address
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> GlooBind:
+        source = wire.get("source")
+        if source not in ("GLOO_SOCKET_IFNAME", "hostname", "fallback"):
+            raise Unreadable(f"source {source!r} is not one this version knows")
+        return cls(source, text(wire, "interface"), whole(wire, "family"), text(wire, "address"),
+                   text(wire, "hostname"), text(wire, "error"), sent=sent_of(wire))
+
+
+@dataclass(frozen=True)
+class Route(Sent):
+    """How the node reaches the master's address (`ip route get`)."""
+    target: str | None           # the master's address as given
+    address: str | None          # what it resolved to there
+    interface: str | None = None
+    error: str | None = None     # it does not resolve there, or no route
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> Route:
+        return cls(text(wire, "target"), text(wire, "address"), text(wire, "interface"), text(wire, "error"),
+                   sent=sent_of(wire))
+
+
+@dataclass(frozen=True)
+class Firewall:
+    readable: bool               # reading it needs root
+    tool: str | None = None      # "nftables"
+    input_drops: int = 0         # drop or reject rules in the ruleset
+    input_policy_drop: bool = False
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> Firewall:
+        return cls(flag(wire, "readable"), text(wire, "tool"), whole(wire, "input_drops") or 0,
+                   flag(wire, "input_policy_drop"))
+
+
+def _port_range(wire: Mapping[str, Any]) -> tuple[int, int] | None:
+    value = kind(wire, "ephemeral_ports", (list, tuple), "a list")
+    if value is None:
+        return None
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise Unreadable("ephemeral_ports is not [low, high]")
+    return value[0], value[1]
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    hostname: str | None
+    interfaces: tuple[Interface, ...]
+    gloo_bind: GlooBind | Missing
+    route_to_master: Route | Missing         # Missing: no master address was given to the node
+    ephemeral_ports: tuple[int, int] | None  # (low, high); None: not readable there
+    firewall: Firewall | Missing
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> NetworkFacts:
+        return cls(text(wire, "hostname"), objects(wire, "interfaces", Interface.from_json),
+                   part(wire, "gloo_bind", GlooBind.from_json),
+                   part(wire, "route_to_master", Route.from_json, absent="no master address was given"),
+                   _port_range(wire), part(wire, "firewall", Firewall.from_json))
+
+    def interface(self, name: str | None) -> Interface | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+    def interface_with(self, address: str | None) -> Interface | None:
+        """The interface that holds this address."""
+        return next((i for i in self.interfaces if any(a.address == address for a in i.addresses)), None)
