@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
     launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
+    launch.add_argument("--endless-after", type=float, metavar="SECONDS",
+                        help="hangwatch names a rank that computes this long while the others wait for it "
+                             "(default 5x hangwatch's threshold, 40 s)")
     launch.add_argument("--node-lease", type=float, metavar="SECONDS",
                         help="a node that hears nothing from this machine for this long stops its part of the run "
                              "(the link is down, or this machine is gone; default 60)")
@@ -98,6 +101,7 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
     if not args.launch:
         used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
                                          ("--tui", args.tui), ("--node-lease", args.node_lease is not None),
+                                         ("--endless-after", args.endless_after is not None),
                                          ("--stop-on-hang", args.stop_on_hang)) if value]
         if used:
             raise UsageError(f"{used[0]} goes with --launch")

@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--threshold", type=float, default=stall.DEFAULT_THRESHOLD,
                    help=f"seconds without progress before a hang is named (default {stall.DEFAULT_THRESHOLD:g})")
     a.add_argument("--interval", type=float, default=1.0, help="CPU sampling interval, seconds (default 1)")
+    a.add_argument("--endless-after", type=float, metavar="SECONDS",
+                   help="a rank that computes this long while the others wait for it is named as a hang "
+                        "(default 5x the threshold; a straggler that arrives before is never a hang)")
     a.add_argument("--native", action="store_true", help="include native frames in stacks (slower dumps)")
     a.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     a.add_argument("--tui", action="store_true", help="the dashboard instead of the event stream")
@@ -45,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.endless_after is not None and args.endless_after < args.threshold:
+        print("hangwatch: error: --endless-after must be at least the threshold", file=sys.stderr)
+        return Exit.USAGE
     if args.threshold < 2 or args.interval <= 0 or args.interval > args.threshold / 4:
         print("hangwatch: error: --threshold must be at least 2 s, and --interval positive and at most "
               "a quarter of the threshold",
@@ -128,7 +134,8 @@ def attach(args) -> int:
                              env={**os.environ, "HANGWATCH_INCIDENT": path})
 
     watcher = Watcher(targets, threshold=args.threshold, interval=args.interval, native=args.native,
-                      on_event=on_event, on_hang=on_hang, incident_dir=args.incident_dir)
+                      on_event=on_event, on_hang=on_hang, incident_dir=args.incident_dir,
+                      endless_after=args.endless_after)
     for problem in problems:
         watcher.notice(problem)
     stop = threading.Event()

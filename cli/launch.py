@@ -119,8 +119,9 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
 
     launch.on_line.append(show)
     launch.on_logs_failed.append(logs_failed)
-    watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"],
-                    stop_on_hang=args.stop_on_hang)
+    left_first: list[str] = []
+    watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"], stop_on_hang=args.stop_on_hang,
+                    endless_after=args.endless_after, notes=preflight_notes(report), left_first=left_first)
     caught: list[int] = []
 
     def on_signal(signum, frame):
@@ -150,6 +151,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
             say(f"stopping every node: {reason}")
             launch.stop(reason)
         result = _wait_for_stop(launch)
+        if result is not None and not result.ok:
+            watcher.settle()          # hangwatch judges the order the ranks left in
     finally:
         watcher.close()
         for s, handler in previous.items():
@@ -159,14 +162,28 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
         say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s (unreachable?); a node that "
             f"does not hear from this machine stops its part by itself within its {launch.lease:g} s lease")
         return Exit.FOUND
+    if left_first and not result.ok:
+        result.left_first = left_first[-1]
     sys.stderr.write("ddp-preflight: " + redact_text(render(result, plan.master_port, plan.nodes[0].node)))
     sys.stderr.flush()
     return result.exit_code
 
 
-def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = False):
+def preflight_notes(report: Report) -> dict[str, tuple[str, ...]]:
+    """What preflight found wrong on each node, for hangwatch to quote beside a hang there (a
+    loader that never ends, on the node with the fewer shards)."""
+    notes: dict[str, list[str]] = {}
+    for r in report.results:
+        if r.node and r.status in (Status.WARN, Status.FAIL):
+            notes.setdefault(r.node, []).append(f"{r.check}: {r.summary}")
+    return {node: tuple(said) for node, said in notes.items()}
+
+
+def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = False, endless_after=None,
+          notes=None, left_first: list[str] | None = None):
     """hangwatch on every node the run started on, over the same connections; what it names is
     said here (and kept in the log folder's incidents/)."""
+    from hangwatch.model import Kind
     from hangwatch.watch import Watcher, WatchTarget
 
     targets = [WatchTarget(cluster.nodes[i]) for i in cluster.usable()]
@@ -176,6 +193,9 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
             launch.stop(f"hangwatch named a hang (--stop-on-hang); bundle {path}")
 
     def on_event(event) -> None:
+        said = event.snapshot.diagnosis if event.snapshot is not None else None
+        if left_first is not None and said is not None and said.kind is Kind.EXITED and " left first" in said.summary:
+            left_first.append(said.summary)
         if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
             return
         if event.kind == "node" and event.data.get("status") == "watching" and not event.data.get("again"):
@@ -184,7 +204,7 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
 
     # The agents go with the run: a node cut off from this machine ends both within one lease.
     return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
-                   lease=launch.lease)
+                   lease=launch.lease, endless_after=endless_after, notes=notes)
 
 
 def _wait_for_stop(launch: Launch):

@@ -7,6 +7,13 @@ faults:
   mismatch  rank R calls all_gather at step STEP while the others call all_reduce
   straggle  rank R computes for --seconds (default 30) at step STEP, then goes on: not a hang
   exit      rank R exits with code 3 at step STEP
+  quit      rank R leaves the loop at step STEP and exits cleanly (code 0) while the others train
+  endless   rank R loops for ever at step STEP (a data loader that never ends), computing
+  child     rank R starts two children that inherit its RANK (a Python one and a shell one, as
+            torch.compile's workers and their compilers do), then leaves the loop
+--wait {blocking,work,future}: each step also all_reduces a metric: blocking, or with async_op=True
+and then work.wait() inside a wrapper (the seed's _AsyncWorkWrapper) or get_future().wait(): a
+rank that waits there waits in C++ under the script's own frame.
 It prints "step N loss X" lines, and "FAULT <kind> rank R step N at <epoch seconds>" when the
 fault starts, so a test can time how long naming it takes."""
 
@@ -23,7 +30,8 @@ import torch.distributed as dist
 def arguments():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit"])
+    p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit", "quit", "endless", "child"])
+    p.add_argument("--wait", choices=["blocking", "work", "future"], help="a metric all_reduce each step")
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--seconds", type=float, default=30.0)
@@ -43,6 +51,42 @@ def compute(seconds):
     while time.monotonic() < end:
         a = torch.tanh(a @ a)
     return a
+
+
+class _AsyncWorkWrapper:
+    """The seed's shim (000): wait() on a Gloo work handle, where get_future() is missing."""
+
+    def __init__(self, work):
+        self._work = work
+
+    def wait(self):
+        self._work.wait()
+        return None
+
+
+def metric(style):
+    """An all_reduce of a step metric, waited for the way the style says."""
+    value = torch.ones(1)
+    if style == "blocking":
+        dist.all_reduce(value)
+    elif style == "work":
+        _AsyncWorkWrapper(dist.all_reduce(value, async_op=True)).wait()
+    else:
+        dist.all_reduce(value, async_op=True).get_future().wait()
+    return value
+
+
+def endless_batches():
+    """A data loader that never ends: it cycles over too few batches, computing as it goes."""
+    while True:
+        compute(0.05)
+
+
+def helpers_that_inherit_rank():
+    """Children with this rank's environment (RANK included), as compile workers and compilers are."""
+    import subprocess
+    return [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(7200)"]),
+            subprocess.Popen(["sh", "-c", "sleep 3600"])]
 
 
 def train_step(model, optimizer, batch):
@@ -75,11 +119,20 @@ def main():
                 compute(args.seconds)
             if args.fault == "exit":
                 sys.exit(3)
+            if args.fault == "quit":
+                break                                    # out of batches: it finishes, cleanly
+            if args.fault == "endless":
+                endless_batches()
+            if args.fault == "child":
+                helpers_that_inherit_rank()
+                break
+        if args.wait:
+            metric(args.wait)
         compute(args.step_time)
         loss = train_step(model, optimizer, torch.randn(32, 256))
         if rank == 0 or os.environ.get("ALL_RANKS_PRINT"):
             print(f"step {step} loss {loss:.4f}", flush=True)
-    if mine and args.fault == "leave":
+    if mine and args.fault in ("leave", "child"):
         time.sleep(3600)                                 # evaluation, saving: anything but the loop
     dist.destroy_process_group()
     print("done", flush=True)

@@ -26,6 +26,20 @@ COLLECTIVES = {
 RENDEZVOUS = {"init_process_group", "_new_process_group_helper", "new_group", "rendezvous",
               "_store_based_barrier", "_create_c10d_store", "next_rendezvous", "_rendezvous"}
 DISTRIBUTED_FILES = ("torch/distributed/",)
+# Waits that happen in C++ under a Python frame of the user's own (work.wait() inside a wrapper,
+# a future's wait(), the store's get, a CUDA synchronisation): seen in native frames only. The
+# innermost match wins. (symbols, state, what it waits in)
+NATIVE_WAITS = (
+    (("c10d::Work::wait", "AsyncWork::wait", "WorkNCCL::wait", "WorkNCCL::synchronize"), S.COLLECTIVE, "Work.wait()"),
+    (("PythonFutureWrapper::wait", "ivalue::Future::wait"), S.COLLECTIVE, "Future.wait()"),
+    (("TCPStore::doWait", "TCPStore::get", "TCPStore::wait"), S.COLLECTIVE, "store.get()"),
+    (("gloo::transport::",), S.COLLECTIVE, "a Gloo transfer"),
+    (("ncclCommInitRank", "ncclCommSplit"), S.RENDEZVOUS, "NCCL's communicator setup"),
+    (("cuStreamSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cuCtxSynchronize",
+      "cudaEventSynchronize", "cuEventSynchronize"), S.GPU_WAIT, None),
+)
+# What a wait on an async handle does not say: which collective (any op it could be is the same).
+GENERIC_WAITS = frozenset({"Work.wait()", "Future.wait()", "store.get()", "a Gloo transfer"})
 COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
 DATA_FILES = ("torch/utils/data/",)
 BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py")
@@ -64,7 +78,7 @@ class Frame:
 @dataclass(frozen=True)
 class RankState:
     state: RankStatus
-    op: str | None = None        # the collective, for state == collective
+    op: str | None = None        # the collective (or the wait) for COLLECTIVE; the CUDA call for GPU_WAIT
     frame: Frame | None = None   # the innermost frame of the training code: "the line"
     evidence: tuple[str, ...] = field(default_factory=tuple)
 
@@ -73,6 +87,8 @@ class RankState:
 
     def describe(self) -> str:
         where = f" at {self.frame.where} ({self.frame.function})" if self.frame else ""
+        if self.state is S.GPU_WAIT:
+            return f"waiting on its GPU ({self.op}){where}"
         return f"{self.op if self.state is S.COLLECTIVE else self.state.value}{where}"
 
 
@@ -100,6 +116,11 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
         if frame.native and "c10d::Reducer" in frame.function:
             return RankState(S.COLLECTIVE, "all_reduce", user, tuple(evidence + [
                 f"DDP's gradient all_reduce: backward waits in {frame.function.split('(')[0]} (native frame)"]))
+        if frame.native:
+            for symbols, state, what in NATIVE_WAITS:
+                if any(symbol in frame.function for symbol in symbols):
+                    name = frame.function.split("(")[0]
+                    return RankState(state, what or name, user, tuple(evidence + [f"in {name} (native frame)"]))
         if frame.file.startswith(DISTRIBUTED_FILES):
             if frame.function in RENDEZVOUS:
                 return RankState(S.RENDEZVOUS, frame=user, evidence=tuple(evidence + [f"in {frame.function}"]))

@@ -4,7 +4,7 @@ Pure: a function of every rank's state at the moment progress stopped."""
 
 from __future__ import annotations
 
-from .classify import RankState
+from .classify import GENERIC_WAITS, RankState
 from .model import Diagnosis, Kind
 from .model import RankStatus as S
 
@@ -20,6 +20,11 @@ MISMATCH_CAUSES = ("rank-dependent code: a collective only some ranks call (`if 
                    "code-parity and data-shards)")
 
 
+GPU_HANG_CAUSES = ("an NCCL collective's kernel waits for a peer that never sends (a rank that left, a "
+                   "mismatched collective on another node, a dead link): NCCL's kernels spin on the GPU",
+                   "a kernel of the training's own that never ends (a loop on the device)")
+
+
 CANNOT_TELL = "a hang cannot be told from a straggler"
 
 # "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
@@ -27,7 +32,7 @@ WORKING = (S.COMPUTING, S.COMPILING, S.LOADING_DATA, S.SAVING, S.RUNNING)
 
 
 def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
-    waiting = {r: s for r, s in ranks.items() if s.state is S.COLLECTIVE}
+    waiting = {r: s for r, s in ranks.items() if s.state in (S.COLLECTIVE, S.GPU_WAIT)}
     working = {r: s for r, s in ranks.items() if s.state in WORKING}
     exited = {r: s for r, s in ranks.items() if s.state is S.EXITED}
     if all(s.state is S.RENDEZVOUS for s in ranks.values()) and ranks:
@@ -43,7 +48,10 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
                          f"while {_wait(waiting)} in {_ops(waiting)}", tuple(sorted(exited)))
     if waiting:
         others = {r: s for r, s in ranks.items() if r not in waiting}
-        ops = {s.op for s in waiting.values()}
+        # A wait on an async handle (work.wait(), a future) is on some collective: it differs
+        # from none. Only named collectives can disagree.
+        named = {r: s for r, s in waiting.items() if s.state is S.COLLECTIVE and s.op not in GENERIC_WAITS}
+        ops = {s.op for s in named.values()}
         if others:
             seen = {r: s for r, s in others.items() if s.state is not S.UNKNOWN}
             if not seen:
@@ -57,16 +65,27 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
                              tuple(sorted(seen)), LIKELY_DEADLOCK)
         if len(ops) > 1:
             # The odd ones out: the ranks in the collective fewest ranks are in.
-            by_op = {op: sorted(r for r, s in waiting.items() if s.op == op) for op in ops}
+            by_op = {op: sorted(r for r, s in named.items() if s.op == op) for op in ops}
             odd = min(by_op.values(), key=len)
-            rest = sorted(set(waiting) - set(odd))
+            if sum(len(rs) == len(odd) for rs in by_op.values()) > 1:
+                # As many in one as in another: where they stand does not say which one diverged.
+                return Diagnosis(Kind.MISMATCH, "ranks wait in different collectives: " + "; ".join(
+                    f"{_who([r])} in {s.describe()}" for r, s in sorted(named.items()))
+                    + "; which one took the other branch cannot be told from where they wait", (), MISMATCH_CAUSES)
+            rest = sorted(set(named) - set(odd))
             return Diagnosis(Kind.MISMATCH, f"ranks wait in different collectives: "
                              f"{_who(odd)} {'is' if len(odd) == 1 else 'are'} in "
-                             f"{'; '.join(waiting[r].describe() for r in odd)}, while "
-                             f"{_wait(rest)} in {_ops({r: waiting[r] for r in rest})} "
-                             f"({waiting[rest[0]].frame.where if waiting[rest[0]].frame else 'library code'})",
+                             f"{'; '.join(named[r].describe() for r in odd)}, while "
+                             f"{_wait(rest)} in {_ops({r: named[r] for r in rest})} "
+                             f"({named[rest[0]].frame.where if named[rest[0]].frame else 'library code'})",
                              tuple(odd), MISMATCH_CAUSES)
-        return Diagnosis(Kind.NETWORK_STALL, f"every rank waits in {ops.pop()} and none computes: a peer or "
+        on_gpu = sorted(r for r, s in waiting.items() if s.state is S.GPU_WAIT)
+        if on_gpu:
+            first = waiting[on_gpu[0]]
+            return Diagnosis(Kind.GPU_HANG, f"{_wait(on_gpu)} on {'its GPU' if len(on_gpu) == 1 else 'their GPUs'} "
+                             f"({first.op}{' at ' + first.frame.where if first.frame else ''}) and no rank computes: "
+                             "a GPU kernel that never ends", tuple(on_gpu), GPU_HANG_CAUSES)
+        return Diagnosis(Kind.NETWORK_STALL, f"every rank waits in {_ops(waiting)} and none computes: a peer or "
                          "the link is gone", tuple(sorted(waiting)))
     if any(s.state is S.UNKNOWN for s in ranks.values()):
         where: dict[str, list[int]] = {}
@@ -100,4 +119,4 @@ def _wait(ranks) -> str:
 
 
 def _ops(waiting: dict[int, RankState]) -> str:
-    return "/".join(sorted({s.op for s in waiting.values()}))
+    return "/".join(sorted({f"the GPU ({s.op})" if s.state is S.GPU_WAIT else str(s.op) for s in waiting.values()}))

@@ -13,7 +13,7 @@ A snapshot, as JSON:
   "ranks": [{"node": "master", "pid": 4242, "rank": 0, "local_rank": 0, "world_size": 4,
              "cpu": 97.0,                      # % of one core over the last sample
              "history": [97.0, 95.1, ...],     # last 60 samples, oldest first
-             "state": "computing|collective|rendezvous|loading-data|compiling|saving|idle|exited|unknown|running",
+             "state": "computing|collective|gpu-wait|rendezvous|loading-data|compiling|saving|idle|exited|unknown|running",
              "op": "all_reduce"|null,          # the collective, when state == collective
              "frame": "train.py:88"|null,      # the training code's innermost line
              "function": "train_step"|null,
@@ -23,9 +23,11 @@ A snapshot, as JSON:
              "last_line": str|null,            # last output line (launch mode)
              "step": int|null, "step_rate": float|null,   # from the output's "step N" lines
              "stack": [{"function": str, "file": str, "line": int}] | null,   # innermost first
-             "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null}],
-                                               # Flight Recorder, for ranks that opted in
-  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall|slow|unseen",
+             "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null,
+                                               # Flight Recorder, where it is on
+             "gpu": 0|null, "gpu_util": 100.0|null, "gpu_memory_util": 0.0|null}],
+                                               # its GPU (NVML), on GPU nodes
+  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall|slow|straggler|unseen",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],
@@ -67,6 +69,7 @@ class RankStatus(Word):
     RUNNING = "running"           # sampled, using CPU, not yet looked at (or moved since its stack)
     COMPUTING = "computing"
     COLLECTIVE = "collective"     # waiting in one (its name is RankView.op)
+    GPU_WAIT = "gpu-wait"         # its host thread waits for its GPU (cudaStreamSynchronize...)
     RENDEZVOUS = "rendezvous"     # creating the process group
     LOADING_DATA = "loading-data"
     COMPILING = "compiling"
@@ -83,7 +86,9 @@ class Kind(Word):
     MISMATCH = "mismatch"                   # ranks wait in different collectives
     NETWORK_STALL = "network-stall"         # every rank waits, none computes, no data flows
     RENDEZVOUS_STALL = "rendezvous-stall"   # every rank stuck creating the process group
-    EXITED = "exited"                       # a rank failed: the first one to go
+    EXITED = "exited"                       # a rank failed, or left first: the first one to go
+    ENDLESS = "endless"                     # a rank computes for far longer than its peers wait
+    GPU_HANG = "gpu-hang"                   # ranks wait on a GPU that never finishes its work
     STALL = "stall"                         # no CPU anywhere, stacks unavailable: who cannot be told
     SLOW = "slow"                           # every rank waits, but data is still flowing
     STRAGGLER = "straggler"                 # a rank computes while the others wait: not a hang
@@ -96,7 +101,7 @@ class Kind(Word):
 
 
 HANGS = frozenset({Kind.DEADLOCK, Kind.MISMATCH, Kind.NETWORK_STALL, Kind.RENDEZVOUS_STALL, Kind.EXITED,
-                   Kind.STALL})
+                   Kind.STALL, Kind.ENDLESS, Kind.GPU_HANG})
 
 
 @dataclass
@@ -130,6 +135,9 @@ class RankView:
     step_rate: float | None = None
     stack: list[dict] | None = None
     flight: dict | None = None
+    gpu: int | None = None                # the GPU it computes on (NVML), and that GPU's
+    gpu_util: float | None = None         # utilization and memory activity, % of the last sample
+    gpu_memory_util: float | None = None
 
     @property
     def label(self) -> str:

@@ -35,6 +35,13 @@ SILENT_SAMPLES = 5        # an agent reports every sample interval: this many mi
 SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
 GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
 MESSAGES = 200            # notices kept (the snapshot shows the last 20)
+ENDLESS_TIMES = 5         # a straggler that keeps the others waiting this many thresholds is a hang
+GPU_BUSY, GPU_IDLE_MEMORY = 90.0, 0.0   # % a GPU shows when one kernel spins and never touches memory
+
+
+ENDLESS_CAUSES = ("a loop that never ends: a data loader that cycles forever (too few shards on that node: "
+                  "ddp-preflight's data-shards), a retry loop, a while loop whose condition never changes",
+                  "far more work on this rank than on the others (uneven data)")
 
 
 # -- inputs ----------------------------------------------------------------------------------
@@ -144,10 +151,17 @@ class Config:
     threshold: float = stall.DEFAULT_THRESHOLD   # seconds without progress before a hang is named
     interval: float = 1.0                        # the agents' sample interval, seconds
     native: bool = False                         # native frames in every stack
+    endless_after: float | None = None           # seconds a rank may compute while the others wait
+                                                 # (None: ENDLESS_TIMES x the threshold)
+    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
 
     @property
     def silent_after(self) -> float:
         return max(SILENT_SAMPLES * self.interval, SILENT_FLOOR)
+
+    @property
+    def endless(self) -> float:
+        return self.endless_after if self.endless_after is not None else ENDLESS_TIMES * self.threshold
 
 
 @dataclass
@@ -317,6 +331,7 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
     state.nodes[node].net_bytes_per_s = msg.net
     gone = []
     interval = state.config.interval
+    gpus = {g.index: g for g in msg.gpus}
     for s in msg.ranks:
         t = state.ranks.get((node, s.pid))
         if t is None:
@@ -333,7 +348,14 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
         v.cpu = s.cpu
         v.history.append(s.cpu)
         del v.history[:-HISTORY]
-        if s.cpu < stall.IDLE_CPU:
+        gpu = gpus.get(s.gpu) if s.gpu is not None else None
+        v.gpu = s.gpu
+        v.gpu_util, v.gpu_memory_util = (gpu.util, gpu.memory_util) if gpu is not None else (None, None)
+        # A GPU busy with one kernel that touches no memory is not progressing, though its rank's
+        # host thread spins at full CPU waiting for it: as good as idle for the stall logic.
+        spinning = gpu is not None and gpu.util is not None and gpu.util >= GPU_BUSY \
+            and gpu.memory_util is not None and gpu.memory_util <= GPU_IDLE_MEMORY
+        if s.cpu < stall.IDLE_CPU or spinning:
             if t.idle_since is None:
                 # Idle over this whole sample, and over the part of the one before that it did
                 # not use: a rank that computes, then blocks, stops mid-sample.
@@ -437,7 +459,7 @@ def _ask_stacks(state: State, now: float, out: list) -> None:
     for name in watching:
         state.asked[name] = now
     out.append(AskStacks(watching, {"cmd": "stacks", "id": int(now * 1000),
-                                    "native": True if state.config.native else "auto"}))
+                                    "native": True if state.config.native else "stall"}))
 
 
 def _tick(state: State, now: float, wall: float, out: list) -> None:
@@ -503,16 +525,25 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
     soon = [t for t in failed if t.exit_t is not None and failed[0].exit_t is not None
             and t.exit_t - failed[0].exit_t < PEER_LOSS_WINDOW]
     first = next((t for t in soon if t.exit_status not in PEER_LOSS), failed[0])
+    how = "exited first" if first is order[0] else "failed on its own"
+    left = order[0]
+    if left.exit_status is not None and left.exit_status.ok and left.exit_t is not None \
+            and first.exit_t is not None and left.exit_t < first.exit_t:
+        # A clean exit before the failures: a rank that left while its peers still ran makes
+        # them fail (Gloo: "Connection closed by peer"); it is the one to look at.
+        first, how = left, "left first, while the others still ran"
     then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - first.exit_t:+.2f} s)" for t in order
             if t is not first and t.exit_t is not None and first.exit_t is not None]
     live = [t.view.label for t in state.ranks.values() if t.view.state is not S.EXITED]
-    how = "exited first" if first is order[0] else "failed on its own"
     summary = (f"{first.view.label} on {first.view.node} {how} ({first.view.exit})"
                + (f"; then {', '.join(then)}" if then else "")
                + (f"; still running: {', '.join(live)}" if live else ""))
-    return Diagnosis(Kind.EXITED, summary, (first.view.rank,) if first.view.rank is not None else (),
-                     ("the first rank's own error: see its output (ddp-preflight --launch keeps a log per node)",
-                      "the ranks after it were stopped by torchrun or lost their Gloo peer"))
+    causes = (("it left the loop early and exited: its peers lost their connection to it (uneven data: it "
+               "ran out of batches; rank-dependent code)",) if how.startswith("left") else
+              ("the first rank's own error: see its output (ddp-preflight --launch keeps a log per node)",
+               "the ranks after it were stopped by torchrun or lost their Gloo peer"))
+    return Diagnosis(Kind.EXITED, summary + _notes(state, [first]), (first.view.rank,)
+                     if first.view.rank is not None else (), causes)
 
 
 def _diagnose(state: State, waiting: float, now: float, wall: float, out: list) -> None:
@@ -529,12 +560,45 @@ def _diagnose(state: State, waiting: float, now: float, wall: float, out: list) 
                           f"{', '.join(flowing)}: a slow collective, not a hang", found.guilty)
     if found.kind is Kind.NONE:
         return
+    if found.kind is Kind.STRAGGLER and waiting >= state.config.endless:
+        found = _endless(state, found, states, waiting) or found
     if found.kind is Kind.STRAGGLER:
         found = replace(found, summary=found.summary + _wait_share(state, states))
     elif found.kind in (Kind.DEADLOCK, Kind.MISMATCH, Kind.NETWORK_STALL):
         found = replace(found, summary=found.summary + _flight_note(state))
     evidence = [f"{_label(k)}: {s.describe()} ({'; '.join(s.evidence)})" for k, s in sorted(states.items())]
     _report(state, found, waiting, wall, out, evidence)
+
+
+def _endless(state: State, found: Diagnosis, states: dict, waiting: float) -> Diagnosis | None:
+    """A straggler that never arrives: its peers have waited `endless` seconds while it computes.
+    Compiling, saving and loading data may take that long and arrive: only computing counts."""
+    working = {k: s for k, s in states.items() if k in found.guilty}
+    if not working or any(s.state not in (S.COMPUTING, S.RUNNING) for s in working.values()):
+        return None
+    waiting_ranks = {k: s for k, s in states.items() if s.state in (S.COLLECTIVE, S.GPU_WAIT)}
+    who = "; ".join(f"{_label(k)} has computed for {waiting:.0f} s at "
+                    f"{s.frame.where + ' (' + s.frame.function + ')' if s.frame else 'an unknown line'}"
+                    for k, s in sorted(working.items()))
+    tracks = [t for t in state.ranks.values() if t.key in working]
+    ops = "/".join(sorted({str(s.op) for s in waiting_ranks.values()}))
+    return Diagnosis(Kind.ENDLESS, f"{who} and never reaches {ops or 'the collective'}, where "
+                     f"{_label_list(sorted(waiting_ranks))} wait{'s' if len(waiting_ranks) == 1 else ''} "
+                     f"(over {state.config.endless:.0f} s: a straggler would have arrived)" + _notes(state, tracks),
+                     found.guilty, ENDLESS_CAUSES)
+
+
+def _notes(state: State, tracks: list[Track]) -> str:
+    """What preflight said of these ranks' nodes (under --launch): the data-shards warning of the
+    node whose loader never ends is the clue."""
+    said = [f"{node}: {note}" for node in dict.fromkeys(t.view.node for t in tracks)
+            for note in state.config.notes.get(node, ())]
+    return f"; preflight said of {'; '.join(said)}" if said else ""
+
+
+def _label_list(keys: list[int]) -> str:
+    numbered = [k for k in keys if k >= 0]
+    return ("rank " if len(numbered) == 1 else "ranks ") + ",".join(map(str, numbered)) if numbered else "the others"
 
 
 def _flight_note(state: State) -> str:

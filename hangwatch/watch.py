@@ -41,13 +41,15 @@ class Watcher(Source):
                  interval: float = 1.0, native: bool = False, py_spy: str | None = None,
                  on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
                  incident_dir: str = "hangwatch-incidents", lease: float = LEASE,
+                 endless_after: float | None = None, notes: dict[str, tuple[str, ...]] | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.clock, self.wall = clock, wall    # tests replaying recorded agent lines drive the clock
         self.targets, self.threshold, self.interval = list(targets), threshold, interval
         self.native, self.py_spy, self.lease = native, py_spy, lease
         self.on_event, self.on_hang = on_event or (lambda e: None), on_hang
         self.incident_dir = incident_dir
-        self.state = reducer.new_state([t.name for t in targets], reducer.Config(threshold, interval, native))
+        config = reducer.Config(threshold, interval, native, endless_after, dict(notes or {}))
+        self.state = reducer.new_state([t.name for t in targets], config)
         self.lock = threading.RLock()
         self.links: dict[str, AgentLink] = {}
         self._bringing: list[threading.Thread] = []
@@ -71,6 +73,16 @@ class Watcher(Source):
         self._ticker = threading.Thread(target=self._tick_loop, name="hangwatch-tick", daemon=True)
         self._ticker.start()
         return self
+
+    def settle(self, timeout: float = reducer.EXIT_SETTLE + 1.0) -> None:
+        """Wait (up to `timeout`) for exits still being judged: at the end of a run, the order in
+        which its ranks left says which one to look at."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.state.exit_check_at is None:
+                    return
+            time.sleep(0.1)
 
     def close(self) -> None:
         self.feed(reducer.Stopping())

@@ -65,6 +65,7 @@ class LaunchResult:
     seconds: float
     log_dir: str | None = None
     port_free: bool | None = None      # the master port could be bound afterwards (None: not tested)
+    left_first: str | None = None      # hangwatch saw a rank leave cleanly before its peers failed
     notes: list[str] = field(default_factory=list)
     logs_error: str | None = None      # why the logs stopped before the end ("No space left on device")
 
@@ -131,7 +132,10 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         first = [r for r in failed if r.node == result.first_failure] or failed
         first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
         stopped = "; every node was stopped" if result.stop_reason else ""
-        if first:
+        if result.left_first:
+            # The peers' failures followed a rank that had left (exit code 0): that rank is the one.
+            lines.append(f"training failed: {result.left_first}" + stopped)
+        elif first:
             lines.append(f"training failed: rank {first[0].rank} on {first[0].node} ended with {first[0].outcome()}"
                          + stopped)
         elif first_node is not None and first_node.error:

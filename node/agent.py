@@ -26,6 +26,7 @@ import time
 
 from . import flight, proc, protocol, pyspy
 from .control import Control
+from .gpus import Gpus
 from .ranks import Finder
 from .redact import redact_env
 
@@ -41,6 +42,7 @@ class Agent:
         self.last_stacks = 0.0
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
+        self.gpus = Gpus()
 
     def emit(self, message):
         protocol.emit(protocol.AGENT, message)
@@ -138,6 +140,8 @@ class Agent:
                           "wchan": proc.wchan(pid)}
                 if st.state == "Z":
                     sample["exit"] = st.exit_status
+                if self.gpus.of(pid) is not None:
+                    sample["gpu"] = self.gpus.of(pid)
                 if before:
                     dt = max(now - before[0], 1e-6)
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
@@ -152,8 +156,11 @@ class Agent:
             last_net = (now, total)
             gone = sorted(p for p, _ in announced if p not in found)
             announced = {(p, s) for p, s in announced if p in found}
-            self.emit({"type": "sample", "t": time.time(), "ranks": samples, "gone": gone,
-                       "net": round(net, 1)})
+            message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
+            gpus = self.gpus.sample()
+            if gpus:
+                message["gpus"] = gpus
+            self.emit(message)
             if found and time.monotonic() - self.last_stacks > self.stack_every:
                 threading.Thread(target=self.stacks, daemon=True).start()
                 self.last_stacks = time.monotonic()

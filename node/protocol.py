@@ -153,6 +153,14 @@ class RankSample:
     wchan: Optional[str] = None
     cpu: Optional[float] = None      # % of one core since the last sample (None: the first)
     exit: Optional[int] = None       # the wait status, when caught as a zombie
+    gpu: Optional[int] = None        # the GPU it has a context on (NVML's index), on GPU nodes
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    util: Optional[float] = None          # % of the sample a kernel ran (NVML's utilization.gpu)
+    memory_util: Optional[float] = None   # % of the sample memory was read or written
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,7 @@ class Sample:
     ranks: tuple = ()                # RankSample
     gone: tuple = ()                 # pids no longer there
     net: Optional[float] = None      # bytes/s on the node's links (loopback aside)
+    gpus: tuple = ()                 # GpuSample, on GPU nodes
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,8 @@ def agent_message(data: dict):
         values["ranks"] = tuple(RankSample(**{k: v for k, v in r.items() if k in RankSample.__dataclass_fields__})
                                 for r in data.get("ranks") or ())
         values["gone"] = tuple(data.get("gone") or ())
+        values["gpus"] = tuple(GpuSample(**{k: v for k, v in g.items() if k in GpuSample.__dataclass_fields__})
+                               for g in data.get("gpus") or ())
     elif cls is RankFound:
         values["argv"] = tuple(data.get("argv") or ())
     elif cls is Stacks:

@@ -42,8 +42,11 @@ def find(given: Optional[str] = None) -> Tuple[Optional[str], Optional[str]]:
 
 
 def dump(py_spy: str, pid: int, native) -> object:
-    """One process's stack as py-spy's JSON, or {"error": why}. native: True, False, or "auto":
-    native frames only when the Python stack stops where C++ can hide a wait (OPAQUE)."""
+    """One process's stack as py-spy's JSON, or {"error": why}. native: True, False, "auto"
+    (native frames only when the Python stack stops where C++ can hide a wait: OPAQUE) or
+    "stall" (asked for in a stall: native frames too unless the Python stack already stops in
+    torch.distributed: a wait in C++ under the user's own frame, work.wait() in a wrapper, a
+    future's wait(), the store's get, cudaStreamSynchronize under loss.item(), shows only there)."""
     argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native is True else [])
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
@@ -54,7 +57,7 @@ def dump(py_spy: str, pid: int, native) -> object:
             stack = json.loads(done.stdout)
         except ValueError:
             return {"error": "py-spy printed no JSON"}
-        if native == "auto" and opaque(stack):
+        if native == "auto" and opaque(stack) or native == "stall" and not in_distributed(stack):
             deeper = dump(py_spy, pid, True)
             return stack if isinstance(deeper, dict) else deeper
         return stack
@@ -67,7 +70,15 @@ def dump(py_spy: str, pid: int, native) -> object:
     return {"error": lines[0][:200] if lines else f"py-spy exit {done.returncode}"}
 
 
-def opaque(stack) -> bool:
+def _innermost(stack) -> str:
     main = next((t for t in stack if t.get("thread_name") == "MainThread"), stack[0] if stack else None)
     frames = (main or {}).get("frames") or []
-    return bool(frames) and (frames[0].get("short_filename") or "").startswith(OPAQUE)
+    return (frames[0].get("short_filename") or "") if frames else ""
+
+
+def opaque(stack) -> bool:
+    return _innermost(stack).startswith(OPAQUE)
+
+
+def in_distributed(stack) -> bool:
+    return _innermost(stack).startswith("torch/distributed/")

@@ -160,7 +160,7 @@ def _nvlinks(nvml: Nvml, handle) -> tuple[int, int]:
     return up, down
 
 
-def _compute_processes(nvml: Nvml, handle) -> list[tuple[int, int | None]]:
+def compute_processes(nvml: Nvml, handle) -> list[tuple[int, int | None]]:
     """(pid, bytes used or None) of the compute processes on this GPU."""
     name = "nvmlDeviceGetComputeRunningProcesses_v3"
     if getattr(nvml.lib, name, None) is None:
@@ -199,7 +199,7 @@ def device(nvml: Nvml, index: int) -> tuple[dict, object, list]:
     r.take("pcie_width_max", lambda: nvml.number("nvmlDeviceGetMaxPcieLinkWidth", handle))
     r.take(("nvlinks_up", "nvlinks_down"), lambda: _nvlinks(nvml, handle))
     processes = Reading()
-    processes.take("list", lambda: _compute_processes(nvml, handle))
+    processes.take("list", lambda: compute_processes(nvml, handle))
     missing = dict(r.missing)
     if processes.missing:
         missing["processes"] = processes.missing["list"]

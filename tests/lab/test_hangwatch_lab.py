@@ -137,7 +137,9 @@ def test_a_firewall_that_stalls_rendezvous_points_to_the_preflight_checks(watche
 
 def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
     watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "0", "--at", "8", port=29637)
-    watch.wait_for("rank-found", 60, lambda e: e.get("node") == "worker1")
+    # Both of worker1's ranks known (torchrun starts them a moment apart), then its agent dies.
+    wait_until(lambda: len([e for e in watch.of("rank-found") if e.get("node") == "worker1"]) == 2, 60,
+               "worker1's two ranks were never found")
     hello = _agent_pid(watch, "worker1")
     os.kill(hello, signal.SIGKILL)        # the agent on worker1 dies, as with a dropped SSH link
     lost = watch.wait_for("node", 10, lambda e: "worker1" in e["text"] and "stopped" in e["text"])

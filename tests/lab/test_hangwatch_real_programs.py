@@ -1,0 +1,99 @@
+"""hangwatch on the ways real programs break its old idea of "waiting" (issue 12), on real 2-node
+x 2-rank Gloo training in the lab: a rank that waits in C++ under its own Python frame
+(work.wait() in the seed's wrapper, a future's wait()), children that inherit RANK, a rank that
+computes for ever, and a rank that leaves cleanly first."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hangwatch.stall import DEFAULT_THRESHOLD
+
+from .hangjob import SCRIPT
+from .test_hangwatch_lab import _cmdline, watched  # noqa: F401  (the fixture)
+from .test_launch_lab import CLI, NODES, REPO, assert_nothing_left, counts
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("wait, line", [("work", "self._work.wait()"),
+                                        ("future", "async_op=True).get_future().wait()")])
+def test_a_rank_waiting_in_cxx_under_its_own_frame_is_a_waiter_and_the_rank_that_left_is_named(watched, wait, line):
+    watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "3", "--at", "5", "--wait", wait,
+                         port=29641 if wait == "work" else 29642)
+    left_at = job.fault_time()
+    event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
+    diagnosis = event["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
+    assert f"rank 3 left the loop: idle at hang_train.py:{_line('time.sleep(3600)')}" in diagnosis["summary"]
+    op = "Work.wait()" if wait == "work" else "Future.wait()"
+    assert f"ranks 0,1,2 wait in {op}" in diagnosis["summary"], diagnosis["summary"]
+    waiting = {r["rank"]: r for r in event["snapshot"]["ranks"]}
+    assert all(waiting[r]["frame"] == f"hang_train.py:{_line(line)}" for r in (0, 1, 2)), waiting
+    assert event["time"] - left_at <= DEFAULT_THRESHOLD + 2
+
+
+def test_children_that_inherit_rank_are_never_ranks(watched, clean_lab):
+    watch, job = watched("--steps", "500", "--fault", "child", "--rank", "2", "--at", "5", port=29643)
+    job.fault_time()
+    children = []
+    try:
+        diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)["snapshot"]["diagnosis"]
+        # The children are there, with rank 2's environment (RANK included), and not taken for ranks.
+        children = [p for p in clean_lab.processes("worker1")
+                    if "sleep(7200)" in _cmdline(p) or "sleep 3600" in _cmdline(p)]
+        assert len(children) >= 2, children
+        assert all("RANK=2" in Path(f"/proc/{p}/environ").read_bytes().decode(errors="replace").split("\0")
+                   for p in children)
+        assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [2], diagnosis
+        found = watch.of("rank-found")
+        assert sorted(e["rank"] for e in found) == [0, 1, 2, 3], [e["text"] for e in found]
+        assert not any(e["pid"] in children for e in found)
+    finally:
+        for pid in children:          # started by this test's job: they outlive their rank otherwise
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_rank_that_computes_for_ever_is_named_after_the_bound(watched):
+    watch, job = watched("--steps", "500", "--fault", "endless", "--rank", "1", "--at", "5", port=29644,
+                         watch_args=("--endless-after", "20"))
+    started = job.fault_time()
+    straggler = watch.wait_for("straggler", DEFAULT_THRESHOLD + 20)
+    assert straggler["snapshot"]["diagnosis"]["guilty"] == [1]
+    event = watch.wait_for("diagnosis", 20 + DEFAULT_THRESHOLD + 20)
+    diagnosis = event["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "endless" and diagnosis["guilty"] == [1], diagnosis
+    assert re.search(r"rank 1 has computed for \d+ s at hang_train.py:\d+", diagnosis["summary"]), diagnosis
+    assert "never reaches all_reduce, where ranks 0,2,3 wait" in diagnosis["summary"]
+    # The others' wait is dated from the sample that found them idle, to within a sample (1 s).
+    assert 20 - 1.5 <= event["time"] - started <= 20 + DEFAULT_THRESHOLD + 4
+
+
+def test_a_rank_that_leaves_cleanly_first_is_named_not_the_peer_it_made_fail(clean_lab, tmp_path):
+    """Under --launch: rank 3 finishes early (exit code 0); its Gloo peers then fail. Both hangwatch
+    and the launcher's summary name rank 3."""
+    before = counts(clean_lab)
+    argv = [*CLI, *NODES, "--ssh-config", str(clean_lab.ssh_config), "--launch", "--nproc-per-node", "2",
+            "--no-probes", "--log-dir", str(tmp_path / "run"), "--", str(SCRIPT), "--steps", "500",
+            "--fault", "quit", "--rank", "3", "--at", "5"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert "Traceback (most recent call last):\n  File \"/work" not in done.stderr
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "hangwatch: EXITED: rank 3 on worker1 left first, while the others still ran (exit code 0)" in done.stderr, \
+        done.stderr[-3000:]
+    headline = next(line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: training failed"))
+    assert headline.startswith("ddp-preflight: training failed: rank 3 on worker1 left first"), headline
+    assert_nothing_left(clean_lab, before)
