@@ -233,14 +233,31 @@ def test_the_probes_rendezvous_store_listens_on_the_masters_address_only():
     assert result.json_lines(protocol.BANDWIDTH)
 
 
+# Node programs started here carry this in their environment (they inherit it): the check below
+# counts them only, not those of other tests running on this machine at the same time.
+TAG = f"test-{os.getpid()}-{os.urandom(4).hex()}"
+os.environ["DDP_PREFLIGHT_TEST_TAG"] = TAG
+
+
+def ours() -> set[int]:
+    found = set()
+    for pid in processes_with("node.programs"):
+        try:
+            if f"DDP_PREFLIGHT_TEST_TAG={TAG}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.add(pid)
+        except OSError:
+            pass
+    return found
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_children():
-    before = set(processes_with("node.programs"))
+    before = ours()
     yield
     deadline = time.monotonic() + 10
-    while set(processes_with("node.programs")) - before and time.monotonic() < deadline:
+    while ours() - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = set(processes_with("node.programs")) - before
+    left = ours() - before
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"node programs left running: {left}"
