@@ -7,8 +7,11 @@ The job runs as a child (this package from the zip, its spec on its stdin: never
 `env` on top of the node's environment, in this program's private folder. Its stdout and stderr
 are the channel's. The master's line (control.py) stops it: EOF is a stop, silence longer than
 the lease means the master is gone. Then, and at the bound, and when the job ends by itself, the
-whole group is ended (SIGTERM, then SIGKILL after a grace), its children too; the private folder
-goes with this program (boot.py). The last line is the outcome: JOB + JobOutcome."""
+whole job is ended (SIGTERM, then SIGKILL after a grace): its process group, and every process
+it started, also those in sessions of their own (torchrun starts each rank in one): the
+supervisor keeps a list of them while the job runs, so a rank left behind when torchrun itself
+is gone is still found. The private folder goes with this program (boot.py). The last line is
+the outcome: JOB + JobOutcome."""
 
 from __future__ import annotations
 
@@ -17,29 +20,92 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-from . import protocol
+from . import proc, protocol
 from .control import Control
 
 GRACE = 2.0      # seconds between SIGTERM and SIGKILL
+LOOK_EVERY = 1.0  # seconds between two listings of the job's processes
 
 CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from node.programs import child; child()"
 
 
-def kill_group(pgid: int, grace: float = GRACE) -> None:
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+class Tree:
+    """Every process the job has started, by (pid, start time): listed while it runs, so that its
+    processes in other sessions (torchrun's ranks) are known even after their parent is gone."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.seen: dict[int, int] = {}        # pid -> start ticks
+        self.lock = threading.Lock()
+
+    def look(self) -> None:
+        parents: dict[int, list[int]] = {}
+        starts: dict[int, int] = {}
+        for pid in proc.pids():
+            st = proc.stat(pid)
+            if st is not None:
+                parents.setdefault(st.ppid, []).append(pid)
+                starts[pid] = st.start_ticks
+        with self.lock:
+            frontier = [self.root] + list(self.seen)
+            while frontier:
+                pid = frontier.pop()
+                for child in parents.get(pid, ()):
+                    if child not in self.seen and child in starts:
+                        self.seen[child] = starts[child]
+                        frontier.append(child)
+
+    def alive(self) -> list[int]:
+        """Those still running (a pid now held by another process is not ours)."""
+        with self.lock:
+            known = dict(self.seen)
+        out = []
+        for pid, start in known.items():
+            st = proc.stat(pid)
+            if st is not None and st.start_ticks == start and st.state not in "ZX":
+                out.append(pid)
+        return out
+
+    def watch(self, stop: threading.Event) -> None:
+        while not stop.wait(LOOK_EVERY):
+            self.look()
+
+
+def end_job(pgid: int, tree: Tree, grace: float = GRACE) -> None:
+    """SIGTERM to the job's group (torchrun stops its ranks in order), then SIGKILL to the group
+    and to every process of the job still alive after the grace."""
+    tree.look()
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        tree.look()
+        if not _group_alive(pgid) and not tree.alive():
             return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    for pid in tree.alive():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def start_child(job: dict, work, env: dict, cwd=None) -> subprocess.Popen:
@@ -63,14 +129,18 @@ def main(spec: dict, work) -> int:
         protocol.emit(protocol.JOB, protocol.JobOutcome(exit=127, seconds=0.0).to_json())
         sys.stderr.write(f"ddp-preflight node: cannot start the job: {exc}\n")
         return 0
-    control = Control(spec.get("lease"), on_gone=lambda why: kill_group(job.pid)).start()
+    tree = Tree(job.pid)
+    looking = threading.Event()
+    threading.Thread(target=tree.watch, args=(looking,), name="tree", daemon=True).start()
+    control = Control(spec.get("lease"), on_gone=lambda why: end_job(job.pid, tree)).start()
     timed_out = False
     try:
         job.wait(timeout=float(spec.get("timeout") or 60))
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        kill_group(job.pid)       # the job's own children too, even after a clean exit
+        end_job(job.pid, tree)    # the job's own processes too, even after a clean exit
+        looking.set()
     code = job.wait()
     stopped = {"eof": "asked", "silent": "master-silent"}.get(control.why or "")
     outcome = protocol.JobOutcome(exit=code if code >= 0 else None, signal=-code if code < 0 else None,

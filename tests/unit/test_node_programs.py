@@ -173,6 +173,28 @@ def test_a_stop_ends_the_jobs_whole_process_group_and_its_private_folder(tmp_pat
     assert not folder.exists()
 
 
+def test_a_rank_in_a_session_of_its_own_that_ignores_sigterm_is_still_ended(tmp_path):
+    # torchrun starts each rank in a session of its own; a rank that ignores SIGTERM outlives
+    # torchrun's own end at the supervisor's grace, and would be left behind, orphaned.
+    script = tmp_path / "train.py"
+    script.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                      "print('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    lines: list[str] = []
+    job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
+                       "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
+                      timeout=120, on_line=lines.append)
+    try:
+        rank = int(wait_for(lambda: next((m.group(1) for m in map(PID.search, lines) if m), None), 30,
+                            f"the rank never started: {lines}"))
+    except AssertionError:
+        job.stop()
+        raise
+    assert os.getsid(rank) == rank          # its own session, as torchrun makes it
+    job.stop()
+    job.wait(30)
+    wait_for(lambda: gone(rank), 10, "the rank that ignores SIGTERM outlived its job")
+
+
 def test_a_silent_master_is_gone_after_the_lease(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
