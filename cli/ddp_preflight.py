@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
+    launch.add_argument("--no-flight-recorder", action="store_true",
+                        help="leave each rank's Flight Recorder to torch: hangwatch then names no collective "
+                             "numbers (by default every rank runs through a small bootstrap that lets hangwatch ask)")
     launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
     launch.add_argument("--node-lease", type=float, metavar="SECONDS",
                         help="a node that hears nothing from this machine for this long stops its part of the run "
@@ -98,7 +101,8 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
     if not args.launch:
         used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
                                          ("--tui", args.tui), ("--node-lease", args.node_lease is not None),
-                                         ("--stop-on-hang", args.stop_on_hang)) if value]
+                                         ("--stop-on-hang", args.stop_on_hang),
+                                         ("--no-flight-recorder", args.no_flight_recorder)) if value]
         if used:
             raise UsageError(f"{used[0]} goes with --launch")
         return None
