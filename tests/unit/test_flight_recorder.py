@@ -186,13 +186,15 @@ def test_a_rank_folder_others_can_write_is_not_used(tmp_path):
     assert not (folder / f"{rank.pid}.request").exists()
 
 
-def launched(script: Path, flight_recorder: bool, port: str) -> tuple[dict, dict | None]:
-    """The launch program (torchrun, one rank) on `script`: what the rank saw, and what the agent
-    got when it asked for the rank's Flight Recorder."""
+def launched(script: Path, flight_recorder: bool, port: str, module: str | None = None) -> tuple[dict, dict | None]:
+    """The launch program (torchrun, one rank) on `script` (or `-m module` from its folder), as the
+    launcher starts it: what the rank saw, and what the agent got when it asked for the rank's
+    Flight Recorder."""
     lines: list[str] = []
+    target = ["-m", module] if module else [str(script)]
     job = LocalNode("here", sys.executable).job(
-        {"program": "launch", "cwd": str(script.parent), "module": False, "flight_recorder": flight_recorder,
-         "torchrun": ["--nproc-per-node", "1", "--master-port", port, "--tee", "3", str(script), "--", "--steps", "3"]},
+        {"program": "launch", "cwd": str(script.parent), "module": bool(module), "flight_recorder": flight_recorder,
+         "torchrun": ["--nproc-per-node", "1", "--master-port", port, "--tee", "3", *target, "--", "--steps", "3"]},
         timeout=120, on_line=lines.append)
     try:
         said = _wait_for(lambda: next((line for line in lines if "seen {" in line), None), 60,
@@ -221,6 +223,10 @@ def test_the_launch_program_runs_every_rank_through_the_bootstrap_and_off_it_doe
     off, found = launched(script, False, port)
     assert (off["argv"], off["file"], off["path0"]) == (seen["argv"], seen["file"], seen["path0"])
     assert off["folder"] is None and found is None
+    # -m: the module is the bootstrap's argument, not torchrun's.
+    as_module, found = launched(script, True, port, module="train")
+    assert (as_module["argv"], as_module["file"], as_module["path0"]) == (seen["argv"], seen["file"], seen["path0"])
+    assert found is not None and [(g["op"], g["seq"]) for g in found["groups"]] == [("barrier", 4)], found
 
 
 def _wait_for(predicate, timeout, what):
