@@ -24,7 +24,7 @@ A snapshot, as JSON:
              "step": int|null, "step_rate": float|null,   # from the output's "step N" lines
              "stack": [{"function": str, "file": str, "line": int}] | null,   # innermost first
              "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null}],
-                                               # Flight Recorder, for ranks that opted in
+                                               # Flight Recorder: launched ranks, or ranks that opted in
   "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|straggler|exited|stall|slow|unseen",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
