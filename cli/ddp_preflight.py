@@ -56,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
     launch.add_argument("--no-flight-recorder", action="store_true",
-                        help="leave each rank's Flight Recorder to torch: hangwatch then names no collective "
-                             "numbers (by default every rank runs through a small bootstrap that lets hangwatch ask)")
+                        help="run each rank as plain `python SCRIPT`, without the bootstrap that lets hangwatch read "
+                             "its Flight Recorder: a hang is then named without collective numbers")
     launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
     launch.add_argument("--node-lease", type=float, metavar="SECONDS",
                         help="a node that hears nothing from this machine for this long stops its part of the run "
