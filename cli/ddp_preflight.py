@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
+    launch.add_argument("--no-flight-recorder", action="store_true",
+                        help="run each rank as plain `python SCRIPT`, without the bootstrap that lets hangwatch read "
+                             "its Flight Recorder: a hang is then named without collective numbers")
     launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
     launch.add_argument("--endless-after", type=float, metavar="SECONDS",
                         help="hangwatch names a rank that computes this long while the others wait for it "
@@ -102,7 +105,8 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
         used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
                                          ("--tui", args.tui), ("--node-lease", args.node_lease is not None),
                                          ("--endless-after", args.endless_after is not None),
-                                         ("--stop-on-hang", args.stop_on_hang)) if value]
+                                         ("--stop-on-hang", args.stop_on_hang),
+                                         ("--no-flight-recorder", args.no_flight_recorder)) if value]
         if used:
             raise UsageError(f"{used[0]} goes with --launch")
         return None

@@ -84,7 +84,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
     if bad:
         say(f"launching anyway (--force), though {describe(bad)}")
     try:
-        plan = build_plan(report, done.nodes, done.options, targets, command, cwd=os.getcwd(), user_env=user_env)
+        plan = build_plan(report, done.nodes, done.options, targets, command, cwd=os.getcwd(), user_env=user_env,
+                          flight_recorder=not args.no_flight_recorder)
     except PlanError as exc:
         say(f"cannot launch: {exc}")
         return Exit.FOUND

@@ -24,7 +24,7 @@ A snapshot, as JSON:
              "step": int|null, "step_rate": float|null,   # from the output's "step N" lines
              "stack": [{"function": str, "file": str, "line": int}] | null,   # innermost first
              "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null,
-                                               # Flight Recorder, where it is on
+                                               # Flight Recorder: launched ranks, or ranks that opted in
              "gpu": 0|null, "gpu_util": 100.0|null, "gpu_memory_util": 0.0|null}],
                                                # its GPU (NVML), on GPU nodes
   "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall|slow|straggler|unseen",

@@ -602,8 +602,9 @@ def _label_list(keys: list[int]) -> str:
 
 
 def _flight_note(state: State) -> str:
-    """From the Flight Recorder of ranks that opted in: where each one is in the sequence of
-    collectives ("ranks 0,2 at all_reduce #1235, rank 1 at all_reduce #1234")."""
+    """From the ranks' Flight Recorders (every rank under --launch; under attach, those that opted
+    in): where each one is in the sequence of collectives ("ranks 0,2 at all_reduce #1235, rank 1
+    at all_reduce #1234")."""
     at: dict[tuple, list[int]] = {}
     for t in state.ranks.values():
         groups = (t.view.flight or {}).get("groups") or []

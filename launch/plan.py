@@ -76,6 +76,7 @@ class Plan:
     backend: str
     command: Command
     user_env: Mapping[str, str] = field(default_factory=dict)
+    flight_recorder: bool = True       # every rank's Flight Recorder readable by hangwatch (node/flight.py)
 
     @property
     def world_size(self) -> int:
@@ -95,7 +96,8 @@ class Plan:
         return {"nnodes": len(self.nodes), "nproc_per_node": self.nproc_per_node,
                 "world_size": self.world_size, "master_addr": self.master_addr,
                 "master_port": self.master_port, "backend": self.backend,
-                "command": redact_argv(self.command.words()), "nodes": [n.to_json() for n in self.nodes]}
+                "command": redact_argv(self.command.words()), "flight_recorder": self.flight_recorder,
+                "nodes": [n.to_json() for n in self.nodes]}
 
 
 def parse_command(launch_args: Sequence[str]) -> Command:
@@ -140,7 +142,8 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, targets: Sequence[Target],
-               command: Command, *, cwd: str, user_env: Mapping[str, str] | None = None) -> Plan:
+               command: Command, *, cwd: str, user_env: Mapping[str, str] | None = None,
+               flight_recorder: bool = True) -> Plan:
     """One NodePlan per node, in host order. `cwd` is the folder ddp-preflight runs in on the master."""
     if not nodes:
         raise PlanError("no node to launch on")
@@ -167,7 +170,8 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
                     *(["-m"] if command.module else []), script, "--", *command.args)
         plans.append(NodePlan(node.node, node_rank, target.python, where, env, sources, torchrun,
                               tuple(range(node_rank * nproc, (node_rank + 1) * nproc))))
-    return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, user_env)
+    return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, user_env,
+                flight_recorder)
 
 
 def _master_addr(master: NodeFacts, options: Options) -> str | None:

@@ -76,7 +76,7 @@ class Launch:
                     self._ended(node, None)
                     continue
                 spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
-                        "torchrun": list(node.torchrun)}
+                        "flight_recorder": self.plan.flight_recorder, "torchrun": list(node.torchrun)}
                 try:
                     job = self.cluster.job(index, spec, env=dict(node.env), timeout=NO_LIMIT, lease=self.lease,
                                            on_line=lambda raw, n=node: self._line(n, raw))

@@ -73,7 +73,7 @@ class Agent:
             for t in threads:
                 t.join()
         flights = {}
-        if request_id is not None:      # asked for, in a stall: the Flight Recorder too, where opted in
+        if request_id is not None:      # asked for, in a stall: the Flight Recorder too (launched ranks, opted-in ones)
             threads = [threading.Thread(target=lambda p=p: flights.__setitem__(str(p), flight.ask(p))) for p in pids]
             for t in threads:
                 t.start()

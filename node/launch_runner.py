@@ -3,10 +3,14 @@ and torch): torchrun in this process, and one marked line with every rank's exit
 torchrun itself does not print for ranks it stopped. Its folders (torchrun's --tee files) are in
 the supervisor's private folder and go with it, however the run ends.
 
-spec: {"cwd": path, "module": bool,
+spec: {"cwd": path, "module": bool, "flight_recorder": bool,
        "torchrun": [torchrun's options..., SCRIPT, "--", the script's options...]}
 The script's options never go through torchrun's parser: they are handed to it as parsed, so
 no option of the script can be taken for one of torchrun's (seed 000).
+
+With the Flight Recorder on, torchrun runs each rank through rank_bootstrap.py (written into this
+program's private folder), which runs the script as python would; the ranks' Flight Recorder
+files go in a private folder beside it (flight.rank_environment), read by hangwatch's agent.
 
 Marked stdout lines, MARKER + JSON:
   {"kind": "error", "message": str, "fix": str}             nothing was started
@@ -15,9 +19,11 @@ Marked stdout lines, MARKER + JSON:
   {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}"""
 
 import os
+import pkgutil
 import sys
 
-from . import protocol
+from . import flight, protocol
+from .private import write_file
 from .protocol import LAUNCH as MARKER
 
 
@@ -63,6 +69,31 @@ def exits(contexts):
     return out
 
 
+def with_flight_recorder(work, module, script, script_args):
+    """(the script torchrun runs, its arguments) for ranks whose Flight Recorder hangwatch can
+    read: the bootstrap, with the user's command after it. The ranks' variables go into this
+    process's environment, which torchrun hands on to them."""
+    folder = os.path.join(work.folder, "flight-recorder")
+    bootstrap = os.path.join(work.folder, "rank_bootstrap.py")
+    try:
+        os.mkdir(folder, 0o700)
+        write_file(bootstrap, pkgutil.get_data(__package__, "rank_bootstrap.py").decode())
+    except OSError as exc:       # a full disk: the run matters more than its Flight Recorder
+        print(f"ddp-preflight: the Flight Recorder is off on this node: cannot write in {work.folder}: "
+              f"{exc.strerror}")
+        return None
+    os.environ.update(flight.rank_environment(folder, dict(os.environ), has_nccl()))
+    return bootstrap, [*(["-m"] if module else []), script, *script_args]
+
+
+def has_nccl():
+    try:
+        import torch.distributed as dist
+        return bool(dist.is_nccl_available())
+    except Exception:
+        return False
+
+
 def main(spec, work):
     os.dup2(1, 2)       # one stream, in order: the launcher reads the channel's stdout
     sys.stdout.reconfigure(line_buffering=True)      # every rank's line as it comes
@@ -90,7 +121,13 @@ def main(spec, work):
     logs = os.path.join(work.folder, "torchrun")     # torchrun's --tee files
     code = 0
     try:
-        args = torchrun.get_args_parser().parse_args(own[:-1] + ["--log-dir", logs, script])
+        options = own[:-1]
+        bootstrapped = spec.get("flight_recorder") and with_flight_recorder(work, spec["module"], script, script_args)
+        if bootstrapped:
+            script, script_args = bootstrapped
+            if spec["module"]:
+                options = options[:-1]      # torchrun's -m: the bootstrap is the script, the module its argument
+        args = torchrun.get_args_parser().parse_args(options + ["--log-dir", logs, script])
         args.training_script_args = script_args
         say("started", watched=bool(watched))
         torchrun.run(args)

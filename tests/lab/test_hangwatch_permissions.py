@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,36 @@ def test_a_flight_recorder_folder_another_user_placed_first_is_never_used(plante
     assert seen["rank_err"] == (f"hangwatch.flight: the Flight Recorder fetch is off: {why}; another user may "
                                 "have made it first. Fix: remove it (`sudo rm -rf /tmp/hangwatch-fr-0`) and restart\n")
     assert "/tmp/hangwatch-fr-0 not used" in seen["answer"]["error"], seen["answer"]
+
+
+@pytest.mark.parametrize("lure", ["a thread's ready file", "an NCCL pipe"])
+def test_a_rank_that_names_another_users_folder_for_its_flight_recorder_is_not_asked_there(tmp_path, lure):
+    """A launched rank says where its Flight Recorder is (DDP_PREFLIGHT_FLIGHT_RECORDER): a rank of
+    nobody's that names root's private folder, with a lure in it, gets no request from the agent
+    (root) there, nor a line in its pipe: the folder must be the rank's user's own."""
+    from node.flight import FOLDER_VARIABLE, ask
+
+    roots = tmp_path / "root-only"
+    roots.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)        # nobody may look up the path, not write in it
+    rank = subprocess.Popen(AS_NOBODY + ["env", f"{FOLDER_VARIABLE}={roots}", "RANK=0", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{rank.pid}/comm").read_text().strip() != "sleep":      # its environment is set
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        if lure == "an NCCL pipe":
+            os.mkfifo(roots / "nccl-pipe-0.pipe", 0o600)
+            reader = os.open(roots / "nccl-pipe-0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+        else:
+            (roots / f"{rank.pid}.ready").write_text("1")
+        answer = ask(rank.pid, wait=1.0, pipe_wait=1.0)
+    finally:
+        rank.kill()
+        rank.wait()
+    assert f"{roots} not used: it is not the rank's own private folder" in answer["error"], answer
+    assert sorted(p.name for p in roots.iterdir()) == (["nccl-pipe-0.pipe"] if lure == "an NCCL pipe"
+                                                      else [f"{rank.pid}.ready"])
+    if lure == "an NCCL pipe":
+        assert os.read(reader, 16) == b""      # nothing was written to it (and no writer holds it)
+        os.close(reader)

@@ -250,3 +250,27 @@ def test_hangwatch_runs_on_every_node_and_stop_on_hang_ends_a_deadlocked_run(cle
     bundles = list((tmp_path / "run" / "incidents").glob("incident-*-deadlock"))
     assert len(bundles) == 1 and (bundles[0] / "report.txt").is_file()
     assert_nothing_left(clean_lab, before)
+
+
+@pytest.mark.parametrize("recorder", ["on by default", "--no-flight-recorder"])
+def test_a_launched_deadlock_names_each_ranks_collective_from_its_flight_recorder(clean_lab, tmp_path, recorder):
+    """No opt-in in the script (hang_train.py without --flight): the launcher runs every rank
+    through its bootstrap, and hangwatch asks each one where it is in the sequence of collectives."""
+    before = counts(clean_lab)
+    hang = REPO / "examples" / "hang_train.py"
+    argv = command(clean_lab, tmp_path, "--no-probes", "--stop-on-hang",
+                   *(["--no-flight-recorder"] if recorder == "--no-flight-recorder" else []))
+    argv = argv[:argv.index("--") + 1] + [str(hang), "--steps", "500", "--fault", "leave", "--rank", "2", "--at", "6"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: hangwatch: DEADLOCK: ")]
+    assert len(said) == 1 and "rank 2 left the loop" in said[0], done.stderr[-3000:]
+    if recorder == "--no-flight-recorder":
+        assert "Flight Recorder" not in said[0]
+    else:
+        note = said[0].split("; Flight Recorder: ")[1]
+        waiting, left = note.split(", rank 2 at ")
+        assert waiting.startswith("ranks 0,1,3 at all_reduce #"), note
+        # The rank that left is one collective behind the ranks waiting for it.
+        assert left == f"all_reduce #{int(waiting.split('#')[1]) - 1}", note
+    assert_nothing_left(clean_lab, before)

@@ -66,7 +66,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 OPTIONAL = {"xxhash", "blake3"}                                     # used where the node has them
 TORCH_MODULES = {"jobs/collectives.py", "jobs/bandwidth.py", "jobs/compute.py", "torchjob.py",
-                 "launch_runner.py", "facts/launch.py", "facts/torchinfo.py"}
+                 "launch_runner.py", "rank_bootstrap.py", "facts/launch.py", "facts/torchinfo.py"}
 
 
 def test_the_node_package_imports_the_standard_library_only():

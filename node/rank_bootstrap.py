@@ -1,0 +1,146 @@
+"""What a rank of `ddp-preflight --launch` runs first: it starts the thread that answers
+hangwatch's agent with this rank's Flight Recorder, then runs the training script exactly as
+`python SCRIPT ARGS` or `python -m MODULE ARGS` would. The script needs no change.
+
+    python -u rank_bootstrap.py SCRIPT ARGS...        python -u rank_bootstrap.py -m MODULE ARGS...
+
+One file, standard library only (torch is imported in the thread, when asked): the launch program
+writes it into its private folder and torchrun runs it as the script. hangwatch/flight.py (the
+opt-in for runs ddp-preflight did not launch) starts the same thread.
+
+The thread: torch records every collective in its Flight Recorder (Gloo too, from torch 2.13 by
+default; TORCH_FR_BUFFER_SIZE sets how many), but nothing dumps it when a Gloo collective hangs.
+When the agent drops PID.request in the folder, the thread writes the record to PID.json there.
+A thread works where a signal would not: a rank blocked in a collective never returns to Python's
+main loop, but the wait releases the GIL. It costs a stat() twice a second until asked."""
+
+import atexit
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+import types
+from importlib.machinery import SourceFileLoader
+
+FOLDER_VARIABLE = "DDP_PREFLIGHT_FLIGHT_RECORDER"    # the run's private folder, set by the launch program
+POLL = 0.5             # seconds between looks for a request
+# A new file, this process's own: never through a symlink, never into a file already there.
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+
+
+# -- the Flight Recorder, on request ------------------------------------------------------------
+
+def start_answering(folder):
+    """Answer the agent's requests in `folder` (private: the caller made sure) from now on."""
+    pid = os.getpid()
+    ready = os.path.join(folder, "%d.ready" % pid)
+    _write_new(ready, str(time.time()))
+    atexit.register(_forget, ready, pid)
+    threading.Thread(target=_answer, args=(folder, pid), name="hangwatch-flight", daemon=True).start()
+
+
+def _answer(folder, pid):
+    request = os.path.join(folder, "%d.request" % pid)
+    answer = os.path.join(folder, "%d.json" % pid)
+    while True:
+        time.sleep(POLL)
+        if not os.path.exists(request):
+            continue
+        try:
+            import torch._C._distributed_c10d as c10d
+            text = c10d._dump_fr_trace_json(True, False)      # every collective kept, not only active ones
+            text = text.decode() if isinstance(text, bytes) else text
+        except Exception as exc:      # no process group yet, or a torch without it: say so
+            text = json.dumps({"error": "%s: %s" % (type(exc).__name__, exc)})
+        partial = answer + ".part"
+        _write_new(partial, text)
+        os.replace(partial, answer)
+        try:
+            os.unlink(request)
+        except FileNotFoundError:
+            pass
+
+
+def _write_new(path, text):
+    try:
+        os.unlink(path)          # left by an earlier process with this pid (the folder is ours alone)
+    except FileNotFoundError:
+        pass
+    with os.fdopen(os.open(path, CREATE, 0o600), "w") as f:
+        f.write(text)
+
+
+def _forget(ready, pid):
+    if os.getpid() != pid:       # a forked child (a DataLoader worker) exiting: not ours to remove
+        return
+    try:
+        os.unlink(ready)
+    except FileNotFoundError:
+        pass
+
+
+# -- the script, as python runs it ---------------------------------------------------------------
+
+def run(argv):
+    """`SCRIPT ARGS` or `-m MODULE ARGS`, in a fresh __main__ module."""
+    if argv[:1] == ["-m"]:
+        run_module(argv[1], argv[2:])
+    else:
+        run_script(argv[0], argv[1:])
+
+
+def run_script(path, args):
+    """As `python PATH ARGS`: argv[0] as given, __file__ absolute, sys.path[0] the script's real
+    folder (symlinks resolved), the code compiled with its absolute name (tracebacks)."""
+    full = os.path.abspath(path)
+    try:
+        with open(full, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n" % (sys.executable, full, exc.errno, exc.strerror))
+        sys.exit(2)
+    sys.argv[:] = [path, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    main = _fresh_main()
+    main.__file__ = full
+    main.__loader__ = SourceFileLoader("__main__", full)
+    exec(compile(source, full, "exec", dont_inherit=True), main.__dict__)
+
+
+def run_module(name, args):
+    """As `python -m NAME ARGS`, through the function python itself calls for -m (it sets
+    argv[0] to the module's file and __spec__, and says "No module named ..." when missing)."""
+    sys.argv[:] = ["-m", *args]
+    sys.path[0] = os.getcwd()
+    _fresh_main()
+    runpy._run_module_as_main(name, alter_argv=True)
+
+
+def _fresh_main():
+    """A new __main__ in sys.modules: the script's globals, not this file's (pickle and
+    multiprocessing's spawn find the script's functions there)."""
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    return main
+
+
+def _scripts_own(tb):
+    """The traceback from the script's first frame on: this file's frames are not the script's."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
+
+
+if __name__ == "__main__":
+    if os.environ.get(FOLDER_VARIABLE):
+        start_answering(os.environ[FOLDER_VARIABLE])
+    try:
+        run(sys.argv[1:])
+    except BaseException as exc:
+        # Re-raised bare at the top level, the exception ends the process as it would have
+        # without this file: the same traceback from the script on (Python 3.11+; before, this
+        # file's frames show above it), the same exit code, KeyboardInterrupt as SIGINT.
+        exc.__traceback__ = _scripts_own(exc.__traceback__)
+        raise
