@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from ..facts import Missing
 from ..model import Context, NodeFacts, Status, Verdict
+from .causes import because, is_gpu_error, likely_causes, symptom_of
 from .common import probe_data
 from .network import toward_master
 
@@ -92,12 +93,17 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     if early:
         yield early
         return
+    if "failed" in data:
+        yield _job_failed(ctx, data["failed"])
+        return
     world, busbw = data["world_size"], data["busbw_bytes_per_s"]
     latency = data["latency_us"]["8"]
-    found = links(ctx, data["nodes"])
+    one_node = len(data["nodes"]) == 1      # one GPU node: the link between its GPUs
+    found = {} if one_node else links(ctx, data["nodes"])
     slow = slowest_link(found)
+    between = f"{world} GPUs of {data['nodes'][0]}" if one_node else f"{world} nodes"
     figures = (f"all_reduce latency {latency / 1000:.2f} ms (8 B), bus bandwidth {rate(busbw)} "
-               f"({size(data['bytes'])} messages, {world} nodes)")
+               f"({size(data['bytes'])} messages, {between})")
     speeds = {link["speed_mbit"] for link in found.values() if link.get("speed_mbit")}
     where = f"; slowest link: {_describe(*slow)}" if slow else \
         f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
@@ -137,10 +143,19 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
                       "# or all-reduce less often: accumulate gradients over several micro-batches inside "
                       "model.no_sync()", details)
         return
+    less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"
     yield Verdict(Status.WARN, slow[0] if slow else None,
                   f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
-                  "use a faster link between the nodes, or all-reduce less often: accumulate gradients over several "
-                  "micro-batches inside model.no_sync()", details)
+                  less_often if one_node else f"use a faster link between the nodes, or {less_often}", details)
+
+
+def _job_failed(ctx: Context, failed: dict) -> Verdict:
+    """The job ran and failed: its own error, and the cause only where another check saw it."""
+    error = failed["error"]
+    causes = likely_causes(ctx, symptom_of(error, failed.get("timed_out", False)))
+    said, fix = because(causes)
+    return Verdict(Status.ERROR, None, f"the all_reduce job failed on {failed['node']}: {error}{said}", fix,
+                   {"failed": dict(failed), "likely_causes": causes})
 
 
 def _break_even_tokens(ctx: Context, params: int, seconds: float) -> int | None:
@@ -164,7 +179,8 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
         yield early
         return
     for name, reason in data["errors"].items():
-        yield Verdict(Status.ERROR, name, f"{name}: the matmul benchmark did not run: {reason}")
+        said, fix = because(likely_causes(ctx, "gpu") if is_gpu_error(reason) else [])
+        yield Verdict(Status.ERROR, name, f"{name}: the matmul benchmark did not run: {reason}{said}", fix)
     measured = data["nodes"]
     if not measured:
         return

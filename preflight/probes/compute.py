@@ -17,6 +17,7 @@ from ..checks.bandwidth import STRAGGLER_RATIO
 from ..checks.common import env_of
 from ..model import NodeFacts, Options
 from . import torchjob
+from .gpus import cuda_blocked
 
 TIMEOUT = 30.0       # seconds per node; the benchmark itself takes under one
 FIRST_SECONDS = 0.5  # of timed products per node: outside load comes in dips of a fraction of a second
@@ -51,8 +52,7 @@ def _in_turns(cluster, nodes, options, indexes: list[int], seconds: float) -> di
         if lines:
             out[i] = {**lines[-1], "threads_from": source}
         else:
-            out[i] = {"error": result.error or ("timed out" if result.timed_out else torchjob.tail(result))
-                      or "the benchmark printed nothing"}
+            out[i] = {"error": torchjob.job_error(result)}
     return out
 
 
@@ -60,6 +60,9 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     if not usable:
         return {"skipped": "no node was reached"}
+    blocked = cuda_blocked(nodes, options, usable)
+    if blocked:
+        return {"skipped": blocked}
     figures = _in_turns(cluster, nodes, options, usable, FIRST_SECONDS)
     for _ in range(2):     # a second look can make another node the slow one: look at it too
         rates = {i: f["gflops"] for i, f in figures.items() if "gflops" in f}

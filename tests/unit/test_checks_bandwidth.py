@@ -17,7 +17,10 @@ from preflight.checks.bandwidth import STRAGGLER_RATIO, step_seconds
 from preflight.model import Context, NodeFacts, Options, Status
 from preflight.probes.bandwidth import master_port_held
 from preflight.probes.compute import threads_for
+from preflight.probes.torchjob import exception_line
 
+from . import facts_fixtures as ff
+from . import gpu_fixtures as g
 from .facts_fixtures import _recorded
 
 CHECKS = [BY_ID["bandwidth"], BY_ID["compute-balance"]]
@@ -187,3 +190,55 @@ def test_the_probes_import_without_torch():
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+# --- a failed job: its own error, and a fix only for a cause a check saw (issue 13) --------------
+
+def test_a_failed_all_reduce_job_is_quoted_and_its_cause_not_known():
+    art = load("lab_bandwidth_clean")
+    probes = copy.deepcopy(art["probes"])
+    # DERIVED: the job's end as the probe reads it, the rank's error a Gloo one no fact explains.
+    probes["bandwidth"] = {"failed": {"node": "worker1", "timed_out": False,
+                                      "error": "RuntimeError: [pair.cc:555] Connection reset by peer"}}
+    result = only(results(art, probes), "bandwidth")
+    assert result.status is Status.ERROR
+    assert result.summary == ("the all_reduce job failed on worker1: RuntimeError: [pair.cc:555] Connection reset "
+                              "by peer; the cause is not known")
+    assert result.fix is None
+
+
+def test_a_cuda_error_of_the_all_reduce_job_points_at_the_gpu_check_that_saw_it():
+    # The recorded one-GPU host with two ranks asked (the probe itself would not start the job).
+    ctx = g.context(("h100", g.h100()), nproc_per_node=2)
+    error = exception_line(g.recording("two-ranks-one-gpu.txt"))
+    probes = {"bandwidth": {"failed": {"node": "h100", "error": error, "timed_out": False}}}
+    [result] = run_checks(Context(ctx.nodes, ctx.options, probes), [BY_ID["bandwidth"]])
+    assert result.status is Status.ERROR and "Last error: Duplicate GPU detected" in result.summary
+    assert "likely cause: gpu-visible on h100: 2 ranks per node but h100 sees 1 GPU" in result.summary
+    assert result.fix == "--nproc-per-node 1   # the GPUs of the node with the fewest"
+
+
+def test_a_benchmark_without_cuda_points_at_device_dtype():
+    # The compute program's own error on a machine without CUDA (test_probes_gpu runs it), on the
+    # lab's CPU nodes asked for a CUDA run.
+    ctx = ff.context(ff.clean(), device="cuda", backend="nccl")
+    error = "GPU 0: RuntimeError: PyTorch was compiled without CUDA support"
+    probes = {"compute": {"nodes": {}, "errors": {"worker1": error}}}
+    [result] = run_checks(Context(ctx.nodes, ctx.options, probes), [BY_ID["compute-balance"]])
+    assert result.status is Status.ERROR and result.node == "worker1"
+    assert result.summary.startswith(f"worker1: the matmul benchmark did not run: {error}; likely cause: device-dtype")
+    assert result.fix.startswith("install a torch build with it")
+    cpu_run = run_checks(Context(ctx.nodes, Options(), {"compute": {"nodes": {}, "errors": {"worker1": "timed out"}}}),
+                         [BY_ID["compute-balance"]])
+    assert cpu_run[0].summary.endswith("timed out; the cause is not known") and cpu_run[0].fix is None
+
+
+def test_one_node_with_two_gpus_measures_the_link_between_them():
+    art = load("lab_bandwidth_clean")
+    two = g.second_gpu(g.h100())           # DERIVED: a second H100
+    ctx = g.context(("h100", two), nproc_per_node=2)
+    # DERIVED: the lab's recorded figures, as the job would print them for two GPUs of one node.
+    data = {**copy.deepcopy(art["probes"]["bandwidth"]), "nodes": ["h100"], "device": "cuda", "backend": "nccl"}
+    [result] = run_checks(Context(ctx.nodes, ctx.options, {"bandwidth": data}), [BY_ID["bandwidth"]])
+    assert result.status is Status.PASS and "messages, 2 GPUs of h100)" in result.summary
+    assert result.details["links"] == {} and "nominal" not in result.summary
