@@ -233,6 +233,69 @@ def test_a_benchmark_without_cuda_points_at_device_dtype():
     assert cpu_run[0].summary.endswith("timed out; the cause is not known") and cpu_run[0].fix is None
 
 
+# --- compute-balance on the GPUs -----------------------------------------------------------------
+
+def gpu_figures(*rates: float, name: str = "NVIDIA H100 80GB HBM3") -> dict:
+    """DERIVED: a node's figures in the shape node/jobs/compute.py's GPU branch prints them, one
+    GPU per rate (GFLOP/s). That branch has not run on a GPU: the rates stand for an H100 in
+    bf16 (about 700 TFLOP/s at this size), not for a measurement."""
+    gpus = [{"index": i, "name": name, "dtype": "bfloat16", "gflops": r, "median_gflops": r * 0.97, "iterations": 240}
+            for i, r in enumerate(rates)]
+    slowest = min(gpus, key=lambda gpu: gpu["gflops"])
+    return {"device": "cuda", "gpus": gpus, "gflops": slowest["gflops"], "slowest_gpu": slowest["index"], "size": 8192}
+
+
+def balance(*nodes: tuple[str, dict, dict], nproc: int = 1):
+    """compute-balance on (name, facts, figures) nodes of a CUDA run."""
+    ctx = g.context(*[(name, facts) for name, facts, _ in nodes], nproc_per_node=nproc)
+    probes = {"compute": {"nodes": {name: figures for name, _, figures in nodes}, "errors": {}}}
+    return run_checks(Context(ctx.nodes, ctx.options, probes), [BY_ID["compute-balance"]])
+
+
+def test_balanced_gpus_pass_with_their_rates_in_their_dtype():
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)), ("worker1", g.h100(), gpu_figures(690_500.0)))
+    assert result.status is Status.PASS
+    assert result.summary == ("bfloat16 matmul on the GPUs: master GPU 0 702 TFLOP/s, worker1 GPU 0 690 TFLOP/s; "
+                              "all within 0.7x of the fastest")
+    assert "GFLOP/s" not in result.summary and "thread" not in result.summary
+
+
+def test_a_slower_gpu_of_the_same_model_is_the_straggler_with_no_fix_for_an_unseen_cause():
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)), ("worker1", g.h100(), gpu_figures(351_000.0)))
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert result.summary.startswith(
+        "worker1's GPU 0 (NVIDIA H100 80GB HBM3, bfloat16) is the straggler every synchronous step waits for: "
+        "351 TFLOP/s against master's GPU 0 (NVIDIA H100 80GB HBM3, bfloat16) 702 TFLOP/s: every synchronous "
+        "step's compute takes about 2.0x as long as at the fastest GPU's pace; the cause is not known")
+    assert result.fix is None
+    assert (result.details["straggler"], result.details["straggler_gpu"]) == ("worker1", 0)
+
+
+def test_a_gpu_the_facts_show_slowed_down_gets_gpu_healths_query():
+    def hot(f):
+        g.device(f)["clock_event_reasons"] = 0x40     # DERIVED: HW thermal slowdown, as NVML reports it
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)),
+                       ("worker1", g.edited(g.h100(), hot), gpu_figures(420_000.0)))
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert "gpu-health saw it slowed down (HW thermal slowdown)" in result.summary
+    assert result.fix == "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i 0   # on worker1: the slowdown's causes"
+
+
+def test_a_throttled_gpu_beside_fast_ones_on_one_node_is_named():
+    two = g.second_gpu(g.h100())           # DERIVED: a second H100
+    [result] = balance(("h100", two, gpu_figures(702_000.0, 300_000.0)), nproc=2)
+    assert result.status is Status.WARN and result.node == "h100"
+    assert result.summary.startswith("h100's GPU 1 (NVIDIA H100 80GB HBM3, bfloat16) is the straggler")
+    assert "against h100's GPU 0" in result.summary and "All: h100 2 GPUs 300 TFLOP/s to 702 TFLOP/s" in result.summary
+
+
+def test_a_slower_gpu_model_is_named_with_the_fix_for_slower_hardware():
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)),
+                       ("worker1", g.h100(), gpu_figures(165_000.0, name="NVIDIA A100-SXM4-80GB")))
+    assert "another model: NVIDIA A100-SXM4-80GB against NVIDIA H100 80GB HBM3" in result.summary
+    assert result.fix.startswith("DDP gives every rank the same batch")
+
+
 def test_one_node_with_two_gpus_measures_the_link_between_them():
     art = load("lab_bandwidth_clean")
     two = g.second_gpu(g.h100())           # DERIVED: a second H100

@@ -1,11 +1,16 @@
 """The probes on GPUs: what they decide from the facts before any job starts (on the recorded
-H100 host, one GPU, and on derived two-GPU facts, marked), and how they read a failed NCCL job
-(the recorded two-ranks-one-GPU run)."""
+H100 host, one GPU, and on derived two-GPU facts, marked), how they read a failed NCCL job
+(the recorded two-ranks-one-GPU run), and the compute program's GPU branch on this machine,
+which has no CUDA: it reports torch's own error. The branch itself has not run on a GPU."""
 
 from __future__ import annotations
 
-from preflight.probes import bandwidth, gpus
+import sys
+
+from node import protocol
+from preflight.probes import bandwidth, compute, gpus
 from preflight.probes.torchjob import exception_line
+from transport import LocalNode
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g
@@ -104,3 +109,22 @@ def test_a_rank_keeps_nccls_own_cause_when_it_reports_its_error():
     assert first_line(RuntimeError(message)) == (
         "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with "
         f"NCCL_DEBUG=WARN for details), NCCL version 2.28.9; Last error: {DUPLICATE}")
+
+
+# --- the compute program's GPU branch, where there is no GPU -------------------------------------
+
+def test_the_gpu_benchmark_without_cuda_reports_torchs_own_error():
+    job = LocalNode("here", sys.executable).job({"program": "compute", "device": "cuda", "gpus": 2, "seconds": 0.1},
+                                                timeout=60)
+    result = job.wait(90)
+    [line] = result.json_lines(protocol.COMPUTE)
+    assert line == {"device": "cuda", "error": "GPU 0: RuntimeError: PyTorch was compiled without CUDA support"}
+    assert result.exit == 1
+
+
+def test_the_benchmark_is_asked_for_each_gpu_the_nodes_ranks_use():
+    two = g.second_gpu(g.h100())        # DERIVED: a second H100
+    for nproc in (1, 2):
+        ctx = g.context(("h100", two), nproc_per_node=nproc)
+        assert compute.benchmark_spec(ctx.nodes[0], ctx.options, 0.5) == (
+            {"program": "compute", "seconds": 0.5, "device": "cuda", "gpus": nproc}, None)
