@@ -38,12 +38,16 @@ def emit(**fields):
 
 
 def first_line(exc):
-    """The backend's own message, without the C++ stack torch appends or its source path."""
+    """The backend's own message, without the C++ stack torch appends or its source path. NCCL
+    says what went wrong after its first line ("Last error:", then "Duplicate GPU detected :
+    ..."): that line is kept."""
     lines = [l.strip() for l in str(exc).splitlines() if l.strip()]
     text = lines[0] if lines else ""
     for marker in ("Exception raised from", "(most recent call first)"):
         text = text.split(marker)[0].strip()
     text = re.sub(r"\[[^\]\s]*/([^/\]\s]+:\d+)\]", r"[\1]", text)    # [/__w/.../pair.cc:555] -> [pair.cc:555]
+    if "Last error:" in lines[1:-1]:
+        text += "; Last error: " + lines[lines.index("Last error:") + 1]
     return (text or type(exc).__name__)[:400]
 
 

@@ -3,13 +3,11 @@ matrix the probe measured, with the backend's own message and a workaround for e
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 
-from ..facts import Missing
 from ..model import Context, Status, Verdict
+from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes
 from .common import probe_data
-from .network import toward_master
 
 # What data-parallel training (DDP, FSDP, ZeRO-style optimizers such as seed 000's) calls: a
 # failure there fails the run. The others (pipeline p2p, MoE all-to-all, NCCL's PREMUL_SUM,
@@ -23,15 +21,6 @@ MODE_WORDS = {"sync": "blocking", "async_wait": "async_op=True + wait()",
 LABEL = {"all_reduce_sum": "all_reduce (SUM)", "all_reduce_avg": "all_reduce (AVG)",
          "all_reduce_premul_sum": "all_reduce with ReduceOp.PREMUL_SUM",
          "all_gather_uneven": "all_gather with uneven sizes", "isend_irecv": "isend/irecv"}
-
-# Which symptom points at which fact check first (the others follow).
-CAUSES_FOR = {
-    "family": ("address-family", "interface-choice"),
-    "timeout": ("ephemeral-ports", "interface-choice", "address-family", "master-reachable"),
-    "rendezvous": ("master-reachable", "master-port", "interface-choice"),
-    "other": ("address-family", "interface-choice", "ephemeral-ports", "master-reachable"),
-    "no rank": (),
-}
 
 # The torch.distributed function behind each operation id.
 CALL = {"all_reduce_sum": "all_reduce", "all_reduce_avg": "all_reduce", "all_reduce_premul_sum": "all_reduce",
@@ -213,15 +202,18 @@ def _init_failure(ctx: Context, data: dict, base: dict) -> Verdict:
     if not init:
         reason = _job_reason(data["jobs"])
         symptom = "rendezvous" if any(w in reason for w in ("DistNetworkError", "DistStoreError", "endezvous",
-                                                              "timed out")) else "no rank"
+                                                              "timed out")) else \
+            "gpu" if is_gpu_error(reason) else "no rank"
     elif any(r.get("timed_out") for r in failed):
         symptom = "timeout"
+    elif any("ss_family" in r.get("error", "") for r in failed):
+        symptom = "family"
     else:
-        symptom = "family" if any("ss_family" in r.get("error", "") for r in failed) else "other"
-    causes = _likely_causes(ctx, symptom)
+        symptom = "gpu" if any(is_gpu_error(_message(r)) for r in failed) else "other"
+    causes = likely_causes(ctx, symptom)
     if symptom == "rendezvous":
         what = f"torchrun's rendezvous at {port} did not complete within {bound:g} s; no rank started ({reason})"
-    elif symptom == "no rank":
+    elif not init:
         what = f"the job ended before any rank reported ({reason})"
     elif symptom == "timeout":
         nodes = sorted({r["node"] for r in failed if r.get("timed_out")})
@@ -231,74 +223,23 @@ def _init_failure(ctx: Context, data: dict, base: dict) -> Verdict:
         # The rank on the node the likely cause names, so the message and the cause agree.
         at = causes[0]["node"] if causes else None
         r = next((r for r in failed if r["node"] == at), failed[0] if failed else init[0])
-        message = f"{r.get('error_type', '')}: {r.get('error', '')}".lstrip(": ")
-        what = f"process-group creation failed on {r['node']} after {r['seconds']:.1f} s: {message}"
+        what = f"process-group creation failed on {r['node']} after {r['seconds']:.1f} s: {_message(r)}"
         missing = data["world"] - len(init)
         if missing > 0:
             what += f" ({missing} rank{'s' if missing > 1 else ''} never reported)"
-    if causes:
-        c = causes[0]
-        what += f"; likely cause: {c['check']}{' on ' + c['node'] if c['node'] else ''}: {c['summary']}"
-    else:
-        what += "; no fact or network check explains it" + \
-            ("" if ctx.probes.get("network") else " (run the ephemeral-ports and master-reachable checks too)")
+    unexplained = f"{NOT_KNOWN}: no {'GPU check' if symptom == 'gpu' else 'fact or network check'} explains it"
+    if symptom != "gpu" and not ctx.probes.get("network"):
+        unexplained += " (run the ephemeral-ports and master-reachable checks too)"
+    said, fix = because(causes, unexplained)
+    what += said
     pinned = data.get("pinned")
     if pinned and not _init_failed(pinned["init"], data["world"]):
         what += (f". With the interface preflight chose ({_env_words(pinned['env'])}) the group forms: "
                  "the matrix was measured that way")
-    fix = causes[0]["fix"] if causes and causes[0]["fix"] else (
-        "open the nodes' ephemeral ports to each other and pin the interface: "
-        "see ephemeral-ports and interface-choice")
     details = {**base, "init": init, "jobs": data["jobs"], "env": data.get("env"), "likely_causes": causes}
     if pinned:
         details["pinned"] = pinned
     return Verdict(Status.FAIL, None, what, fix, details)
-
-
-def _likely_causes(ctx: Context, symptom: str) -> list[dict]:
-    """Failures the fact and network checks report, most relevant to this symptom first."""
-    if not CAUSES_FOR[symptom]:
-        return []      # the job itself broke: no network fact explains that
-    from . import BY_ID     # the registry imports this module: look it up when asked
-
-    checks = ["address-family", "interface-choice", "master-port"]
-    if ctx.probes.get("network") and "error" not in ctx.probes["network"]:
-        checks += ["ephemeral-ports", "master-reachable"]
-    found = []
-    for name in CAUSES_FOR[symptom] + tuple(c for c in checks if c not in CAUSES_FOR[symptom]):
-        if name not in checks:
-            continue
-        try:
-            found += [{"check": name, "node": v.node, "summary": v.summary, "fix": v.fix}
-                      for v in BY_ID[name].run(ctx) if v.status == Status.FAIL]
-        except Exception:     # a cause we cannot name is not this check's failure
-            continue
-    if symptom in ("timeout", "other") and "ephemeral-ports" not in checks:
-        # Without the network probe, a node's own firewall facts still point at the drop.
-        found += _firewalls(ctx)
-    return found
-
-
-def _firewalls(ctx: Context) -> list[dict]:
-    out = []
-    for node in ctx.reachable:
-        net = node.parsed.network
-        if isinstance(net, Missing) or isinstance(net.firewall, Missing):
-            continue
-        fw = net.firewall
-        if not (fw.input_drops or fw.input_policy_drop):
-            continue
-        low, high = net.ephemeral_ports or (32768, 60999)
-        iface = toward_master(ctx, node)
-        subnet = next((str(ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False))
-                       for a in (iface.addresses if iface else ()) if a.scope == "global"), None)
-        drops = "a drop policy" if fw.input_policy_drop else f"{fw.input_drops} drop rule(s)"
-        out.append({"check": "firewall", "node": node.node,
-                    "summary": f"{node.node}'s {fw.tool or 'firewall'} drops some new inbound connections "
-                               f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
-                    "fix": f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
-                           f"to any port {low}:{high}"})
-    return out
 
 
 def _job_reason(jobs: dict) -> str:

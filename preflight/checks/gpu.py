@@ -286,6 +286,10 @@ def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
             [name for bit, name in NORMAL_REASONS.items() if mask & bit])
 
 
+def slowdown_query(node: str, index: int | None) -> str:
+    return f"nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {index}   # on {node}: the slowdown's causes"
+
+
 @dataclass(frozen=True)
 class Finding:
     status: Status
@@ -312,7 +316,7 @@ def device_findings(node: str, d: GpuDevice, peers: list[GpuDevice]) -> list[Fin
     slow, normal = clock_reasons(reasons) if reasons is not None else ([], [])
     if slow:
         found.append(Finding(Status.WARN, f"GPU {i} is slowed down now ({', '.join(slow)}): it will be the straggler",
-                             f"nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {i}   # on {node}: the slowdown's causes"))
+                             slowdown_query(node, i)))
     width, widest = d.pcie_width, d.pcie_width_max
     if width and widest and width < widest:
         found.append(Finding(Status.WARN, f"GPU {i}'s PCIe link runs x{width} of x{widest}: less host bandwidth "

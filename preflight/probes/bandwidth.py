@@ -9,6 +9,7 @@ from node import protocol
 from ..facts import Missing
 from ..model import NodeFacts, Options
 from . import torchjob
+from .gpus import Plan, collective_plan, cuda_blocked
 
 TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
 
@@ -19,18 +20,33 @@ def master_port_held(nodes: tuple[NodeFacts, ...]) -> bool:
     return not isinstance(held, Missing) and held.listening
 
 
+def plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list[int]) -> Plan:
+    """One rank per node: the link between the nodes is what is measured. A single GPU node
+    has no such link; one rank per GPU there measures the link between its GPUs instead."""
+    if 0 not in usable:
+        return Plan(skipped="needs the master and at least one more reachable node")
+    blocked = cuda_blocked(nodes, options, usable)
+    if blocked:
+        return Plan(skipped=blocked)
+    if len(usable) >= 2:
+        return Plan(1)
+    if options.device != "cuda":
+        return Plan(skipped="needs the master and at least one more reachable node")
+    return collective_plan(nodes, options, usable)
+
+
 def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
-    if len(usable) < 2 or 0 not in usable:
-        return {"skipped": "needs the master and at least one more reachable node"}
+    ranks = plan(nodes, options, usable)
+    if ranks.skipped:
+        return {"skipped": ranks.skipped}
     if master_port_held(nodes):
         return {"skipped": f"the master port {options.master_port} is held on {nodes[0].node} (see master-port)"}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
-                            timeout=TIMEOUT)
+                            nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)
     lines = torchjob.marked(results, protocol.BANDWIDTH)
     if not lines:
         failed = next((r for r in results if not r.ok), results[0])
-        reason = failed.error or ("timed out" if failed.timed_out else torchjob.tail(failed))
-        return {"error": f"the all_reduce job failed on {failed.node}: {reason}"}
+        return {"failed": {"node": failed.node, "error": torchjob.job_error(failed), "timed_out": failed.timed_out}}
     return {"nodes": [nodes[i].node for i in usable], "job_seconds": max(r.seconds for r in results), **lines[-1]}

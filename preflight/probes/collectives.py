@@ -21,6 +21,7 @@ from ..checks.common import env_of
 from ..model import NodeFacts, Options
 from . import torchjob
 from .bandwidth import master_port_held
+from .gpus import collective_plan
 
 # What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
 JOB = "\n".join(Path(f).read_text() for f in (Path(node.jobs.__file__).parent / "collectives.py", protocol.__file__))
@@ -36,11 +37,10 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     if master_port_held(nodes):
         return {"skipped": f"port {options.master_port} is already held on {nodes[0].node}, so the job "
                            "could not rendezvous there; see master-port"}
-    nproc = options.nproc_per_node
-    if len(usable) * nproc < 2:
-        if options.device == "cuda":
-            return {"skipped": "one rank: no collective to try (give a second node or --nproc-per-node 2)"}
-        nproc = 2      # one CPU node: two ranks still show what the backend implements
+    plan = collective_plan(nodes, options, usable)
+    if plan.skipped:
+        return {"skipped": plan.skipped}
+    nproc = plan.ranks_per_node
     names = [nodes[i].node for i in usable]
     var = "NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"
     configured = [env_of(nodes[i]).get(var, "") for i in usable]
@@ -84,18 +84,8 @@ def _job_outcome(result) -> dict:
     outcome = {"exit": result.exit, "signal": result.signal, "timed_out": result.timed_out,
                "seconds": result.seconds, "error": result.error}
     if not result.ok:
-        outcome["reason"] = _exception_line(result.stderr) or torchjob.tail(result, 3)
+        outcome["reason"] = torchjob.exception_line(result.stderr) or torchjob.tail(result, 3)
     return outcome
-
-
-def _exception_line(stderr: str) -> str | None:
-    """torchrun's own error (a rendezvous that timed out, say), not its empty ChildFailedError."""
-    for line in reversed(stderr.splitlines()):
-        head = line.split(":", 1)[0].strip()
-        if (head.endswith(("Error", "Exception", "Timeout")) and "ChildFailedError" not in head
-                and " " not in head):
-            return line.strip()[:400]
-    return None
 
 
 def assemble(lines_by_node: list[tuple[str, list[dict]]], jobs: dict) -> dict:

@@ -1,5 +1,6 @@
 """The compute probe: a short matmul benchmark on every node, with the thread count training
-will get there, so compute-balance can name the node every synchronous step waits for.
+will get there (for a CUDA run: on each GPU the node's ranks will use), so compute-balance can
+name the node (and the GPU) every synchronous step waits for.
 
 The nodes take turns, not all at once: nodes that share a machine's cores (the lab's, or VMs
 on one host) would otherwise slow each other and the figures would blame the wrong one. The
@@ -13,10 +14,11 @@ import threading
 
 from node import protocol
 
-from ..checks.bandwidth import STRAGGLER_RATIO
+from ..checks.bandwidth import STRAGGLER_RATIO, fastest
 from ..checks.common import env_of
 from ..model import NodeFacts, Options
 from . import torchjob
+from .gpus import cuda_blocked
 
 TIMEOUT = 30.0       # seconds per node; the benchmark itself takes under one
 FIRST_SECONDS = 0.5  # of timed products per node: outside load comes in dips of a fraction of a second
@@ -35,24 +37,33 @@ def threads_for(node: NodeFacts, options: Options) -> tuple[int | None, str]:
     return None, "torch's default"
 
 
+def benchmark_spec(node: NodeFacts, options: Options, seconds: float) -> tuple[dict, str | None]:
+    """The benchmark's spec on one node, and where its thread count comes from (CPU only)."""
+    if options.device == "cuda":
+        # The GPUs the node's ranks will use: rank i computes on cuda:i.
+        return {"program": "compute", "seconds": seconds, "device": "cuda",
+                "gpus": max(1, options.nproc_per_node)}, None
+    threads, source = threads_for(node, options)
+    return {"program": "compute", "seconds": seconds, "threads": threads}, source
+
+
 def _in_turns(cluster, nodes, options, indexes: list[int], seconds: float) -> dict[int, dict]:
     """Each node's benchmark, one after another; {index: figures or {"error": why}}."""
     jobs, out = [], {}
     for i in indexes:
-        threads, source = threads_for(nodes[i], options)
+        spec, source = benchmark_spec(nodes[i], options, seconds)
         turn_over = threading.Event()     # its figure is out, or the job ended without one
-        job = cluster.job(i, {"program": "compute", "seconds": seconds, "threads": threads}, timeout=TIMEOUT,
+        job = cluster.job(i, spec, timeout=TIMEOUT,
                           on_line=lambda line, e=turn_over: e.set() if line.startswith(TURN_OVER) else None)
         jobs.append((i, source, job))
         turn_over.wait(TIMEOUT + 5)
     for i, source, job in jobs:
         result = job.wait(TIMEOUT + 30)
         lines = result.json_lines(protocol.COMPUTE)
-        if lines:
-            out[i] = {**lines[-1], "threads_from": source}
+        if lines and "error" not in lines[-1]:
+            out[i] = {**lines[-1], **({"threads_from": source} if source else {})}
         else:
-            out[i] = {"error": result.error or ("timed out" if result.timed_out else torchjob.tail(result))
-                      or "the benchmark printed nothing"}
+            out[i] = {"error": lines[-1]["error"] if lines else torchjob.job_error(result)}
     return out
 
 
@@ -60,11 +71,14 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     if not usable:
         return {"skipped": "no node was reached"}
+    blocked = cuda_blocked(nodes, options, usable)
+    if blocked:
+        return {"skipped": blocked}
     figures = _in_turns(cluster, nodes, options, usable, FIRST_SECONDS)
     for _ in range(2):     # a second look can make another node the slow one: look at it too
-        rates = {i: f["gflops"] for i, f in figures.items() if "gflops" in f}
-        slow = [i for i, r in rates.items()
-                if r < STRAGGLER_RATIO * max(rates.values()) and "first_gflops" not in figures[i]]
+        measured = {i: f for i, f in figures.items() if "gflops" in f}
+        top = max((fastest(f) for f in measured.values()), default=0.0)
+        slow = [i for i, f in measured.items() if f["gflops"] < STRAGGLER_RATIO * top and "first_gflops" not in f]
         if not slow:
             break
         for i, again in _in_turns(cluster, nodes, options, slow, SECOND_SECONDS).items():

@@ -64,3 +64,36 @@ def marked(results: list[JobResult], marker: str) -> list[dict]:
 def tail(result: JobResult, lines: int = 5) -> str:
     text = (result.stderr or result.stdout).strip().splitlines()
     return " | ".join(text[-lines:])[-600:]
+
+
+def job_error(result: JobResult) -> str:
+    """Why a job failed, in the backend's own words where a rank printed them."""
+    if result.error:
+        return result.error
+    if result.timed_out:
+        return f"killed at its bound after {result.seconds:.0f} s"
+    return exception_line(result.stderr) or tail(result) or f"exit {result.exit}, no output"
+
+
+def exception_line(stderr: str) -> str | None:
+    """The exception the job died of: a rank's as torchrun relays it ("[rank1]: torch.distributed.
+    DistBackendError: NCCL error in: ..."), or torchrun's own (a rendezvous that timed out), never
+    its empty ChildFailedError. NCCL puts its cause on a later line ("Last error:", then
+    "Duplicate GPU detected : ..."): that is kept."""
+    lines = [_unprefixed(line) for line in stderr.splitlines()]
+    for at in range(len(lines) - 1, -1, -1):
+        head = lines[at].split(":", 1)[0].strip()
+        if head.endswith(("Error", "Exception", "Timeout")) and "ChildFailedError" not in head and " " not in head:
+            error = lines[at].strip()
+            after = lines[at + 1:at + 4]
+            if "Last error:" in after[:-1]:
+                error += f"; Last error: {after[after.index('Last error:') + 1].strip()}"
+            return error[:600]
+    return None
+
+
+def _unprefixed(line: str) -> str:
+    """A rank's line without torchrun's "[rank1]:" in front."""
+    if line.startswith("[rank") and "]:" in line:
+        return line.split("]:", 1)[1].lstrip(" ")
+    return line

@@ -17,7 +17,10 @@ from preflight.checks.bandwidth import STRAGGLER_RATIO, step_seconds
 from preflight.model import Context, NodeFacts, Options, Status
 from preflight.probes.bandwidth import master_port_held
 from preflight.probes.compute import threads_for
+from preflight.probes.torchjob import exception_line
 
+from . import facts_fixtures as ff
+from . import gpu_fixtures as g
 from .facts_fixtures import _recorded
 
 CHECKS = [BY_ID["bandwidth"], BY_ID["compute-balance"]]
@@ -187,3 +190,118 @@ def test_the_probes_import_without_torch():
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+# --- a failed job: its own error, and a fix only for a cause a check saw (issue 13) --------------
+
+def test_a_failed_all_reduce_job_is_quoted_and_its_cause_not_known():
+    art = load("lab_bandwidth_clean")
+    probes = copy.deepcopy(art["probes"])
+    # DERIVED: the job's end as the probe reads it, the rank's error a Gloo one no fact explains.
+    probes["bandwidth"] = {"failed": {"node": "worker1", "timed_out": False,
+                                      "error": "RuntimeError: [pair.cc:555] Connection reset by peer"}}
+    result = only(results(art, probes), "bandwidth")
+    assert result.status is Status.ERROR
+    assert result.summary == ("the all_reduce job failed on worker1: RuntimeError: [pair.cc:555] Connection reset "
+                              "by peer; the cause is not known")
+    assert result.fix is None
+
+
+def test_a_cuda_error_of_the_all_reduce_job_points_at_the_gpu_check_that_saw_it():
+    # The recorded one-GPU host with two ranks asked (the probe itself would not start the job).
+    ctx = g.context(("h100", g.h100()), nproc_per_node=2)
+    error = exception_line(g.recording("two-ranks-one-gpu.txt"))
+    probes = {"bandwidth": {"failed": {"node": "h100", "error": error, "timed_out": False}}}
+    [result] = run_checks(Context(ctx.nodes, ctx.options, probes), [BY_ID["bandwidth"]])
+    assert result.status is Status.ERROR and "Last error: Duplicate GPU detected" in result.summary
+    assert "likely cause: gpu-visible on h100: 2 ranks per node but h100 sees 1 GPU" in result.summary
+    assert result.fix == "--nproc-per-node 1   # the GPUs of the node with the fewest"
+
+
+def test_a_benchmark_without_cuda_points_at_device_dtype():
+    # The compute program's own error on a machine without CUDA (test_probes_gpu runs it), on the
+    # lab's CPU nodes asked for a CUDA run.
+    ctx = ff.context(ff.clean(), device="cuda", backend="nccl")
+    error = "GPU 0: RuntimeError: PyTorch was compiled without CUDA support"
+    probes = {"compute": {"nodes": {}, "errors": {"worker1": error}}}
+    [result] = run_checks(Context(ctx.nodes, ctx.options, probes), [BY_ID["compute-balance"]])
+    assert result.status is Status.ERROR and result.node == "worker1"
+    assert result.summary.startswith(f"worker1: the matmul benchmark did not run: {error}; likely cause: device-dtype")
+    assert result.fix.startswith("install a torch build with it")
+    cpu_run = run_checks(Context(ctx.nodes, Options(), {"compute": {"nodes": {}, "errors": {"worker1": "timed out"}}}),
+                         [BY_ID["compute-balance"]])
+    assert cpu_run[0].summary.endswith("timed out; the cause is not known") and cpu_run[0].fix is None
+
+
+# --- compute-balance on the GPUs -----------------------------------------------------------------
+
+def gpu_figures(*rates: float, name: str = "NVIDIA H100 80GB HBM3") -> dict:
+    """DERIVED: a node's figures in the shape node/jobs/compute.py's GPU branch prints them, one
+    GPU per rate (GFLOP/s). That branch has not run on a GPU: the rates stand for an H100 in
+    bf16 (about 700 TFLOP/s at this size), not for a measurement."""
+    gpus = [{"index": i, "name": name, "dtype": "bfloat16", "gflops": r, "median_gflops": r * 0.97, "iterations": 240}
+            for i, r in enumerate(rates)]
+    slowest = min(gpus, key=lambda gpu: gpu["gflops"])
+    return {"device": "cuda", "gpus": gpus, "gflops": slowest["gflops"], "slowest_gpu": slowest["index"], "size": 8192}
+
+
+def balance(*nodes: tuple[str, dict, dict], nproc: int = 1):
+    """compute-balance on (name, facts, figures) nodes of a CUDA run."""
+    ctx = g.context(*[(name, facts) for name, facts, _ in nodes], nproc_per_node=nproc)
+    probes = {"compute": {"nodes": {name: figures for name, _, figures in nodes}, "errors": {}}}
+    return run_checks(Context(ctx.nodes, ctx.options, probes), [BY_ID["compute-balance"]])
+
+
+def test_balanced_gpus_pass_with_their_rates_in_their_dtype():
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)), ("worker1", g.h100(), gpu_figures(690_500.0)))
+    assert result.status is Status.PASS
+    assert result.summary == ("bfloat16 matmul on the GPUs: master GPU 0 702 TFLOP/s, worker1 GPU 0 690 TFLOP/s; "
+                              "all within 0.7x of the fastest")
+    assert "GFLOP/s" not in result.summary and "thread" not in result.summary
+
+
+def test_a_slower_gpu_of_the_same_model_is_the_straggler_with_no_fix_for_an_unseen_cause():
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)), ("worker1", g.h100(), gpu_figures(351_000.0)))
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert result.summary.startswith(
+        "worker1's GPU 0 (NVIDIA H100 80GB HBM3, bfloat16) is the straggler every synchronous step waits for: "
+        "351 TFLOP/s against master's GPU 0 (NVIDIA H100 80GB HBM3, bfloat16) 702 TFLOP/s: every synchronous "
+        "step's compute takes about 2.0x as long as at the fastest GPU's pace; the cause is not known")
+    assert result.fix is None
+    assert (result.details["straggler"], result.details["straggler_gpu"]) == ("worker1", 0)
+
+
+def test_a_gpu_the_facts_show_slowed_down_gets_gpu_healths_query():
+    def hot(f):
+        g.device(f)["clock_event_reasons"] = 0x40     # DERIVED: HW thermal slowdown, as NVML reports it
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)),
+                       ("worker1", g.edited(g.h100(), hot), gpu_figures(420_000.0)))
+    assert result.status is Status.WARN and result.node == "worker1"
+    assert "gpu-health saw it slowed down (HW thermal slowdown)" in result.summary
+    assert result.fix == "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i 0   # on worker1: the slowdown's causes"
+
+
+def test_a_throttled_gpu_beside_fast_ones_on_one_node_is_named():
+    two = g.second_gpu(g.h100())           # DERIVED: a second H100
+    [result] = balance(("h100", two, gpu_figures(702_000.0, 300_000.0)), nproc=2)
+    assert result.status is Status.WARN and result.node == "h100"
+    assert result.summary.startswith("h100's GPU 1 (NVIDIA H100 80GB HBM3, bfloat16) is the straggler")
+    assert "against h100's GPU 0" in result.summary and "All: h100 2 GPUs 300 TFLOP/s to 702 TFLOP/s" in result.summary
+
+
+def test_a_slower_gpu_model_is_named_with_the_fix_for_slower_hardware():
+    [result] = balance(("master", g.h100(), gpu_figures(702_000.0)),
+                       ("worker1", g.h100(), gpu_figures(165_000.0, name="NVIDIA A100-SXM4-80GB")))
+    assert "another model: NVIDIA A100-SXM4-80GB against NVIDIA H100 80GB HBM3" in result.summary
+    assert result.fix.startswith("DDP gives every rank the same batch")
+
+
+def test_one_node_with_two_gpus_measures_the_link_between_them():
+    art = load("lab_bandwidth_clean")
+    two = g.second_gpu(g.h100())           # DERIVED: a second H100
+    ctx = g.context(("h100", two), nproc_per_node=2)
+    # DERIVED: the lab's recorded figures, as the job would print them for two GPUs of one node.
+    data = {**copy.deepcopy(art["probes"]["bandwidth"]), "nodes": ["h100"], "device": "cuda", "backend": "nccl"}
+    [result] = run_checks(Context(ctx.nodes, ctx.options, {"bandwidth": data}), [BY_ID["bandwidth"]])
+    assert result.status is Status.PASS and "messages, 2 GPUs of h100)" in result.summary
+    assert result.details["links"] == {} and "nominal" not in result.summary

@@ -1,0 +1,107 @@
+"""Why a probe's job failed, when another check saw the cause: the failures the fact and network
+checks report on the same facts, the ones that fit the symptom first. When none does, the
+failure is quoted as the backend said it, its cause "not known", and no fix is offered: a fix
+for a cause nobody saw sends people the wrong way (issue 13: open the firewall, after a CUDA
+error on a host with one GPU for two ranks)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ..facts import Missing
+from ..model import Context, Status
+from .network import toward_master
+
+# Which checks can explain which symptom, the most likely first. A GPU error is explained by
+# what the GPU checks saw, never by the network.
+CAUSES_FOR = {
+    "family": ("address-family", "interface-choice"),
+    "timeout": ("ephemeral-ports", "interface-choice", "address-family", "master-reachable"),
+    "rendezvous": ("master-reachable", "master-port", "interface-choice"),
+    "other": ("address-family", "interface-choice", "ephemeral-ports", "master-reachable"),
+    "gpu": ("gpu-visible", "device-dtype", "nccl-parity", "gpu-memory-held", "gpu-health"),
+    "no rank": (),
+}
+NETWORK = ("address-family", "interface-choice", "master-port")      # from facts alone
+PROBED = ("ephemeral-ports", "master-reachable")                     # need the network probe
+
+# What a CUDA or NCCL error says of itself ("CUDA error: invalid device ordinal", "NCCL error in:
+# ...", "Torch not compiled with CUDA enabled", torch._C's missing _cuda_setDevice on a CPU build).
+GPU_WORDS = ("CUDA", "cuda", "NCCL", "Duplicate GPU", "device ordinal", "NVML")
+
+NOT_KNOWN = "the cause is not known"
+
+
+def is_gpu_error(error: str) -> bool:
+    return any(word in error for word in GPU_WORDS)
+
+
+def symptom_of(error: str, timed_out: bool = False) -> str:
+    """What a failed job's own error (or its bound) points at, for likely_causes."""
+    if timed_out:
+        return "timeout"
+    if "ss_family" in error:
+        return "family"
+    if is_gpu_error(error):
+        return "gpu"
+    if any(word in error for word in ("DistNetworkError", "DistStoreError", "endezvous")):
+        return "rendezvous"
+    return "other"
+
+
+def likely_causes(ctx: Context, symptom: str) -> list[dict]:
+    """Failures the other checks report, most relevant to this symptom first."""
+    if not CAUSES_FOR[symptom]:
+        return []      # the job itself broke: no fact explains that
+    if symptom == "gpu":
+        return _failures(ctx, CAUSES_FOR["gpu"]) if ctx.options.device == "cuda" else []
+    checks = NETWORK + (PROBED if ctx.probes.get("network") and "error" not in ctx.probes["network"] else ())
+    found = _failures(ctx, [c for c in CAUSES_FOR[symptom] if c in checks] +
+                      [c for c in checks if c not in CAUSES_FOR[symptom]])
+    if symptom in ("timeout", "other") and "ephemeral-ports" not in checks:
+        # Without the network probe, a node's own firewall facts still point at the drop.
+        found += firewalls(ctx)
+    return found
+
+
+def _failures(ctx: Context, names) -> list[dict]:
+    from . import BY_ID     # the registry imports the checks that import this: look it up when asked
+
+    found = []
+    for name in names:
+        try:
+            found += [{"check": name, "node": v.node, "summary": v.summary, "fix": v.fix}
+                      for v in BY_ID[name].run(ctx) if v.status == Status.FAIL]
+        except Exception:     # a cause we cannot name is not this check's failure
+            continue
+    return found
+
+
+def because(causes: list[dict], unexplained: str = NOT_KNOWN) -> tuple[str, str | None]:
+    """The words that follow a failure's own message, and the fix: the first cause's, or none."""
+    if not causes:
+        return f"; {unexplained}", None
+    c = causes[0]
+    return f"; likely cause: {c['check']}{' on ' + c['node'] if c['node'] else ''}: {c['summary']}", c["fix"]
+
+
+def firewalls(ctx: Context) -> list[dict]:
+    out = []
+    for node in ctx.reachable:
+        net = node.parsed.network
+        if isinstance(net, Missing) or isinstance(net.firewall, Missing):
+            continue
+        fw = net.firewall
+        if not (fw.input_drops or fw.input_policy_drop):
+            continue
+        low, high = net.ephemeral_ports or (32768, 60999)
+        iface = toward_master(ctx, node)
+        subnet = next((str(ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False))
+                       for a in (iface.addresses if iface else ()) if a.scope == "global"), None)
+        drops = "a drop policy" if fw.input_policy_drop else f"{fw.input_drops} drop rule(s)"
+        out.append({"check": "firewall", "node": node.node,
+                    "summary": f"{node.node}'s {fw.tool or 'firewall'} drops some new inbound connections "
+                               f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
+                    "fix": f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
+                           f"to any port {low}:{high}"})
+    return out
