@@ -12,8 +12,11 @@ spec: {"program": "agent", "node": name, "pids": [..], "interval": 1.0, "stack_e
        "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders]}
 Lines out (AGENT + JSON): {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null},
 {"type": "rank", ...what ranks.Finder says}, {"type": "sample", "t", "ranks": [...], "gone": [pids],
-"net": bytes/s}, {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight":
-{pid: record}}, {"type": "exit", "pid", "t", "code"}, {"type": "py-spy", "path", "given", "refused"}.
+"net": bytes/s} (each rank's "tcp": its established connections, in one sample of
+CONNECTIONS_EVERY), {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight":
+{pid: record}, "stores": [what the store of ranks waiting in init_process_group says (store.py),
+when asked in a stall]}, {"type": "exit", "pid", "t", "code"}, {"type": "py-spy", "path", "given",
+"refused"}.
 Commands: {"cmd": "stacks", "id", "native"}, {"cmd": "py-spy", "path", "remove": folder}."""
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ import sys
 import threading
 import time
 
-from . import flight, proc, protocol, pyspy
+from . import flight, proc, protocol, pyspy, store
 from .control import Control
 from .gpus import Gpus
 from .ranks import Finder
 from .redact import redact_env
+
+CONNECTIONS_EVERY = 5     # samples: the ranks' TCP connections are counted in one sample of so many
 
 
 class Agent:
@@ -80,8 +85,21 @@ class Agent:
             for t in threads:
                 t.join()
         self.last_stacks = time.monotonic()
-        self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
-                   "flight": {p: f for p, f in flights.items() if f is not None}})
+        message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
+                   "flight": {p: f for p, f in flights.items() if f is not None}}
+        if request_id is not None:      # in a stall: who never checked in, where ranks wait for it
+            message["stores"] = self.rendezvous_stores(out)
+        self.emit(message)
+
+    def rendezvous_stores(self, dumps: dict) -> list:
+        """What the store of the ranks waiting in init_process_group says (node/store.py), read
+        once per store."""
+        stores = {}
+        for pid, dump in dumps.items():
+            info = self.ranks.known.get(int(pid))
+            if info is not None and store.in_rendezvous(dump) and info["master"] not in stores:
+                stores[info["master"]] = store.read(info["master"], info["world_size"])
+        return list(stores.values())
 
     def command(self, command):
         """One command from the watcher, on the control line (node/control.py)."""
@@ -125,10 +143,13 @@ class Agent:
         last = {}        # pid -> (monotonic, cpu seconds)
         last_net = (time.monotonic(), proc.net_bytes())
         announced = set()
+        rounds = 0
         while not self.stop.is_set():
             started = time.monotonic()
             found = self.ranks.scan()
             samples = []
+            tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
+            rounds += 1
             for pid, info in found.items():
                 st = proc.stat(pid)
                 if st is None:
@@ -142,6 +163,8 @@ class Agent:
                     sample["exit"] = st.exit_status
                 if self.gpus.of(pid) is not None:
                     sample["gpu"] = self.gpus.of(pid)
+                if pid in tcp:
+                    sample["tcp"] = tcp[pid]
                 if before:
                     dt = max(now - before[0], 1e-6)
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
@@ -165,6 +188,23 @@ class Agent:
                 threading.Thread(target=self.stacks, daemon=True).start()
                 self.last_stacks = time.monotonic()
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def connections(pids) -> dict:
+    """Each rank's established TCP connections (to the store, to its peers, to anything): none
+    at all for a while means it joined no process group. A rank whose files this user may not
+    list is left out: unknown, never "none"."""
+    established = {}        # network namespace -> inodes: its table is read once
+    counts = {}
+    for pid in pids:
+        sockets = proc.socket_inodes(pid)
+        if sockets is None:
+            continue
+        netns = proc.netns(pid)
+        if netns not in established:
+            established[netns] = proc.tcp_established(pid)
+        counts[pid] = len(sockets & established[netns])
+    return counts
 
 
 def main(spec: dict, work=None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Set
 
 TICK = os.sysconf("SC_CLK_TCK")     # clock ticks per second, the unit of /proc's times
 
@@ -129,3 +129,35 @@ def net_bytes() -> int:
         fields = rest.split()
         total += int(fields[0]) + int(fields[8])
     return total
+
+
+def socket_inodes(pid: int) -> Optional[Set[int]]:
+    """The inodes of the sockets it holds open; None when this user may not list its files
+    (another user's process) or it is gone."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    inodes = set()
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue            # closed since the listing
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+ESTABLISHED = "01"          # /proc/net/tcp's state column (include/net/tcp_states.h)
+
+
+def tcp_established(pid: int) -> Set[int]:
+    """The inodes of the established TCP sockets (IPv4 and IPv6) in its network namespace."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        for line in (read(f"/proc/{pid}/net/{table}") or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == ESTABLISHED:
+                inodes.add(int(fields[9]))
+    return inodes

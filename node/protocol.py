@@ -154,6 +154,7 @@ class RankSample:
     cpu: Optional[float] = None      # % of one core since the last sample (None: the first)
     exit: Optional[int] = None       # the wait status, when caught as a zombie
     gpu: Optional[int] = None        # the GPU it has a context on (NVML's index), on GPU nodes
+    tcp: Optional[int] = None        # its established TCP connections (counted every few samples)
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,18 @@ class Stacks:
     id: Optional[int] = None         # the watcher's request, or None when the agent took them itself
     stacks: Any = None               # {pid: py-spy's JSON (a list) or {"error": ..., "permission": bool}}
     flight: Any = None               # {pid: Flight Recorder record}
+    stores: tuple = ()               # StoreAnswer: the stores of ranks waiting in init_process_group
+
+
+@dataclass(frozen=True)
+class StoreAnswer:
+    """What a rendezvous store said when the agent read it (node/store.py)."""
+    master: Optional[str] = None     # MASTER_ADDR:MASTER_PORT, from a waiting rank's environment
+    world_size: Optional[int] = None
+    checked_in: Optional[tuple] = None   # the ranks whose check-in key is there; None: not read
+    how: Optional[str] = None        # "list_keys", or "check" (each rank's key, on an older torch)
+    error: Optional[str] = None      # why it could not be read
+    seconds: Optional[float] = None  # how long the read took
 
 
 @dataclass(frozen=True)
@@ -216,4 +229,12 @@ def agent_message(data: dict):
     elif cls is Stacks:
         values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}
         values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}
+        values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or ())
     return cls(**values)
+
+
+def _store_answer(data: dict) -> StoreAnswer:
+    values = {k: v for k, v in data.items() if k in StoreAnswer.__dataclass_fields__}
+    if values.get("checked_in") is not None:
+        values["checked_in"] = tuple(values["checked_in"])
+    return StoreAnswer(**values)
