@@ -4,6 +4,10 @@ Pure: a function of every rank's state at the moment progress stopped."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from node.protocol import StoreAnswer
+
 from .classify import GENERIC_WAITS, RankState
 from .model import Diagnosis, Kind
 from .model import RankStatus as S
@@ -26,6 +30,17 @@ GPU_HANG_CAUSES = ("an NCCL collective's kernel waits for a peer that never send
 
 
 CANNOT_TELL = "a hang cannot be told from a straggler"
+
+CANNOT_CONNECT = ("check the firewall, address family and interface (ddp-preflight's ephemeral-ports, "
+                  "address-family, interface-choice)")
+
+NEVER_CHECKED_IN = ("it never called init_process_group: a condition around it, or it exited or is stuck "
+                    "before it (its line above)",
+                    "its node's torchrun did not start it: see that node's log")
+
+TRAINS_ALONE = ("init_process_group behind a condition: nanochat, for one, creates its process group on CUDA "
+                "only, so on CPU it needs its Gloo patch",
+                "a script written for one process, started by torchrun: it never calls init_process_group")
 
 # "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
 WORKING = (S.COMPUTING, S.COMPILING, S.LOADING_DATA, S.SAVING, S.RUNNING)
@@ -95,6 +110,88 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
         seen = "".join(f"{_who(rs)}: {what}; " for what, rs in where.items())
         return Diagnosis(Kind.UNSEEN, f"{seen}{_unknown(ranks)}: {CANNOT_TELL}")
     return Diagnosis(Kind.NONE, "no hang: no rank waits in a collective")
+
+
+def rendezvous_stall(ranks: dict[int, RankState], store: StoreAnswer | None,
+                     nodes: Mapping[int, str]) -> Diagnosis | None:
+    """Ranks wait in init_process_group: who never checked in, as their store says (never
+    without it), and on which node (`nodes`: rank -> node, from the agents and the launch plan).
+    None when no rank waits there."""
+    waiting = sorted(r for r, s in ranks.items() if s.state is S.RENDEZVOUS)
+    if not waiting:
+        return None
+    others = {r: s for r, s in ranks.items() if r not in waiting}
+    working = {r: s for r, s in others.items() if s.state in WORKING}
+    where = f"{_wait(waiting)} in init_process_group"
+    if store is None or store.error or not store.checked_in or not store.world_size:
+        # Who is missing cannot be told: say what is seen, and why the store did not say more.
+        why = ("the store was not read" if store is None else
+               f"the store at {store.master} could not be read ({store.error})" if store.error else
+               f"the store at {store.master} holds no rank's check-in (NCCL keeps none there)"
+               if not store.checked_in else "the world size is unknown")
+        if working:
+            return _busy_before_init(where, working, nodes)
+        if not others:
+            return Diagnosis(Kind.RENDEZVOUS_STALL, f"every rank is stuck creating the process group ({why}): "
+                             f"{CANNOT_CONNECT}", tuple(waiting))
+        seen = "; ".join(f"{_who([r])} is {s.describe()}" for r, s in sorted(others.items()))
+        return Diagnosis(Kind.RENDEZVOUS_STALL, f"{where}; {seen}; {why}, so who never checked in cannot be told")
+    checked = set(store.checked_in)
+    missing = [r for r in range(store.world_size) if r not in checked and r not in waiting]
+    late = [r for r in waiting if r not in checked]      # waiting, yet not checked in
+    if missing and all(r in working for r in missing):
+        return _busy_before_init(where, working, nodes)
+    if missing:
+        late_note = f" ({_who(late)} not checked in either)" if late else ""
+        return Diagnosis(Kind.RENDEZVOUS_STALL, f"{_never_checked_in(missing, ranks, nodes)}; {where}{late_note}",
+                         tuple(missing), NEVER_CHECKED_IN)
+    if late:
+        return Diagnosis(Kind.RENDEZVOUS_STALL, f"{_who(late)} {'waits' if len(late) == 1 else 'wait'} in "
+                         f"init_process_group without having checked in to the store at {store.master}: it cannot "
+                         "reach the store? (ddp-preflight's master-reachable); every other rank checked in",
+                         tuple(late))
+    return Diagnosis(Kind.RENDEZVOUS_STALL, f"every rank checked in to the store at {store.master}, yet {where}: "
+                     f"the ranks cannot connect to each other: {CANNOT_CONNECT}", tuple(waiting))
+
+
+def _never_checked_in(missing: list[int], ranks: dict[int, RankState], nodes: Mapping[int, str]) -> str:
+    """"ranks 2,3 never checked in (worker1's): rank 3 is idle at train.py:12 (main)", by node."""
+    by_node: dict[str, list[int]] = {}
+    for r in missing:
+        by_node.setdefault(nodes.get(r) or "", []).append(r)
+    parts = []
+    for node, rs in by_node.items():
+        owner = f"{node}'s" if node else "node unknown: no agent found it"
+        seen = [f"{'it' if len(rs) == 1 else _who([r])} {_doing(ranks[r])}" for r in rs
+                if r in ranks and ranks[r].state is not S.UNKNOWN]
+        parts.append(f"{_who(rs)} never checked in ({owner})" + (f": {', '.join(seen)}" if seen else ""))
+    return "; ".join(parts)
+
+
+def _doing(state: RankState) -> str:
+    return f"exited ({state.evidence[0]})" if state.state is S.EXITED and state.evidence else f"is {state.describe()}"
+
+
+def _busy_before_init(where: str, working: dict[int, RankState], nodes: Mapping[int, str]) -> Diagnosis:
+    """A rank outside init_process_group still works: it may get there yet. Not a hang."""
+    who = ", ".join(f"{_who([r])}{_on(r, nodes)} is {s.describe()}" for r, s in sorted(working.items()))
+    return Diagnosis(Kind.STRAGGLER, f"not a hang: {where} while {who}", tuple(sorted(working)))
+
+
+def _on(rank: int, nodes: Mapping[int, str]) -> str:
+    return f" ({nodes[rank]}'s)" if rank in nodes else ""
+
+
+def trains_alone(ranks: Sequence[int], world: int, seconds: float) -> Diagnosis:
+    """Every rank of a world of more than one has worked for `seconds` without a connection."""
+    return Diagnosis(Kind.ALONE, f"{_who(ranks)} (world {world}) used CPU for {seconds:.0f} s without a single TCP "
+                     "connection to the store or to each other: each rank trains alone: no process group was "
+                     "created (init_process_group skipped on CPU?)", (), TRAINS_ALONE)
+
+
+def connected_late(ranks: Sequence[int]) -> str:
+    """What takes back trains_alone(): some of those ranks have a connection now."""
+    return f"{_who(ranks)} connected after all: a process group was created late"
 
 
 def _unknown(ranks: dict[int, RankState]) -> str:

@@ -27,7 +27,7 @@ A snapshot, as JSON:
                                                # Flight Recorder: launched ranks, or ranks that opted in
              "gpu": 0|null, "gpu_util": 100.0|null, "gpu_memory_util": 0.0|null}],
                                                # its GPU (NVML), on GPU nodes
-  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall|slow|straggler|unseen",
+  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall|slow|straggler|unseen|alone",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],
@@ -93,6 +93,7 @@ class Kind(Word):
     SLOW = "slow"                           # every rank waits, but data is still flowing
     STRAGGLER = "straggler"                 # a rank computes while the others wait: not a hang
     UNSEEN = "unseen"                       # only ranks nobody sees could be to blame: not a hang
+    ALONE = "alone"                         # ranks of one world never connect: each trains alone (not a hang)
     NONE = "none"
 
     @property

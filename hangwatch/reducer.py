@@ -16,6 +16,7 @@ say is decided by diagnose.py from each rank's state (classify.py)."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from node import protocol
@@ -23,7 +24,7 @@ from node.protocol import ExitStatus
 
 from . import stall
 from .classify import BUSY_CPU, RankState, classify, frames_of
-from .diagnose import diagnose
+from .diagnose import connected_late, diagnose, rendezvous_stall, trains_alone
 from .model import HISTORY, Diagnosis, Event, Kind, NodeStatus, NodeView, RankStatus, RankView, Snapshot
 
 S = RankStatus
@@ -36,6 +37,7 @@ SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
 GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
 MESSAGES = 200            # notices kept (the snapshot shows the last 20)
 ENDLESS_TIMES = 5         # a straggler that keeps the others waiting this many thresholds is a hang
+ALONE_AFTER = 30.0        # seconds every rank works with no connection before "each rank trains alone"
 GPU_BUSY, GPU_IDLE_MEMORY = 90.0, 0.0   # % a GPU shows when one kernel spins and never touches memory
 
 
@@ -139,6 +141,8 @@ class Track:
     gone_at: float | None = None
     exit_t: float | None = None       # when it exited, the node's clock (epoch s)
     exit_status: ExitStatus | None = None
+    alone_since: float | None = None  # since when it has had no TCP connection (None: not counted, or it had one)
+    talked: bool = False              # it has had a connection: it joined a process group
 
     @property
     def key(self) -> int:
@@ -154,6 +158,7 @@ class Config:
     endless_after: float | None = None           # seconds a rank may compute while the others wait
                                                  # (None: ENDLESS_TIMES x the threshold)
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
+    planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
 
     @property
     def silent_after(self) -> float:
@@ -180,6 +185,8 @@ class State:
     heard: dict[str, float] = field(default_factory=dict)    # node -> when its agent last said anything
     lost: dict[str, str] = field(default_factory=dict)       # node -> how its agent was lost
     stopping: bool = False
+    stores: dict[str | None, tuple[protocol.StoreAnswer, float]] = field(default_factory=dict)  # master -> said, when
+    alone: tuple[tuple[str, int], ...] = ()   # the ranks said to train alone, while that stands
 
 
 def new_state(nodes: list[str], config: Config = Config()) -> State:
@@ -258,6 +265,7 @@ def _from_agent(state: State, node: str, message, now: float, wall: float, out: 
         _rank_found(state, node, message, out)
     elif isinstance(message, protocol.Sample):
         _sample(state, node, message, now, out)
+        _connections(state, node, message, now, wall, out)
     elif isinstance(message, protocol.Stacks):
         _stacks(state, node, message, now, out)
     elif isinstance(message, protocol.RankExit):
@@ -416,6 +424,8 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
         t = state.ranks.get((node, pid))
         if t is not None:
             t.view.flight = record
+    for answer in msg.stores:
+        state.stores[answer.master] = (answer, now)
     if msg.id is not None:
         state.asked.pop(node, None)
         if not state.asked:
@@ -480,7 +490,7 @@ def _tick(state: State, now: float, wall: float, out: list) -> None:
     # Progress is seen on watched nodes only: a lost node's ranks are neither idle nor not.
     watched = [t for t in live if state.nodes[t.view.node].status is NodeStatus.WATCHING]
     if watched and not idle:
-        if state.diagnosis is not None and state.diagnosis.kind is not Kind.EXITED:
+        if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
             state.diagnosis, state.reported = None, None
             _remember(state, "progress resumed")
             out.append(_say("resumed", "progress resumed: no rank is idle"))
@@ -554,6 +564,7 @@ def _diagnose(state: State, waiting: float, now: float, wall: float, out: list) 
     states = {t.key: _classify(state, t, now) for t in state.ranks.values()}
     found = diagnose(states)
     found = _without_stacks(state, found, states, now) or found
+    found = _rendezvous(state, found, states) or found
     flowing = [n.name for n in state.nodes.values() if (n.net_bytes_per_s or 0) > FLOWING]
     if found.kind is Kind.NETWORK_STALL and flowing:
         found = Diagnosis(Kind.SLOW, f"{found.summary.split(':')[0]}, but data is still flowing on "
@@ -665,3 +676,71 @@ def _without_stacks(state: State, found: Diagnosis, states: dict, now: float) ->
 
 def _label(key: int) -> str:
     return f"rank {key}" if key >= 0 else f"pid {-key}"
+
+
+# -- rendezvous: who never checked in --------------------------------------------------------
+
+def _rendezvous(state: State, found: Diagnosis, states: dict) -> Diagnosis | None:
+    """Ranks wait in init_process_group: what their store said since they began to wait (the
+    agents read it with their stacks) names who never checked in, and the node it belongs to."""
+    if found.kind not in (Kind.RENDEZVOUS_STALL, Kind.NONE):
+        return None
+    stuck = [t for t in state.ranks.values() if t.key in states and states[t.key].state is S.RENDEZVOUS]
+    began = min((t.idle_since for t in stuck if t.idle_since is not None), default=None)
+    answers = [state.stores.get(t.info.master if t.info else None) for t in stuck]
+    fresh = [said for said, at in filter(None, answers) if began is None or at >= began]
+    nodes = {**state.config.planned, **{t.view.rank: t.view.node for t in state.ranks.values() if t.view.rank is not None}}
+    return rendezvous_stall(states, fresh[0] if fresh else None, nodes)
+
+
+# -- ranks that never talk -------------------------------------------------------------------
+
+def _connections(state: State, node: str, msg: protocol.Sample, now: float, wall: float, out: list) -> None:
+    """Each rank's TCP connections, counted every few samples: a rank with none at all has
+    joined no process group (its store and its peers are connections)."""
+    counted = False
+    for s in msg.ranks:
+        t = state.ranks.get((node, s.pid))
+        if t is None or s.tcp is None:
+            continue
+        counted = True
+        if s.tcp:
+            t.talked, t.alone_since = True, None
+        elif t.alone_since is None and not t.talked:
+            t.alone_since = now
+    if counted:
+        _alone(state, now, wall, out)
+
+
+def _alone(state: State, now: float, wall: float, out: list) -> None:
+    """Said once, not as a hang (nothing stops the run): every rank of a world of more than one
+    has worked for ALONE_AFTER without a single connection. Taken back if one connects later
+    (a process group created late)."""
+    if state.alone:
+        late = [t for key in state.alone if (t := state.ranks.get(key)) is not None and t.talked]
+        if late:
+            state.alone = ()
+            if state.diagnosis is not None and state.diagnosis.kind is Kind.ALONE:
+                state.diagnosis = None
+            text = connected_late(sorted(t.key for t in late))
+            _remember(state, text)
+            out.append(_say("notice", text, alone=False))
+        return
+    live = [t for t in state.ranks.values() if t.view.state is not S.EXITED]
+    world = [t for t in live if (t.view.world_size or 0) > 1]
+    if not world or len(world) < len(live) or \
+            any(state.nodes[t.view.node].status is not NodeStatus.WATCHING for t in world):
+        return
+    alone = [t for t in world if t.alone_since is not None and now - t.alone_since >= ALONE_AFTER
+             and t.busy_at is not None and t.busy_at >= t.alone_since]
+    if len(alone) < len(world):
+        return
+    seconds = min(now - t.alone_since for t in alone if t.alone_since is not None)
+    found = trains_alone(sorted(t.key for t in alone), max(t.view.world_size or 0 for t in alone), seconds)
+    state.alone = tuple((t.view.node, t.view.pid) for t in alone)
+    if state.diagnosis is None:
+        state.diagnosis = found.as_reported(round(wall - seconds, 3), [
+            f"{t.view.label} on {t.view.node}: no TCP connection for {now - (t.alone_since or now):.0f} s, "
+            f"CPU {t.view.cpu:.0f}%" for t in alone])
+    _remember(state, found.summary)
+    out.append(Say(Event("notice", found.summary, snapshot(state, wall), {"alone": True})))

@@ -42,13 +42,15 @@ class Watcher(Source):
                  on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
                  incident_dir: str = "hangwatch-incidents", lease: float = LEASE,
                  endless_after: float | None = None, notes: dict[str, tuple[str, ...]] | None = None,
+                 planned: dict[int, str] | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.clock, self.wall = clock, wall    # tests replaying recorded agent lines drive the clock
         self.targets, self.threshold, self.interval = list(targets), threshold, interval
         self.native, self.py_spy, self.lease = native, py_spy, lease
         self.on_event, self.on_hang = on_event or (lambda e: None), on_hang
         self.incident_dir = incident_dir
-        config = reducer.Config(threshold, interval, native, endless_after, dict(notes or {}))
+        # planned: rank -> node from a launch plan, to place a rank no agent found
+        config = reducer.Config(threshold, interval, native, endless_after, dict(notes or {}), dict(planned or {}))
         self.state = reducer.new_state([t.name for t in targets], config)
         self.lock = threading.RLock()
         self.links: dict[str, AgentLink] = {}
