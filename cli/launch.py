@@ -197,6 +197,7 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
         said = event.snapshot.diagnosis if event.snapshot is not None else None
         if left_first is not None and said is not None and said.kind is Kind.EXITED and " left first" in said.summary:
             left_first.append(said.summary)
+        _note_alone(launch, event)
         if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
             return
         if event.kind == "node" and event.data.get("status") == "watching" and not event.data.get("again"):
@@ -205,7 +206,14 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
 
     # The agents go with the run: a node cut off from this machine ends both within one lease.
     return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
-                   lease=launch.lease, endless_after=endless_after, notes=notes)
+                   lease=launch.lease, endless_after=endless_after, notes=notes,
+                   planned={r.rank: r.node for r in launch.ranks.values()})
+
+
+def _note_alone(launch: Launch, event) -> None:
+    """The summary repeats that the ranks never connected: the run may say "training finished"."""
+    if "alone" in event.data:
+        launch.note("alone", f"but the ranks never exchanged a byte: {event.text}" if event.data["alone"] else None)
 
 
 def _wait_for_stop(launch: Launch):

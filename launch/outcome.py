@@ -151,6 +151,7 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         else:
             bad = [x for x in result.nodes if x.error] or [x for x in result.nodes if x.status != "exited"]
             lines.append(f"training failed on {', '.join(x.node for x in bad) or 'a node'}")
+    lines += [f"  {note}" for note in result.notes]      # right under the headline: it may qualify it
     for node in result.nodes:
         if node.error and node.node != shown:
             lines.append(f"  {node.node}: {node.error}" + (f" (fix: {node.fix})" if node.fix else ""))
@@ -160,7 +161,6 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         lines.append(f"  port {port} on {master} is free again")
     elif result.port_free is False:
         lines.append(f"  port {port} on {master} is still held: see `ddp-preflight {master} --only master-port`")
-    lines += [f"  {note}" for note in result.notes]
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}" + (f" (incomplete: {result.logs_error})" if result.logs_error else ""))
     return "\n".join(lines) + "\n"

@@ -54,6 +54,7 @@ class Launch:
         self.first_failure: str | None = None
         self.started_at: float | None = None
         self.first_step_at: float | None = None      # when the first "step N" line arrived
+        self._notes: dict[str, str] = {}             # what the summary adds, by what it is about
         self._jobs: dict[str, object] = {}
         self._lock = threading.RLock()
         self._done = threading.Event()
@@ -118,6 +119,14 @@ class Launch:
         """The last lines of one rank, or of the node's own output (rank None)."""
         with self._lock:
             return list(self._tails.get((node, rank), ()))[-lines:]
+
+    def note(self, about: str, text: str | None) -> None:
+        """A line the summary adds under its headline (hangwatch's word on the run), or none."""
+        with self._lock:
+            if text is None:
+                self._notes.pop(about, None)
+            else:
+                self._notes[about] = text
 
     def rank_pids(self) -> dict[str, dict[int, int]]:
         """node -> {global rank: pid}, for the ranks started so far (hangwatch attaches to these)."""
@@ -209,7 +218,7 @@ class Launch:
                 stop_reason=self.stop_reason, first_failure=self.first_failure,
                 seconds=time.time() - (self.started_at or time.time()),
                 log_dir=str(self.log_dir) if self.log_dir else None, port_free=port_free,
-                logs_error=self._logs.failure if self._logs else None)
+                notes=list(self._notes.values()), logs_error=self._logs.failure if self._logs else None)
         if self._logs:
             self._logs.write_json("result.json", redact_json(result.to_json()))
             self._logs.close()
