@@ -12,9 +12,9 @@ from hangwatch.model import Snapshot
 
 from .. import format as fmt
 
-# A straggler is named by the diagnosis but is "not a hang", and an unseen rank leaves it untold:
-# they get the milder colour.
-MILD = {"straggler", "unseen"}
+# A straggler is named by the diagnosis but is "not a hang", an unseen rank leaves it untold, and
+# ranks that train alone stop nothing: they get the milder colour.
+MILD = {"straggler", "unseen", "alone"}
 
 
 class DiagnosisPanel(VerticalScroll):
