@@ -11,6 +11,10 @@ faults:
   endless   rank R loops for ever at step STEP (a data loader that never ends), computing
   child     rank R starts two children that inherit its RANK (a Python one and a shell one, as
             torch.compile's workers and their compilers do), then leaves the loop
+  skip-init rank R never calls init_process_group (it sleeps, as behind a condition): the others
+            wait in it
+  alone     no rank creates a process group (nanochat on CPU without its Gloo patch): each trains
+            its own model
 --wait {blocking,work,future}: each step also all_reduces a metric: blocking, or with async_op=True
 and then work.wait() inside a wrapper (the seed's _AsyncWorkWrapper) or get_future().wait(): a
 rank that waits there waits in C++ under the script's own frame.
@@ -30,7 +34,8 @@ import torch.distributed as dist
 def arguments():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit", "quit", "endless", "child"])
+    p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit", "quit", "endless", "child",
+                                        "skip-init", "alone"])
     p.add_argument("--wait", choices=["blocking", "work", "future"], help="a metric all_reduce each step")
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--at", type=int, default=5)
@@ -99,12 +104,18 @@ def train_step(model, optimizer, batch):
 
 def main():
     args = arguments()
+    rank = int(os.environ["RANK"])
+    if args.fault == "skip-init" and rank == args.rank:
+        fault_starts(args.fault, rank, 0)
+        time.sleep(5400)                                 # anything but init_process_group
+        return
+    alone = args.fault == "alone"
     if args.flight:
         import hangwatch.flight  # noqa: F401  (before the process group: it sets TORCH_FR_BUFFER_SIZE)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
-    rank = dist.get_rank()
+    if not alone:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+    model = torch.nn.Linear(256, 256) if alone else torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     mine = args.fault and rank == args.rank
     for step in range(args.steps):
@@ -134,7 +145,8 @@ def main():
             print(f"step {step} loss {loss:.4f}", flush=True)
     if mine and args.fault in ("leave", "child"):
         time.sleep(3600)                                 # evaluation, saving: anything but the loop
-    dist.destroy_process_group()
+    if not alone:
+        dist.destroy_process_group()
     print("done", flush=True)
 
 

@@ -135,6 +135,15 @@ def test_a_firewall_that_stalls_rendezvous_points_to_the_preflight_checks(watche
     assert sorted(diagnosis["guilty"]) == [0, 1, 2, 3]
 
 
+def test_a_rank_that_never_calls_init_process_group_is_named_with_its_node(watched):
+    # The store the ranks share, read by the agents, says who never got there: rank 3, on worker1.
+    watch, job = watched("--steps", "50", "--fault", "skip-init", "--rank", "3", port=29640)
+    diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "rendezvous-stall" and diagnosis["guilty"] == [3], diagnosis
+    assert diagnosis["summary"] == (f"rank 3 never checked in (worker1's): it is idle at hang_train.py:"
+                                    f"{_line('time.sleep(5400)')} (main); ranks 0,1,2 wait in init_process_group")
+
+
 def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
     watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "0", "--at", "8", port=29637)
     # Both of worker1's ranks known (torchrun starts them a moment apart), then its agent dies.

@@ -274,3 +274,25 @@ def test_a_launched_deadlock_names_each_ranks_collective_from_its_flight_recorde
         # The rank that left is one collective behind the ranks waiting for it.
         assert left == f"all_reduce #{int(waiting.split('#')[1]) - 1}", note
     assert_nothing_left(clean_lab, before)
+
+
+def test_ranks_that_never_create_a_process_group_are_said_to_train_alone(clean_lab, tmp_path):
+    # nanochat on CPU without its Gloo patch: torchrun starts 4 ranks, none calls
+    # init_process_group, each trains its own model (50 s of steps) and exits 0.
+    before = counts(clean_lab)
+    hang = REPO / "examples" / "hang_train.py"
+    argv = command(clean_lab, tmp_path, "--no-probes")
+    argv = argv[:argv.index("--") + 1] + [str(hang), "--steps", "1000", "--fault", "alone"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    alone = ("ranks 0,1,2,3 (world 4) used CPU for 30 s without a single TCP connection to the store or to each "
+             "other: each rank trains alone: no process group was created (init_process_group skipped on CPU?)")
+    assert f"hangwatch: {alone}" in done.stderr
+    # The summary's headline says the training finished; the line under it says what it was worth.
+    summary = done.stderr[done.stderr.index("ddp-preflight: training finished"):].splitlines()
+    assert summary[0].startswith("ddp-preflight: training finished: all 4 ranks exited with code 0"), summary
+    assert summary[1] == f"  but the ranks never exchanged a byte: {alone}"
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["notes"] == [summary[1].strip()]
+    assert not (tmp_path / "run" / "incidents").exists()        # not a hang: no bundle
+    assert_nothing_left(clean_lab, before)

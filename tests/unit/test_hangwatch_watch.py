@@ -11,9 +11,11 @@ from transport import LocalNode
 AGENT = Path(__file__).parent / "artifacts" / "agent"
 
 
-def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=lambda record: False, then=()):
+def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=lambda record: False, then=(),
+           **options):
     """Feed a recording to a real Watcher on a driven clock. lost(record): a message that never
-    arrives (a killed agent, a dead link); then: (at, action(watcher)) pairs, done at that time."""
+    arrives (a killed agent, a dead link); then: (at, action(watcher)) pairs, done at that time;
+    options: the Watcher's own (planned=...)."""
     lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
     header, records = json.loads(lines[0]), [json.loads(l) for l in lines[1:]]
     records = sorted([r for r in records if not lost(r)] + [{"at": at, "do": do} for at, do in then],
@@ -21,7 +23,7 @@ def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=l
     now = [0.0]
     events = []
     watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))], clock=lambda: now[0],
-                      threshold=threshold, on_event=events.append, incident_dir=str(tmp_path / "incidents"))
+                      threshold=threshold, on_event=events.append, incident_dir=str(tmp_path / "incidents"), **options)
     for record in records:
         if until is not None and record["at"] > until:
             break

@@ -42,7 +42,7 @@ def main():
     lab = Lab.open(lab_name)
     targets, nodes, _ = _connect(["master", "worker1"], str(lab.ssh_config), sys.executable)
     watcher = Recording(targets, incident_dir="/tmp/hangwatch-record").start()
-    job = start_job(lab, "--steps", "500", "--fault", fault, "--rank", rank, "--at", "5", "--seconds", "20",
+    job = start_job(lab, "--steps", "2000", "--fault", fault, "--rank", rank, "--at", "5", "--seconds", "20",
                     port=29690)
     try:
         fault_at = job.fault_time() - time.time() + time.monotonic() - watcher.began
@@ -57,7 +57,7 @@ def main():
         f.write(json.dumps({"fault": fault, "rank": int(rank), "fault_at": round(fault_at, 3)}) + "\n")
         for record in watcher.records:
             f.write(json.dumps(record) + "\n")
-    print(f"{out}: {len(watcher.records)} messages; diagnosis: {watcher.diagnosis}")
+    print(f"{out}: {len(watcher.records)} messages; diagnosis: {watcher.state.diagnosis}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,238 @@
+"""Rendezvous stalls that say who never checked in, and ranks that never talk (issue 12).
+
+The watcher's side is replayed on agent messages recorded from lab runs (record.py beside them):
+skip-init.jsonl, where rank 3 (worker1) never calls init_process_group while ranks 0,1,2 wait
+in it, and alone.jsonl, where no rank creates a process group. The agent's side runs on real
+local processes and sockets and a real torchrun job's store."""
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+
+from hangwatch import classify
+from hangwatch.reducer import ALONE_AFTER
+from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+from node import agent, store
+
+from .test_hangwatch_watch import AGENT, replay
+
+RANK3 = 4975                      # rank 3's pid in skip-init.jsonl (worker1)
+STORE = "10.213.1.200:29690"      # the recorded run's MASTER_ADDR:MASTER_PORT
+
+
+def _records(name: str) -> list[dict]:
+    return [json.loads(line) for line in (AGENT / f"{name}.jsonl").read_text().splitlines()[1:]]
+
+
+def changed(name: str, change) -> dict:
+    """replay()'s lost= and then= for a recording whose messages change(record) rewrites
+    (None: the message as recorded)."""
+    swaps = {}
+    for record in _records(name):
+        message = change(record)
+        if message is not None:
+            swaps[(record["at"], record["node"])] = message
+    return {"lost": lambda record: (record["at"], record["node"]) in swaps,
+            "then": [(at, lambda w, node=node, message=message: w.receive(node, message))
+                     for (at, node), message in swaps.items()]}
+
+
+def _stores(said):
+    """What every agent's stacks said of the store, replaced by `said` (absent: None)."""
+    def change(record):
+        message = record["msg"]
+        if message["type"] != "stacks" or "stores" not in message:
+            return None
+        return {k: v for k, v in message.items() if k != "stores"} if said is None else {**message, "stores": said}
+    return change
+
+
+def _diagnosis(events):
+    named = [e for e in events if e.kind == "diagnosis"]
+    assert len(named) == 1, [e.text for e in events]
+    return named[0].snapshot.diagnosis
+
+
+# -- who never checked in ----------------------------------------------------------------------
+
+def test_a_rank_that_never_called_init_process_group_is_named_with_its_node(tmp_path):
+    header, watcher, events = replay("skip-init", tmp_path)
+    diagnosis = _diagnosis(events)
+    assert diagnosis.kind == "rendezvous-stall" and diagnosis.guilty == [header["rank"]] == [3]
+    assert diagnosis.summary == ("rank 3 never checked in (worker1's): it is idle at hang_train.py:65 (main); "
+                                 "ranks 0,1,2 wait in init_process_group")
+    assert len([e for e in events if e.kind == "incident"]) == 1
+
+
+def test_no_rank_is_named_missing_unless_the_store_says_so(tmp_path):
+    unreadable = [{"master": STORE, "world_size": 4, "error": "torch.distributed.DistNetworkError: "
+                   "failed to connect to 10.213.1.200:29690 (Connection refused)"}]
+    header, watcher, events = replay("skip-init", tmp_path / "unreadable", **changed("skip-init", _stores(unreadable)))
+    diagnosis = _diagnosis(events)
+    assert diagnosis.guilty == [] and diagnosis.summary == (
+        "ranks 0,1,2 wait in init_process_group; rank 3 is idle at hang_train.py:65 (main); the store at "
+        f"{STORE} could not be read ({unreadable[0]['error']}), so who never checked in cannot be told")
+    # An agent that does not read the store (older), or keys it does not know (NCCL keeps none per rank).
+    header, watcher, events = replay("skip-init", tmp_path / "unread", **changed("skip-init", _stores(None)))
+    assert _diagnosis(events).summary.endswith("; the store was not read, so who never checked in cannot be told")
+    empty = [{"master": STORE, "world_size": 4, "checked_in": [], "how": "list_keys"}]
+    header, watcher, events = replay("skip-init", tmp_path / "empty", **changed("skip-init", _stores(empty)))
+    assert _diagnosis(events).summary.endswith(f"; the store at {STORE} holds no rank's check-in (NCCL keeps "
+                                               "none there), so who never checked in cannot be told")
+
+
+def test_what_the_store_said_before_the_ranks_waited_is_not_used(tmp_path):
+    # The agents' answers are lost; one from 3 s in, before any rank was stuck, says rank 3 is missing.
+    early = {"type": "stacks", "t": 0.0, "id": 1, "stacks": {},
+             "stores": [{"master": STORE, "world_size": 4, "checked_in": [0, 1, 2], "how": "list_keys"}]}
+    then = [(3.0, lambda w: w.receive("master", early)), *changed("skip-init", _stores(None))["then"]]
+    header, watcher, events = replay("skip-init", tmp_path, lost=changed("skip-init", _stores(None))["lost"],
+                                     then=then)
+    diagnosis = _diagnosis(events)
+    assert diagnosis.guilty == [] and "the store was not read" in diagnosis.summary
+
+
+def test_a_rank_no_agent_found_is_placed_by_the_launch_plan(tmp_path):
+    unseen = lambda record: record["msg"]["type"] == "rank" and record["msg"]["pid"] == RANK3   # noqa: E731
+    header, watcher, events = replay("skip-init", tmp_path / "plan", lost=unseen,
+                                     planned={0: "master", 1: "master", 2: "worker1", 3: "worker1"})
+    diagnosis = _diagnosis(events)
+    assert diagnosis.guilty == [3] and diagnosis.summary == (
+        "rank 3 never checked in (worker1's); ranks 0,1,2 wait in init_process_group")
+    header, watcher, events = replay("skip-init", tmp_path / "attach", lost=unseen)
+    assert _diagnosis(events).summary.startswith("rank 3 never checked in (node unknown: no agent found it); ")
+
+
+# -- ranks that never talk ---------------------------------------------------------------------
+
+ALONE = ("ranks 0,1,2,3 (world 4) used CPU for 30 s without a single TCP connection to the store or to each other: "
+         "each rank trains alone: no process group was created (init_process_group skipped on CPU?)")
+
+
+def _first_count(name: str) -> float:
+    return min(r["at"] for r in _records(name) if r["msg"]["type"] == "sample"
+               and any("tcp" in s for s in r["msg"]["ranks"]))
+
+
+def test_ranks_that_never_connect_are_said_to_train_alone_once_and_not_as_a_hang(tmp_path):
+    header, watcher, events = replay("alone", tmp_path)
+    said = [e for e in events if "alone" in e.data]
+    assert [(e.kind, e.text, e.data["alone"]) for e in said] == [("notice", ALONE, True)], [e.text for e in events]
+    assert said[0].data["at"] - _first_count("alone") >= ALONE_AFTER
+    diagnosis = said[0].snapshot.diagnosis
+    assert diagnosis.kind == "alone" and diagnosis.guilty == [] and len(diagnosis.evidence) == 4
+    # Not a hang: no bundle, nothing to stop; and it stands while they train (no "progress resumed").
+    kinds = [e.kind for e in events]
+    assert "diagnosis" not in kinds and "incident" not in kinds and "resumed" not in kinds
+    assert not (tmp_path / "incidents").exists()
+    assert watcher.snapshot().diagnosis.kind == "alone"
+
+
+def _tcp(node: str, after: float, count: int):
+    """Every count of `node`'s ranks from `after` on says `count` connections."""
+    def change(record):
+        message = record["msg"]
+        if record["node"] != node or record["at"] < after or message["type"] != "sample" or \
+                not any("tcp" in s for s in message["ranks"]):
+            return None
+        return {**message, "ranks": [{**s, "tcp": count} for s in message["ranks"]]}
+    return change
+
+
+def test_a_connection_keeps_it_unsaid_and_one_after_the_notice_takes_it_back(tmp_path):
+    # worker1's ranks connect 20 s in (a process group created after some preprocessing): never said.
+    header, watcher, events = replay("alone", tmp_path / "early", **changed("alone", _tcp("worker1", 20.0, 1)))
+    assert not [e for e in events if "alone" in e.data], [e.text for e in events]
+    assert watcher.snapshot().diagnosis is None
+    # master's ranks connect 40 s in, after the notice: it is taken back.
+    header, watcher, events = replay("alone", tmp_path / "late", **changed("alone", _tcp("master", 40.0, 2)))
+    said = [(e.kind, e.text, e.data["alone"]) for e in events if "alone" in e.data]
+    assert said == [("notice", ALONE, True),
+                    ("notice", "ranks 0,1 connected after all: a process group was created late", False)]
+    assert watcher.snapshot().diagnosis is None
+
+
+def test_the_launch_summary_says_it_under_its_headline():
+    result = LaunchResult([LaunchedRank(r, "master", r, exit=0) for r in range(2)], [NodeState("master", "exited")],
+                          None, None, 41.0, notes=[f"but the ranks never exchanged a byte: {ALONE}"])
+    lines = render(result, 29500, "master").splitlines()
+    assert lines[:2] == ["training finished: all 2 ranks exited with code 0 (41.0 s)",
+                         f"  but the ranks never exchanged a byte: {ALONE}"]
+
+
+# -- the agent's side, on real processes -------------------------------------------------------
+
+def test_the_agent_reads_rendezvous_where_the_watcher_does():
+    assert store.RENDEZVOUS_FUNCTIONS == set(classify.RENDEZVOUS)
+    stacks = [r["msg"] for r in _records("skip-init") if r["msg"]["type"] == "stacks" and r["msg"].get("id")]
+    waiting = {int(pid): store.in_rendezvous(dump) for m in stacks[:2] for pid, dump in m["stacks"].items()}
+    assert waiting == {4973: True, 4976: True, 4974: True, RANK3: False}
+    assert not any(store.in_rendezvous(dump) for r in _records("leave") if r["msg"]["type"] == "stacks"
+                   for dump in r["msg"]["stacks"].values())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+JOINS_LATE = """
+import datetime, os, pathlib, sys, time
+import torch.distributed as dist
+if os.environ["RANK"] == "2":
+    while not pathlib.Path(sys.argv[1]).exists():
+        time.sleep(0.1)
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+dist.barrier()
+print(f"joined {dist.get_rank()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_store_names_the_ranks_that_checked_in_and_reading_it_disturbs_nothing(tmp_path):
+    script, go, port = tmp_path / "joins_late.py", tmp_path / "go", _free_port()
+    script.write_text(JOINS_LATE)
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+                            "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), str(go)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        deadline, said = time.monotonic() + 90, {}
+        while said.get("checked_in") != [0, 1] and time.monotonic() < deadline:
+            said = store.read(f"127.0.0.1:{port}", 3)
+        assert said.get("checked_in") == [0, 1] and said["how"] == "list_keys", said
+        go.touch()          # rank 2 joins: the ranks the store was read beside are unharmed
+        out, _ = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    # The ranks share one pipe: their lines can run together.
+    assert job.returncode == 0 and sorted(re.findall(r"joined (\d)", out)) == ["0", "1", "2"], out[-2000:]
+
+
+def test_a_store_that_cannot_be_read_says_why_and_names_no_rank():
+    said = store.read(f"127.0.0.1:{_free_port()}", 4)
+    assert said["error"] and "checked_in" not in said and said["seconds"] < store.READ_TIMEOUT, said
+    assert store.read(None, 4) == {"master": None, "world_size": 4, "error": "the rank's environment has no "
+                                   "MASTER_ADDR (init_method given in the code?)"}
+
+
+def test_each_ranks_established_connections_are_counted():
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    talks = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.create_connection("
+                              f"('127.0.0.1', {port})); print('up', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    alone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        peer, _ = listener.accept()
+        assert talks.stdout.readline() == "up\n"
+        assert agent.connections([talks.pid, alone.pid]) == {talks.pid: 1, alone.pid: 0}
+        peer.close()
+    finally:
+        for p in (talks, alone):
+            p.kill()
+            p.wait()
+        listener.close()
