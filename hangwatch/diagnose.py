@@ -127,7 +127,7 @@ def rendezvous_stall(ranks: dict[int, RankState], store: StoreAnswer | None,
         # Who is missing cannot be told: say what is seen, and why the store did not say more.
         why = ("the store was not read" if store is None else
                f"the store at {store.master} could not be read ({store.error})" if store.error else
-               f"the store at {store.master} holds no rank's check-in (NCCL keeps none there)"
+               f"the store at {store.master} holds no rank's check-in (with NCCL it never does)"
                if not store.checked_in else "the world size is unknown")
         if working:
             return _busy_before_init(where, working, nodes)

@@ -80,8 +80,8 @@ def test_no_rank_is_named_missing_unless_the_store_says_so(tmp_path):
     assert _diagnosis(events).summary.endswith("; the store was not read, so who never checked in cannot be told")
     empty = [{"master": STORE, "world_size": 4, "checked_in": [], "how": "list_keys"}]
     header, watcher, events = replay("skip-init", tmp_path / "empty", **changed("skip-init", _stores(empty)))
-    assert _diagnosis(events).summary.endswith(f"; the store at {STORE} holds no rank's check-in (NCCL keeps "
-                                               "none there), so who never checked in cannot be told")
+    assert _diagnosis(events).summary.endswith(f"; the store at {STORE} holds no rank's check-in (with NCCL it "
+                                               "never does), so who never checked in cannot be told")
 
 
 def test_what_the_store_said_before_the_ranks_waited_is_not_used(tmp_path):
