@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # Pinned and installed first: an unpinned torch would pull gigabytes of CUDA wheels.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup test test-unit demo bench clean
+.PHONY: setup lint test test-unit demo bench clean
 
 setup: $(VENV)/.ready
 
@@ -16,7 +16,11 @@ $(VENV)/.ready: pyproject.toml scripts/system-deps.sh
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,lab]'
 	touch $@
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest
 
 test-unit: setup

@@ -136,7 +136,8 @@ def report(blocks: list[dict]) -> int:
     r_on, r_off = statistics.mean(b["rate"] for b in on), statistics.mean(b["rate"] for b in off)
     ratio = r_on / r_off
     # Blocks pair up in order, (1,2), (3,4), ...: on/off in each; their scatter is the box's noise.
-    pairs = [(a if a["on"] else b)["rate"] / (b if a["on"] else a)["rate"] for a, b in zip(blocks[::2], blocks[1::2])]
+    pairs = [(a if a["on"] else b)["rate"] / (b if a["on"] else a)["rate"]
+             for a, b in zip(blocks[::2], blocks[1::2], strict=False)]
     error = statistics.stdev(pairs) / len(pairs) ** 0.5 if len(pairs) > 1 else float("inf")
     verdict = "INCONCLUSIVE" if error > LIMIT / 2 else "OK" if 1 - ratio <= LIMIT else "OVER LIMIT"
     print(f"throughput: Flight Recorder off {r_off:.2f} steps/s, on {r_on:.2f} steps/s (mean of {len(off)} and "

@@ -34,7 +34,7 @@ LIMIT = DEFAULT_THRESHOLD + 2
 
 def sleep_line() -> int:
     """Where the guilty rank sleeps: read when each job starts, as the script may be edited meanwhile."""
-    return next(i for i, l in enumerate(SCRIPT.read_text().splitlines(), 1) if "time.sleep(3600)" in l)
+    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "time.sleep(3600)" in line)
 
 
 def one_run(lab: Lab, watch: Watch, index: int, rank: int, step: int) -> dict:

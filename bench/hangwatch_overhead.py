@@ -172,7 +172,7 @@ def report(blocks: list[dict]) -> int:
     ratio = r_with / r_without
     # Blocks pair up in order, (1,2), (3,4), ...: with/without in each; their scatter is the box's noise.
     pairs = [(a if a["watched"] else b)["rate"] / (b if a["watched"] else a)["rate"]
-             for a, b in zip(blocks[::2], blocks[1::2])]
+             for a, b in zip(blocks[::2], blocks[1::2], strict=False)]
     error = statistics.stdev(pairs) / len(pairs) ** 0.5 if len(pairs) > 1 else float("inf")
     print(f"throughput: without hangwatch {r_without:.3f} steps/s, with {r_with:.3f} steps/s (mean of "
           f"{len(without)} and {len(with_)} blocks of {BLOCK:.0f} s); with hangwatch {ratio:.3f}x of without = "

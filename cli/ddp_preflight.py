@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--no-flight-recorder", action="store_true",
                         help="run each rank as plain `python SCRIPT`, without the bootstrap that lets hangwatch read "
                              "its Flight Recorder: a hang is then named without collective numbers")
-    launch.add_argument("--tui", action="store_true", help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
+    launch.add_argument("--tui", action="store_true",
+                        help="the dashboard on this terminal: ranks, hangwatch diagnosis, preflight results")
     launch.add_argument("--endless-after", type=float, metavar="SECONDS",
                         help="hangwatch names a rank that computes this long while the others wait for it "
                              "(default 5x hangwatch's threshold, 40 s)")

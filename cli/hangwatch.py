@@ -66,9 +66,8 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str):
     """Open each node's SSH connection in parallel; a node that fails is reported, not fatal."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from transport import NodeError, SshNode
-
     from hangwatch.watch import WatchTarget
+    from transport import NodeError, SshNode
 
     def one(host):
         node = SshNode(host, python, ssh_config)
@@ -98,6 +97,7 @@ def attach(args) -> int:
             targets[0] = WatchTarget(targets[0].node, tuple(args.pid))
     else:
         import socket
+
         from transport import LocalNode
         targets = [WatchTarget(LocalNode(socket.gethostname(), python), tuple(args.pid))]
     for problem in problems:
@@ -122,7 +122,7 @@ def attach(args) -> int:
                 from hangwatch.render import diagnosis_block, event_line
                 out.write(event_line(event.kind, event.text) + "\n")
                 if event.kind == "diagnosis" and event.snapshot is not None:
-                    out.write("".join(f"    {l}\n" for l in diagnosis_block(event.snapshot).splitlines()[1:]))
+                    out.write("".join(f"    {line}\n" for line in diagnosis_block(event.snapshot).splitlines()[1:]))
             out.flush()
         if event.kind == "diagnosis":
             hung.set()

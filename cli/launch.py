@@ -21,6 +21,7 @@ from preflight.api import Preflight
 from preflight.model import Report, Status
 
 from .exit import Exit
+
 RUNS = Path("ddp-preflight-runs")    # where each run's log folder goes without --log-dir
 STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the supervisors' grace is 2 s)
 SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTERM on the master",
@@ -148,7 +149,7 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
             while launch.wait(0.25) is None:
                 pass
         except KeyboardInterrupt:
-            reason = SIGNAL_REASONS.get(caught[-1] if caught else signal.SIGINT)
+            reason = SIGNAL_REASONS.get(signal.Signals(caught[-1]) if caught else signal.SIGINT, "interrupted")
             say(f"stopping every node: {reason}")
             launch.stop(reason)
         result = _wait_for_stop(launch)

@@ -25,4 +25,4 @@ try:
 except Exception as exc:   # the test reads the backend's own message
     print(json.dumps({"ok": False, "host": socket.gethostname(), "error": str(exc),
                       "seconds": time.monotonic() - started}), flush=True)
-    raise SystemExit(1)
+    raise SystemExit(1) from None

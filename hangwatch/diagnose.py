@@ -12,7 +12,6 @@ from .classify import GENERIC_WAITS, RankState
 from .model import Diagnosis, Kind
 from .model import RankStatus as S
 
-
 LIKELY_DEADLOCK = ("uneven data across ranks: one rank ran out of batches and left the loop "
                    "(compare shards with ddp-preflight's data-shards check)",
                    "rank-dependent code: an `if rank == ...` around a collective")
@@ -88,11 +87,12 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
                     f"{_who([r])} in {s.describe()}" for r, s in sorted(named.items()))
                     + "; which one took the other branch cannot be told from where they wait", (), MISMATCH_CAUSES)
             rest = sorted(set(named) - set(odd))
+            rest_frame = named[rest[0]].frame
             return Diagnosis(Kind.MISMATCH, f"ranks wait in different collectives: "
                              f"{_who(odd)} {'is' if len(odd) == 1 else 'are'} in "
                              f"{'; '.join(named[r].describe() for r in odd)}, while "
                              f"{_wait(rest)} in {_ops({r: named[r] for r in rest})} "
-                             f"({named[rest[0]].frame.where if named[rest[0]].frame else 'library code'})",
+                             f"({rest_frame.where if rest_frame else 'library code'})",
                              tuple(odd), MISMATCH_CAUSES)
         on_gpu = sorted(r for r, s in waiting.items() if s.state is S.GPU_WAIT)
         if on_gpu:
@@ -103,12 +103,12 @@ def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
         return Diagnosis(Kind.NETWORK_STALL, f"every rank waits in {_ops(waiting)} and none computes: a peer or "
                          "the link is gone", tuple(sorted(waiting)))
     if any(s.state is S.UNKNOWN for s in ranks.values()):
-        where: dict[str, list[int]] = {}
+        by_place: dict[str, list[int]] = {}
         for r, s in sorted(ranks.items()):
             if s.state not in (S.UNKNOWN, S.EXITED):
-                where.setdefault(s.describe(), []).append(r)
-        seen = "".join(f"{_who(rs)}: {what}; " for what, rs in where.items())
-        return Diagnosis(Kind.UNSEEN, f"{seen}{_unknown(ranks)}: {CANNOT_TELL}")
+                by_place.setdefault(s.describe(), []).append(r)
+        seen_at = "".join(f"{_who(rs)}: {what}; " for what, rs in by_place.items())
+        return Diagnosis(Kind.UNSEEN, f"{seen_at}{_unknown(ranks)}: {CANNOT_TELL}")
     return Diagnosis(Kind.NONE, "no hang: no rank waits in a collective")
 
 

@@ -49,6 +49,7 @@ class AgentLink:
         result = self.program.wait()
         why = None
         if result is not None:
-            last = (result.stderr.strip().splitlines() or [None])[-1]
+            lines = result.stderr.strip().splitlines()
+            last = lines[-1] if lines else None
             why = result.error or (last if result.exit not in (0, None) else None)
         self.on_closed(self.name, why)

@@ -27,7 +27,8 @@ A snapshot, as JSON:
                                                # Flight Recorder: launched ranks, or ranks that opted in
              "gpu": 0|null, "gpu_util": 100.0|null, "gpu_memory_util": 0.0|null}],
                                                # its GPU (NVML), on GPU nodes
-  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall|slow|straggler|unseen|alone",
+  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall"
+                        "|slow|straggler|unseen|alone",
                 "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
                 "evidence": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,9 +14,8 @@ from . import addressing, hosts, shards, sshd
 from .errors import LabError
 from .faults import FAULTS, FaultSpec, _rename_commands
 from .nodeexec import in_node
-from .state import (DEFAULT_LAB_NAME, Fault, LabState, Node, all_labs, check_lab_name,
-                    lab_root, locked)
-from .system import (ip_batch, is_same_process, netns_inode, pids_in_netns, run, terminate)
+from .state import DEFAULT_LAB_NAME, Fault, LabState, Node, all_labs, check_lab_name, lab_root, locked
+from .system import ip_batch, is_same_process, netns_inode, pids_in_netns, run, terminate
 
 REQUIRED = {
     # command: the Debian package that brings it
@@ -76,7 +76,7 @@ class Lab:
 
     # -- up -----------------------------------------------------------------------------
     @classmethod
-    def up(cls, name: str = DEFAULT_LAB_NAME, nodes: int = 2, faults: list[str] = (),
+    def up(cls, name: str = DEFAULT_LAB_NAME, nodes: int = 2, faults: Sequence[str] = (),
            subnet: str | None = None, shard_count: int = 8) -> tuple[Lab, bool]:
         """Build the lab; returns it and whether it was built now (False: already up)."""
         check_lab_name(name)

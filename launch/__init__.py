@@ -1,7 +1,7 @@
 """Launch: start the training on every node with what preflight found, bring every rank's
 output back, and stop everything together (plan -> run -> outcome; output for the lines)."""
 
-from .outcome import LaunchResult, NodeState, LaunchedRank, render
+from .outcome import LaunchedRank, LaunchResult, NodeState, render
 from .output import Line
 from .plan import Command, NodePlan, Plan, PlanError, build_plan, parse_command, parse_env
 from .run import Launch

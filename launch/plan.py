@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from node.redact import redact_argv, redact_env
 from preflight.checks.common import env_of
-from preflight.checks.network import route_to_master, toward_master   # the rule interface-choice applies
+from preflight.checks.network import route_to_master, toward_master  # the rule interface-choice applies
 from preflight.cluster import Target
 from preflight.facts import Missing
 from preflight.model import Context, NodeFacts, Options, Report
-from node.redact import redact_argv, redact_env
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -159,7 +159,7 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
     user_env = dict(user_env or {})
     master_code = targets[0].code_dir if targets else None
     plans = []
-    for node_rank, (node, target) in enumerate(zip(nodes, targets)):
+    for node_rank, (node, target) in enumerate(zip(nodes, targets, strict=True)):
         env, sources = _node_env(report, node, options)
         for name, value in user_env.items():
             env[name], sources[name] = value, "--env"

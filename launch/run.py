@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from node import protocol
-
 from node.redact import redact_json
-from .outcome import LaunchResult, NodeState, LaunchedRank, explain
+from transport import RunningJob
+
+from .outcome import LaunchedRank, LaunchResult, NodeState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
 
@@ -55,7 +56,7 @@ class Launch:
         self.started_at: float | None = None
         self.first_step_at: float | None = None      # when the first "step N" line arrived
         self._notes: dict[str, str] = {}             # what the summary adds, by what it is about
-        self._jobs: dict[str, object] = {}
+        self._jobs: dict[str, RunningJob] = {}
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._result: LaunchResult | None = None

@@ -12,7 +12,7 @@ import json
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 HEARTBEAT = 1.0           # seconds between the master's heartbeats
 MAX_COMMAND = 1 << 20     # bytes: a longer line is not ours and is dropped
@@ -23,7 +23,7 @@ class Control:
                  on_command: Optional[Callable[[dict], None]] = None, stream=None):
         # The same buffered reader boot.py read the payload through: what it holds is ours.
         self.lease, self.on_gone, self.on_command = lease, on_gone, on_command
-        self.stream = stream if stream is not None else sys.stdin.buffer
+        self.stream: Any = stream if stream is not None else sys.stdin.buffer
         self.last = time.monotonic()
         self.why: Optional[str] = None
         self.gone = threading.Event()

@@ -50,7 +50,7 @@ class Gpus:
                 self.nvml.call("nvmlDeviceGetUtilizationRates", handle, ctypes.byref(rates))
                 out.append({"index": index, "util": float(rates.gpu), "memory_util": float(rates.memory)})
             except NvmlError:
-                out.append({"index": index, "util": None, "memory_util": None})
+                out.append({"index": index, "util": None, "memory_util": None})  # type: ignore[dict-item]
         return out
 
     def of(self, pid: int) -> Optional[int]:
@@ -58,9 +58,12 @@ class Gpus:
 
     def _read_owners(self) -> None:
         owner = {}
+        nvml = self.nvml
+        if nvml is None:
+            return
         for index, handle in enumerate(self.handles):
             try:
-                for pid, _ in compute_processes(self.nvml, handle):
+                for pid, _ in compute_processes(nvml, handle):
                     owner[pid] = index
             except NvmlError:
                 continue

@@ -213,10 +213,10 @@ AGENT_MESSAGES = {"hello": Hello, "rank": RankFound, "sample": Sample, "stacks":
 
 def agent_message(data: dict):
     """An agent's dict as its typed message; None for a kind this side does not know."""
-    cls = AGENT_MESSAGES.get(data.get("type"))
+    cls: Any = AGENT_MESSAGES.get(str(data.get("type")))
     if cls is None:
         return None
-    known = {f for f in cls.__dataclass_fields__}
+    known = set(cls.__dataclass_fields__)
     values = {k: v for k, v in data.items() if k in known}
     if cls is Sample:
         values["ranks"] = tuple(RankSample(**{k: v for k, v in r.items() if k in RankSample.__dataclass_fields__})

@@ -112,6 +112,7 @@ def start_child(job: dict, work, env: dict, cwd=None) -> subprocess.Popen:
     """A node program as a process of its own, in a new session (its own process group)."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD, work.zip_path], stdin=subprocess.PIPE,
                             env=env, cwd=cwd or None, start_new_session=True)
+    assert proc.stdin is not None
     try:
         proc.stdin.write(json.dumps({**job, "work": work.folder}).encode())
         proc.stdin.close()

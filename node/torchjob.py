@@ -34,7 +34,7 @@ def bind_store_to(address: str) -> None:
             kwargs["master_listen_fd"] = listener.fileno()
         return original(host_name, port, world_size, is_master, *args, **kwargs)
 
-    static.TCPStore = store
+    static.TCPStore = store  # type: ignore[misc,assignment]
 
 
 def main(spec: dict, work) -> int:

@@ -48,7 +48,7 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
     return Preflight(report, nodes, options)
 
 
-def run(targets: list[Target], options: Options = Options(), *, checks: Iterable[Check] = CHECKS,
+def run(targets: list[Target], options: Options | None = None, *, checks: Iterable[Check] = CHECKS,
         ssh_config: str | None = None, on_progress: Progress | None = None) -> Report:
     with Cluster(targets, ssh_config) as cluster:
-        return check(cluster, options, checks, on_progress).report
+        return check(cluster, options or Options(), checks, on_progress).report

@@ -9,8 +9,8 @@ from node.facts.shards import ALGORITHMS
 from transport import LocalNode, Node, NodeError, RunningJob, SshNode
 from transport.node import OnLine, Progress
 
-from .model import NodeFacts
 from .hosts import bad_host_reason
+from .model import NodeFacts
 
 MAX_PARALLEL = 32
 
@@ -98,26 +98,28 @@ def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None
 
         list(pool.map(lambda i: guarded(i, lambda: phase_facts(i)), range(len(nodes))))
 
-        with_data = [i for i, t in enumerate(targets) if t.data_dir and facts[i] is not None]
-        algorithm = common_algorithm([facts[i] for i in with_data]) if with_data else None
-        again = [i for i in with_data if (facts[i].get("shards") or {}).get("algorithm") not in (None, algorithm)]
+        with_data = {i: found for i, (t, found) in enumerate(zip(targets, facts, strict=True))
+                     if t.data_dir and found is not None}
+        algorithm = common_algorithm(list(with_data.values())) if with_data else None
+        again = [i for i, found in with_data.items()
+                 if (found.get("shards") or {}).get("algorithm") not in (None, algorithm)]
 
         def rehash(i: int) -> None:
             shard_request = {"sections": ["shards"], "data_dir": targets[i].data_dir,
                              "hash_algorithm": algorithm}
-            facts[i]["shards"] = nodes[i].collect(shard_request, on_progress).get(
+            with_data[i]["shards"] = nodes[i].collect(shard_request, on_progress).get(
                 "shards", {"error": "the collector returned no shard manifest"})
 
         list(pool.map(lambda i: guarded(i, lambda: rehash(i)), again))
 
     out = []
-    for i, target in enumerate(targets):
-        if errors[i] is not None and facts[i] is None:
-            out.append(NodeFacts(target.name, {}, errors[i].summary, errors[i].fix))
+    for target, error, found in zip(targets, errors, facts, strict=True):
+        if error is not None and found is None:
+            out.append(NodeFacts(target.name, {}, error.summary, error.fix))
         else:
-            result = facts[i] or {}
-            if errors[i] is not None:    # facts came, a later phase failed on this node
-                result.setdefault("shards", {"error": errors[i].summary})
+            result = found or {}
+            if error is not None:    # facts came, a later phase failed on this node
+                result.setdefault("shards", {"error": error.summary})
             out.append(NodeFacts(target.name, result))
     return out, master_addr
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from typing import Any
 
 from node import protocol
 
@@ -76,7 +77,7 @@ def _explain_errno(host: str, number: int) -> NodeError:
 def _explain_addresses(host: str, errors: dict) -> NodeError:
     """paramiko tried each address of the host; one cause for all, or each address's own."""
     causes = {address[0]: error for address, error in errors.items()}
-    numbers = {getattr(error, "errno", None) for error in causes.values()}
+    numbers: set[Any] = {getattr(error, "errno", None) for error in causes.values()}
     if len(numbers) == 1 and numbers <= CONNECT_ERRORS.keys():
         return _explain_errno(host, numbers.pop())
     listed = "; ".join(f"{address}: {error.strerror or error}" for address, error in causes.items())

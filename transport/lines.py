@@ -22,7 +22,7 @@ class LineSplitter:
         self._head = b""        # its first bytes: a protocol line has a higher limit
 
     def feed(self, data: bytes) -> list[str]:
-        lines = []
+        lines: list[str] = []
         start = 0
         while True:
             end = data.find(b"\n", start)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import io
 import subprocess
 import threading
+from typing import cast
 
 from .node import Node, Process
 
@@ -15,21 +17,26 @@ class LocalProcess(Process):
         # has stopped it in order; the master's exit closes its stdin, and that stops it.
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True)
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        # Popen's default pipes are buffered readers: read1 returns what is there.
+        self._stdin = self.proc.stdin
+        self._stdout = cast(io.BufferedReader, self.proc.stdout)
+        self._errors = cast(io.BufferedReader, self.proc.stderr)
         self._lock = threading.Lock()
         self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
         self._stderr_done = threading.Event()
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
-        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):
+        for chunk in iter(lambda: self._errors.read1(4096), b""):
             self._stderr.append(chunk)
         self._stderr_done.set()
 
     def write(self, data: bytes) -> bool:
         with self._lock:
             try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
+                self._stdin.write(data)
+                self._stdin.flush()
                 return True
             except (OSError, ValueError):
                 return False
@@ -40,12 +47,12 @@ class LocalProcess(Process):
     def close_input(self) -> None:
         with self._lock:
             try:
-                self.proc.stdin.close()
+                self._stdin.close()
             except OSError:
                 pass
 
     def read(self) -> bytes:
-        return self.proc.stdout.read1(65536)
+        return self._stdout.read1(65536)
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:

@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from hangwatch.model import NodeView, Snapshot, Source
+from hangwatch.model import NodeStatus, NodeView, Snapshot, Source
 
 
 class ReplaySource(Source):
@@ -92,7 +92,7 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
         raise ValueError("a snapshot without ranks cannot be widened")
     wide = copy.deepcopy(snapshot)
     names = [snapshot.nodes[0].name if snapshot.nodes else "master"] + [f"worker{i}" for i in range(1, nodes)]
-    proto = snapshot.nodes[0] if snapshot.nodes else NodeView(names[0], "watching")
+    proto = snapshot.nodes[0] if snapshot.nodes else NodeView(names[0], NodeStatus.WATCHING)
     wide.nodes = [NodeView(name, proto.status, proto.message, proto.interface, ranks_per_node,
                            proto.net_bytes_per_s) for name in names]
     wide.ranks = []
@@ -103,7 +103,7 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
         r.world_size, r.pid = world, 20000 + rank
         wide.ranks.append(r)
     if wide.diagnosis:
-        guilty = {r.rank for r in template if r.rank in snapshot.diagnosis.guilty}
+        guilty = {r.rank for r in template if r.rank in wide.diagnosis.guilty}
         wide.diagnosis = replace(wide.diagnosis,
                                  guilty=[r for r in range(world) if template[r % len(template)].rank in guilty])
     if wide.run:
@@ -112,7 +112,7 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
 
 
 def main(argv: list[str]) -> int:
-    from .app import run_dashboard          # the replay's data side stays importable without Textual
+    from .app import run_dashboard  # the replay's data side stays importable without Textual
 
     if not argv:
         print("usage: python -m tui.replay SNAPSHOT.json [...]", file=sys.stderr)

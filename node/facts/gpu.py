@@ -11,9 +11,9 @@ import os
 import pwd
 import re
 
+from ..proc import read
 from . import nvml, nvsmi
 from .processes import describe, own_lineage, training_reasons
-from ..proc import read
 
 # What decides which GPUs a process sees: CUDA's list, and the container runtime's (applied when
 # the container started: inside it, the driver already lists only those).

@@ -19,7 +19,7 @@ def torchrun_parse(launch_args: list[str], nnodes: int, nproc_per_node: int) -> 
         with contextlib.redirect_stderr(stderr):
             args = get_args_parser().parse_args(argv)
     except SystemExit:
-        message = [l for l in stderr.getvalue().splitlines() if "error:" in l]
+        message = [line for line in stderr.getvalue().splitlines() if "error:" in line]
         return {"parsed": False, "message": message[-1].split("error:", 1)[1].strip() if message
                 else stderr.getvalue().strip()[-300:]}
     return {"parsed": True, "training_script": args.training_script,

@@ -45,7 +45,7 @@ def _bitmask(text: str) -> int:
 
 
 # A column's name (as the header writes it, units left out) -> the fact and how to read it.
-GPU_COLUMNS = {
+GPU_COLUMNS: dict = {
     "index": ("index", int), "name": ("name", str), "uuid": ("uuid", str), "pci.bus_id": ("pci_bus_id", str),
     "memory.total": ("memory_total_bytes", _mib), "memory.used": ("memory_used_bytes", _mib),
     "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected_volatile", _number),

@@ -28,7 +28,7 @@ def _listening_inodes(port: int) -> dict[int, str]:
 
 def _socket_owners(inodes: set[int]) -> dict[int, int]:
     """inode -> pid, for the processes whose fds we may read."""
-    owners = {}
+    owners: dict = {}
     if not inodes:
         return owners
     for entry in os.listdir("/proc"):

@@ -23,18 +23,18 @@ from concurrent.futures import ThreadPoolExecutor, wait
 try:
     import xxhash
 except ImportError:
-    xxhash = None
+    xxhash = None  # type: ignore[assignment]
 try:
     import blake3
 except ImportError:
-    blake3 = None
+    blake3 = None  # type: ignore[assignment]
 
 ALGORITHMS = ("xxh3_128", "blake3", "blake2b")    # in order of preference
 
 CHUNK = 4 << 20                 # in bytes; measured fastest with 2 threads (bench/shard_hashing.py)
 PROGRESS_INTERVAL = 0.25        # in seconds: at most ~4 progress calls a second
 
-_HASHERS = {"blake2b": hashlib.blake2b}
+_HASHERS: dict = {"blake2b": hashlib.blake2b}
 if xxhash is not None and hasattr(xxhash, "xxh3_128"):     # xxhash < 2.0 has no xxh3
     _HASHERS["xxh3_128"] = xxhash.xxh3_128
 if blake3 is not None:
@@ -142,7 +142,7 @@ def _walk(root: str) -> tuple[list[_File], dict[str, str]]:
     are not shards. Symlinks are followed only while they stay inside root, and never into a
     folder that is already on the way down (a loop)."""
     files, skipped = [], {}
-    pending = [("", root, (_identity(root),))]  # (name, real path, (st_dev, st_ino) of it and up)
+    pending: list = [("", root, (_identity(root),))]  # (name, real path, (st_dev, st_ino) of it and up)
     while pending:
         rel_dir, real_dir, parents = pending.pop()
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import socket
 import sys
 
@@ -39,7 +38,9 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 def cpu_facts() -> dict:
     info = read("/proc/cpuinfo", "") or ""
-    model, flags, cores = None, set(), set()
+    model = None
+    flags: set = set()
+    cores: set = set()
     physical_id = core_id = None
     for line in info.splitlines():
         key, _, value = line.partition(":")

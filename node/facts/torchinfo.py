@@ -49,7 +49,7 @@ def _imported() -> dict:
         return {"error": f"torch does not import in this Python ({exc})", "missing": True}
     import torch.distributed as dist
 
-    facts = {
+    facts: dict = {
         "version": torch.__version__,
         "git_version": getattr(torch.version, "git_version", None),
         "cuda": torch.version.cuda,

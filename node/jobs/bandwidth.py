@@ -14,6 +14,7 @@ import statistics
 import time
 
 from node.protocol import BANDWIDTH as MARKER
+
 SMALL_BYTES = (8, 1024, 65536)     # latency: one tiny message, a small bucket, a larger one
 LATENCY_ITERATIONS = 15
 LATENCY_BUDGET_SECONDS = 1.0
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
-    import torch                 # here, so the probe can import MARKER without torch
+    import torch  # here, so the probe can import MARKER without torch
     import torch.distributed as dist
 
     started = time.perf_counter()

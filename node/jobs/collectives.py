@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from node.protocol import COLLECTIVES as MARKER
+
 DTYPES = ("float32", "bfloat16", "float16")
 MODES = ("sync", "async_wait", "async_future")
 N = 4      # elements per rank: small, the point is whether it works
@@ -41,7 +42,7 @@ def first_line(exc):
     """The backend's own message, without the C++ stack torch appends or its source path. NCCL
     says what went wrong after its first line ("Last error:", then "Duplicate GPU detected :
     ..."): that line is kept."""
-    lines = [l.strip() for l in str(exc).splitlines() if l.strip()]
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     for marker in ("Exception raised from", "(most recent call first)"):
         text = text.split(marker)[0].strip()
@@ -193,7 +194,8 @@ def isend_irecv(rank, world, dtype, device, async_op):
     # A ring: send to the next rank, receive from the previous one.
     send, recv = _full(rank + 1, dtype, device), torch.empty(N, dtype=dtype, device=device)
     nxt, prev = (rank + 1) % world, (rank - 1) % world
-    check = lambda: _expect(recv, _full(prev + 1, dtype, device))
+    def check():
+        _expect(recv, _full(prev + 1, dtype, device))
     if not async_op:
         # Blocking send/recv in an order that cannot deadlock: even ranks send first.
         if rank % 2 == 0:

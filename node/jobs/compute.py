@@ -15,6 +15,7 @@ import statistics
 import time
 
 from .. import protocol
+
 SIZE = 1024                 # one size on every node, so the rates compare: 2.1 GFLOP per product
 BUDGET_SECONDS = 0.5         # default; a second look at a suspected straggler takes longer
 MIN_ITERATIONS = 5          # even on a slow node (a 5 GFLOP/s one takes 2 s)
@@ -27,7 +28,7 @@ def main(spec: dict, work=None) -> int:
     {"device": "cuda", "gpus": how many (cuda:0 ...: rank i computes on cuda:i), "seconds": budget per GPU}"""
     threads, seconds = spec.get("threads"), float(spec.get("seconds") or BUDGET_SECONDS)
 
-    import torch                 # here: the master imports this module's names without torch
+    import torch  # here: the master imports this module's names without torch
 
     if spec.get("device") == "cuda":
         figures = on_gpus(torch, int(spec.get("gpus") or 1), seconds)
@@ -40,7 +41,7 @@ def main(spec: dict, work=None) -> int:
     torch.manual_seed(0)
     a, b = torch.rand(SIZE, SIZE), torch.rand(SIZE, SIZE)
     torch.mm(a, b)               # warm up: thread pool start, first-call paths
-    times = []
+    times: list = []
     deadline = time.perf_counter() + seconds
     while len(times) < MIN_ITERATIONS or time.perf_counter() < deadline:
         start = time.perf_counter()
@@ -91,7 +92,7 @@ def on_gpu(torch, index: int, seconds: float) -> dict:
         warm_until = time.perf_counter() + GPU_WARM_SECONDS
         while time.perf_counter() < warm_until:
             product()
-        times = []
+        times: list = []
         deadline = time.perf_counter() + seconds
         while len(times) < MIN_ITERATIONS or time.perf_counter() < deadline:
             times.append(product())

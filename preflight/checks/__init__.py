@@ -8,8 +8,21 @@ import traceback
 from collections.abc import Iterable
 
 from ..model import Check, Context, Result, Status
-from . import (bandwidth, clock, collectives, data_shards, gpu, hardware, launch_args, nccl, network, ports, processes,
-               reachability, versions)
+from . import (
+    bandwidth,
+    clock,
+    collectives,
+    data_shards,
+    gpu,
+    hardware,
+    launch_args,
+    nccl,
+    network,
+    ports,
+    processes,
+    reachability,
+    versions,
+)
 
 CHECKS: tuple[Check, ...] = (
     Check("node-reachable", "every node answers over SSH and runs the training Python",

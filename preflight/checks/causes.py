@@ -65,7 +65,7 @@ def likely_causes(ctx: Context, symptom: str) -> list[dict]:
 
 
 def _failures(ctx: Context, names) -> list[dict]:
-    from . import BY_ID     # the registry imports the checks that import this: look it up when asked
+    from . import BY_ID  # the registry imports the checks that import this: look it up when asked
 
     found = []
     for name in names:

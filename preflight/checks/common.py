@@ -54,13 +54,14 @@ def describe_process(proc: Process, *, orphan: bool = True) -> str:
     return f"PID {proc.pid} ({command}{orphaned}{when})"
 
 
-def probe_data(ctx: Context, probe: str) -> tuple[dict | None, Verdict | None]:
-    """A probe's data, or the verdict to give instead: not probed, skipped, or failed."""
+def probe_data(ctx: Context, probe: str) -> tuple[dict, Verdict | None]:
+    """A probe's data, or the verdict to give instead (with empty data): not probed, skipped,
+    or failed."""
     data = ctx.probes.get(probe)
     if data is None:
-        return None, Verdict(Status.SKIP, None, "not probed (--no-probes)")
+        return {}, Verdict(Status.SKIP, None, "not probed (--no-probes)")
     if "error" in data:
-        return None, Verdict(Status.ERROR, None, f"the {probe} probe failed: {data['error']}")
+        return {}, Verdict(Status.ERROR, None, f"the {probe} probe failed: {data['error']}")
     if "skipped" in data:
-        return None, Verdict(Status.SKIP, None, f"not probed: {data['skipped']}")
+        return {}, Verdict(Status.SKIP, None, f"not probed: {data['skipped']}")
     return data, None

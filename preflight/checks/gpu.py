@@ -178,21 +178,22 @@ def check_gpu_visible(ctx: Context) -> Iterator[Verdict]:
 
 def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by: str | None) -> str:
     given = visible_var(node, "NVIDIA_VISIBLE_DEVICES")
-    if hidden_by is not None:
-        where = f" (CUDA_VISIBLE_DEVICES={hidden_by!r} hides {seen.physical - seen.count} of {seen.physical})"
+    count = seen.count or 0      # only called once the count is known
+    if hidden_by is not None and seen.physical is not None:
+        where = f" (CUDA_VISIBLE_DEVICES={hidden_by!r} hides {seen.physical - count} of {seen.physical})"
     elif given is not None and given != "all":
         # The container runtime gave the container these GPUs; the driver inside lists only them.
         where = f" (its container was started with NVIDIA_VISIBLE_DEVICES={given})"
     else:
         where = ""
-    if seen.count == 0:
+    if count == 0:
         return f"{ranks} rank{'s' if ranks > 1 else ''} per node but {node.node} sees no GPU{where}"
     # torchrun numbers node n's ranks n*ranks ...; the first one past the GPUs shares GPU 0
     # (LOCAL_RANK % device_count) or asks for a GPU that is not there (cuda:LOCAL_RANK).
     first = position * ranks
-    extra = first + seen.count
+    extra = first + count
     device = nccl_device(seen.devices[0].pci_bus_id) if seen.devices else "…"
-    return (f"{ranks} ranks per node but {node.node} sees {seen.count} GPU{'s' if seen.count > 1 else ''}{where}: "
+    return (f"{ranks} ranks per node but {node.node} sees {count} GPU{'s' if count > 1 else ''}{where}: "
             f"rank {extra} fails with 'Duplicate GPU detected : rank {extra} and rank {first} both on CUDA device "
             f"{device}' (or 'invalid device ordinal' when it picks cuda:LOCAL_RANK)")
 
@@ -303,7 +304,8 @@ def device_findings(node: str, d: GpuDevice, peers: list[GpuDevice]) -> list[Fin
     reset = f"sudo nvidia-smi -r -i {i}   # on {node}, with nothing running on GPU {i}; or reboot {node}"
     found = []
     if d.error:
-        return [Finding(Status.FAIL, f"GPU {i} does not answer ({d.error})", f"reboot {node}; if it stays, the GPU needs service")]
+        return [Finding(Status.FAIL, f"GPU {i} does not answer ({d.error})",
+                        f"reboot {node}; if it stays, the GPU needs service")]
     if d.ecc_uncorrected_volatile:
         found.append(Finding(Status.FAIL, f"GPU {i} has {d.ecc_uncorrected_volatile} uncorrected ECC errors since the "
                              "driver loaded: results can be wrong, and the next one can end the run", reset))

@@ -77,14 +77,14 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
                           details)
         elif multi and reference and bind.family != reference:
             yield Verdict(Status.FAIL, node.node,
-                          f"Gloo on {node.node} will bind {FAMILY.get(bind.family, '?')} {where} ({why}) while the "
+                          f"Gloo on {node.node} will bind {FAMILY.get(bind.family or 0, '?')} {where} ({why}) while the "
                           f"master is reached over {FAMILY[reference]}: process-group creation fails with "
                           f"'ss1.ss_family == ss2.ss_family. {10 if bind.family == 6 else 2} vs "
                           f"{10 if reference == 6 else 2}'",
                           f"{pin}   # on {node.node}", details)
         else:
             yield Verdict(Status.PASS, node.node,
-                          f"Gloo binds {FAMILY.get(bind.family, '?')} {where} ({why})", None, details)
+                          f"Gloo binds {FAMILY.get(bind.family or 0, '?')} {where} ({why})", None, details)
 
 
 KIND_WARNINGS = {

@@ -73,7 +73,7 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
         if dst in data["errors"] or "ports" not in listener:
             continue
         into = [p for p in data["pairs"] if p["dst"] == dst and p["kind"] != "master"]
-        blocked = {}
+        blocked: dict = {}
         for pair in into:
             bad = (pair["kind"] == "listener" and pair["outcome"] != "open") or \
                   (pair["kind"] == "closed" and pair["outcome"] in ("filtered", "rejected"))

@@ -8,8 +8,22 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .processes import Process
-from .read import (Missing, Sent, Unreadable, flag, kind, number, objects, part, required, sent_of, strings, text,
-                   texts, whole)
+from .read import (
+    Missing,
+    Sent,
+    Unreadable,
+    flag,
+    kind,
+    number,
+    objects,
+    part,
+    required,
+    sent_of,
+    strings,
+    text,
+    texts,
+    whole,
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,7 @@ class Hca(Sent):
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Hca:
         return cls(required(text(wire, "name"), "name"),
-                   objects(wire, "ports", lambda p: HcaPort(p.get("port"), text(p, "state"),
+                   objects(wire, "ports", lambda p: HcaPort(p.get("port", "?"), text(p, "state"),
                                                              text(p, "link_layer"))),
                    sent=sent_of(wire))
 

@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-import node.jobs
+from node import jobs as node_jobs
 from node import protocol
 from node.protocol import COLLECTIVES as MARKER
 
@@ -24,7 +24,7 @@ from .bandwidth import master_port_held
 from .gpus import collective_plan
 
 # What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
-JOB = "\n".join(Path(f).read_text() for f in (Path(node.jobs.__file__).parent / "collectives.py", protocol.__file__))
+JOB = "\n".join(Path(f).read_text() for f in (Path(node_jobs.__file__).parent / "collectives.py", protocol.__file__))
 OP_TIMEOUT = 10.0       # the process group's timeout: each collective, each wait in its creation
 INIT_BOUND = 15.0       # torchrun's rendezvous, then the process group's creation: seconds each
 JOB_TIMEOUT = 60.0      # the node's supervisor kills everything left at this bound
@@ -50,10 +50,10 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     # create the group, quickly, and preflight's interface choice differs, again with that choice:
     # the matrix is then measured as training will run once the interface is pinned.
     first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else configured)
-    out = {**first, "env": {n: {var: v or None} for n, v in zip(names, configured)}, "pinned": None}
+    out = {**first, "env": {n: {var: v or None} for n, v in zip(names, configured, strict=True)}, "pinned": None}
     if configured != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
         second = _attempt(cluster, nodes, options, usable, nproc, None)
-        out["pinned"] = {"env": {n: {var: v or None} for n, v in zip(names, chosen)},
+        out["pinned"] = {"env": {n: {var: v or None} for n, v in zip(names, chosen, strict=True)},
                          "init": second["init"], "jobs": second["jobs"], "init_failed": second["init_failed"]}
         out.update(matrix=second["matrix"], broken=second["broken"], stopped=second["stopped"])
     out.update(backend=options.backend, device=options.device, world=len(usable) * nproc, nodes=names,
@@ -90,7 +90,8 @@ def _job_outcome(result) -> dict:
 
 def assemble(lines_by_node: list[tuple[str, list[dict]]], jobs: dict) -> dict:
     """Rank 0's matrix, with every other rank's disagreement folded into its row."""
-    init, cases, broken, plan, done = [], {}, [], None, set()
+    init, broken, plan, done = [], [], None, set()
+    cases: dict = {}
     for node, lines in lines_by_node:
         for line in lines:
             event = line.get("event")
@@ -207,7 +208,7 @@ def _sites(tree: ast.AST) -> list[dict]:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     # Names whose .get_future() is called, per function: `work = dist.x(..., async_op=True)` then
     # `work.get_future()` is the seed's pattern as much as the chained form.
-    futures_in: dict[ast.AST, set[str]] = {}
+    futures_in: dict[ast.AST | None, set[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "get_future" and isinstance(node.value, ast.Name):
             futures_in.setdefault(_scope(node, parents), set()).add(node.value.id)

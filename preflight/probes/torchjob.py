@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from transport import JobResult
 
-from ..checks.network import route_to_master, toward_master   # the choice interface-choice reports
+from ..checks.network import route_to_master, toward_master  # the choice interface-choice reports
 from ..facts import Missing
 from ..model import Context, NodeFacts, Options
 

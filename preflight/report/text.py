@@ -30,11 +30,11 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     for r in report.results:
         if not verbose and r.status == Status.PASS and r.check not in ALWAYS_SHOWN:
             continue
-        number = ""
+        mark = ""
         if r.fix and r.status.severity >= 1:      # warnings, failures and errors
             fixes.append(r)
-            number = str(len(fixes))
-        table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), number, r.summary)
+            mark = str(len(fixes))
+        table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), mark, r.summary)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
                       color_system="standard" if color else None, highlight=False)
@@ -42,7 +42,7 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     if fixes:
         console.print(Text("fixes:", style="bold"))
         for number, r in enumerate(fixes, 1):
-            console.print(Text.assemble(f"{number:>3}. ", (r.fix, "cyan")), soft_wrap=True)
+            console.print(Text.assemble(f"{number:>3}. ", (r.fix or "", "cyan")), soft_wrap=True)
     counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
     verdict = Text("OK" if report.ok else "NOT READY", style="bold green" if report.ok else "bold red")
     line = Text.assemble(verdict, f": {counts[Status.PASS]} passed, {counts[Status.WARN]} warnings, "

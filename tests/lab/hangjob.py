@@ -18,6 +18,14 @@ SCRIPT = Path(__file__).parents[2] / "examples" / "hang_train.py"
 NODES = ("master", "worker1")
 
 
+def cmdline_of(pid: int) -> str:
+    """The command line of a process, or "" if it ended between the listing and the read."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def wait_until(predicate, timeout: float, what: str):
     """predicate()'s first true value within `timeout` seconds, or TimeoutError(what)."""
     deadline = time.monotonic() + timeout

@@ -47,7 +47,7 @@ def test_no_ptrace_permission_gives_the_fix_and_still_names_the_stall():
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              cwd=Path(__file__).parents[2], env={**os.environ, "HOME": str(tmp_path)})
     events = []
-    reader = threading.Thread(target=lambda: events.extend(json.loads(l) for l in watch.stdout), daemon=True)
+    reader = threading.Thread(target=lambda: events.extend(json.loads(line) for line in watch.stdout), daemon=True)
     reader.start()
     try:
         code = watch.wait(90)

@@ -15,8 +15,7 @@ import pytest
 
 from hangwatch.stall import DEFAULT_THRESHOLD
 
-from .hangjob import SCRIPT
-from .test_hangwatch_lab import _cmdline, watched  # noqa: F401  (the fixture)
+from .hangjob import SCRIPT, cmdline_of
 from .test_launch_lab import CLI, NODES, REPO, assert_nothing_left, counts
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,7 +50,7 @@ def test_children_that_inherit_rank_are_never_ranks(watched, clean_lab):
         diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)["snapshot"]["diagnosis"]
         # The children are there, with rank 2's environment (RANK included), and not taken for ranks.
         children = [p for p in clean_lab.processes("worker1")
-                    if "sleep(7200)" in _cmdline(p) or "sleep 3600" in _cmdline(p)]
+                    if "sleep(7200)" in cmdline_of(p) or "sleep 3600" in cmdline_of(p)]
         assert len(children) >= 2, children
         assert all("RANK=2" in Path(f"/proc/{p}/environ").read_bytes().decode(errors="replace").split("\0")
                    for p in children)

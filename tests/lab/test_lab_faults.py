@@ -2,9 +2,7 @@
 
 import json
 
-
 from lab.faults import FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
-
 
 
 def py(lab, node, code, *args, timeout=30):
@@ -155,6 +153,6 @@ def test_shards_gives_the_node_fewer_and_different_shards(clean_lab):
 
 
 def test_shards_are_real_parquet_when_pyarrow_is_installed(clean_lab):
-    import pyarrow.parquet as pq   # the test environment has it (the `lab` extra); the lab works without it
+    import pyarrow.parquet as pq  # the test environment has it (the `lab` extra); the lab works without it
     table = pq.read_table(clean_lab.state.path / "dataset" / "shard_00000.parquet")
     assert table.column_names == ["text"] and table.num_rows == 2000

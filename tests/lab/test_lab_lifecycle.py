@@ -19,7 +19,7 @@ def snapshot() -> dict:
     """What the host has that a lab could leave behind."""
     def run(*argv):
         return subprocess.run(argv, capture_output=True, text=True).stdout
-    links = sorted(l["ifname"] for l in json.loads(run("ip", "-j", "link")))
+    links = sorted(line["ifname"] for line in json.loads(run("ip", "-j", "link")))
     pids_with_lab_paths = sorted(
         p for p in os.listdir("/proc") if p.isdigit() and str(lab_root()) in _cmdline(p))
     return {

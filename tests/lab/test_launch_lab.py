@@ -100,7 +100,7 @@ def test_a_failing_rank_stops_every_node_and_its_exit_code_is_reported(clean_lab
     assert "rank 2 on worker1: signal 15 (SIGTERM), stopped by torchrun when rank 3 failed" in done.stderr
     for rank in (0, 1):
         # Stopped by the launcher, or already failed on their own as Gloo lost rank 3: either way an exit.
-        line = next(l for l in done.stderr.splitlines() if l.startswith(f"  rank {rank} on master: "))
+        line = next(line for line in done.stderr.splitlines() if line.startswith(f"  rank {rank} on master: "))
         assert line.endswith("stopped by ddp-preflight") or line.endswith("exit code 1"), line
     assert "[worker1 r3] rank 3 exits with code 3 on purpose" in done.stdout
     assert_nothing_left(clean_lab, before)
@@ -202,10 +202,10 @@ def test_bad_launch_input_is_a_usage_error_before_any_node_is_contacted(clean_la
 
 def test_the_python_api_streams_lines_and_stops_on_request(clean_lab, tmp_path):
     """What the dashboard and hangwatch use: Launch.start/on_line/rank_pids/tail/stop/wait."""
-    from preflight.checks import FACT_CHECKS, run_checks
     from launch import Launch, build_plan, parse_command
-    from preflight.model import Context, Options, Report
+    from preflight.checks import FACT_CHECKS, run_checks
     from preflight.cluster import Cluster, Target, gather
+    from preflight.model import Context, Options, Report
 
     before = counts(clean_lab)
     targets = [Target(n, sys.executable) for n in NODES]

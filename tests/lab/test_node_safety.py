@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -110,7 +109,7 @@ def test_a_200_mb_line_without_a_newline_costs_the_launcher_kilobytes(clean_lab,
         while proc.poll() is None:
             try:
                 status = Path(f"/proc/{proc.pid}/status").read_text()
-                peak[0] = max(peak[0], int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1]))
+                peak[0] = max(peak[0], int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]))
             except (OSError, StopIteration):
                 pass
             time.sleep(0.05)

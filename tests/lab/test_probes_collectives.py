@@ -10,7 +10,7 @@ ONLY = ("--only", "collectives")
 
 
 def listening(lab, node):
-    return sorted(l for l in lab.exec(node, ["ss", "-Htln"]).stdout.split("\n") if l)
+    return sorted(line for line in lab.exec(node, ["ss", "-Htln"]).stdout.split("\n") if line)
 
 
 def snapshot(lab):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from .test_preflight_lab import by, preflight
 
 ONLY = ("--only", "master-reachable,ephemeral-ports")
@@ -82,7 +81,7 @@ def test_a_stranger_without_the_token_is_turned_away_and_counted(clean_lab):
         base = set(listening(clean_lab, "worker1"))
         while time.monotonic() < deadline:
             worker_ip = clean_lab.node("worker1").ipv4
-            new = [l for l in listening(clean_lab, "worker1") if l and l not in base and worker_ip in l]
+            new = [line for line in listening(clean_lab, "worker1") if line and line not in base and worker_ip in line]
             if new:
                 port = int(new[0].split()[3].rsplit(":", 1)[1])
                 code = ("import socket; s=socket.create_connection(('%s', %d), timeout=3); s.sendall(b'x'*32); "

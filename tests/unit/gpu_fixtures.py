@@ -99,7 +99,7 @@ def second_gpu(facts: dict, nvlinks: tuple[int | None, int | None] = (None, None
         other = copy.deepcopy(first)
         other.update(index=1, uuid="GPU-00000000-0000-0000-0000-000000000001", pci_bus_id="00000000:00:07.0")
         f["gpu"]["devices"].append(other)
-        for gpu, up in zip((first, other), nvlinks):
+        for gpu, up in zip((first, other), nvlinks, strict=True):
             if up is not None:
                 gpu.update(nvlinks_up=up, nvlinks_down=18 - up)
                 gpu["missing"].pop("nvlinks_up", None)

@@ -58,7 +58,7 @@ def test_a_clean_lab_passes_with_its_figures_and_a_reference_model():
     details = result.details
     assert details["busbw_bytes_per_s"] > 0 and all(v > 0 for v in details["latency_us"].values())
     # Per node: the interface toward the master, with its speed where the kernel reports one.
-    assert {n: (l["interface"], l["speed_mbit"]) for n, l in details["links"].items()} == {
+    assert {n: (entry["interface"], entry["speed_mbit"]) for n, entry in details["links"].items()} == {
         "master": ("eth0", 10000), "worker1": ("eth0", 10000)}
 
 

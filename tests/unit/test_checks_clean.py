@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from preflight.checks import FACT_CHECKS as CHECKS, run_checks  # facts only: probes have their own tests
+from preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
+from preflight.checks import run_checks
 from preflight.model import Report, Status
 
 from .facts_fixtures import clean, context, one

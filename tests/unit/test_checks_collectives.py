@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
 from cli.launch import refusal
+from preflight.checks import BY_ID, run_checks
 from preflight.model import Context, NodeFacts, Options, Report, Status
 from preflight.probes.collectives import JOB, MARKER, assemble, scan
 
@@ -392,8 +392,8 @@ def record(lab_name: str, runs: dict = RUNS, artifact: Path = ARTIFACT, nproc: i
     """Run the probes on the lab for each recorded situation and write the artifact."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from lab import Lab
-    from preflight.probes.run import run_probes
     from preflight.cluster import Cluster, Target, gather
+    from preflight.probes.run import run_probes
 
     lab = Lab.open(lab_name)
     out = {}

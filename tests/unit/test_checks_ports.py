@@ -1,12 +1,12 @@
 """master-reachable and ephemeral-ports, judged from recorded real probe data of the lab."""
 
 import copy
+import json
 
 from preflight.checks import BY_ID, run_checks
 from preflight.model import Context, NodeFacts, Options, Status
 
 from .facts_fixtures import _recorded
-import json
 
 PORT_CHECKS = [BY_ID["master-reachable"], BY_ID["ephemeral-ports"]]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
-from node.facts.shards import DataDirMissing, ShardError, manifest
 from lab.shards import make_dataset, make_mismatched
+from node.facts.shards import DataDirMissing, ShardError, manifest
+from preflight.checks import BY_ID, run_checks
 from preflight.model import Context, NodeFacts, Options, Status
 
 DATA_DIR = "/data"

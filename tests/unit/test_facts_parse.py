@@ -10,8 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from preflight.facts import (CodeFacts, CpuFacts, DriverView, Facts, GlooBind, GpuFacts, Missing, NetworkFacts,
-                             PortHolders, PythonFacts, Route, ShardManifest, TorchFacts)
+from preflight.facts import (
+    CodeFacts,
+    CpuFacts,
+    DriverView,
+    Facts,
+    GlooBind,
+    GpuFacts,
+    Missing,
+    NetworkFacts,
+    PortHolders,
+    PythonFacts,
+    Route,
+    ShardManifest,
+    TorchFacts,
+)
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g

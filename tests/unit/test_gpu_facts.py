@@ -136,9 +136,12 @@ FAKE = """#!/bin/sh
 echo "$*" >> "$FAKE_LOG"
 case "$1" in
   --query-gpu=*)
-    case "$1" in *"$REJECT"*) if [ -n "$REJECT" ]; then echo "Field \\"$REJECT\\" is not a valid field to query."; exit "$REJECT_EXIT"; fi;; esac
+    case "$1" in *"$REJECT"*)
+      if [ -n "$REJECT" ]; then echo "Field \\"$REJECT\\" is not a valid field to query."; exit "$REJECT_EXIT"; fi;;
+    esac
     cat "$H100/nvidia-smi-query.csv" ;;
-  --query-compute-apps=*) printf 'gpu_uuid, pid, used_gpu_memory [MiB]\\nGPU-79a24157-c204-df4b-4bfa-0702835d7fe1, %s, 1836 MiB\\n' "$HOLDER" ;;
+  --query-compute-apps=*)
+    printf 'gpu_uuid, pid, used_gpu_memory [MiB]\\nGPU-79a24157-c204-df4b-4bfa-0702835d7fe1, %s, 1836 MiB\\n' "$HOLDER" ;;
   topo) cat "$H100/nvidia-smi-topo.txt" ;;
   *) cat "$H100/nvidia-smi-q.txt" ;;
 esac

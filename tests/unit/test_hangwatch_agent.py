@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from hangwatch.watch import Watcher, WatchTarget, local_py_spy
 from node import flight, pyspy
 from transport import LocalNode
-from hangwatch.watch import Watcher, WatchTarget, local_py_spy
 
 
 def _planted_py_spy(tmp_path):

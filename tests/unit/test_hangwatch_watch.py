@@ -17,12 +17,13 @@ def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=l
     arrives (a killed agent, a dead link); then: (at, action(watcher)) pairs, done at that time;
     options: the Watcher's own (planned=...)."""
     lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
-    header, records = json.loads(lines[0]), [json.loads(l) for l in lines[1:]]
+    header, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
     records = sorted([r for r in records if not lost(r)] + [{"at": at, "do": do} for at, do in then],
                      key=lambda r: r["at"])
     now = [0.0]
     events = []
-    watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))], clock=lambda: now[0],
+    watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))],
+                      clock=lambda: now[0],
                       threshold=threshold, on_event=events.append, incident_dir=str(tmp_path / "incidents"), **options)
     for record in records:
         if until is not None and record["at"] > until:

@@ -8,8 +8,16 @@ import time
 
 import pytest
 
-from preflight.hosts import (MAX_HOSTS, HostfileEntry, HostListError, check_unique, expand_slurm,
-                                    hostfile_slots, read_hostfile, slurm_hosts)
+from preflight.hosts import (
+    MAX_HOSTS,
+    HostfileEntry,
+    HostListError,
+    check_unique,
+    expand_slurm,
+    hostfile_slots,
+    read_hostfile,
+    slurm_hosts,
+)
 
 # --- Slurm ---------------------------------------------------------------------------------------
 

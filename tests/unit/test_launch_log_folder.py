@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launch.outcome import LaunchResult, NodeState, LaunchedRank, render
+from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
 from launch.output import NodeLogs
 from node.private import make_folder
 

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from launch.outcome import LaunchResult, NodeState, LaunchedRank, explain, render
+from launch.outcome import LaunchedRank, LaunchResult, NodeState, explain, render
 from launch.output import NodeLogs, parse
 
 
@@ -73,7 +73,7 @@ def test_a_rank_killed_by_a_signal_of_its_own_is_the_failure_not_a_victim():
 
 def test_the_summary_names_the_first_failure_and_every_rank():
     worker = ranks_of("worker1", (None, signal.SIGTERM), (3, None))
-    for r, rank in zip(worker, (2, 3)):
+    for r, rank in zip(worker, (2, 3), strict=True):
         r.rank = rank
     master = ranks_of("master", (None, signal.SIGTERM), (None, signal.SIGTERM))
     nodes = [NodeState("master", status="stopped", stopped=True, launched=True, watched=True),

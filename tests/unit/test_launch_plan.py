@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from preflight.checks import FACT_CHECKS, run_checks
 from launch.plan import PlanError, build_plan, parse_command, parse_env
+from preflight.checks import FACT_CHECKS, run_checks
 from preflight.cluster import Target
 from preflight.model import NodeFacts, Report
 

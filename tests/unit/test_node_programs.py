@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from node import protocol
+from node.control import HEARTBEAT
 from transport import LocalNode
 from transport.lines import MAX_LINE, LineSplitter
-from node.control import HEARTBEAT
 from transport.node import HEARTBEATS
 
 ROOT = Path(__file__).parents[2]
@@ -135,7 +135,7 @@ def test_nothing_of_a_jobs_spec_shows_in_any_process_list(tmp_path):
                        "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
                       env={"API_TOKEN": secret}, timeout=60, on_line=lines.append)
     try:
-        wait_for(lambda: any("seen True" in l for l in lines), 30, f"the rank never saw its variable: {lines}")
+        wait_for(lambda: any("seen True" in line for line in lines), 30, f"the rank never saw its variable: {lines}")
         assert processes_with(secret) == []
         assert processes_with("API_TOKEN") == []
     finally:
@@ -221,7 +221,8 @@ def test_a_listener_serves_its_token_while_strangers_hold_idle_connections():
     ready: list[dict] = []
     listener = node.job({"program": "netprobe", "mode": "listen", "address": "127.0.0.1", "count": 1,
                          "closed": 0, "token": token, "duration": 30}, timeout=40,
-                        on_line=lambda l: ready.extend([protocol.parse(l, protocol.READY)] if l.startswith(protocol.READY) else []))
+                        on_line=lambda line: ready.extend([protocol.parse(line, protocol.READY)]
+                                                          if line.startswith(protocol.READY) else []))
     try:
         port = wait_for(lambda: ready and ready[0]["ports"][0], 20, "the listener never came up")
         assert processes_with(token) == []
@@ -246,12 +247,12 @@ def test_the_probes_rendezvous_store_listens_on_the_masters_address_only():
                                     "--master-addr", "127.0.0.1", "--master-port", "29631", "--max-restarts", "0"],
                        "args": ["--backend", "gloo", "--device", "cpu"]}, timeout=90,
                       on_line=seen.append, env={"OMP_NUM_THREADS": "1"})
-    listening = wait_for(lambda: [l for l in Path("/proc/net/tcp").read_text().splitlines()[1:]
-                                  if l.split()[1].endswith(":%04X" % 29631) and l.split()[3] == "0A"], 60,
+    listening = wait_for(lambda: [line for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                                  if line.split()[1].endswith(":%04X" % 29631) and line.split()[3] == "0A"], 60,
                          f"the store never listened: {seen[-5:]}")
     result = job.wait(90)
     assert result.ok, (result.error, result.stderr[-2000:])
-    assert all(l.split()[1].startswith("0100007F:") for l in listening), listening    # 127.0.0.1, not 0.0.0.0
+    assert all(line.split()[1].startswith("0100007F:") for line in listening), listening    # 127.0.0.1, not 0.0.0.0
     assert result.json_lines(protocol.BANDWIDTH)
 
 

@@ -3,8 +3,6 @@ rank's text made harmless for a terminal."""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import queue
 import subprocess
@@ -14,9 +12,9 @@ import time
 import pytest
 
 from node import protocol
-from transport import LocalNode
 from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text, secret_name
 from preflight.report.terminal import visible
+from transport import LocalNode
 
 
 @pytest.mark.parametrize("name", [

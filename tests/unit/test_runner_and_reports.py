@@ -11,8 +11,8 @@ import pytest
 
 from preflight import config
 from preflight.checks import BY_ID, CHECKS, FACT_CHECKS, UnknownCheck, run_checks, select
-from preflight.model import Check, Report, Result, Status
 from preflight.hosts import HostfileEntry, HostListError, bad_host_reason, expand_slurm, read_hostfile
+from preflight.model import Check, Report, Result, Status
 from preflight.report import junit, text
 
 from .facts_fixtures import clean, context, faulted

@@ -299,7 +299,7 @@ def test_ranks_that_appear_get_rows_and_the_cursor_stays_on_its_rank():
     async def scenario():
         small = recorded("healthy")
         wide = widen(small, 4, 2)
-        for recorded_rank, rank in zip(small.ranks, wide.ranks):      # the same 4 processes, 4 more
+        for recorded_rank, rank in zip(small.ranks, wide.ranks, strict=False):      # the same 4 processes, 4 more
             rank.pid = recorded_rank.pid
         app = DashboardApp(ReplaySource([small, wide]), refresh=60)
         async with app.run_test(size=(120, 36)) as pilot:

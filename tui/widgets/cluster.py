@@ -30,7 +30,8 @@ def render_cluster(snapshot: Snapshot) -> Text:
     text = Text()
     if run:
         text.append(run.get("backend") or "?", "bold")
-        text.append(f" · master {run.get('master') or '?'} · {_count(len(snapshot.ranks), 'rank')} on {_count(len(nodes), 'node')}")
+        text.append(f" · master {run.get('master') or '?'} · {_count(len(snapshot.ranks), 'rank')} "
+                    f"on {_count(len(nodes), 'node')}")
         text.append(" · launched" if run.get("launched") else " · attached")
     else:
         text.append("attached", "bold")

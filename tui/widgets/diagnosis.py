@@ -37,8 +37,9 @@ class DiagnosisPanel(VerticalScroll):
         self.set_class(kind in MILD, "-mild")
         if diagnosis:
             guilty = ",".join(str(r) for r in diagnosis.guilty)
-            self.border_title = " · ".join(p for p in (diagnosis.kind.upper(), fmt.since_text(diagnosis, snapshot.time),
-                                                      f"look at rank{'s' if len(diagnosis.guilty) > 1 else ''} {guilty}" if guilty else "") if p)
+            look = f"look at rank{'s' if len(diagnosis.guilty) > 1 else ''} {guilty}" if guilty else ""
+            parts = (diagnosis.kind.upper(), fmt.since_text(diagnosis, snapshot.time), look)
+            self.border_title = " · ".join(p for p in parts if p)
         else:
             self.border_title = "no hang"
         text = render_diagnosis(snapshot)

@@ -46,7 +46,7 @@ class RanksTable(DataTable):
             self._rebuild(rows)
         else:
             for key, new in rows.items():
-                for (column, _), old_cell, new_cell in zip(COLUMNS, self._cells[key], new):
+                for (column, _), old_cell, new_cell in zip(COLUMNS, self._cells[key], new, strict=True):
                     if old_cell != new_cell:
                         self._update(key, column, new_cell)
         self._cells = rows
@@ -72,7 +72,7 @@ class RanksTable(DataTable):
         if not self.row_count:
             return None
         key = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0)).row_key.value
-        return self._ranks.get(key)
+        return self._ranks.get(key) if key is not None else None
 
     def point_at(self, rank: int) -> None:
         """Put the cursor on a rank (the guilty one, when a diagnosis appears)."""
@@ -96,4 +96,4 @@ def cells(rank: RankView, guilty: bool) -> list[Cell]:
         return [(text, GUILTY_STYLE) for text in row]
     styles = [""] * len(row)
     styles[4] = STATE_STYLE.get(rank.state, "")
-    return list(zip(row, styles))
+    return list(zip(row, styles, strict=True))
