@@ -50,6 +50,9 @@ KINDS = {
     "exit": Kind("exit", ("--fault", "exit"), "exited", EXIT_SETTLE + 2),
     "quit": Kind("quit", ("--fault", "quit"), "exited", EXIT_SETTLE + 2),
     "endless": Kind("endless", ("--fault", "endless"), "endless", ENDLESS_AFTER + DEFAULT_THRESHOLD + 2),
+    # The rank prints its fault instead of init_process_group; the others wait there (torch is
+    # imported before: the fault and their wait begin within the same second).
+    "skip-init": Kind("skip-init", ("--fault", "skip-init"), "rendezvous-stall", DEFAULT_THRESHOLD + 2),
 }
 RANKS = [(3, 5), (1, 9), (0, 6), (2, 12), (1, 4), (2, 8), (3, 15), (0, 10), (3, 7), (1, 11)]
 
