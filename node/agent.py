@@ -48,6 +48,7 @@ class Agent:
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
+        self.connected = set()      # pids seen holding a TCP connection (a process group, a store)
 
     def emit(self, message):
         protocol.emit(protocol.AGENT, message)
@@ -130,12 +131,31 @@ class Agent:
                     poller.register(fd, select.POLLIN)
             for fd, _ in poller.poll(200):
                 pid = fds.pop(fd)
+                first = not reported
                 reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
                 poller.unregister(fd)
                 os.close(fd)
                 st = proc.stat(pid)
                 code = st.exit_status if st is not None and st.state in "ZX" else None
-                self.emit({"type": "exit", "pid": pid, "t": time.time(), "code": code})
+                message = {"type": "exit", "pid": pid, "t": time.time(), "code": code}
+                if first:
+                    message["leaving"] = self.leaving(set(fds.values()))
+                self.emit(message)
+
+    def leaving(self, alive) -> list:
+        """At the first exit on this node, before torchrun reacts to it: the node's other ranks
+        that still run but have closed every connection they held. A rank that ends (sys.exit, an
+        exception) tears its process group down before its process is gone; its peers fail at once
+        on the lost connection and may die first, and torchrun then stops it (SIGTERM) before its
+        own exit code is seen. Its closed connections are the evidence that it was the one leaving."""
+        candidates = [pid for pid in alive if pid in self.connected]
+        counts = connections(candidates) if candidates else {}
+        out = []
+        for pid in candidates:
+            st = proc.stat(pid)
+            if counts.get(pid) == 0 and st is not None and st.state not in "ZXx":
+                out.append(pid)
+        return sorted(out)
 
     def run(self):
         self.hello()
@@ -148,7 +168,13 @@ class Agent:
             started = time.monotonic()
             found = self.ranks.scan()
             samples = []
-            tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
+            # Every few samples; each sample for a rank not yet seen connected (the evidence
+            # `leaving` needs: a rank that exits in its first seconds has already connected).
+            counted = rounds % CONNECTIONS_EVERY == 0
+            tcp = connections(found if counted else [pid for pid in found if pid not in self.connected])
+            self.connected |= {pid for pid, n in tcp.items() if n > 0}
+            if not counted:
+                tcp = {}
             rounds += 1
             for pid, info in found.items():
                 st = proc.stat(pid)

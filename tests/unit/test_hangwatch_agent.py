@@ -136,3 +136,45 @@ def test_the_answer_is_never_read_through_a_link_a_fifo_or_past_its_bound(flight
     assert "over" in flight.ask(os.getpid(), wait=3.0)["error"]
     server.join()
     assert secret.read_text() == '{"entries": []}'
+
+
+def test_at_a_peers_exit_the_rank_alive_with_its_connections_closed_is_the_one_leaving(tmp_path):
+    """Real processes and sockets: one rank keeps its connection, one has closed it and still
+    runs (a rank tearing its process group down on its way out), one never connected."""
+    import socket
+
+    from node.agent import Agent
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    code = ("import socket, sys, time; s = socket.create_connection(('127.0.0.1', %d)); "
+            "sys.stdout.write('connected\\n'); sys.stdout.flush(); sys.stdin.readline(); "
+            "s.close() if sys.argv[1] == 'leave' else None; sys.stdout.write('done\\n'); sys.stdout.flush(); "
+            "time.sleep(60)") % port
+    stays, leaves = (subprocess.Popen([sys.executable, "-c", code, how], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True) for how in ("stay", "leave"))
+    never = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    accepted = []
+    try:
+        for p in (stays, leaves):
+            assert p.stdout.readline() == "connected\n"
+            accepted.append(server.accept()[0])
+        agent = Agent({"pids": [stays.pid, leaves.pid, never.pid]})
+        alive = {stays.pid, leaves.pid, never.pid}
+        agent.connected = alive - {never.pid}        # what the periodic samples saw
+        assert agent.leaving(alive) == []
+        for p in (stays, leaves):
+            p.stdin.write("\n")
+            p.stdin.flush()
+            assert p.stdout.readline() == "done\n"
+        assert agent.leaving(alive) == [leaves.pid]
+        # A rank never seen connected (no process group) is not "leaving".
+        agent.connected = {stays.pid}
+        assert agent.leaving(alive) == []
+    finally:
+        for p in (stays, leaves, never):
+            p.kill()
+            p.wait()
+        for s in accepted:
+            s.close()
+        server.close()

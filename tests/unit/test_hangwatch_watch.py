@@ -155,3 +155,47 @@ def test_a_node_that_reports_again_is_watched_again_and_its_deadlock_still_named
     assert back[0].data["status"] == "watching" and back[0].text.startswith("worker1 watched again")
     diagnosis = next(e for e in events if e.kind == "diagnosis").snapshot.diagnosis
     assert diagnosis.kind == "deadlock" and diagnosis.guilty == [3], diagnosis
+
+
+def _exits(tmp_path, leaving):
+    """The exits of the CI run where rank 3 (sys.exit(3) at step 5) tore its process group down,
+    rank 2 beside it died of the lost peer (SIGABRT) 0.03 s before torchrun stopped rank 3
+    (SIGTERM), and the master's ranks followed; `leaving`: what worker1's agent saw at rank 2's exit."""
+    events, now = [], [0.0]
+    watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))],
+                      clock=lambda: now[0], on_event=events.append, incident_dir=str(tmp_path))
+    ranks = {"master": [(100, 0), (101, 1)], "worker1": [(202, 2), (203, 3)]}
+    for node, found in ranks.items():
+        for pid, rank in found:
+            watcher.receive(node, {"type": "rank", "pid": pid, "rank": rank, "local_rank": rank % 2,
+                                   "world_size": 4, "env": {}})
+    for node, found in ranks.items():
+        watcher.receive(node, {"type": "sample", "t": 1.0, "ranks": [{"pid": p, "cpu": 90.0} for p, _ in found],
+                               "gone": []})
+    for node, msg in (("worker1", {"type": "exit", "pid": 202, "t": 10.00, "code": 6, "leaving": leaving}),
+                      ("worker1", {"type": "exit", "pid": 203, "t": 10.03, "code": 15}),
+                      ("master", {"type": "exit", "pid": 100, "t": 10.64, "code": 256, "leaving": []}),
+                      ("master", {"type": "exit", "pid": 101, "t": 10.73, "code": 15})):
+        now[0] += 0.1
+        watcher.receive(node, msg)
+    for _ in range(20):
+        now[0] += 0.25
+        watcher.tick()
+    return [e for e in events if e.kind == "diagnosis"]
+
+
+def test_a_rank_seen_leaving_before_its_peer_died_is_named_though_torchrun_stopped_it(tmp_path):
+    found = _exits(tmp_path, leaving=[203])
+    assert len(found) == 1, [e.text for e in found]
+    diagnosis = found[0].snapshot.diagnosis
+    assert diagnosis.kind == "exited" and diagnosis.guilty == [3], diagnosis.summary
+    assert diagnosis.summary.startswith("rank 3 on worker1 left first: it still ran, every connection closed, as "
+                                        "its peers died of the lost connection (rank 2 on worker1 first: signal 6)")
+    assert "rank 3 (signal 15, +0.03 s)" in diagnosis.summary
+
+
+def test_without_that_evidence_the_first_failure_is_named(tmp_path):
+    found = _exits(tmp_path, leaving=[])
+    diagnosis = found[0].snapshot.diagnosis
+    assert diagnosis.kind == "exited" and diagnosis.guilty == [2], diagnosis.summary
+    assert diagnosis.summary.startswith("rank 2 on worker1 exited first (signal 6)")
