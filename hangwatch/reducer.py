@@ -569,7 +569,7 @@ def _left_before(exited: list[Track], echo: Track) -> Track | None:
     """The rank seen leaving (alive, every connection closed) when `echo`, a rank that ended the
     way a lost Gloo peer ends, died: it tore its process group down first."""
     seen = [t for t in exited if t is not echo and t.leaving_at is not None and echo.exit_t is not None
-            and t.leaving_at <= echo.exit_t + PEER_LOSS_WINDOW]
+            and abs(t.leaving_at - echo.exit_t) <= PEER_LOSS_WINDOW]
     return seen[0] if len(seen) == 1 else None      # two at once: not evidence of which
 
 

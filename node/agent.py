@@ -34,6 +34,7 @@ from .ranks import Finder
 from .redact import redact_env
 
 CONNECTIONS_EVERY = 5     # samples: the ranks' TCP connections are counted in one sample of so many
+EXITS_SETTLE = 5.0        # s: exits closer than this are one cascade (torchrun stops the rest in ~1 s)
 
 
 class Agent:
@@ -120,6 +121,7 @@ class Agent:
         read while the rank is a zombie, before torchrun reaps it."""
         import select
         poller, fds, reported = select.poll(), {}, set()
+        quiet_since = None      # monotonic time of the last exit: a cascade is over after EXITS_SETTLE
         while not self.stop.is_set():
             for pid in list(self.ranks.known):
                 if pid not in fds.values() and pid not in reported:
@@ -131,7 +133,8 @@ class Agent:
                     poller.register(fd, select.POLLIN)
             for fd, _ in poller.poll(200):
                 pid = fds.pop(fd)
-                first = not reported
+                first = quiet_since is None or time.monotonic() - quiet_since > EXITS_SETTLE
+                quiet_since = time.monotonic()
                 reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
                 poller.unregister(fd)
                 os.close(fd)
@@ -143,7 +146,7 @@ class Agent:
                 self.emit(message)
 
     def leaving(self, alive) -> list:
-        """At the first exit on this node, before torchrun reacts to it: the node's other ranks
+        """At the first exit of a cascade on this node, before torchrun reacts to it: the node's other ranks
         that still run but have closed every connection they held. A rank that ends (sys.exit, an
         exception) tears its process group down before its process is gone; its peers fail at once
         on the lost connection and may die first, and torchrun then stops it (SIGTERM) before its
