@@ -131,7 +131,14 @@ def test_a_py_spy_path_another_user_placed_first_is_never_written_or_run(clean_l
 # their Flight Recorder folders, is never touched. Prints what happened as JSON.
 FLIGHT_SCENE = """
 import json, os, subprocess, sys, time
+# A checkout (or its venv) under /tmp stays in sight: bound back over the fresh /tmp.
+keep = sorted({p for p in (os.getcwd(), sys.prefix) if p.startswith("/tmp/")}, key=len)
+keep = [p for p in keep if not any(p.startswith(k + "/") for k in keep if k != p)]
+held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in keep}
 subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/tmp"], check=True)
+for path, fd in held.items():
+    os.makedirs(path)
+    subprocess.run(["mount", "--no-canonicalize", "--bind", f"/proc/{os.getpid()}/fd/{fd}", path], check=True)
 as_nobody, planted = json.loads(sys.argv[1]), sys.argv[2]
 theirs = ["/tmp/hangwatch-fr", "/tmp/hangwatch-fr-0"]      # the names hangwatch used before, and now
 if planted == "symlink":
