@@ -71,14 +71,15 @@ def one_run(lab: Lab, watch: Watch, kind: Kind, port: int, rank: int, step: int)
             event = wait_until(lambda: next((e for e in watch.events[mark:] if e["event"] == "diagnosis"
                                              and e["time"] >= began), None), kind.limit + 30, "no diagnosis")
         except TimeoutError:
-            out["why"] = f"nothing named within {kind.limit + 30:.0f} s"
+            gone = [e.get("text", "") for e in watch.events[mark:] if e["event"] == "rank-gone"]
+            out["why"] = f"nothing named within {kind.limit + 30:.0f} s (exits: {'; '.join(gone)})"
             return out
         diagnosis = event["snapshot"]["diagnosis"]
         out["latency"] = event["time"] - began
         wrong = [f"kind {diagnosis['kind']}"] if diagnosis["kind"] != kind.expect else []
         if diagnosis["guilty"] != [rank]:
             wrong.append(f"guilty {diagnosis['guilty']}")
-        out["right"], out["why"] = not wrong, ", ".join(wrong)
+        out["right"], out["why"] = not wrong, ", ".join(wrong) + (f" ({diagnosis['summary']})" if wrong else "")
         return out
     finally:
         job.stop()

@@ -140,7 +140,6 @@ class Track:
     busy_at: float | None = None      # the last sample that used CPU
     gone_at: float | None = None
     exit_t: float | None = None       # when it exited, the node's clock (epoch s)
-    leaving_at: float | None = None   # seen alive with every connection closed as a peer died (node clock)
     exit_status: ExitStatus | None = None
     alone_since: float | None = None  # since when it has had no TCP connection (None: not counted, or it had one)
     talked: bool = False              # it has had a connection: it joined a process group
@@ -397,10 +396,6 @@ def _exit(state: State, node: str, msg: protocol.RankExit, now: float, out: list
     t = state.ranks.get((node, msg.pid))
     if t is None:
         return
-    for pid in msg.leaving:
-        other = state.ranks.get((node, pid))
-        if other is not None and other.leaving_at is None:
-            other.leaving_at = msg.t
     fresh = t.view.state is not S.EXITED
     if fresh or t.exit_status is None:
         _exited(state, t, ExitStatus.from_wait_status(msg.code) if msg.code is not None else None, msg.t, now)
@@ -541,16 +536,19 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
             and t.exit_t - failed[0].exit_t < PEER_LOSS_WINDOW]
     first = next((t for t in soon if t.exit_status not in PEER_LOSS), failed[0])
     how = "exited first" if first is order[0] else "failed on its own"
-    if first.exit_status in PEER_LOSS:
-        left = _left_before(exited, first)
-        if left is not None:
-            return _left_first(state, left, first, order)
-    left = order[0]
-    if left.exit_status is not None and left.exit_status.ok and left.exit_t is not None \
-            and first.exit_t is not None and left.exit_t < first.exit_t:
-        # A clean exit before the failures: a rank that left while its peers still ran makes
-        # them fail (Gloo: "Connection closed by peer"); it is the one to look at.
-        first, how = left, "left first, while the others still ran"
+    clean = [t for t in order if t.exit_status is not None and t.exit_status.ok and t.exit_t is not None
+             and first.exit_t is not None and (t.exit_t < first.exit_t or (
+                 first.exit_status in PEER_LOSS and t.exit_t - first.exit_t < PEER_LOSS_WINDOW))]
+    if clean:
+        # A clean exit before the failures, or within a second of a first failure that looks like
+        # a lost peer: a rank that left while its peers still ran makes them fail (Gloo:
+        # "Connection closed by peer"), at times before its own exit is over; no rank that lost a
+        # peer exits cleanly. It is the one to look at.
+        first, how = clean[0], "left first, while the others still ran"
+    elif first.exit_status in PEER_LOSS:
+        unsure = _unseen_exits(order, first)
+        if unsure:
+            return _either(state, first, unsure, order)
     then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - first.exit_t:+.2f} s)" for t in order
             if t is not first and t.exit_t is not None and first.exit_t is not None]
     live = [t.view.label for t in state.ranks.values() if t.view.state is not S.EXITED]
@@ -565,27 +563,32 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
                      if first.view.rank is not None else (), causes)
 
 
-def _left_before(exited: list[Track], echo: Track) -> Track | None:
-    """The rank seen leaving (alive, every connection closed) when `echo`, a rank that ended the
-    way a lost Gloo peer ends, died: it tore its process group down first."""
-    seen = [t for t in exited if t is not echo and t.leaving_at is not None and echo.exit_t is not None
-            and abs(t.leaving_at - echo.exit_t) <= PEER_LOSS_WINDOW]
-    return seen[0] if len(seen) == 1 else None      # two at once: not evidence of which
+def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
+    """Ranks stopped (SIGTERM: torchrun stopping a node's ranks when one fails) within a second of
+    `first`, a failure that looks like a lost peer: a rank that left (sys.exit, an exception) can
+    be stopped before its own exit is over, once a peer has died of it; its code is never seen."""
+    return [t for t in order if t is not first and t.exit_status is not None and t.exit_status.stopped
+            and t.exit_t is not None and first.exit_t is not None
+            and 0 <= t.exit_t - first.exit_t < PEER_LOSS_WINDOW]
 
 
-def _left_first(state: State, left: Track, echo: Track, order: list[Track]) -> Diagnosis:
-    start = order[0].exit_t or 0.0
-    then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - start:+.2f} s)" for t in order if t.exit_t is not None]
+def _either(state: State, first: Track, unsure: list[Track], order: list[Track]) -> Diagnosis:
+    """The evidence names no single rank: say so, and name the ranks it leaves."""
+    then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - first.exit_t:+.2f} s)" for t in order
+            if t is not first and t.exit_t is not None and first.exit_t is not None]
     live = [t.view.label for t in state.ranks.values() if t.view.state is not S.EXITED]
-    summary = (f"{left.view.label} on {left.view.node} left first: it still ran, every connection closed, as its "
-               f"peers died of the lost connection ({echo.view.label} on {echo.view.node} first: {echo.view.exit}); "
-               f"exits in order: {', '.join(then)}" + (f"; still running: {', '.join(live)}" if live else ""))
-    causes = ("its own error or exit (sys.exit, an exception; see its output: ddp-preflight --launch keeps a "
-              "log per node), or it ran out of batches and finished",
-              "the ranks after it lost their Gloo peer or were stopped by torchrun (its own exit code is lost "
-              "when torchrun stops it first)")
-    return Diagnosis(Kind.EXITED, summary + _notes(state, [left]),
-                     (left.view.rank,) if left.view.rank is not None else (), causes)
+    others = ", ".join(f"{t.view.label} on {t.view.node}" for t in unsure)
+    summary = (f"{first.view.label} on {first.view.node} died first ({first.view.exit}), as a rank dies when it "
+               f"loses a Gloo peer; {others} {'was' if len(unsure) == 1 else 'were'} stopped by torchrun "
+               f"within a second, before {'its' if len(unsure) == 1 else 'their'} own exit could be seen: "
+               f"the rank that left first is one of these"
+               + (f"; exits: {', '.join(then)}" if then else "")
+               + (f"; still running: {', '.join(live)}" if live else ""))
+    causes = ("one of them failed on its own (an exception, sys.exit): its output says which (ddp-preflight "
+              "--launch keeps a log per node); the others lost their Gloo peer or were stopped by torchrun",)
+    tracks = [first, *unsure]
+    return Diagnosis(Kind.EXITED, summary + _notes(state, tracks),
+                     tuple(sorted(t.view.rank for t in tracks if t.view.rank is not None)), causes)
 
 
 def _diagnose(state: State, waiting: float, now: float, wall: float, out: list) -> None:

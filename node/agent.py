@@ -34,7 +34,6 @@ from .ranks import Finder
 from .redact import redact_env
 
 CONNECTIONS_EVERY = 5     # samples: the ranks' TCP connections are counted in one sample of so many
-EXITS_SETTLE = 5.0        # s: exits closer than this are one cascade (torchrun stops the rest in ~1 s)
 
 
 class Agent:
@@ -49,7 +48,6 @@ class Agent:
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
-        self.connected = set()      # pids seen holding a TCP connection (a process group, a store)
 
     def emit(self, message):
         protocol.emit(protocol.AGENT, message)
@@ -121,7 +119,6 @@ class Agent:
         read while the rank is a zombie, before torchrun reaps it."""
         import select
         poller, fds, reported = select.poll(), {}, set()
-        quiet_since = None      # monotonic time of the last exit: a cascade is over after EXITS_SETTLE
         while not self.stop.is_set():
             for pid in list(self.ranks.known):
                 if pid not in fds.values() and pid not in reported:
@@ -133,32 +130,12 @@ class Agent:
                     poller.register(fd, select.POLLIN)
             for fd, _ in poller.poll(200):
                 pid = fds.pop(fd)
-                first = quiet_since is None or time.monotonic() - quiet_since > EXITS_SETTLE
-                quiet_since = time.monotonic()
                 reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
                 poller.unregister(fd)
                 os.close(fd)
                 st = proc.stat(pid)
                 code = st.exit_status if st is not None and st.state in "ZX" else None
-                message = {"type": "exit", "pid": pid, "t": time.time(), "code": code}
-                if first:
-                    message["leaving"] = self.leaving(set(fds.values()))
-                self.emit(message)
-
-    def leaving(self, alive) -> list:
-        """At the first exit of a cascade on this node, before torchrun reacts to it: the node's other ranks
-        that still run but have closed every connection they held. A rank that ends (sys.exit, an
-        exception) tears its process group down before its process is gone; its peers fail at once
-        on the lost connection and may die first, and torchrun then stops it (SIGTERM) before its
-        own exit code is seen. Its closed connections are the evidence that it was the one leaving."""
-        candidates = [pid for pid in alive if pid in self.connected]
-        counts = connections(candidates) if candidates else {}
-        out = []
-        for pid in candidates:
-            st = proc.stat(pid)
-            if counts.get(pid) == 0 and st is not None and st.state not in "ZXx":
-                out.append(pid)
-        return sorted(out)
+                self.emit({"type": "exit", "pid": pid, "t": time.time(), "code": code})
 
     def run(self):
         self.hello()
@@ -171,13 +148,7 @@ class Agent:
             started = time.monotonic()
             found = self.ranks.scan()
             samples = []
-            # Every few samples; each sample for a rank not yet seen connected (the evidence
-            # `leaving` needs: a rank that exits in its first seconds has already connected).
-            counted = rounds % CONNECTIONS_EVERY == 0
-            tcp = connections(found if counted else [pid for pid in found if pid not in self.connected])
-            self.connected |= {pid for pid, n in tcp.items() if n > 0}
-            if not counted:
-                tcp = {}
+            tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
             rounds += 1
             for pid, info in found.items():
                 st = proc.stat(pid)

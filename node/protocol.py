@@ -10,7 +10,7 @@ import json
 import sys
 import threading
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 PREFIX = "DDP_PREFLIGHT_"
 
@@ -198,7 +198,6 @@ class RankExit:
     pid: int
     t: Optional[float] = None
     code: Optional[int] = None       # the wait status, when caught before its parent reaped it
-    leaving: Tuple[int, ...] = ()    # at the node's first exit: other ranks alive with every connection closed
 
 
 @dataclass(frozen=True)
@@ -227,8 +226,6 @@ def agent_message(data: dict):
                                for g in data.get("gpus") or ())
     elif cls is RankFound:
         values["argv"] = tuple(data.get("argv") or ())
-    elif cls is RankExit:
-        values["leaving"] = tuple(int(pid) for pid in data.get("leaving") or ())
     elif cls is Stacks:
         values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}
         values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}

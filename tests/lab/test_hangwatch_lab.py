@@ -82,18 +82,18 @@ def test_a_rank_that_exits_is_named_first_with_its_code_before_the_ranks_that_fo
     watch, job = watched("--steps", "500", "--fault", "exit", "--rank", "3", "--at", "5", port=29634)
     job.fault_time()
     diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "exited" and diagnosis["guilty"] == [3], diagnosis["summary"]
-    # Its peers may exit with code 1 a moment before it (a lost Gloo peer): its own code names it;
-    # sys.exit with a live Gloo group may itself end in SIGABRT.
-    # Or a peer dies of the lost connection first and torchrun stops rank 3 (SIGTERM) before its
-    # own code is seen (seen in CI and under load): its closed connections, seen by worker1's
-    # agent at the node's first exit, name it.
-    assert diagnosis["summary"].startswith(("rank 3 on worker1 exited first (exit code 3)",
-                                            "rank 3 on worker1 failed on its own (exit code 3)",
-                                            "rank 3 on worker1 exited first (signal 6)",
-                                            "rank 3 on worker1 left first: it still ran, every connection "
-                                            "closed, as its peers died of the lost connection")), \
-        diagnosis["summary"]
+    assert diagnosis["kind"] == "exited", diagnosis["summary"]
+    if "the rank that left first is one of these" not in diagnosis["summary"]:
+        # Its peers may exit with code 1 a moment before it (a lost Gloo peer): its own code names it;
+        # sys.exit with a live Gloo group may itself end in SIGABRT.
+        assert diagnosis["guilty"] == [3]
+        assert diagnosis["summary"].startswith(("rank 3 on worker1 exited first (exit code 3)",
+                                                "rank 3 on worker1 failed on its own (exit code 3)",
+                                                "rank 3 on worker1 exited first (signal 6)")), diagnosis["summary"]
+    else:
+        # Or a peer dies of the lost connection first and torchrun stops rank 3 (SIGTERM) before its
+        # own code is seen (once in CI): then no single rank is named, and rank 3 is among those named.
+        assert 3 in diagnosis["guilty"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
 
 
 def test_a_killed_rank_is_named_by_its_signal(watched):
