@@ -30,6 +30,8 @@ from .model import HISTORY, Diagnosis, Event, Kind, NodeStatus, NodeView, RankSt
 S = RankStatus
 PEER_LOSS = (ExitStatus(code=1), ExitStatus(signal=signal.SIGABRT))   # how a rank that lost its Gloo peer ends
 PEER_LOSS_WINDOW = 1.0    # seconds: exits this close to the first failure may be its echo
+CLEAN_LEAD = 120.0        # s: a clean exit this long before a failure may have caused it (its peers
+                          # fail at their next collective); an earlier one was another run's end
 EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
 SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
@@ -537,8 +539,8 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
     first = next((t for t in soon if t.exit_status not in PEER_LOSS), failed[0])
     how = "exited first" if first is order[0] else "failed on its own"
     clean = [t for t in order if t.exit_status is not None and t.exit_status.ok and t.exit_t is not None
-             and first.exit_t is not None and (t.exit_t < first.exit_t or (
-                 first.exit_status in PEER_LOSS and t.exit_t - first.exit_t < PEER_LOSS_WINDOW))]
+             and first.exit_t is not None and (first.exit_t - CLEAN_LEAD < t.exit_t < first.exit_t or (
+                 first.exit_status in PEER_LOSS and 0 <= t.exit_t - first.exit_t < PEER_LOSS_WINDOW))]
     if clean:
         # A clean exit before the failures, or within a second of a first failure that looks like
         # a lost peer: a rank that left while its peers still ran makes them fail (Gloo:

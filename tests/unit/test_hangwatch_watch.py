@@ -211,3 +211,8 @@ def test_an_own_code_or_a_first_death_with_no_rank_stopped_is_named_alone(tmp_pa
     found = _exits(tmp_path, [("master", 100, 10.00, 256), ("master", 101, 11.50, 15),
                               ("worker1", 102, 10.10, 6), ("worker1", 103, 11.60, 15)])
     assert found[0].guilty == [0] and found[0].summary.startswith("rank 0 on master exited first (exit code 1)")
+
+    # A clean exit minutes before (a finished earlier run under the same watcher) caused nothing.
+    found = _exits(tmp_path, [("master", 101, 10.00, 0), ("master", 100, 400.00, 256)])
+    assert found[0].guilty == [0] and found[0].summary.startswith("rank 0 on master failed on its own (exit code 1)"), \
+        found[0].summary
