@@ -551,18 +551,22 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
         unsure = _unseen_exits(order, first)
         if unsure:
             return _either(state, first, unsure, order)
-    then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - first.exit_t:+.2f} s)" for t in order
-            if t is not first and t.exit_t is not None and first.exit_t is not None]
-    live = [t.view.label for t in state.ranks.values() if t.view.state is not S.EXITED]
-    summary = (f"{first.view.label} on {first.view.node} {how} ({first.view.exit})"
-               + (f"; then {', '.join(then)}" if then else "")
-               + (f"; still running: {', '.join(live)}" if live else ""))
+    summary = f"{first.view.label} on {first.view.node} {how} ({first.view.exit})" + _the_rest(state, first, order,
+                                                                                               "then")
     causes = (("it left the loop early and exited: its peers lost their connection to it (uneven data: it "
                "ran out of batches; rank-dependent code)",) if how.startswith("left") else
               ("the first rank's own error: see its output (ddp-preflight --launch keeps a log per node)",
                "the ranks after it were stopped by torchrun or lost their Gloo peer"))
     return Diagnosis(Kind.EXITED, summary + _notes(state, [first]), (first.view.rank,)
                      if first.view.rank is not None else (), causes)
+
+
+def _the_rest(state: State, first: Track, order: list[Track], heading: str) -> str:
+    """The other exits in order, timed from `first`, and the ranks still running."""
+    then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - first.exit_t:+.2f} s)" for t in order
+            if t is not first and t.exit_t is not None and first.exit_t is not None]
+    live = [t.view.label for t in state.ranks.values() if t.view.state is not S.EXITED]
+    return (f"; {heading} {', '.join(then)}" if then else "") + (f"; still running: {', '.join(live)}" if live else "")
 
 
 def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
@@ -576,16 +580,11 @@ def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
 
 def _either(state: State, first: Track, unsure: list[Track], order: list[Track]) -> Diagnosis:
     """The evidence names no single rank: say so, and name the ranks it leaves."""
-    then = [f"{t.view.label} ({t.view.exit}, {t.exit_t - first.exit_t:+.2f} s)" for t in order
-            if t is not first and t.exit_t is not None and first.exit_t is not None]
-    live = [t.view.label for t in state.ranks.values() if t.view.state is not S.EXITED]
     others = ", ".join(f"{t.view.label} on {t.view.node}" for t in unsure)
     summary = (f"{first.view.label} on {first.view.node} died first ({first.view.exit}), as a rank dies when it "
                f"loses a Gloo peer; {others} {'was' if len(unsure) == 1 else 'were'} stopped by torchrun "
                f"within a second, before {'its' if len(unsure) == 1 else 'their'} own exit could be seen: "
-               f"the rank that left first is one of these"
-               + (f"; exits: {', '.join(then)}" if then else "")
-               + (f"; still running: {', '.join(live)}" if live else ""))
+               f"the rank that left first is one of these" + _the_rest(state, first, order, "exits:"))
     causes = ("one of them failed on its own (an exception, sys.exit): its output says which (ddp-preflight "
               "--launch keeps a log per node); the others lost their Gloo peer or were stopped by torchrun",)
     tracks = [first, *unsure]
