@@ -1,4 +1,5 @@
-"""Preflight wall time on 2 vs 16 lab nodes, in one run (goal: 16 nodes under 1.5x 2 nodes).
+"""Preflight wall time on 2 vs 16 lab nodes, in one run (goal: 16 nodes under 1.5x 2 nodes): the
+facts and checks (--no-probes); the probes' torchrun jobs are bench/probes.py's.
 
 All nodes are checked in parallel, so on real machines the 16-node run costs about what the
 slowest node costs. Here the 16 "machines" share this box's cores, so the collectors' own CPU
@@ -30,7 +31,7 @@ def busy_cpu() -> float:
 def timed(lab: Lab, hosts: list[str], cpu: list[float] | None = None) -> float:
     before = busy_cpu()
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "preflight", *hosts, "--json", "--ssh-config",
+    done = subprocess.run([sys.executable, "-m", "preflight", *hosts, "--json", "--no-probes", "--ssh-config",
                            str(lab.ssh_config), "--data-dir", str(lab.state.data_dir)],
                           capture_output=True, text=True)
     took = time.perf_counter() - started
