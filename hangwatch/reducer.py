@@ -548,6 +548,9 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
         # peer exits cleanly. It is the one to look at.
         first, how = clean[0], "left first, while the others still ran"
     elif first.exit_status in PEER_LOSS:
+        earlier = _uncoded_before(order, first)
+        if earlier:
+            return _uncoded_first(state, earlier[0], first, order)
         unsure = _unseen_exits(order, first)
         if unsure:
             return _either(state, first, unsure, order)
@@ -569,20 +572,49 @@ def _the_rest(state: State, first: Track, order: list[Track], heading: str) -> s
     return (f"; {heading} {', '.join(then)}" if then else "") + (f"; still running: {', '.join(live)}" if live else "")
 
 
+def _uncoded_before(order: list[Track], first: Track) -> list[Track]:
+    """Ranks gone before `first`, a failure that looks like a lost peer, whose code nobody read
+    (torchrun reaped them first). Their exit time is when the agent saw them go, never earlier
+    than the exit itself: gone before the first failure, they left before it."""
+    return [t for t in order if t.exit_status is None and t.exit_t is not None and first.exit_t is not None
+            and first.exit_t - CLEAN_LEAD < t.exit_t < first.exit_t]
+
+
+def _uncoded_first(state: State, left: Track, first: Track, order: list[Track]) -> Diagnosis:
+    """Seen in CI: rank 3 called sys.exit(3), torchrun reaped it before its code was read and
+    stopped rank 2 beside it; rank 0 died of the lost peer half a second later."""
+    gap = (first.exit_t or 0.0) - (left.exit_t or 0.0)
+    summary = (f"{left.view.label} on {left.view.node} exited first, {gap:.2f} s before "
+               f"{first.view.label} on {first.view.node} died ({first.view.exit}) as a rank dies when it loses a "
+               f"Gloo peer; its own exit code was collected by its parent before it could be read"
+               + _the_rest(state, left, order, "then"))
+    causes = ("it failed or left the loop early: its output says which (ddp-preflight --launch keeps a log per "
+              "node); its peers lost their connection to it",)
+    return Diagnosis(Kind.EXITED, summary + _notes(state, [left]),
+                     (left.view.rank,) if left.view.rank is not None else (), causes)
+
+
 def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
-    """Ranks stopped (SIGTERM: torchrun stopping a node's ranks when one fails) within a second of
-    `first`, a failure that looks like a lost peer: a rank that left (sys.exit, an exception) can
-    be stopped before its own exit is over, once a peer has died of it; its code is never seen."""
-    return [t for t in order if t is not first and t.exit_status is not None and t.exit_status.stopped
+    """Ranks stopped (SIGTERM: torchrun stopping a node's ranks when one fails) or gone with their
+    code unread within a second of `first`, a failure that looks like a lost peer: a rank that left
+    (sys.exit, an exception) can be stopped before its own exit is over, once a peer has died of
+    it, or reaped by torchrun before its code is read; either way its code is never seen."""
+    return [t for t in order if t is not first and (t.exit_status is None or t.exit_status.stopped)
             and t.exit_t is not None and first.exit_t is not None
             and 0 <= t.exit_t - first.exit_t < PEER_LOSS_WINDOW]
 
 
 def _either(state: State, first: Track, unsure: list[Track], order: list[Track]) -> Diagnosis:
     """The evidence names no single rank: say so, and name the ranks it leaves."""
-    others = ", ".join(f"{t.view.label} on {t.view.node}" for t in unsure)
+    def ranks(tracks: list[Track], how: str) -> str:
+        names = ", ".join(f"{t.view.label} on {t.view.node}" for t in tracks)
+        return f"{names} {'was' if len(tracks) == 1 else 'were'} {how}" if tracks else ""
+    stopped = ranks([t for t in unsure if t.exit_status is not None], "stopped by torchrun")
+    unread = ranks([t for t in unsure if t.exit_status is None], "reaped by torchrun before its code was read"
+                   if sum(t.exit_status is None for t in unsure) == 1 else "reaped by torchrun before their codes "
+                   "were read")
     summary = (f"{first.view.label} on {first.view.node} died first ({first.view.exit}), as a rank dies when it "
-               f"loses a Gloo peer; {others} {'was' if len(unsure) == 1 else 'were'} stopped by torchrun "
+               f"loses a Gloo peer; {' and '.join(p for p in (stopped, unread) if p)} "
                f"within a second, before {'its' if len(unsure) == 1 else 'their'} own exit could be seen: "
                f"the rank that left first is one of these" + _the_rest(state, first, order, "exits:"))
     causes = ("one of them failed on its own (an exception, sys.exit): its output says which (ddp-preflight "

@@ -85,9 +85,11 @@ def test_a_rank_that_exits_is_named_first_with_its_code_before_the_ranks_that_fo
     assert diagnosis["kind"] == "exited", diagnosis["summary"]
     if "the rank that left first is one of these" not in diagnosis["summary"]:
         # Its peers may exit with code 1 a moment before it (a lost Gloo peer): its own code names it;
-        # sys.exit with a live Gloo group may itself end in SIGABRT.
-        assert diagnosis["guilty"] == [3]
+        # sys.exit with a live Gloo group may itself end in SIGABRT; torchrun may reap it before its
+        # code is read (once in CI), and it is still named by going first.
+        assert diagnosis["guilty"] == [3], diagnosis["summary"]
         assert diagnosis["summary"].startswith(("rank 3 on worker1 exited first (exit code 3)",
+                                                "rank 3 on worker1 exited first, ",
                                                 "rank 3 on worker1 failed on its own (exit code 3)",
                                                 "rank 3 on worker1 exited first (signal 6)")), diagnosis["summary"]
     else:

@@ -195,6 +195,25 @@ def test_a_first_death_like_a_lost_peers_with_ranks_torchrun_stopped_names_no_si
         "rank that left first is one of these; exits: rank 3 (signal 15, +0.03 s)"), found[0].summary
 
 
+def test_a_rank_gone_before_a_death_like_a_lost_peers_is_named_though_its_code_was_never_read(tmp_path):
+    # Seen in CI: rank 3 called sys.exit(3) and torchrun reaped it before its code was read, then
+    # stopped rank 2 beside it; rank 0 died of the lost peer (exit code 1) half a second later.
+    found = _exits(tmp_path, [("worker1", 103, 9.48, None), ("worker1", 102, 9.50, 15),
+                              ("master", 100, 10.00, 256), ("master", 101, 10.10, 15)])
+    assert len(found) == 1 and found[0].kind == "exited" and found[0].guilty == [3], found[0].summary
+    assert found[0].summary.startswith(
+        "rank 3 on worker1 exited first, 0.52 s before rank 0 on master died (exit code 1) as a rank dies when it "
+        "loses a Gloo peer; its own exit code was collected by its parent before it could be read; then rank 2 "
+        "(signal 15, +0.02 s), rank 0 (exit code 1, +0.52 s)"), found[0].summary
+    # Gone (code unread) within a second after the first death: it may have left first or been
+    # stopped; it is among the ranks named, none alone.
+    found = _exits(tmp_path, [("master", 100, 10.00, 256), ("worker1", 103, 10.20, None),
+                              ("master", 101, 10.30, 15), ("worker1", 102, 10.40, 15)])
+    assert found[0].guilty == [0, 1, 2, 3], found[0].summary
+    assert "rank 1 on master, rank 2 on worker1 were stopped by torchrun and rank 3 on worker1 was reaped by " \
+           "torchrun before its code was read within a second" in found[0].summary, found[0].summary
+
+
 def test_a_clean_exit_just_after_a_death_like_a_lost_peers_is_the_rank_that_left(tmp_path):
     # Seen on the lab (bench/hangwatch_kinds.py, quit): rank 3 left the loop and exited with code 0,
     # its peers died of it, one before its own exit was over. No rank that lost a peer exits cleanly.
