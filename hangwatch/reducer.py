@@ -32,6 +32,8 @@ PEER_LOSS = (ExitStatus(code=1), ExitStatus(signal=signal.SIGABRT))   # how a ra
 PEER_LOSS_WINDOW = 1.0    # seconds: exits this close to the first failure may be its echo
 CLEAN_LEAD = 120.0        # s: a clean exit this long before a failure may have caused it (its peers
                           # fail at their next collective); an earlier one was another run's end
+CLOCK_STEP = 0.1          # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock; the
+                          # gap measured also holds each agent's delivery delay (ms on a LAN, under SSH)
 EXIT_SETTLE = 2.0         # seconds after an exit before the exits are judged: the others follow fast
 FLOWING = 256 * 1024      # bytes/s on a node's links: a collective still moving data is slow, not stalled
 SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
@@ -189,6 +191,7 @@ class State:
     stopping: bool = False
     stores: dict[str | None, tuple[protocol.StoreAnswer, float]] = field(default_factory=dict)  # master -> said, when
     alone: tuple[tuple[str, int], ...] = ()   # the ranks said to train alone, while that stands
+    clock_gap: dict[str, float] = field(default_factory=dict)  # node -> least (master's wall - node's stamp)
 
 
 def new_state(nodes: list[str], config: Config = Config()) -> State:
@@ -266,6 +269,8 @@ def _from_agent(state: State, node: str, message, now: float, wall: float, out: 
     elif isinstance(message, protocol.RankFound):
         _rank_found(state, node, message, out)
     elif isinstance(message, protocol.Sample):
+        if message.t:
+            state.clock_gap[node] = min(state.clock_gap.get(node, wall - message.t), wall - message.t)
         _sample(state, node, message, now, out)
         _connections(state, node, message, now, wall, out)
     elif isinstance(message, protocol.Stacks):
@@ -389,8 +394,23 @@ def _exited(state: State, t: Track, status: ExitStatus | None, at: float | None,
     v = t.view
     v.exit = str(status) if status is not None else "exited (its parent collected the exit code)"
     v.state, v.cpu, t.idle_since, v.idle_for = S.EXITED, 0.0, None, 0.0
-    t.gone_at, t.exit_t, t.exit_status = now, at, status
+    t.gone_at, t.exit_t, t.exit_status = now, _on_one_clock(state, v.node, at), status
     state.exit_check_at = now + EXIT_SETTLE
+
+
+def _clocks_apart(state: State) -> float:
+    """How far apart the nodes' clocks are, as far as the agents' stamps show: each node's least
+    (master's wall - its stamp) is its clock's offset plus its quickest delivery."""
+    gaps = state.clock_gap.values()
+    return max(gaps) - min(gaps) if len(state.clock_gap) > 1 else 0.0
+
+
+def _on_one_clock(state: State, node: str, at: float | None) -> float | None:
+    """A node's time stamp, put on the master's clock when the nodes' clocks are apart: the order
+    of exits on different nodes is then still the order they happened in."""
+    if at is None or node not in state.clock_gap or _clocks_apart(state) <= CLOCK_STEP:
+        return at
+    return at + state.clock_gap[node]
 
 
 def _exit(state: State, node: str, msg: protocol.RankExit, now: float, out: list) -> None:
@@ -487,6 +507,9 @@ def _tick(state: State, now: float, wall: float, out: list) -> None:
     if state.exit_check_at is not None and now >= state.exit_check_at:
         state.exit_check_at = None
         first = _first_failure(state, exited)
+        if first is not None and _clocks_apart(state) > CLOCK_STEP:
+            first = replace(first, summary=first.summary + f" (the nodes' clocks are {_clocks_apart(state):.1f} s "
+                            "apart: exit times are put on the master's clock)")
         if first is not None:
             _report(state, first, 0.0, wall, out)
     # Progress is seen on watched nodes only: a lost node's ranks are neither idle nor not.

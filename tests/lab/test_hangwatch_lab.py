@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -96,6 +97,32 @@ def test_a_rank_that_exits_is_named_first_with_its_code_before_the_ranks_that_fo
         # Or a peer dies of the lost connection first and torchrun stops rank 3 (SIGTERM) before its
         # own code is seen (once in CI): then no single rank is named, and rank 3 is among those named.
         assert 3 in diagnosis["guilty"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
+
+
+def test_exits_are_ordered_on_the_masters_clock_when_a_nodes_clock_is_behind(watched, tmp_path):
+    # A lab's nodes share one clock; a node whose clock is 3 s behind is made by shifting its
+    # agent's time.time() (the only clock its stamps read) through a sitecustomize on worker1.
+    skew = tmp_path / "skew"
+    skew.mkdir()
+    (skew / "sitecustomize.py").write_text("import time\n_real = time.time\ntime.time = lambda: _real() - 3.0\n")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nif [ "$(cat /proc/sys/kernel/hostname)" = worker1 ]; then '
+                      f'export PYTHONPATH={skew}; fi\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    # Rank 0 on master exits with code 3; worker1's ranks lose it and die after it, but their own
+    # stamps are 3 s early: read as stamped, a rank on worker1 would be named first.
+    watch, job = watched("--steps", "500", "--fault", "exit", "--rank", "0", "--at", "5", port=29645,
+                         watch_args=("--python", str(python)))
+    job.fault_time()
+    diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
+    assert diagnosis["kind"] == "exited", diagnosis["summary"]
+    assert re.search(r"the nodes' clocks are [23]\.\d s apart: exit times are put on the master's clock",
+                     diagnosis["summary"]), diagnosis["summary"]
+    if "the rank that left first is one of these" not in diagnosis["summary"]:
+        assert diagnosis["guilty"] == [0], diagnosis["summary"]
+        assert diagnosis["summary"].startswith("rank 0 on master "), diagnosis["summary"]
+    else:   # torchrun stopped it before its code was seen (see the test above): it is among those named
+        assert 0 in diagnosis["guilty"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
 
 
 def test_a_killed_rank_is_named_by_its_signal(watched):

@@ -22,8 +22,11 @@ def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=l
                      key=lambda r: r["at"])
     now = [0.0]
     events = []
+    # The master's wall clock as it was when recorded: the agents' stamps are read against it.
+    hello = next(r for r in records if "msg" in r and r["msg"].get("type") == "hello")
+    began = hello["msg"]["time"] - hello["at"]
     watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))],
-                      clock=lambda: now[0],
+                      clock=lambda: now[0], wall=lambda: began + now[0],
                       threshold=threshold, on_event=events.append, incident_dir=str(tmp_path / "incidents"), **options)
     for record in records:
         if until is not None and record["at"] > until:
@@ -158,23 +161,26 @@ def test_a_node_that_reports_again_is_watched_again_and_its_deadlock_still_named
 
 
 
-def _exits(tmp_path, exits):
+def _exits(tmp_path, exits, ahead=None):
     """Four ranks (master: 0,1; worker1: 2,3) running, then these (node, pid, t, wait status)
-    exits as the agents' pidfds saw them; the diagnoses that follow."""
-    events, now = [], [0.0]
+    exits as the agents' pidfds saw them; the diagnoses that follow. ahead: {node: seconds} its
+    clock is ahead of the master's (its agent's stamps, the exits' included, carry it)."""
+    events, now, ahead = [], [0.0], ahead or {}
     watcher = Watcher([WatchTarget(LocalNode("master", "python")), WatchTarget(LocalNode("worker1", "python"))],
-                      clock=lambda: now[0], on_event=events.append, incident_dir=str(tmp_path))
+                      clock=lambda: now[0], wall=lambda: 1.0 + now[0], on_event=events.append,
+                      incident_dir=str(tmp_path))
     ranks = {"master": [(100, 0), (101, 1)], "worker1": [(102, 2), (103, 3)]}
     for node, found in ranks.items():
         for pid, rank in found:
             watcher.receive(node, {"type": "rank", "pid": pid, "rank": rank, "local_rank": rank % 2,
                                    "world_size": 4, "env": {}})
     for node, found in ranks.items():
-        watcher.receive(node, {"type": "sample", "t": 1.0, "ranks": [{"pid": p, "cpu": 90.0} for p, _ in found],
+        watcher.receive(node, {"type": "sample", "t": 1.0 + ahead.get(node, 0.0),
+                               "ranks": [{"pid": p, "cpu": 90.0} for p, _ in found],
                                "gone": []})
     for node, pid, t, code in exits:
         now[0] += 0.1
-        watcher.receive(node, {"type": "exit", "pid": pid, "t": t, "code": code})
+        watcher.receive(node, {"type": "exit", "pid": pid, "t": t + ahead.get(node, 0.0), "code": code})
     for _ in range(20):
         now[0] += 0.25
         watcher.tick()
@@ -212,6 +218,20 @@ def test_a_rank_gone_before_a_death_like_a_lost_peers_is_named_though_its_code_w
     assert found[0].guilty == [0, 1, 2, 3], found[0].summary
     assert "rank 1 on master, rank 2 on worker1 were stopped by torchrun and rank 3 on worker1 was reaped by " \
            "torchrun before its code was read within a second" in found[0].summary, found[0].summary
+
+
+def test_exits_on_nodes_whose_clocks_are_apart_are_ordered_on_the_masters_clock(tmp_path):
+    # Rank 0 failed first, then its peer on worker1 lost it; worker1's clock is 3 s behind, so its
+    # own stamps would put rank 2's death first and name it.
+    exits = [("master", 100, 10.00, 256), ("master", 101, 11.50, 15),
+             ("worker1", 102, 10.10, 6), ("worker1", 103, 11.60, 15)]
+    found = _exits(tmp_path, exits, ahead={"worker1": -3.0})
+    assert found[0].guilty == [0], found[0].summary
+    assert found[0].summary.startswith("rank 0 on master exited first (exit code 1); then rank 2 (signal 6, +0.10 s)")
+    assert found[0].summary.endswith("(the nodes' clocks are 3.0 s apart: exit times are put on the master's clock)")
+    # Clocks in step (NTP): read as stamped, and nothing said of clocks.
+    found = _exits(tmp_path, exits, ahead={"worker1": 0.02})
+    assert found[0].guilty == [0] and "clocks" not in found[0].summary, found[0].summary
 
 
 def test_a_clean_exit_just_after_a_death_like_a_lost_peers_is_the_rank_that_left(tmp_path):
