@@ -83,6 +83,10 @@ def one_run(lab: Lab, watch: Watch, kind: Kind, port: int, rank: int, step: int)
         among = not wrong and len(diagnosis["guilty"]) > 1 and rank in diagnosis["guilty"]
         if diagnosis["guilty"] != [rank]:
             wrong.append(f"guilty {diagnosis['guilty']}")
+        # The lab's nodes share one clock: a summary that says they are apart is wrong.
+        if "clocks are" in diagnosis["summary"]:
+            wrong.append("said the clocks are apart")
+            among = False
         out["right"], out["among"] = not wrong, among
         out["why"] = ", ".join(wrong) + (f" ({diagnosis['summary']})" if wrong else "")
         return out
