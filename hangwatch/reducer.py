@@ -573,6 +573,12 @@ def _first_failure(state: State, exited: list[Track]) -> Diagnosis | None:
     elif first.exit_status in PEER_LOSS:
         earlier = _uncoded_before(order, first)
         if earlier:
+            # A rank that lost its peer can die before the rank that left has finished exiting
+            # (see above); when torchrun stopped or reaped ranks right after the first to go, one
+            # of those may have been leaving, and the first to go its victim.
+            unsure = _unseen_exits(order, earlier[0])
+            if unsure:
+                return _either(state, earlier[0], unsure, order)
             return _uncoded_first(state, earlier[0], first, order)
         unsure = _unseen_exits(order, first)
         if unsure:
@@ -604,8 +610,8 @@ def _uncoded_before(order: list[Track], first: Track) -> list[Track]:
 
 
 def _uncoded_first(state: State, left: Track, first: Track, order: list[Track]) -> Diagnosis:
-    """Seen in CI: rank 3 called sys.exit(3), torchrun reaped it before its code was read and
-    stopped rank 2 beside it; rank 0 died of the lost peer half a second later."""
+    """A rank gone first, its code unread, and no rank stopped or reaped within a second after it
+    (that one might have been leaving): it left first; the rank after it died of the lost peer."""
     gap = (first.exit_t or 0.0) - (left.exit_t or 0.0)
     summary = (f"{left.view.label} on {left.view.node} exited first, {gap:.2f} s before "
                f"{first.view.label} on {first.view.node} died ({first.view.exit}) as a rank dies when it loses a "
@@ -619,7 +625,8 @@ def _uncoded_first(state: State, left: Track, first: Track, order: list[Track]) 
 
 def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
     """Ranks stopped (SIGTERM: torchrun stopping a node's ranks when one fails) or gone with their
-    code unread within a second of `first`, a failure that looks like a lost peer: a rank that left
+    code unread within a second of `first`, a failure that looks like a lost peer (or a rank gone
+    first, its code unread): a rank that left
     (sys.exit, an exception) can be stopped before its own exit is over, once a peer has died of
     it, or reaped by torchrun before its code is read; either way its code is never seen."""
     return [t for t in order if t is not first and (t.exit_status is None or t.exit_status.stopped)
@@ -636,8 +643,9 @@ def _either(state: State, first: Track, unsure: list[Track], order: list[Track])
     unread = ranks([t for t in unsure if t.exit_status is None], "reaped by torchrun before its code was read"
                    if sum(t.exit_status is None for t in unsure) == 1 else "reaped by torchrun before their codes "
                    "were read")
-    summary = (f"{first.view.label} on {first.view.node} died first ({first.view.exit}), as a rank dies when it "
-               f"loses a Gloo peer; {' and '.join(p for p in (stopped, unread) if p)} "
+    went = (f"died first ({first.view.exit}), as a rank dies when it loses a Gloo peer" if first.exit_status is not None
+            else "went first, its exit code collected by torchrun before it could be read")
+    summary = (f"{first.view.label} on {first.view.node} {went}; {' and '.join(p for p in (stopped, unread) if p)} "
                f"within a second, before {'its' if len(unsure) == 1 else 'their'} own exit could be seen: "
                f"the rank that left first is one of these" + _the_rest(state, first, order, "exits:"))
     causes = ("one of them failed on its own (an exception, sys.exit): its output says which (ddp-preflight "
