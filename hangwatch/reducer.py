@@ -506,10 +506,10 @@ def _tick(state: State, now: float, wall: float, out: list) -> None:
         t.view.idle_for = round(now - t.idle_since, 1) if t.idle_since is not None else 0.0
     if state.exit_check_at is not None and now >= state.exit_check_at:
         state.exit_check_at = None
-        first = _first_failure(state, exited)
-        if first is not None and _clocks_apart(state) > CLOCK_STEP:
-            first = replace(first, summary=first.summary + f" (the nodes' clocks are {_clocks_apart(state):.1f} s "
-                            "apart: exit times are put on the master's clock)")
+        first, apart = _first_failure(state, exited), _clocks_apart(state)
+        if first is not None and apart > CLOCK_STEP:
+            first = replace(first, summary=first.summary + f" (the nodes' clocks are {apart:.1f} s apart: exit "
+                            "times are put on the master's clock)")
         if first is not None:
             _report(state, first, 0.0, wall, out)
     # Progress is seen on watched nodes only: a lost node's ranks are neither idle nor not.
@@ -626,9 +626,9 @@ def _uncoded_first(state: State, left: Track, first: Track, order: list[Track]) 
 def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
     """Ranks stopped (SIGTERM: torchrun stopping a node's ranks when one fails) or gone with their
     code unread within a second of `first`, a failure that looks like a lost peer (or a rank gone
-    first, its code unread): a rank that left
-    (sys.exit, an exception) can be stopped before its own exit is over, once a peer has died of
-    it, or reaped by torchrun before its code is read; either way its code is never seen."""
+    first, its code unread): a rank that left (sys.exit, an exception) can be stopped before its
+    own exit is over, once a peer has died of it, or reaped by torchrun before its code is read;
+    either way its code is never seen."""
     return [t for t in order if t is not first and (t.exit_status is None or t.exit_status.stopped)
             and t.exit_t is not None and first.exit_t is not None
             and 0 <= t.exit_t - first.exit_t < PEER_LOSS_WINDOW]
@@ -636,13 +636,13 @@ def _unseen_exits(order: list[Track], first: Track) -> list[Track]:
 
 def _either(state: State, first: Track, unsure: list[Track], order: list[Track]) -> Diagnosis:
     """The evidence names no single rank: say so, and name the ranks it leaves."""
-    def ranks(tracks: list[Track], how: str) -> str:
+    def ranks(tracks: list[Track], one: str, many: str) -> str:
         names = ", ".join(f"{t.view.label} on {t.view.node}" for t in tracks)
-        return f"{names} {'was' if len(tracks) == 1 else 'were'} {how}" if tracks else ""
-    stopped = ranks([t for t in unsure if t.exit_status is not None], "stopped by torchrun")
-    unread = ranks([t for t in unsure if t.exit_status is None], "reaped by torchrun before its code was read"
-                   if sum(t.exit_status is None for t in unsure) == 1 else "reaped by torchrun before their codes "
-                   "were read")
+        return f"{names} {one if len(tracks) == 1 else many}" if tracks else ""
+    stopped = ranks([t for t in unsure if t.exit_status is not None], "was stopped by torchrun",
+                    "were stopped by torchrun")
+    unread = ranks([t for t in unsure if t.exit_status is None], "was reaped by torchrun before its code was read",
+                   "were reaped by torchrun before their codes were read")
     went = (f"died first ({first.view.exit}), as a rank dies when it loses a Gloo peer" if first.exit_status is not None
             else "went first, its exit code collected by torchrun before it could be read")
     summary = (f"{first.view.label} on {first.view.node} {went}; {' and '.join(p for p in (stopped, unread) if p)} "
