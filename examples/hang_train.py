@@ -35,7 +35,7 @@ def arguments():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit", "quit", "endless", "child",
-                                        "skip-init", "alone"])
+                                        "skip-init", "alone", "raise"])
     p.add_argument("--wait", choices=["blocking", "work", "future"], help="a metric all_reduce each step")
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--at", type=int, default=5)
@@ -130,6 +130,8 @@ def main():
                 compute(args.seconds)
             if args.fault == "exit":
                 sys.exit(3)
+            if args.fault == "raise":
+                raise RuntimeError(f"bad batch at step {step}")
             if args.fault == "quit":
                 break                                    # out of batches: it finishes, cleanly
             if args.fault == "endless":

@@ -9,18 +9,21 @@ and this import does nothing there.
 
 It sets TORCH_FR_BUFFER_SIZE (unless set: torch before 2.13 records nothing without it) and starts
 the thread of node/rank_bootstrap.py, which answers the agent in this user's folder
-/tmp/hangwatch-fr-UID. The folder is private (0700, this user's, never a symlink): another user who
-made that name first could otherwise point this rank's writes at a file of theirs. If the name is
+/tmp/hangwatch-fr-UID, where the rank also records how its script ended (PID.end: an uncaught
+exception, or its end), for the agent to read when it exits. The folder is private (0700, this
+user's, never a symlink): another user who made that name first could otherwise point this rank's
+writes at a file of theirs. If the name is
 taken, the Flight Recorder fetch stays off and one line on stderr says how to free it."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
 from node.flight import BUFFER, folder_of
 from node.private import own_private_folder
-from node.rank_bootstrap import FOLDER_VARIABLE, start_answering
+from node.rank_bootstrap import FOLDER_VARIABLE, record_ending, start_answering
 
 FOLDER = folder_of(os.geteuid())      # hangwatch's agent finds it by the rank's uid
 
@@ -35,6 +38,30 @@ def enable() -> None:
         return
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", BUFFER)
     start_answering(FOLDER)
+    record_how_it_ends(FOLDER)
+
+
+def record_how_it_ends(folder: str) -> None:
+    """PID.end for the agent (node/rank_bootstrap.py's record): an uncaught exception as it
+    reaches sys.excepthook, any other end ("ended": returned or sys.exit; the process's exit
+    code says which) as the interpreter starts its teardown. Both come before the teardown, which
+    is when the rank's connections close and its peers fail."""
+    pid, previous = os.getpid(), sys.excepthook
+    recorded = []
+
+    def on_exception(kind, exc, tb):
+        if os.getpid() == pid and not recorded:
+            recorded.append(True)
+            record_ending(folder, "raised", exc.with_traceback(tb))
+        previous(kind, exc, tb)
+
+    def on_exit():
+        if os.getpid() == pid and not recorded:     # a forked child (a DataLoader worker): not ours
+            recorded.append(True)
+            record_ending(folder, "ended")
+
+    sys.excepthook = on_exception
+    atexit.register(on_exit)
 
 
 enable()

@@ -142,6 +142,7 @@ class RankFound:
     master: Optional[str] = None     # MASTER_ADDR:MASTER_PORT from its environment
     env_readable: bool = True
     env: Any = None                  # its environment, secrets redacted (a dict)
+    started: Optional[float] = None  # when it started, the node's clock (epoch s)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class RankSample:
     exit: Optional[int] = None       # the wait status, when caught as a zombie
     gpu: Optional[int] = None        # the GPU it has a context on (NVML's index), on GPU nodes
     tcp: Optional[int] = None        # its established TCP connections (counted every few samples)
+    io: Optional[float] = None       # bytes/s it read and wrote through system calls (/proc's rchar +
+                                     # wchar: sockets, pipes, files); None: not readable
+    children_cpu: Optional[float] = None   # % of one core its descendants used (DataLoader workers,
+                                           # helpers); None: it has none
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class Stacks:
     stacks: Any = None               # {pid: py-spy's JSON (a list) or {"error": ..., "permission": bool}}
     flight: Any = None               # {pid: Flight Recorder record}
     stores: tuple = ()               # StoreAnswer: the stores of ranks waiting in init_process_group
+    sockets: Any = None              # {pid: SocketQueues as a dict}, read with the stacks
 
 
 @dataclass(frozen=True)
@@ -194,10 +200,27 @@ class StoreAnswer:
 
 
 @dataclass(frozen=True)
+class SocketQueues:
+    """A rank's established TCP connections as the kernel holds them (/proc/net/tcp): bytes
+    it sent that the peer has not acknowledged, bytes that arrived that it has not read, and
+    how many of its connections the peer has closed (CLOSE_WAIT)."""
+    established: int = 0
+    unsent: int = 0                  # tx_queue summed: sent, not yet acknowledged by the peer
+    unread: int = 0                  # rx_queue summed: arrived, not yet read by the rank
+    peer_closed: int = 0             # connections in CLOSE_WAIT: the peer closed, the rank did not
+
+
+@dataclass(frozen=True)
 class RankExit:
     pid: int
     t: Optional[float] = None
     code: Optional[int] = None       # the wait status, when caught before its parent reaped it
+    oom: Optional[bool] = None       # the node's OOM-kill count rose since the sample before it
+                                     # (None: not readable)
+    output: tuple = ()               # its last output lines, when its stdout/stderr is a file
+    ending: Any = None               # how its script ended, as the rank itself recorded it (a dict:
+                                     # node/ending.py), when it ran under ddp-preflight's bootstrap
+                                     # or imported hangwatch.flight
 
 
 @dataclass(frozen=True)
@@ -230,6 +253,11 @@ def agent_message(data: dict):
         values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}
         values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}
         values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or ())
+        values["sockets"] = {int(pid): SocketQueues(**{k: v for k, v in q.items()
+                                                      if k in SocketQueues.__dataclass_fields__})
+                             for pid, q in (data.get("sockets") or {}).items() if isinstance(q, dict)}
+    elif cls is RankExit:
+        values["output"] = tuple(str(line) for line in data.get("output") or ())
     return cls(**values)
 
 

@@ -12,7 +12,13 @@ The thread: torch records every collective in its Flight Recorder (Gloo too, fro
 default; TORCH_FR_BUFFER_SIZE sets how many), but nothing dumps it when a Gloo collective hangs.
 When the agent drops PID.request in the folder, the thread writes the record to PID.json there.
 A thread works where a signal would not: a rank blocked in a collective never returns to Python's
-main loop, but the wait releases the GIL. It costs a stat() twice a second until asked."""
+main loop, but the wait releases the GIL. It costs a stat() twice a second until asked.
+
+How the script ended: the moment it returns, calls sys.exit or raises, before Python's own
+teardown, the rank writes PID.end in the same folder (record_ending): how, when (its clock), the
+exit code or the exception's type, message and frames. The agent reads it when the process is
+gone. Teardown takes half a second or more with torch loaded, and a rank's peers may die of the
+lost connection before its process is gone: the time it wrote is when it really left."""
 
 import atexit
 import json
@@ -70,6 +76,43 @@ def _write_new(path, text):
         pass
     with os.fdopen(os.open(path, CREATE, 0o600), "w") as f:
         f.write(text)
+
+
+# -- how the script ended ---------------------------------------------------------------------------
+
+ENDING = "%d.end"             # in the folder, by pid
+MESSAGE_LIMIT = 2000          # characters of an exception's message kept
+FRAMES_LIMIT = 40             # innermost frames kept
+
+
+def record_ending(folder, how, exc=None, code=None):
+    """Write PID.end: {"how": "returned" | "exit" | "raised" | "ended" (returned or sys.exit, as
+    hangwatch.flight sees it: the process's exit code says which), "t": epoch s, "pid", "code": the
+    exit code (how == "exit", "returned"), "type", "message", "frames": [{"file", "line",
+    "function"}, ...] innermost last (how == "raised")}. Never raises: the script's own ending
+    goes on whatever happens here."""
+    try:
+        data = {"how": how, "t": time.time(), "pid": os.getpid(), "code": code}
+        if exc is not None:
+            data["type"] = type(exc).__name__
+            data["message"] = str(exc)[:MESSAGE_LIMIT]
+            frames = []
+            tb = exc.__traceback__
+            while tb is not None:
+                code_object = tb.tb_frame.f_code
+                frames.append({"file": code_object.co_filename, "line": tb.tb_lineno, "function": code_object.co_name})
+                tb = tb.tb_next
+            data["frames"] = frames[-FRAMES_LIMIT:]
+        _write_new(os.path.join(folder, ENDING % os.getpid()), json.dumps(data))
+    except Exception:
+        pass
+
+
+def exit_code(exc):
+    """The exit code a SystemExit gives, as the interpreter computes it."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
 
 
 def _forget(ready, pid):
@@ -134,13 +177,23 @@ def _scripts_own(tb):
 
 
 if __name__ == "__main__":
-    if os.environ.get(FOLDER_VARIABLE):
-        start_answering(os.environ[FOLDER_VARIABLE])
+    _folder = os.environ.get(FOLDER_VARIABLE)
+    if _folder:
+        start_answering(_folder)
     try:
         run(sys.argv[1:])
+    except SystemExit as exc:
+        if _folder:
+            record_ending(_folder, "exit", code=exit_code(exc))
+        raise
     except BaseException as exc:
         # Re-raised bare at the top level, the exception ends the process as it would have
         # without this file: the same traceback from the script on (Python 3.11+; before, this
         # file's frames show above it), the same exit code, KeyboardInterrupt as SIGINT.
         exc.__traceback__ = _scripts_own(exc.__traceback__)
+        if _folder:
+            record_ending(_folder, "raised", exc)
         raise
+    else:
+        if _folder:
+            record_ending(_folder, "returned", code=0)
