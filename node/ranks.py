@@ -1,17 +1,39 @@
 """Which processes are training ranks: decided once, here, for hangwatch's agent and for
 preflight's stale-processes alike.
 
-A rank is a worker that a launcher started: a Python process whose environment has RANK and
-WORLD_SIZE (what torch.distributed's env:// needs; torchrun, the launcher, DeepSpeed and Slurm
-scripts set both) and whose parent is not itself a rank. Its children inherit RANK and are not
-ranks: DataLoader workers, torch.compile's compile workers and the compilers they run (gcc,
-collect2). A process whose environment this user may not read is a rank when torchrun started it
-(its rank number is then unknown)."""
+A rank is a worker that a launcher started, told by its environment and its ancestry. A process
+is a rank when
+- it is a Python process whose environment has RANK and WORLD_SIZE (what torch.distributed's
+  env:// needs; torchrun, the launcher, DeepSpeed and Slurm scripts set both), or its environment
+  is one this user may not read and torchrun started it (its rank number is then unknown);
+- and no ancestor of it is a rank.
+
+An ancestor is a rank when it was given by pid, was found a rank before, or is itself a Python
+process with RANK and WORLD_SIZE in its environment (or one with an unreadable environment that
+torchrun started). The walk up from the parent goes through everything else: sh, bash, env, nice,
+timeout, compile and DataLoader workers, and the srun or mpirun wrapper that exports RANK to the
+Python only. It stops, with no rank above, at a launcher (LAUNCHERS), after pid 1 (judged like
+the others: a container's first process may be its rank), at a process whose environment cannot
+be read (another user's: sudo, a setuid wrapper; one torchrun started is a rank, as above), at a
+process gone, and after MAX_DEPTH ancestors.
+
+So what a rank starts inherits RANK and is never a rank, however many wrappers lie between: its
+DataLoader workers, torch.compile's compile workers, a helper run with os.system or
+subprocess(shell=True), and the compilers they run (gcc, collect2: not Python). A program that is
+not Python (a shell) is a rank only when given by pid, or unreadable and started by torchrun: when
+torchrun runs `wrapper.sh`, the Python that wrapper.sh runs is the rank (a user who cannot read
+their environments gets the shell, all it can tell). Processes claiming the same RANK with no rank
+above either (two runs) are all ranks: what that means is the watcher's to say. A process given
+by pid is a rank whatever it looks like.
+
+A process is judged once for its life (its pid and start time): a rank stays one whatever its
+ancestors turn into. One that is not a rank is looked at again while it is young (YOUNG: it may
+not have exec'd its program yet), unless a rank is above it: no exec changes that."""
 
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import proc
 
@@ -20,6 +42,7 @@ from . import proc
 LAUNCHERS = ("torch.distributed.run", "torchrun", "torch/distributed/run.py", "torch.distributed.launch",
              "torchelastic", "node.programs import child")
 YOUNG = 2.0       # seconds: a process this young may not have exec'd its program yet
+MAX_DEPTH = 64    # ancestors walked at most: real chains are a few deep; a bound all the same
 
 
 def has_rank(env: Optional[Dict[str, str]]) -> bool:
@@ -34,6 +57,16 @@ def is_launcher(argv) -> bool:
 def is_python(argv) -> bool:
     program = os.path.basename(argv[0]) if argv else ""
     return program.startswith("python") or program == "pt_main_thread"
+
+
+def looks_like_rank(argv: List[str], env: Optional[Dict[str, str]], ppid: int) -> bool:
+    """The first half of the rule, the process alone: a Python with RANK and WORLD_SIZE, or
+    unreadable and torchrun's child. Not a launcher, a shell, or a tool a rank ran (gcc)."""
+    if is_launcher(argv):
+        return False
+    if env is None:
+        return is_launcher(proc.cmdline(ppid))
+    return has_rank(env) and is_python(argv)
 
 
 def _int(value) -> Optional[int]:
@@ -70,18 +103,17 @@ class Finder:
             if known is not None and known["start"] == st.start_ticks:
                 found[pid] = known
                 continue
-            info = self.look(pid, st)
+            info = self.look(pid, st, found)
             if info is not None:
                 found[pid] = info
             elif now - st.start_seconds > YOUNG:
                 self.not_ranks.add((pid, st.start_ticks))
-        # A rank's children carry its RANK: keep only the outermost.
-        for pid in [p for p, i in found.items() if i["ppid"] in found and p not in self.given]:
-            self.not_ranks.add((pid, found.pop(pid)["start"]))
         self.known = found
         return found
 
-    def look(self, pid: int, st: proc.Stat) -> Optional[dict]:
+    def look(self, pid: int, st: proc.Stat, found: Optional[Dict[int, dict]] = None) -> Optional[dict]:
+        """What a process not judged before is, when it is a rank; `found`: the ranks of this
+        scan so far."""
         given = pid in self.given
         netns = proc.netns(pid)           # None: another user's process; then we cannot tell, so look
         if not given and netns is not None and netns != self.own_netns:
@@ -89,19 +121,11 @@ class Finder:
         argv = proc.cmdline(pid)
         env = proc.environ(pid)
         if not given:
-            if is_launcher(argv):
+            if not looks_like_rank(argv, env, st.ppid):
                 return None
-            started_by_launcher = is_launcher(proc.cmdline(st.ppid))
-            if env is None:                 # unreadable: a rank only if torchrun started it
-                if not started_by_launcher:
-                    return None
-            elif not has_rank(env):
+            if self.rank_above(st.ppid, found or {}):
+                self.not_ranks.add((pid, st.start_ticks))     # whatever its age: no exec changes that
                 return None
-            elif not (started_by_launcher or is_python(argv)):
-                return None                 # a tool a rank ran (gcc, collect2): not a rank
-            parent = proc.environ(st.ppid)
-            if has_rank(parent) and not started_by_launcher and is_python(proc.cmdline(st.ppid)):
-                return None                 # a rank's own child
         readable, env = env is not None, env or {}
         return {"pid": pid, "ppid": st.ppid, "start": st.start_ticks, "argv": argv[:12],
                 "rank": _int(env.get("RANK")), "local_rank": _int(env.get("LOCAL_RANK")),
@@ -109,3 +133,31 @@ class Finder:
                 "master": f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if "MASTER_ADDR" in env else None,
                 "env_readable": readable,
                 "env": self.redact(env)}
+
+    def rank_above(self, pid: int, found: Dict[int, dict]) -> bool:
+        """Whether `pid` (a parent) or one of its ancestors is a rank, as the module says. Ranks
+        known already are told by their pid and start time, without reading more of them."""
+        seen: Set[int] = set()
+        for _ in range(MAX_DEPTH):
+            if pid <= 0 or pid in seen:
+                return False
+            seen.add(pid)
+            if pid in self.given:
+                return True
+            st = proc.stat(pid)
+            if st is None:
+                return False
+            for ranks in (found, self.known):
+                rank = ranks.get(pid)
+                if rank is not None and rank["start"] == st.start_ticks:
+                    return True
+            argv = proc.cmdline(pid)
+            if is_launcher(argv):
+                return False
+            env = proc.environ(pid)
+            if looks_like_rank(argv, env, st.ppid):
+                return True
+            if env is None:                 # another user's: above it we cannot see
+                return False
+            pid = st.ppid
+        return False
