@@ -121,9 +121,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
 
     launch.on_line.append(show)
     launch.on_logs_failed.append(logs_failed)
-    left_first: list[str] = []
     watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"], stop_on_hang=args.stop_on_hang,
-                    endless_after=args.endless_after, notes=preflight_notes(report), left_first=left_first)
+                    endless_after=args.endless_after, notes=preflight_notes(report))
     caught: list[int] = []
 
     def on_signal(signum, frame):
@@ -164,8 +163,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
         say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s (unreachable?); a node that "
             f"does not hear from this machine stops its part by itself within its {launch.lease:g} s lease")
         return Exit.FOUND
-    if left_first and not result.ok:
-        result.left_first = left_first[-1]
+    if not result.ok:
+        launch.add_verdict(watcher.verdict())      # who failed first, and why: hangwatch's verdict on the ends
     sys.stderr.write("ddp-preflight: " + redact_text(render(result, plan.master_port, plan.nodes[0].node)))
     sys.stderr.flush()
     return result.exit_code
@@ -182,10 +181,10 @@ def preflight_notes(report: Report) -> dict[str, tuple[str, ...]]:
 
 
 def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = False, endless_after=None,
-          notes=None, left_first: list[str] | None = None):
+          notes=None):
     """hangwatch on every node the run started on, over the same connections; what it names is
-    said here (and kept in the log folder's incidents/)."""
-    from hangwatch.model import Kind
+    said here (and kept in the log folder's incidents/). What the launcher learns of how ranks end
+    (the launchers' stops, the exceptions in their output, torchrun's exit codes) is its evidence too."""
     from hangwatch.watch import Watcher, WatchTarget
 
     targets = [WatchTarget(cluster.nodes[i]) for i in cluster.usable()]
@@ -195,9 +194,6 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
             launch.stop(f"hangwatch named a hang (--stop-on-hang); bundle {path}")
 
     def on_event(event) -> None:
-        said = event.snapshot.diagnosis if event.snapshot is not None else None
-        if left_first is not None and said is not None and said.kind is Kind.EXITED and " left first" in said.summary:
-            left_first.append(said.summary)
         _note_alone(launch, event)
         if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
             return
@@ -206,9 +202,13 @@ def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = Fa
         say(f"hangwatch: {event.text}")
 
     # The agents go with the run: a node cut off from this machine ends both within one lease.
-    return Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
-                   lease=launch.lease, endless_after=endless_after, notes=notes,
-                   planned={r.rank: r.node for r in launch.ranks.values()})
+    watcher = Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
+                      lease=launch.lease, endless_after=endless_after, notes=notes,
+                      planned={r.rank: r.node for r in launch.ranks.values()})
+    launch.on_stopping.append(watcher.launcher_stopping)
+    launch.on_exception.append(watcher.rank_error)
+    launch.on_rank_end.append(watcher.rank_ended)
+    return watcher
 
 
 def _note_alone(launch: Launch, event) -> None:

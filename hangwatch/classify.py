@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .model import RankStatus
+from .model import Evidence, RankStatus, Reason
 from .model import RankStatus as S
 
 # torch.distributed's Python entry points, by the name users know them by.
@@ -40,6 +40,11 @@ NATIVE_WAITS = (
 )
 # What a wait on an async handle does not say: which collective (any op it could be is the same).
 GENERIC_WAITS = frozenset({"Work.wait()", "Future.wait()", "store.get()", "a Gloo transfer"})
+# A wait outside any collective on a lock, an event, a condition or a queue: the standard library's
+# frames of it (Python 3.8-3.13), and the C functions under a bare Lock.acquire() (native frames).
+LOCK_FRAMES = {("threading.py", "wait"), ("threading.py", "acquire"), ("threading.py", "join"),
+               ("threading.py", "_wait_for_tstate_lock"), ("queue.py", "get"), ("queue.py", "put")}
+LOCK_SYMBOLS = ("PyThread_acquire_lock", "lock_PyThread_acquire_lock", "acquire_timed", "rlock_acquire")
 COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
 DATA_FILES = ("torch/utils/data/",)
 BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py")
@@ -64,8 +69,9 @@ class Frame:
 
     @property
     def native(self) -> bool:
-        """A C/C++ frame (py-spy --native): a shared library, no Python line."""
-        return self.line == 0 or ".so" in self.file
+        """A C/C++ frame (py-spy --native): a shared library, or a C source file of Python's own
+        (selectmodule.c:655), never the training's line."""
+        return self.line == 0 or ".so" in self.file or self.file.endswith((".c", ".cc", ".cpp", ".cxx", ".h"))
 
     @property
     def in_library(self) -> bool:
@@ -81,9 +87,17 @@ class RankState:
     op: str | None = None        # the collective (or the wait) for COLLECTIVE; the CUDA call for GPU_WAIT
     frame: Frame | None = None   # the innermost frame of the training code: "the line"
     evidence: tuple[str, ...] = field(default_factory=tuple)
+    reason: Reason | None = None  # what an idle rank waits on, when its stack shows it (a lock)
 
     def __post_init__(self):
         object.__setattr__(self, "state", RankStatus(self.state))     # also when given its word
+
+    def as_evidence(self, node: str, pid: int, rank: int | None, **more) -> Evidence:
+        """This rank's evidence, as a verdict reads it."""
+        if self.state is S.EXITED and self.evidence:
+            more.setdefault("exit", self.evidence[0])
+        return Evidence(node, pid, rank, self.state, self.reason, self.op, self.frame.where if self.frame else None,
+                        self.frame.function if self.frame else None, notes=self.evidence, **more)
 
     def describe(self) -> str:
         where = f" at {self.frame.where} ({self.frame.function})" if self.frame else ""
@@ -134,6 +148,10 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
         if frame.file.startswith(SAVING_FILES):
             return RankState(S.SAVING, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
+    lock = _lock_wait(frames)
+    if lock is not None and not busy:
+        return RankState(S.IDLE, frame=user or (frames[0] if frames else None),
+                         evidence=tuple(evidence + [f"waits in {lock}"]), reason=Reason.WAITS_ON_LOCK)
     if frames and frames[0].file.startswith(BACKWARD_FILES) and not busy:
         # backward() with no CPU: DDP's reducer waiting for its gradient all_reduce; without
         # native frames that is likely, not seen.
@@ -141,4 +159,20 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
             f"in backward ({frames[0].where}) without using CPU: likely DDP's gradient all_reduce "
             "(native frames were not taken to confirm)"]))
     return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
-                     evidence=tuple(evidence))
+                     evidence=tuple(evidence), reason=None if busy else Reason.LEFT_LOOP)
+
+
+def _lock_wait(frames: list[Frame]) -> str | None:
+    """The lock, event, condition or queue wait the innermost frames show, if they show one before
+    any frame of the training's own: "threading.py:355 (wait)"."""
+    for frame in frames:
+        if frame.native:
+            if any(symbol in frame.function for symbol in LOCK_SYMBOLS):
+                return frame.function.split("(")[0]
+            continue
+        name = frame.file.rsplit("/", 1)[-1]
+        if (name, frame.function) in LOCK_FRAMES:
+            return f"{frame.where} ({frame.function})"
+        if not frame.in_library:
+            return None
+    return None

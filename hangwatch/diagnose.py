@@ -1,219 +1,214 @@
-"""What all ranks together say: a deadlock, a mismatch, a stall, or a straggler (not a hang).
+"""What all ranks together say when progress has stopped: a deadlock, a mismatch, a stall, a rank
+stuck on its GPU, or a straggler (not a hang), as a typed verdict (model.Diagnosis).
 
-Pure: a function of every rank's state at the moment progress stopped."""
+Pure: a function of every rank's Evidence at the moment progress stopped (the reducer builds it
+from the rank's stack, its kernel state, its helpers' CPU, its Flight Recorder and its sockets).
+The text is rendered from the verdict (text.py); nothing here writes a sentence."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from node.protocol import StoreAnswer
 
-from .classify import GENERIC_WAITS, RankState
-from .model import Diagnosis, Kind
+from . import text
+from .causes import CAUSES, TRAINS_ALONE
+from .classify import GENERIC_WAITS
+from .model import Certainty, Diagnosis, Evidence, Kind, Reason
 from .model import RankStatus as S
-
-LIKELY_DEADLOCK = ("uneven data across ranks: one rank ran out of batches and left the loop "
-                   "(compare shards with ddp-preflight's data-shards check)",
-                   "rank-dependent code: an `if rank == ...` around a collective")
-
-
-MISMATCH_CAUSES = ("rank-dependent code: a collective only some ranks call (`if rank == 0: ...`), "
-                   "or a different number of collectives per rank",
-                   "ranks disagree on a branch: compare the code and data across nodes (ddp-preflight "
-                   "code-parity and data-shards)")
-
-
-GPU_HANG_CAUSES = ("an NCCL collective's kernel waits for a peer that never sends (a rank that left, a "
-                   "mismatched collective on another node, a dead link): NCCL's kernels spin on the GPU",
-                   "a kernel of the training's own that never ends (a loop on the device)")
-
-
-CANNOT_TELL = "a hang cannot be told from a straggler"
-
-CANNOT_CONNECT = ("check the firewall, address family and interface (ddp-preflight's ephemeral-ports, "
-                  "address-family, interface-choice)")
-
-NEVER_CHECKED_IN = ("it never called init_process_group: a condition around it, or it exited or is stuck "
-                    "before it (its line above)",
-                    "its node's torchrun did not start it: see that node's log")
-
-TRAINS_ALONE = ("init_process_group behind a condition: nanochat, for one, creates its process group on CUDA "
-                "only, so on CPU it needs its Gloo patch",
-                "a script written for one process, started by torchrun: it never calls init_process_group")
 
 # "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
 WORKING = (S.COMPUTING, S.COMPILING, S.LOADING_DATA, S.SAVING, S.RUNNING)
+WAITING = (S.COLLECTIVE, S.GPU_WAIT)
+P2P = "send/recv"
 
 
-def diagnose(ranks: dict[int, RankState]) -> Diagnosis:
-    waiting = {r: s for r, s in ranks.items() if s.state in (S.COLLECTIVE, S.GPU_WAIT)}
-    working = {r: s for r, s in ranks.items() if s.state in WORKING}
-    exited = {r: s for r, s in ranks.items() if s.state is S.EXITED}
-    if all(s.state is S.RENDEZVOUS for s in ranks.values()) and ranks:
-        return Diagnosis(Kind.RENDEZVOUS_STALL, "every rank is stuck creating the process group: check the "
-                         "firewall, address family and interface (ddp-preflight's ephemeral-ports, "
-                         "address-family, interface-choice)", tuple(sorted(ranks)))
-    if waiting and working:
-        who = ", ".join(f"rank {r} is {s.describe()}" for r, s in sorted(working.items()))
-        return Diagnosis(Kind.STRAGGLER, f"not a hang: {_wait(waiting)} in "
-                         f"{_ops(waiting)} while {who}", tuple(sorted(working)))
+def verdict(**fields) -> Diagnosis:
+    """A Diagnosis with its text rendered from its fields."""
+    found = Diagnosis(**fields)
+    return replace(found, summary=text.summary(found))
+
+
+def working(e: Evidence) -> bool:
+    """It does something that may arrive: it computes, compiles, saves or loads with CPU (its own
+    or its workers'). A loader whose workers do nothing is stuck (its reason says so)."""
+    return e.state in WORKING and e.reason is None
+
+
+def stuck(e: Evidence) -> bool:
+    """Neither working, nor waiting in a collective, nor gone, nor unseen: where it is, its reason
+    says (left the loop, a lock, its data, I/O, stopped)."""
+    return e.state not in WAITING and e.state not in (S.EXITED, S.UNKNOWN, S.RENDEZVOUS) and not working(e)
+
+
+def diagnose(ranks: Mapping[int, Evidence], ended: Diagnosis | None = None) -> Diagnosis:
+    """`ranks`: every rank's evidence, by key (rank, or negated pid). `ended`: the verdict on the
+    ranks that exited (exits.judge), when some did."""
+    evidence = tuple(e for _, e in sorted(ranks.items()))
+    waiting = {r: e for r, e in ranks.items() if e.state in WAITING}
+    busy = {r: e for r, e in ranks.items() if working(e)}
+    exited = {r: e for r, e in ranks.items() if e.state is S.EXITED}
+    unknown = {r: e for r, e in ranks.items() if e.state is S.UNKNOWN}
+    halted = {r: e for r, e in ranks.items() if stuck(e)}
+    if ranks and all(e.state is S.RENDEZVOUS for e in ranks.values()):
+        return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(sorted(ranks)), reason=Reason.CANNOT_CONNECT,
+                       evidence=evidence, causes=CAUSES[Reason.CANNOT_CONNECT])
+    if waiting and busy:
+        return verdict(kind=Kind.STRAGGLER, culprits=tuple(sorted(busy)), reason=Reason.STRAGGLING,
+                       evidence=evidence)
     if waiting and exited:
-        return Diagnosis(Kind.EXITED, f"{_who(exited)} exited ({'; '.join(s.evidence[0] for s in exited.values())}) "
-                         f"while {_wait(waiting)} in {_ops(waiting)}", tuple(sorted(exited)))
+        if ended is not None and ended.named:
+            return replace(ended, evidence=_merged(ended.evidence, evidence), summary=text.summary(
+                replace(ended, evidence=_merged(ended.evidence, evidence))))
+        return verdict(kind=Kind.EXITED, culprits=tuple(sorted(exited)), reason=Reason.FAILED,
+                       certainty=Certainty.LIKELY, evidence=evidence, causes=CAUSES[Reason.FAILED])
+    if waiting and halted:
+        reason = _first_reason(halted)
+        # Seen outside the collective the others wait in: certain, unless a rank nobody sees could be
+        # the one (it is named beside them, "unknown").
+        certainty = Certainty.CERTAIN if not unknown else Certainty.LIKELY
+        behind = _behind_of(waiting, halted)
+        return verdict(kind=Kind.DEADLOCK, culprits=tuple(sorted(halted)), reason=reason, certainty=certainty,
+                       evidence=evidence, causes=CAUSES.get(reason, ()) + (CAUSES[Reason.BEHIND] if behind else ()))
+    if waiting and unknown:
+        # Only ranks nobody sees (no stack, node lost) could be holding the others up, and one of
+        # them may be computing: never a culprit, never a hang that stops a run.
+        return verdict(kind=Kind.UNSEEN, evidence=evidence, unknown_why=text.CANNOT_TELL)
     if waiting:
-        others = {r: s for r, s in ranks.items() if r not in waiting}
-        # A wait on an async handle (work.wait(), a future) is on some collective: it differs
-        # from none. Only named collectives can disagree.
-        named = {r: s for r, s in waiting.items() if s.state is S.COLLECTIVE and s.op not in GENERIC_WAITS}
-        ops = {s.op for s in named.values()}
-        if others:
-            seen = {r: s for r, s in others.items() if s.state is not S.UNKNOWN}
-            if not seen:
-                # Only ranks nobody sees (no stack, node lost) could be holding the others up, and
-                # one of them may be computing: never a culprit, never a hang that stops a run.
-                return Diagnosis(Kind.UNSEEN, f"{_wait(waiting)} in {_ops(waiting)}; {_unknown(others)}: {CANNOT_TELL}")
-            where = "; ".join(f"{_who([r])} left the loop: {s.describe()}" for r, s in sorted(seen.items()))
-            if len(seen) < len(others):
-                where += f"; {_unknown(others)}"
-            return Diagnosis(Kind.DEADLOCK, f"{where}; {_wait(waiting)} in {_ops(waiting)}",
-                             tuple(sorted(seen)), LIKELY_DEADLOCK)
-        if len(ops) > 1:
-            # The odd ones out: the ranks in the collective fewest ranks are in.
-            by_op = {op: sorted(r for r, s in named.items() if s.op == op) for op in ops}
-            odd = min(by_op.values(), key=len)
-            if sum(len(rs) == len(odd) for rs in by_op.values()) > 1:
-                # As many in one as in another: where they stand does not say which one diverged.
-                return Diagnosis(Kind.MISMATCH, "ranks wait in different collectives: " + "; ".join(
-                    f"{_who([r])} in {s.describe()}" for r, s in sorted(named.items()))
-                    + "; which one took the other branch cannot be told from where they wait", (), MISMATCH_CAUSES)
-            rest = sorted(set(named) - set(odd))
-            rest_frame = named[rest[0]].frame
-            return Diagnosis(Kind.MISMATCH, f"ranks wait in different collectives: "
-                             f"{_who(odd)} {'is' if len(odd) == 1 else 'are'} in "
-                             f"{'; '.join(named[r].describe() for r in odd)}, while "
-                             f"{_wait(rest)} in {_ops({r: named[r] for r in rest})} "
-                             f"({rest_frame.where if rest_frame else 'library code'})",
-                             tuple(odd), MISMATCH_CAUSES)
-        on_gpu = sorted(r for r, s in waiting.items() if s.state is S.GPU_WAIT)
-        if on_gpu:
-            first = waiting[on_gpu[0]]
-            return Diagnosis(Kind.GPU_HANG, f"{_wait(on_gpu)} on {'its GPU' if len(on_gpu) == 1 else 'their GPUs'} "
-                             f"({first.op}{' at ' + first.frame.where if first.frame else ''}) and no rank computes: "
-                             "a GPU kernel that never ends", tuple(on_gpu), GPU_HANG_CAUSES)
-        return Diagnosis(Kind.NETWORK_STALL, f"every rank waits in {_ops(waiting)} and none computes: a peer or "
-                         "the link is gone", tuple(sorted(waiting)))
-    if any(s.state is S.UNKNOWN for s in ranks.values()):
-        by_place: dict[str, list[int]] = {}
-        for r, s in sorted(ranks.items()):
-            if s.state not in (S.UNKNOWN, S.EXITED):
-                by_place.setdefault(s.describe(), []).append(r)
-        seen_at = "".join(f"{_who(rs)}: {what}; " for what, rs in by_place.items())
-        return Diagnosis(Kind.UNSEEN, f"{seen_at}{_unknown(ranks)}: {CANNOT_TELL}")
-    return Diagnosis(Kind.NONE, "no hang: no rank waits in a collective")
+        return _all_waiting(waiting, evidence)
+    if unknown:
+        return verdict(kind=Kind.UNSEEN, evidence=evidence, unknown_why=text.CANNOT_TELL)
+    return verdict(kind=Kind.NONE, evidence=evidence)
 
 
-def rendezvous_stall(ranks: dict[int, RankState], store: StoreAnswer | None,
-                     nodes: Mapping[int, str]) -> Diagnosis | None:
-    """Ranks wait in init_process_group: who never checked in, as their store says (never
-    without it), and on which node (`nodes`: rank -> node, from the agents and the launch plan).
-    None when no rank waits there."""
-    waiting = sorted(r for r, s in ranks.items() if s.state is S.RENDEZVOUS)
+def _merged(first: Sequence[Evidence], rest: Sequence[Evidence]) -> tuple[Evidence, ...]:
+    """The exits' evidence, then the live ranks' (one entry per rank)."""
+    keys = {e.key for e in first}
+    return tuple(first) + tuple(e for e in rest if e.key not in keys)
+
+
+def _first_reason(ranks: Mapping[int, Evidence]) -> Reason:
+    reasons = [e.reason for _, e in sorted(ranks.items()) if e.reason is not None]
+    return reasons[0] if reasons else Reason.LEFT_LOOP
+
+
+def _behind_of(waiting: Mapping[int, Evidence], others: Mapping[int, Evidence]) -> bool:
+    """The Flight Recorder shows the others one collective (or more) behind the ranks that wait."""
+    waits = {e.seq for e in waiting.values() if e.seq is not None}
+    behind = [e.seq for e in others.values() if e.seq is not None]
+    return bool(waits and behind) and max(behind) < min(waits)
+
+
+def _all_waiting(waiting: Mapping[int, Evidence], evidence: tuple[Evidence, ...]) -> Diagnosis:
+    """Every rank waits. Who is to blame: the ranks in another collective (a mismatch), the ranks at
+    another collective number (the Flight Recorder), none in a cycle of receives with nothing in
+    flight, the ranks on a GPU that makes no progress; else a peer or the link."""
+    # A wait on an async handle (work.wait(), a future) is on some collective: it differs from
+    # none. Only named collectives can disagree.
+    named = {r: e for r, e in waiting.items() if e.state is S.COLLECTIVE and e.op not in GENERIC_WAITS}
+    apart = _odd_ones_out({r: e.op for r, e in named.items()})
+    if apart is not None:
+        odd, tied = apart
+        return verdict(kind=Kind.MISMATCH, culprits=odd, candidates=tied, reason=Reason.DIFFERENT_COLLECTIVE,
+                       certainty=Certainty.CERTAIN if odd else Certainty.UNSURE, evidence=evidence,
+                       causes=CAUSES[Reason.DIFFERENT_COLLECTIVE],
+                       unknown_why=None if odd else "which one took the other branch cannot be told from where they "
+                                                    "wait")
+    numbered = {r: e.seq for r, e in waiting.items() if e.seq is not None}
+    if len(numbered) == len(waiting):
+        apart = _odd_ones_out(numbered)
+        if apart is not None:
+            odd, tied = apart
+            return verdict(kind=Kind.MISMATCH, culprits=odd, candidates=tied, reason=Reason.BEHIND,
+                           certainty=Certainty.CERTAIN if odd else Certainty.UNSURE, evidence=evidence,
+                           causes=CAUSES[Reason.BEHIND],
+                           unknown_why=None if odd else "as many ranks are at each collective number: which one "
+                                                        "called one collective more or fewer cannot be told")
+    on_gpu = sorted(r for r, e in waiting.items() if e.state is S.GPU_WAIT)
+    if on_gpu:
+        return verdict(kind=Kind.GPU_HANG, culprits=tuple(on_gpu), reason=Reason.WAITS_ON_GPU,
+                       evidence=evidence, causes=CAUSES[Reason.WAITS_ON_GPU])
+    if all(e.op == P2P for e in waiting.values()) and all(e.unsent == 0 for e in waiting.values()) \
+            and all(e.moved == 0 for e in waiting.values()):
+        return verdict(kind=Kind.DEADLOCK, candidates=tuple(sorted(waiting)), reason=Reason.WAIT_FOR_EACH_OTHER,
+                       certainty=Certainty.UNSURE, evidence=evidence, causes=CAUSES[Reason.WAIT_FOR_EACH_OTHER])
+    if all(e.moved for e in waiting.values()):
+        return verdict(kind=Kind.SLOW, reason=Reason.LINK, evidence=evidence)
+    return verdict(kind=Kind.NETWORK_STALL, reason=Reason.LINK, evidence=evidence, causes=CAUSES[Reason.LINK])
+
+
+def _odd_ones_out(where: Mapping[int, object]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(culprits, candidates) when the ranks are at more than one place: the ranks at the place
+    fewest ranks are at; or, when two places hold as many ranks each (where they stand does not say
+    which diverged), no culprit and the ranks of those places as candidates. None when every rank is
+    at one place."""
+    places: dict[object, list[int]] = {}
+    for r, place in where.items():
+        places.setdefault(place, []).append(r)
+    if len(places) < 2:
+        return None
+    fewest = min(len(rs) for rs in places.values())
+    odd = [rs for rs in places.values() if len(rs) == fewest]
+    if len(odd) > 1:
+        return (), tuple(sorted(r for rs in odd for r in rs))
+    return tuple(sorted(odd[0])), ()
+
+
+# -- rendezvous: who never checked in --------------------------------------------------------
+
+def rendezvous_stall(ranks: Mapping[int, Evidence], store: StoreAnswer | None,
+                     planned: Mapping[int, str] = {}) -> Diagnosis | None:   # noqa: B006 (read only)
+    """Ranks wait in init_process_group: who never checked in, as their store says (never without
+    it). None when no rank waits there. A rank's node is in its evidence; a rank no agent found is
+    placed by `planned` (rank -> node, the launch plan's), or is on a node unknown."""
+    waiting = sorted(r for r, e in ranks.items() if e.state is S.RENDEZVOUS)
     if not waiting:
         return None
-    others = {r: s for r, s in ranks.items() if r not in waiting}
-    working = {r: s for r, s in others.items() if s.state in WORKING}
-    where = f"{_wait(waiting)} in init_process_group"
+    evidence = tuple(e for _, e in sorted(ranks.items()))
+    others = {r: e for r, e in ranks.items() if r not in waiting}
+    busy = {r: e for r, e in others.items() if working(e)}
     if store is None or store.error or not store.checked_in or not store.world_size:
         # Who is missing cannot be told: say what is seen, and why the store did not say more.
         why = ("the store was not read" if store is None else
                f"the store at {store.master} could not be read ({store.error})" if store.error else
                f"the store at {store.master} holds no rank's check-in (with NCCL it never does)"
                if not store.checked_in else "the world size is unknown")
-        if working:
-            return _busy_before_init(where, working, nodes)
+        if busy:
+            return verdict(kind=Kind.STRAGGLER, culprits=tuple(sorted(busy)), reason=Reason.STRAGGLING,
+                           evidence=evidence)
         if not others:
-            return Diagnosis(Kind.RENDEZVOUS_STALL, f"every rank is stuck creating the process group ({why}): "
-                             f"{CANNOT_CONNECT}", tuple(waiting))
-        seen = "; ".join(f"{_who([r])} is {s.describe()}" for r, s in sorted(others.items()))
-        return Diagnosis(Kind.RENDEZVOUS_STALL, f"{where}; {seen}; {why}, so who never checked in cannot be told")
+            return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(waiting), reason=Reason.CANNOT_CONNECT,
+                           evidence=evidence, unknown_why=why, causes=CAUSES[Reason.CANNOT_CONNECT])
+        return verdict(kind=Kind.RENDEZVOUS_STALL, evidence=evidence, certainty=Certainty.UNSURE,
+                       unknown_why=why + ", so who never checked in cannot be told")
     checked = set(store.checked_in)
     missing = [r for r in range(store.world_size) if r not in checked and r not in waiting]
     late = [r for r in waiting if r not in checked]      # waiting, yet not checked in
-    if missing and all(r in working for r in missing):
-        return _busy_before_init(where, working, nodes)
+    if missing and all(r in busy for r in missing):
+        return verdict(kind=Kind.STRAGGLER, culprits=tuple(sorted(busy)), reason=Reason.STRAGGLING, evidence=evidence)
     if missing:
-        late_note = f" ({_who(late)} not checked in either)" if late else ""
-        return Diagnosis(Kind.RENDEZVOUS_STALL, f"{_never_checked_in(missing, ranks, nodes)}; {where}{late_note}",
-                         tuple(missing), NEVER_CHECKED_IN)
+        unfound = tuple(Evidence(planned.get(r, ""), 0, r, S.UNKNOWN, notes=("no agent found it",))
+                        for r in missing if r not in ranks)
+        marked = tuple(replace(e, reason=Reason.CANNOT_REACH_STORE) if e.key in late else e for e in evidence)
+        return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(missing), reason=Reason.NEVER_CHECKED_IN,
+                       certainty=Certainty.CERTAIN, evidence=marked + unfound, store=store.master,
+                       causes=CAUSES[Reason.NEVER_CHECKED_IN])
     if late:
-        return Diagnosis(Kind.RENDEZVOUS_STALL, f"{_who(late)} {'waits' if len(late) == 1 else 'wait'} in "
-                         f"init_process_group without having checked in to the store at {store.master}: it cannot "
-                         "reach the store? (ddp-preflight's master-reachable); every other rank checked in",
-                         tuple(late))
-    return Diagnosis(Kind.RENDEZVOUS_STALL, f"every rank checked in to the store at {store.master}, yet {where}: "
-                     f"the ranks cannot connect to each other: {CANNOT_CONNECT}", tuple(waiting))
+        return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(late), reason=Reason.CANNOT_REACH_STORE,
+                       certainty=Certainty.CERTAIN, evidence=evidence, store=store.master,
+                       causes=CAUSES[Reason.CANNOT_REACH_STORE])
+    return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(waiting), reason=Reason.CANNOT_CONNECT,
+                   certainty=Certainty.CERTAIN, evidence=evidence, store=store.master,
+                   causes=CAUSES[Reason.CANNOT_CONNECT])
 
 
-def _never_checked_in(missing: list[int], ranks: dict[int, RankState], nodes: Mapping[int, str]) -> str:
-    """"ranks 2,3 never checked in (worker1's): rank 3 is idle at train.py:12 (main)", by node."""
-    by_node: dict[str, list[int]] = {}
-    for r in missing:
-        by_node.setdefault(nodes.get(r) or "", []).append(r)
-    parts = []
-    for node, rs in by_node.items():
-        owner = f"{node}'s" if node else "node unknown: no agent found it"
-        seen = [f"{'it' if len(rs) == 1 else _who([r])} {_doing(ranks[r])}" for r in rs
-                if r in ranks and ranks[r].state is not S.UNKNOWN]
-        parts.append(f"{_who(rs)} never checked in ({owner})" + (f": {', '.join(seen)}" if seen else ""))
-    return "; ".join(parts)
-
-
-def _doing(state: RankState) -> str:
-    return f"exited ({state.evidence[0]})" if state.state is S.EXITED and state.evidence else f"is {state.describe()}"
-
-
-def _busy_before_init(where: str, working: dict[int, RankState], nodes: Mapping[int, str]) -> Diagnosis:
-    """A rank outside init_process_group still works: it may get there yet. Not a hang."""
-    who = ", ".join(f"{_who([r])}{_on(r, nodes)} is {s.describe()}" for r, s in sorted(working.items()))
-    return Diagnosis(Kind.STRAGGLER, f"not a hang: {where} while {who}", tuple(sorted(working)))
-
-
-def _on(rank: int, nodes: Mapping[int, str]) -> str:
-    return f" ({nodes[rank]}'s)" if rank in nodes else ""
-
-
-def trains_alone(ranks: Sequence[int], world: int, seconds: float) -> Diagnosis:
+def trains_alone(ranks: Sequence[Evidence], world: int, seconds: float) -> Diagnosis:
     """Every rank of a world of more than one has worked for `seconds` without a connection."""
-    return Diagnosis(Kind.ALONE, f"{_who(ranks)} (world {world}) used CPU for {seconds:.0f} s without a single TCP "
-                     "connection to the store or to each other: each rank trains alone: no process group was "
-                     "created (init_process_group skipped on CPU?)", (), TRAINS_ALONE)
+    return verdict(kind=Kind.ALONE, evidence=tuple(ranks), world=world, waited=seconds, causes=TRAINS_ALONE,
+                   certainty=Certainty.CERTAIN)
 
 
 def connected_late(ranks: Sequence[int]) -> str:
     """What takes back trains_alone(): some of those ranks have a connection now."""
-    return f"{_who(ranks)} connected after all: a process group was created late"
-
-
-def _unknown(ranks: dict[int, RankState]) -> str:
-    """The ranks nobody sees, grouped by why: "ranks 2,3 unknown (not watched: worker1's agent is gone)"."""
-    why: dict[str, list[int]] = {}
-    for r, s in sorted(ranks.items()):
-        if s.state is S.UNKNOWN:
-            why.setdefault(s.evidence[0] if s.evidence else "no stack", []).append(r)
-    return "; ".join(f"{_who(rs)} unknown ({reason})" for reason, rs in why.items())
-
-
-def _who(ranks) -> str:
-    """Ranks by number; a rank whose number is unknown is keyed by its negated pid."""
-    numbered, pids = sorted(r for r in ranks if r >= 0), sorted(-r for r in ranks if r < 0)
-    parts = [("rank " if len(numbered) == 1 else "ranks ") + ",".join(map(str, numbered))] if numbered else []
-    parts += [("pid " if len(pids) == 1 else "pids ") + ",".join(map(str, pids))] if pids else []
-    return " and ".join(parts)
-
-
-def _wait(ranks) -> str:
-    return _who(ranks) + (" waits" if len(ranks) == 1 else " wait")
-
-
-def _ops(waiting: dict[int, RankState]) -> str:
-    return "/".join(sorted({f"the GPU ({s.op})" if s.state is S.GPU_WAIT else str(s.op) for s in waiting.values()}))
+    return f"{text.who(ranks)} connected after all: a process group was created late"

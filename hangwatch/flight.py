@@ -47,7 +47,7 @@ def record_how_it_ends(folder: str) -> None:
     code says which) as the interpreter starts its teardown. Both come before the teardown, which
     is when the rank's connections close and its peers fail."""
     pid, previous = os.getpid(), sys.excepthook
-    recorded = []
+    recorded: list[bool] = []
 
     def on_exception(kind, exc, tb):
         if os.getpid() == pid and not recorded:

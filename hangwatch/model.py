@@ -13,7 +13,8 @@ A snapshot, as JSON:
   "ranks": [{"node": "master", "pid": 4242, "rank": 0, "local_rank": 0, "world_size": 4,
              "cpu": 97.0,                      # % of one core over the last sample
              "history": [97.0, 95.1, ...],     # last 60 samples, oldest first
-             "state": "computing|collective|gpu-wait|rendezvous|loading-data|compiling|saving|idle|exited|unknown|running",
+             "state": "computing|collective|gpu-wait|rendezvous|loading-data|compiling|saving|idle|stopped|exited"
+                      "|unknown|running",
              "op": "all_reduce"|null,          # the collective, when state == collective
              "frame": "train.py:88"|null,      # the training code's innermost line
              "function": "train_step"|null,
@@ -29,8 +30,23 @@ A snapshot, as JSON:
                                                # its GPU (NVML), on GPU nodes
   "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall"
                         "|slow|straggler|unseen|alone",
-                "summary": str, "guilty": [1], "causes": [str], "since": epoch s,
-                "evidence": [str]} | null,
+                "summary": str,                # rendered from the fields below (text.py)
+                "culprits": [1],               # the ranks named
+                "candidates": [],              # the ranks it cannot tell apart: one of them, not all
+                "reason": "raised|left-loop|...",   # Reason: why the culprits are named
+                "certainty": "certain|likely|unsure",
+                "causes": [str],               # likely causes, each with its fix
+                "since": epoch s,
+                "evidence": [{"rank": 1, "node": "master", "pid": 4242, "state": "exited",
+                              "reason": "raised", "op": null, "frame": "train.py:40", "function": "step",
+                              "exit": "exit code 1", "ended_at": epoch s,
+                              "exception": {"type", "message", "where", "function", "lost_peer", "peer",
+                                            "source": "record|output"} | null,
+                              "seq": 1235 | null, "seq_op": "all_reduce" | null, "quote": str | null, "moved": bytes | null,
+                              "unsent": bytes | null, "notes": [str]}],
+                "nodes": [str], "waited": s, "bound": s, "idle_share": 0.73, "idle_span": 30,
+                "clocks_apart": s, "margin": s, "world": 4, "store": "10.0.0.1:29500", "unknown_why": str,
+                "notes": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],
   "messages": [str],                           # one-line notices: a node lost, no ptrace, ...
   "preflight": {"ok": bool, "results": [...]} | null   # the preflight report (launch mode)
@@ -76,6 +92,7 @@ class RankStatus(Word):
     COMPILING = "compiling"
     SAVING = "saving"
     IDLE = "idle"                 # no CPU, not in a collective: where it is, its line says
+    STOPPED = "stopped"           # the kernel holds it (SIGSTOP, a debugger): /proc's state T or t
     EXITED = "exited"
     UNKNOWN = "unknown"           # not seen: no stack, or its node is lost
 
@@ -146,20 +163,150 @@ class RankView:
         return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
 
 
+class Reason(Word):
+    """Why a rank is named (or why a victim ended as it did): a closed set, decided from evidence
+    (diagnose.py for the live ranks, exits.py for the ended ones)."""
+    # how a rank ended
+    RAISED = "raised"                         # an uncaught exception of its own (its record or its output)
+    EXIT_CODE = "exit-code"                   # it ended with a code of its own (sys.exit(3))
+    FAILED = "failed"                         # an error code (1) or SIGABRT with nothing seen of why: its own
+                                              # error or a lost peer, the exit alone cannot tell
+    KILLED = "killed"                         # a signal no launcher sent (SIGKILL, SIGSEGV, ...)
+    OOM_KILLED = "oom-killed"                 # SIGKILL while its node's OOM-kill count rose
+    LEFT_FIRST = "left-first"                 # it exited cleanly while its peers ran; they failed after
+    LOST_PEER = "lost-peer"                   # its error says it lost a peer or the link
+    STOPPED_BY_LAUNCHER = "stopped-by-launcher"   # torchrun or ddp-preflight stopped it after another rank ended
+    TERMINATED = "terminated"                 # SIGTERM/SIGINT/SIGHUP with no failure before: the run was stopped
+    # where a live rank is stuck
+    LEFT_LOOP = "left-loop"                   # idle outside any collective, at its own line
+    WAITS_ON_LOCK = "waits-on-lock"           # blocked on a lock, a condition or a queue, outside any collective
+    WAITS_FOR_DATA = "waits-for-data"         # waits for a batch its DataLoader workers never bring
+    WAITS_ON_IO = "waits-on-io"               # blocked in the kernel on a disk or a file system (state D)
+    STOPPED = "stopped"                       # the kernel holds it: SIGSTOP, a debugger (state T or t)
+    COMPUTES_FOREVER = "computes-forever"     # computes while the others wait, past any straggler's time
+    WAITS_ON_GPU = "waits-on-gpu"             # its host thread waits for a GPU that makes no progress
+    DIFFERENT_COLLECTIVE = "different-collective"   # it waits in another collective than the others
+    BEHIND = "behind"                         # it never entered the collective the others wait in (sequence numbers)
+    WAIT_FOR_EACH_OTHER = "wait-for-each-other"     # every rank waits to receive and nothing is in flight
+    NEVER_CHECKED_IN = "never-checked-in"     # the store has no key of it: it never reached init_process_group
+    CANNOT_REACH_STORE = "cannot-reach-store"  # it waits in init_process_group, unregistered, while the others did
+    CANNOT_CONNECT = "cannot-connect"         # every rank checked in and still they wait: they cannot connect
+    LINK = "link"                             # every rank waits in one collective, none behind: a peer or the link
+    STRAGGLING = "straggling"                 # it works while the others wait: not a hang
+
+
+class Certainty(Word):
+    """How sure a verdict is of whom it names."""
+    CERTAIN = "certain"      # the evidence says it outright: the rank's own record or error, the kernel's state,
+                             # the store's keys, a signal only the kernel sends
+    LIKELY = "likely"        # inferred: the order of exits, where one stack shows a rank, an exit code alone
+    UNSURE = "unsure"        # the evidence leaves several ranks: the candidates, none named
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An exception as the evidence shows it: the rank's own record (node/rank_bootstrap.py) or its
+    output (hangwatch/tracebacks.py)."""
+    type: str
+    message: str
+    where: str | None = None          # the training's own line that raised it: "train.py:40"
+    function: str | None = None
+    lost_peer: bool = False           # a message of a rank that lost a peer or the link
+    peer: str | None = None           # the peer's address when the message names it
+    source: str = "output"            # "record" (the rank wrote it) | "output" (read in its lines)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One rank as a verdict saw it: where it is or how it ended, and what says so."""
+    node: str
+    pid: int
+    rank: int | None = None
+    state: RankStatus = RankStatus.UNKNOWN
+    reason: Reason | None = None      # what this rank did (a culprit's cause, or a victim's fate)
+    op: str | None = None             # the collective or wait it is in; the CUDA call on a GPU wait
+    frame: str | None = None          # its training code's innermost line: "train.py:88"
+    function: str | None = None
+    exit: str | None = None           # "exit code 1", "signal 9"
+    ended_at: float | None = None     # when it ended, on the master's clock (epoch s)
+    exception: Seen | None = None
+    seq: int | None = None            # its last collective's sequence number (Flight Recorder)
+    seq_op: str | None = None         # and that collective ("all_reduce")
+    quote: str | None = None          # the output line it rests on
+    moved: int | None = None          # bytes it read or wrote since it stopped using CPU (None: not known)
+    unsent: int | None = None         # bytes it sent that its peers have not acknowledged (its sockets)
+    notes: tuple[str, ...] = ()       # what else was seen: "CPU 0%", "waiting in the kernel at futex_do_wait"
+
+    @property
+    def key(self) -> int:
+        return self.rank if self.rank is not None else -self.pid
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+
+
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the ranks together say, with the ranks to look at and the likely causes; `since`
-    (when progress stopped, epoch s) and `evidence` (each rank's state and why) once reported.
-    diagnose.py makes them with tuples; a snapshot holds them with lists, as its JSON does."""
+    """A verdict, as data: what kind; the ranks named (`culprits`) and the ranks it cannot tell apart
+    (`candidates`: one of them, not all), kept apart; why (`reason`) and how sure (`certainty`);
+    each rank as it was seen (`evidence`); the likely causes with their fixes. `summary` is the
+    text rendered from the rest (text.py): no code reads it to decide. Ranks are numbers; a rank
+    whose number is unknown is its negated pid."""
     kind: Kind
-    summary: str
-    guilty: Sequence[int] = ()
+    culprits: Sequence[int] = ()
+    candidates: Sequence[int] = ()
+    reason: Reason | None = None
+    certainty: Certainty = Certainty.LIKELY
+    evidence: Sequence[Evidence] = ()
     causes: Sequence[str] = ()
-    since: float | None = None
-    evidence: Sequence[str] = ()
+    since: float | None = None        # when progress stopped or the first rank ended (epoch s), once reported
+    nodes: Sequence[str] = ()         # nodes named, where a node is to blame (its launcher never came)
+    waited: float | None = None       # seconds the state named has lasted (computing for ever, idle)
+    bound: float | None = None        # the bound it passed (endless: --endless-after)
+    idle_share: float | None = None   # a straggler's cost: the share of the last `idle_span` s the others waited
+    idle_span: int | None = None
+    clocks_apart: float | None = None   # seconds the nodes' clocks differ, when exits were put on one clock
+    margin: float | None = None       # seconds within which exits on different nodes cannot be ordered
+    world: int | None = None          # the world size, where the verdict is about all of it
+    store: str | None = None          # the rendezvous store read (MASTER_ADDR:MASTER_PORT)
+    unknown_why: str | None = None    # why whom to blame cannot be told, when it cannot
+    notes: Sequence[str] = ()         # what preflight said of the named ranks' nodes (under --launch)
+    summary: str = ""
 
-    def as_reported(self, since: float, evidence: list[str]) -> Diagnosis:
-        return replace(self, guilty=list(self.guilty), causes=list(self.causes), since=since, evidence=list(evidence))
+    def as_reported(self, since: float) -> Diagnosis:
+        """As a snapshot holds it: lists, as its JSON does, and since when."""
+        return replace(self, culprits=list(self.culprits), candidates=list(self.candidates), causes=list(self.causes),
+                       evidence=list(self.evidence), nodes=list(self.nodes), notes=list(self.notes), since=since)
+
+    @property
+    def named(self) -> tuple[int, ...]:
+        """The ranks to look at: the culprits, or failing them the candidates."""
+        return tuple(self.culprits) or tuple(self.candidates)
+
+    def to_json(self) -> dict:
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict) -> Diagnosis:
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        values["kind"] = Kind(data["kind"])
+        values["reason"] = Reason(data["reason"]) if data.get("reason") else None
+        values["certainty"] = Certainty(data.get("certainty") or Certainty.LIKELY)
+        values["evidence"] = [_evidence(e) for e in data.get("evidence") or ()]
+        return cls(**values)
+
+
+def _evidence(data: dict) -> Evidence:
+    known = set(Evidence.__dataclass_fields__)
+    values = {k: v for k, v in data.items() if k in known}
+    values["state"] = RankStatus(data.get("state") or RankStatus.UNKNOWN)
+    values["reason"] = Reason(data["reason"]) if data.get("reason") else None
+    values["notes"] = tuple(data.get("notes") or ())
+    if data.get("exception"):
+        values["exception"] = Seen(**{k: v for k, v in data["exception"].items() if k in Seen.__dataclass_fields__})
+    return Evidence(**values)
 
 
 @dataclass
@@ -184,7 +331,7 @@ class Snapshot:
                    nodes=[NodeView(**{**n, "status": NodeStatus(n.get("status", "connecting"))})
                           for n in data.get("nodes", [])],
                    ranks=[RankView(**{**r, "state": RankStatus(r.get("state", "running"))}) for r in data.get("ranks", [])],
-                   diagnosis=Diagnosis(**{**diagnosis, "kind": Kind(diagnosis["kind"])}) if diagnosis else None,
+                   diagnosis=Diagnosis.from_json(diagnosis) if diagnosis else None,
                    incidents=list(data.get("incidents", [])), messages=list(data.get("messages", [])),
                    preflight=data.get("preflight"))
 
@@ -195,7 +342,7 @@ def _plain(value):
         return value.value
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
 

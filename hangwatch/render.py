@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from .model import RankView, Snapshot
+from .text import evidence_line, who
 
 
 def event_line(kind: str, text: str, at: float | None = None) -> str:
@@ -26,8 +27,10 @@ def diagnosis_block(snapshot: Snapshot) -> str:
     if d is None:
         return "no hang\n"
     lines = [f"{d.kind.upper()}: {d.summary}"]
-    if d.guilty:
-        lines.append("look at: " + ", ".join(f"rank {g}" for g in d.guilty))
+    if d.culprits:
+        lines.append(f"look at: {who(d.culprits)} ({d.reason.value if d.reason else 'see above'}; {d.certainty})")
+    elif d.candidates:
+        lines.append(f"one of: {who(d.candidates)} (which one, the evidence cannot tell)")
     lines += [f"likely cause: {c}" for c in d.causes]
     lines += ["ranks:"] + [f"  {rank_line(r)}" for r in snapshot.ranks]
     return "\n".join(lines) + "\n"
@@ -37,7 +40,7 @@ def incident_report(snapshot: Snapshot, details: dict) -> str:
     out = [f"hangwatch incident, {time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(snapshot.time))}", "",
            diagnosis_block(snapshot)]
     if snapshot.diagnosis and snapshot.diagnosis.evidence:
-        out += ["evidence:"] + [f"  {e}" for e in snapshot.diagnosis.evidence] + [""]
+        out += ["evidence:"] + [f"  {evidence_line(e)}" for e in snapshot.diagnosis.evidence] + [""]
     out.append("stacks (innermost first):")
     for r in snapshot.ranks:
         out.append(f"  {r.label} on {r.node} (pid {r.pid}):")

@@ -19,7 +19,7 @@ from pathlib import Path
 from node import protocol
 from transport import Node, NodeError
 
-from . import reducer, stall
+from . import ended, reducer, stall
 from .links import LEASE, AgentLink
 from .model import Event, Snapshot, Source
 
@@ -116,6 +116,26 @@ class Watcher(Source):
     def notice(self, text: str) -> None:
         self.feed(reducer.Notice(text))
 
+    # --- what a launcher knows (ddp-preflight --launch) -------------------------------------
+    def launcher_stopping(self, node: str | None, t: float, by: str) -> None:
+        """A launcher began stopping ranks: torchrun on `node` (`t` on its clock), or ddp-preflight
+        on every node (`node` None, `t` on this machine's clock)."""
+        self.feed(reducer.LauncherStopping(node, t, by))
+
+    def rank_error(self, node: str, rank: int, exception) -> None:
+        """A launched rank printed an exception (hangwatch.tracebacks.ExceptionInfo)."""
+        self.feed(reducer.RankError(node, rank, exception))
+
+    def rank_ended(self, node: str, rank: int, pid: int | None, status: protocol.ExitStatus) -> None:
+        """torchrun collected a launched rank's exit code or signal."""
+        self.feed(reducer.RankEnded(node, rank, pid, status))
+
+    def verdict(self):
+        """The verdict on the ranks' ends as it stands now (the run whose rank ended last), judged
+        afresh from everything known; None when nothing failed."""
+        with self.lock:
+            return ended.judge(self.state, self.clock(), self.wall())
+
     def feed(self, event: object) -> None:
         try:
             with self.lock:
@@ -135,6 +155,10 @@ class Watcher(Source):
     def _carry_out(self, effect: object) -> None:
         if isinstance(effect, reducer.Say):
             self.on_event(effect.event)
+        elif isinstance(effect, reducer.Send):
+            link = self.links.get(effect.node)
+            if link is not None:
+                link.send(effect.command)
         elif isinstance(effect, reducer.AskStacks):
             for name in effect.nodes:
                 link = self.links.get(name)

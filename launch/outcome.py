@@ -1,13 +1,24 @@
 """How a launch ended, per node and per rank, and the summary the CLI prints.
 
 A rank's outcome is what its process really did (torchrun's worker exit, read on the node);
-"why" is added from who stopped whom: ddp-preflight stops every node when one fails or the
-user quits; torchrun stops a node's other ranks when one of them fails."""
+"why" is added from who stopped whom, as the launchers said it: ddp-preflight stops every node
+when one fails or the user quits; torchrun stops a node's other ranks when one of them ends (the
+launch program's "stopping" marker lists them). Which rank failed first, and why, is hangwatch's
+verdict on the run (hangwatch/exits.py, one rule for a launched run and a watched one): the
+headline renders it."""
 
 from __future__ import annotations
 
 import signal as signals
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from hangwatch.model import Diagnosis
+from hangwatch.text import headline
+from node.protocol import ExitStatus
+
+if TYPE_CHECKING:
+    from hangwatch.tracebacks import ExceptionInfo
 
 STOPPED_BY_US = "stopped by ddp-preflight"
 
@@ -23,6 +34,8 @@ class LaunchedRank:
     exit: int | None = None            # exit code, when it exited
     signal: int | None = None          # signal number, when a signal ended it
     why: str | None = None             # who stopped it, when it did not end by itself
+    error: ExceptionInfo | None = None  # the exception its output shows, if any
+    stopped_by: str | None = None      # "torchrun": its launcher began stopping it (the launch program said so)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +78,7 @@ class LaunchResult:
     seconds: float
     log_dir: str | None = None
     port_free: bool | None = None      # the master port could be bound afterwards (None: not tested)
-    left_first: str | None = None      # hangwatch saw a rank leave cleanly before its peers failed
+    verdict: Diagnosis | None = None   # hangwatch's verdict on how the ranks ended: who failed first, and why
     notes: list[str] = field(default_factory=list)
     logs_error: str | None = None      # why the logs stopped before the end ("No space left on device")
 
@@ -86,6 +99,7 @@ class LaunchResult:
                 "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
                 "log_dir": self.log_dir, "logs_complete": self.logs_error is None, "logs_error": self.logs_error,
                 "port_free": self.port_free, "notes": list(self.notes),
+                "verdict": self.verdict.to_json() if self.verdict is not None else None,
                 "nodes": [asdict(n) for n in self.nodes],
                 "ranks": [{**asdict(r), "outcome": r.outcome()} for r in self.ranks]}
 
@@ -97,16 +111,23 @@ def _signal_name(number: int) -> str:
         return "unknown signal"
 
 
+def stop_signal(rank: LaunchedRank) -> bool:
+    """Ended by a signal someone sends to stop a process (SIGTERM, SIGINT, SIGHUP)."""
+    return rank.signal is not None and ExitStatus(signal=rank.signal).stopped
+
+
 def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
     """Fill in `why` for one node's ranks once the node has ended."""
-    failed = [r for r in ranks if r.exit not in (None, 0) or r.signal not in (None, signals.SIGTERM)]
+    failed = [r for r in ranks if r.ended and not r.ok and not stop_signal(r)]
     for r in ranks:
         if r.ended and r.ok:
             continue
         if r.signal is not None and node.stopped:
             r.why = STOPPED_BY_US
-        elif r.signal == signals.SIGTERM and failed and r not in failed:
-            r.why = f"stopped by torchrun when rank {failed[0].rank} failed"
+        elif stop_signal(r) and (r.stopped_by == "torchrun" or failed):
+            # The launch program saw torchrun begin to stop it; without its word (an older torch), a
+            # rank of its node that failed is why torchrun stopped the others.
+            r.why = "stopped by torchrun" + (f" when rank {failed[0].rank} failed" if failed else "")
         elif r.ended:
             r.why = None                   # it failed by itself
         elif not node.launched or (node.watched and r.pid is None):
@@ -132,9 +153,9 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         first = [r for r in failed if r.node == result.first_failure] or failed
         first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
         stopped = "; every node was stopped" if result.stop_reason else ""
-        if result.left_first:
-            # The peers' failures followed a rank that had left (exit code 0): that rank is the one.
-            lines.append(f"training failed: {result.left_first}" + stopped)
+        if result.verdict is not None and result.verdict.named:
+            # hangwatch's verdict: the ranks no other end explains, and why.
+            lines.append(f"training failed: {headline(result.verdict)}" + stopped)
         elif first:
             lines.append(f"training failed: rank {first[0].rank} on {first[0].node} ended with {first[0].outcome()}"
                          + stopped)

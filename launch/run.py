@@ -15,14 +15,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from node import protocol
+from node.protocol import ExitStatus
 from node.redact import redact_json
 from transport import RunningJob
 
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
+
+if TYPE_CHECKING:
+    from hangwatch.tracebacks import ExceptionInfo, Reader
 
 NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
 DEFAULT_LEASE = 60.0             # seconds a node keeps training without hearing from the master
@@ -38,7 +43,13 @@ class Launch:
     pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`.
 
     The log folder is not the run: when it cannot be written (a full disk), `on_logs_failed`
-    callbacks get why, once, and the run goes on."""
+    callbacks get why, once, and the run goes on.
+
+    What it learns of how ranks end goes to hangwatch through callbacks: `on_stopping(node, t, by)`
+    when a launcher begins stopping ranks (torchrun on a node, `t` on its clock; or ddp-preflight
+    on every node, node None, `t` on this machine's clock), `on_exception(node, rank, exception)`
+    when a rank's output holds an exception (hangwatch/tracebacks.py), `on_rank_end(node, rank, pid,
+    status)` with torchrun's exit code or signal of each rank."""
 
     def __init__(self, cluster, plan: Plan, log_dir: str | Path | None = None, *, check_port: bool = True,
                  lease: float = DEFAULT_LEASE):
@@ -48,6 +59,10 @@ class Launch:
         self.on_line: list[Callable[[Line], None]] = []
         self.on_end: list[Callable[[LaunchResult], None]] = []
         self.on_logs_failed: list[Callable[[str], None]] = []
+        self.on_stopping: list[Callable[[str | None, float, str], None]] = []
+        self.on_exception: list[Callable[[str, int, ExceptionInfo], None]] = []
+        self.on_rank_end: list[Callable[[str, int, int | None, ExitStatus], None]] = []
+        self._readers: dict[int, Reader] = {}         # rank -> what its output says of an exception
         self.ranks: dict[int, LaunchedRank] = {
             rank: LaunchedRank(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
         self.nodes: dict[str, NodeState] = {n.node: NodeState(n.node) for n in plan.nodes}
@@ -94,8 +109,10 @@ class Launch:
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop every node still running; the first reason given is the one reported."""
+        stopping_at = time.time()
         with self._lock:
-            if self.stop_reason is None:
+            first = self.stop_reason is None
+            if first:
                 self.stop_reason = reason
             for name, job in self._jobs.items():
                 state = self.nodes[name]
@@ -105,6 +122,8 @@ class Launch:
                         job.stop()
                     except Exception:
                         pass    # the channel is already gone: its supervisor stops the group itself
+        if first:
+            self._tell(self.on_stopping, None, stopping_at, "ddp-preflight")
 
     def wait(self, timeout: float | None = None) -> LaunchResult | None:
         """The result once every node has ended; None if `timeout` passed first."""
@@ -147,6 +166,7 @@ class Launch:
         line = parse(node.node, node.node_rank, self.plan.nproc_per_node, raw, time.time())
         if line.rank is None and not line.text.strip():
             return
+        seen = None
         with self._lock:
             rank = self.ranks.get(line.rank) if line.rank is not None else None
             if rank is not None:
@@ -156,7 +176,13 @@ class Launch:
                     rank.step = step
                     if self.first_step_at is None:
                         self.first_step_at = line.time
+                from hangwatch.tracebacks import Reader  # TEMPORARY: until tracebacks.py lands
+                seen = self._readers.setdefault(rank.rank, Reader()).feed(line.text)
+                if seen is not None:
+                    rank.error = seen
             self._tails.setdefault((node.node, line.rank), collections.deque(maxlen=TAIL)).append(line.text)
+        if seen is not None and rank is not None:
+            self._tell(self.on_exception, node.node, rank.rank, seen)
         if self._logs:
             self._logs.write(node.node, line.prefixed())
         for callback in list(self.on_line):
@@ -174,16 +200,41 @@ class Launch:
             if data.get("kind") == "started":
                 state.launched, state.watched = True, bool(data.get("watched"))
                 return
-            for entry in data.get("ranks", []):
-                rank = entry.get("rank")
-                if rank is None:
-                    rank = node.node_rank * self.plan.nproc_per_node + entry["local_rank"]
-                r = self.ranks.get(rank)
+            stopping = data.get("kind") == "stopping" and isinstance(data.get("t"), (int, float))
+            if stopping:
+                # torchrun began stopping the node's ranks still running (one of them ended).
+                for entry in data.get("ranks", []):
+                    r = self.ranks.get(self._global(node, entry))
+                    if r is not None:
+                        r.stopped_by = r.stopped_by or "torchrun"
+            ended = []
+            for entry in [] if stopping else data.get("ranks", []):
+                r = self.ranks.get(self._global(node, entry))
                 if r is None:
                     continue
                 r.pid = entry.get("pid", r.pid)
                 if data.get("kind") == "exits":
                     r.exit, r.signal = entry.get("exit"), entry.get("signal")
+                    if r.ended:
+                        ended.append(r)
+        if stopping:
+            self._tell(self.on_stopping, node.node, float(data["t"]), "torchrun")
+        for r in ended:
+            status = ExitStatus(code=r.exit) if r.exit is not None else ExitStatus(signal=r.signal)
+            self._tell(self.on_rank_end, r.node, r.rank, r.pid, status)
+
+    def _global(self, node: NodePlan, entry: dict) -> int:
+        """A marker's rank entry's global rank (static rendezvous: node rank x ranks per node + local)."""
+        rank = entry.get("rank")
+        return rank if rank is not None else node.node_rank * self.plan.nproc_per_node + entry["local_rank"]
+
+    @staticmethod
+    def _tell(callbacks: list, *args) -> None:
+        for callback in list(callbacks):
+            try:
+                callback(*args)
+            except Exception:
+                pass     # a broken listener must not stop the run
 
     def _watch(self, node: NodePlan, job) -> None:
         result = job.wait()
@@ -231,6 +282,15 @@ class Launch:
             except Exception:
                 pass
         self._done.set()
+
+    def add_verdict(self, verdict) -> None:
+        """hangwatch's verdict on how the ranks ended (a hangwatch.model.Diagnosis, or None), once
+        the run is over: into the result and its result.json."""
+        if self._result is None:
+            return
+        self._result.verdict = verdict
+        if self._logs and verdict is not None:
+            self._logs.write_json("result.json", redact_json(self._result.to_json()))
 
     def _logs_failed(self, why: str) -> None:
         for callback in list(self.on_logs_failed):

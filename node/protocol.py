@@ -219,8 +219,21 @@ class RankExit:
                                      # (None: not readable)
     output: tuple = ()               # its last output lines, when its stdout/stderr is a file
     ending: Any = None               # how its script ended, as the rank itself recorded it (a dict:
-                                     # node/ending.py), when it ran under ddp-preflight's bootstrap
-                                     # or imported hangwatch.flight
+                                     # node/rank_bootstrap.py's record_ending), when it ran under
+                                     # ddp-preflight's bootstrap or imported hangwatch.flight
+    closed: Any = None               # {pid: n} for the node's other live ranks at this exit: how many
+                                     # TCP sockets each closed itself since the agent last counted
+                                     # them (not those its peer closed: those stay open, CLOSE_WAIT);
+                                     # a rank that closed some was on its way out
+
+
+@dataclass(frozen=True)
+class ClockAnswer:
+    """The node's clock, read the moment the watcher's {"cmd": "clock", "t": its clock} arrived: the
+    master reads the node's offset (t - the midpoint of asked and answered) to within half the
+    round trip."""
+    asked: Optional[float] = None    # the master's clock when it asked (echoed)
+    t: Optional[float] = None        # the node's clock when it answered
 
 
 @dataclass(frozen=True)
@@ -231,7 +244,7 @@ class PySpyAnswer:
 
 
 AGENT_MESSAGES = {"hello": Hello, "rank": RankFound, "sample": Sample, "stacks": Stacks, "exit": RankExit,
-                  "py-spy": PySpyAnswer}
+                  "py-spy": PySpyAnswer, "clock": ClockAnswer}
 
 
 def agent_message(data: dict):
@@ -258,6 +271,7 @@ def agent_message(data: dict):
                              for pid, q in (data.get("sockets") or {}).items() if isinstance(q, dict)}
     elif cls is RankExit:
         values["output"] = tuple(str(line) for line in data.get("output") or ())
+        values["closed"] = {int(pid): n for pid, n in (data.get("closed") or {}).items()}
     return cls(**values)
 
 

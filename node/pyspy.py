@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Optional, Tuple
 
+from . import proc
 from .private import not_trusted
 
 # Python frames that stop at a call into C++ that can hide a wait (backward, where DDP's reducer
@@ -48,6 +49,10 @@ def dump(py_spy: str, pid: int, native) -> object:
     torch.distributed: a wait in C++ under the user's own frame, work.wait() in a wrapper, a
     future's wait(), the store's get, cudaStreamSynchronize under loss.item(), shows only there)."""
     argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native is True else [])
+    if stopped(pid):
+        # py-spy cannot suspend a process the kernel holds ("Failed to suspend process"); read as it
+        # is: stopped, its memory does not change under the read.
+        argv.append("--nonblocking")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -68,6 +73,12 @@ def dump(py_spy: str, pid: int, native) -> object:
         return {"error": "ptrace not permitted", "permission": True}
     lines = [line for line in text.splitlines() if line.strip() and not re.match(r"\s*\d+: ", line)]
     return {"error": lines[0][:200] if lines else f"py-spy exit {done.returncode}"}
+
+
+def stopped(pid: int) -> bool:
+    """Held by the kernel: SIGSTOP (state T) or a tracer (t)."""
+    st = proc.stat(pid)
+    return st is not None and st.state in ("T", "t")
 
 
 def _innermost(stack) -> str:

@@ -100,7 +100,7 @@ class DashboardApp(App[str]):
         ranks = self.query_one(RanksTable)
         ranks.show(snapshot)
         self.query_one(PreflightPanel).show(snapshot.preflight)
-        guilty = list(snapshot.diagnosis.guilty) if snapshot.diagnosis else []
+        guilty = list(snapshot.diagnosis.named) if snapshot.diagnosis else []
         if guilty and guilty != self._guilty:
             ranks.point_at(guilty[0])          # a new diagnosis: `s` shows the guilty rank at once
         self._guilty = guilty

@@ -103,9 +103,11 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
         r.world_size, r.pid = world, 20000 + rank
         wide.ranks.append(r)
     if wide.diagnosis:
-        guilty = {r.rank for r in template if r.rank in wide.diagnosis.guilty}
-        wide.diagnosis = replace(wide.diagnosis,
-                                 guilty=[r for r in range(world) if template[r % len(template)].rank in guilty])
+        def widened(ranks) -> list[int]:
+            keep = {r.rank for r in template if r.rank in ranks}
+            return [r for r in range(world) if template[r % len(template)].rank in keep]
+        wide.diagnosis = replace(wide.diagnosis, culprits=widened(wide.diagnosis.culprits),
+                                 candidates=widened(wide.diagnosis.candidates))
     if wide.run:
         wide.run.update(nnodes=nodes, nproc_per_node=ranks_per_node)
     return wide

@@ -31,7 +31,7 @@ def test_a_rank_that_leaves_the_loop_is_named_with_its_line_within_the_threshold
     event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
     latency = event["time"] - left_at
     diagnosis = event["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
+    assert diagnosis["kind"] == "deadlock" and diagnosis["culprits"] == [3], diagnosis
     assert "rank 3 left the loop: idle at hang_train.py:" in diagnosis["summary"]
     assert "ranks 0,1,2 wait in all_reduce" in diagnosis["summary"]
     assert latency <= DEFAULT_THRESHOLD + 2, f"named after {latency:.1f} s"
@@ -45,7 +45,7 @@ def test_a_rank_that_leaves_the_loop_is_named_with_its_line_within_the_threshold
     bundle = Path(watch.wait_for("incident", 5)["path"])
     assert bundle.parent == tmp_path / "incidents"
     document = json.loads((bundle / "incident.json").read_text())
-    assert document["snapshot"]["diagnosis"]["guilty"] == [3]
+    assert document["snapshot"]["diagnosis"]["culprits"] == [3]
     assert set(document["nodes"]) == {"master", "worker1"} and document["nodes"]["worker1"]["torch"].startswith("2.")
     report = (bundle / "report.txt").read_text()
     assert "DEADLOCK" in report and "c10d::Reducer::finalize_backward" in report and "GLOO_SOCKET_IFNAME=eth0" in report
@@ -61,7 +61,7 @@ def test_ranks_in_different_collectives_are_a_mismatch_naming_the_odd_rank(watch
     watch, job = watched("--steps", "500", "--fault", "mismatch", "--rank", "1", "--at", "5", port=29632)
     job.fault_time()
     diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "mismatch" and diagnosis["guilty"] == [1], diagnosis
+    assert diagnosis["kind"] == "mismatch" and diagnosis["culprits"] == [1], diagnosis
     assert f"rank 1 is in all_gather at hang_train.py:{_line('dist.all_gather(')}" in diagnosis["summary"]
     assert "ranks 0,2,3 wait in all_reduce" in diagnosis["summary"]
 
@@ -72,7 +72,7 @@ def test_a_rank_computing_for_30_s_is_a_straggler_never_a_hang(watched):
     job.fault_time()
     straggler = watch.wait_for("straggler", DEFAULT_THRESHOLD + 20)
     assert "not a hang" in straggler["text"] and "rank 0 is computing at hang_train.py:" in straggler["text"]
-    assert straggler["snapshot"]["diagnosis"]["guilty"] == [0]
+    assert straggler["snapshot"]["diagnosis"]["culprits"] == [0]
     assert "idle" in straggler["text"] and "of the last" in straggler["text"]     # the measured wait share
     assert job.wait(60) == [0, 0], job.lines[-10:]                                  # training went on
     watch.wait_for("resumed", 5)
@@ -89,7 +89,7 @@ def test_a_rank_that_exits_is_named_first_with_its_code_before_the_ranks_that_fo
         # Its peers may exit with code 1 a moment before it (a lost Gloo peer): its own code names it;
         # sys.exit with a live Gloo group may itself end in SIGABRT; torchrun may reap it before its
         # code is read (once in CI), and it is still named by going first.
-        assert diagnosis["guilty"] == [3], diagnosis["summary"]
+        assert diagnosis["culprits"] == [3], diagnosis["summary"]
         assert diagnosis["summary"].startswith(("rank 3 on worker1 exited first (exit code 3)",
                                                 "rank 3 on worker1 exited first, ",
                                                 "rank 3 on worker1 failed on its own (exit code 3)",
@@ -97,7 +97,7 @@ def test_a_rank_that_exits_is_named_first_with_its_code_before_the_ranks_that_fo
     else:
         # Or a peer dies of the lost connection first and torchrun stops rank 3 (SIGTERM) before its
         # own code is seen (once in CI): then no single rank is named, and rank 3 is among those named.
-        assert 3 in diagnosis["guilty"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
+        assert 3 in diagnosis["culprits"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
 
 
 def test_exits_are_ordered_on_the_masters_clock_when_a_nodes_clock_is_behind(watched, tmp_path):
@@ -120,10 +120,10 @@ def test_exits_are_ordered_on_the_masters_clock_when_a_nodes_clock_is_behind(wat
     assert re.search(r"the nodes' clocks are [23]\.\d s apart: exit times are put on the master's clock",
                      diagnosis["summary"]), diagnosis["summary"]
     if "the rank that left first is one of these" not in diagnosis["summary"]:
-        assert diagnosis["guilty"] == [0], diagnosis["summary"]
+        assert diagnosis["culprits"] == [0], diagnosis["summary"]
         assert diagnosis["summary"].startswith("rank 0 on master "), diagnosis["summary"]
     else:   # torchrun stopped it before its code was seen (see the test above): it is among those named
-        assert 0 in diagnosis["guilty"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
+        assert 0 in diagnosis["culprits"] and "stopped by torchrun" in diagnosis["summary"], diagnosis["summary"]
 
 
 def test_a_killed_rank_is_named_by_its_signal(watched):
@@ -132,7 +132,7 @@ def test_a_killed_rank_is_named_by_its_signal(watched):
     time.sleep(3)
     os.kill(found["pid"], signal.SIGKILL)
     diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "exited" and diagnosis["guilty"] == [2], diagnosis["summary"]
+    assert diagnosis["kind"] == "exited" and diagnosis["culprits"] == [2], diagnosis["summary"]
     assert diagnosis["summary"].startswith(("rank 2 on worker1 exited first (signal 9)",
                                             "rank 2 on worker1 failed on its own (signal 9)"))
 
@@ -143,14 +143,14 @@ def test_a_firewall_that_stalls_rendezvous_points_to_the_preflight_checks(watche
     diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
     assert diagnosis["kind"] == "rendezvous-stall", diagnosis
     assert "ephemeral-ports" in diagnosis["summary"] and "firewall" in diagnosis["summary"]
-    assert sorted(diagnosis["guilty"]) == [0, 1, 2, 3]
+    assert sorted(diagnosis["culprits"]) == [0, 1, 2, 3]
 
 
 def test_a_rank_that_never_calls_init_process_group_is_named_with_its_node(watched):
     # The store the ranks share, read by the agents, says who never got there: rank 3, on worker1.
     watch, job = watched("--steps", "50", "--fault", "skip-init", "--rank", "3", port=29640)
     diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "rendezvous-stall" and diagnosis["guilty"] == [3], diagnosis
+    assert diagnosis["kind"] == "rendezvous-stall" and diagnosis["culprits"] == [3], diagnosis
     assert diagnosis["summary"] == (f"rank 3 never checked in (worker1's): it is idle at hang_train.py:"
                                     f"{_line('time.sleep(5400)')} (main); ranks 0,1,2 wait in init_process_group")
 
@@ -167,7 +167,7 @@ def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
     diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 25)["snapshot"]["diagnosis"]
     # The master's ranks are still classified: rank 0 left the loop, rank 1 waits; worker1's
     # ranks are unknown (its agent is gone), and not blamed.
-    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [0], diagnosis["summary"]
+    assert diagnosis["kind"] == "deadlock" and diagnosis["culprits"] == [0], diagnosis["summary"]
     assert "ranks 2,3 unknown (not watched: worker1's agent is gone)" in diagnosis["summary"]
     states = {r["rank"]: (r["node"], r["state"]) for r in watch.of("diagnosis")[0]["snapshot"]["ranks"]}
     assert states[0] == ("master", "idle") and states[1] == ("master", "collective")
@@ -190,7 +190,7 @@ def test_a_dead_link_is_a_lost_node_within_seconds_and_nothing_is_judged_from_it
         subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
     assert lost["time"] - down_at <= 5 + 1.5, f"lost after {lost['time'] - down_at:.1f} s"
     diagnosis = said["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "unseen" and diagnosis["guilty"] == [], diagnosis
+    assert diagnosis["kind"] == "unseen" and diagnosis["culprits"] == [], diagnosis
     assert said["text"] == ("ranks 0,1 wait in all_reduce; ranks 2,3 unknown (not watched: worker1's agent went "
                             "silent): a hang cannot be told from a straggler")
     assert {r["rank"]: r["state"] for r in said["snapshot"]["ranks"] if r["node"] == "worker1"} == \
@@ -220,7 +220,7 @@ def test_with_the_flight_recorder_opted_in_the_deadlock_gives_each_ranks_collect
     watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "2", "--at", "6", "--flight", port=29638)
     job.fault_time()
     diagnosis = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [2], diagnosis
+    assert diagnosis["kind"] == "deadlock" and diagnosis["culprits"] == [2], diagnosis
     note = diagnosis["summary"].split("Flight Recorder: ")[1]
     waiting, left = note.split(", rank 2 at ")
     assert waiting.startswith("ranks 0,1,3 at all_reduce #")

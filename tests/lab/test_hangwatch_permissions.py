@@ -123,7 +123,7 @@ def test_a_py_spy_path_another_user_placed_first_is_never_written_or_run(clean_l
     assert folder.parent == Path("/tmp") and folder.name.startswith("hangwatch-") and folder != known.parent
     assert not folder.exists()
     # The stacks were taken with it: the deadlock is named with its rank and line.
-    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
+    assert diagnosis["kind"] == "deadlock" and diagnosis["culprits"] == [3], diagnosis
     assert "rank 3 left the loop: idle at hang_train.py:" in diagnosis["summary"]
 
 

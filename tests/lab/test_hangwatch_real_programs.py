@@ -33,7 +33,7 @@ def test_a_rank_waiting_in_cxx_under_its_own_frame_is_a_waiter_and_the_rank_that
     left_at = job.fault_time()
     event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
     diagnosis = event["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [3], diagnosis
+    assert diagnosis["kind"] == "deadlock" and diagnosis["culprits"] == [3], diagnosis
     assert f"rank 3 left the loop: idle at hang_train.py:{_line('time.sleep(3600)')}" in diagnosis["summary"]
     op = "Work.wait()" if wait == "work" else "Future.wait()"
     assert f"ranks 0,1,2 wait in {op}" in diagnosis["summary"], diagnosis["summary"]
@@ -54,7 +54,7 @@ def test_children_that_inherit_rank_are_never_ranks(watched, clean_lab):
         assert len(children) >= 2, children
         assert all("RANK=2" in Path(f"/proc/{p}/environ").read_bytes().decode(errors="replace").split("\0")
                    for p in children)
-        assert diagnosis["kind"] == "deadlock" and diagnosis["guilty"] == [2], diagnosis
+        assert diagnosis["kind"] == "deadlock" and diagnosis["culprits"] == [2], diagnosis
         found = watch.of("rank-found")
         assert sorted(e["rank"] for e in found) == [0, 1, 2, 3], [e["text"] for e in found]
         assert not any(e["pid"] in children for e in found)
@@ -71,10 +71,10 @@ def test_a_rank_that_computes_for_ever_is_named_after_the_bound(watched):
                          watch_args=("--endless-after", "20"))
     started = job.fault_time()
     straggler = watch.wait_for("straggler", DEFAULT_THRESHOLD + 20)
-    assert straggler["snapshot"]["diagnosis"]["guilty"] == [1]
+    assert straggler["snapshot"]["diagnosis"]["culprits"] == [1]
     event = watch.wait_for("diagnosis", 20 + DEFAULT_THRESHOLD + 20)
     diagnosis = event["snapshot"]["diagnosis"]
-    assert diagnosis["kind"] == "endless" and diagnosis["guilty"] == [1], diagnosis
+    assert diagnosis["kind"] == "endless" and diagnosis["culprits"] == [1], diagnosis
     assert re.search(r"rank 1 has computed for \d+ s at hang_train.py:\d+", diagnosis["summary"]), diagnosis
     assert "never reaches all_reduce, where ranks 0,2,3 wait" in diagnosis["summary"]
     # The others' wait is dated from the samples that found them idle, back to the part of the

@@ -9,6 +9,11 @@ from hangwatch.diagnose import diagnose
 PYSPY = Path(__file__).parent / "artifacts" / "pyspy"
 
 
+def seen(states):
+    """The ranks' states as the evidence a verdict reads (a rank numbered below 0 is a pid)."""
+    return {r: s.as_evidence("node", 100 + r if r >= 0 else -r, r if r >= 0 else None) for r, s in states.items()}
+
+
 def dump(name):
     return json.loads((PYSPY / name).read_text())
 
@@ -28,8 +33,8 @@ def test_the_rank_that_left_the_loop_is_idle_elsewhere_with_its_line():
 def test_the_deadlock_names_the_guilty_rank_and_its_line_not_the_victim():
     ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"),
              1: classify(dump("deadlock_rank1_left_loop.json"), 0.0, "hrtimer_nanosleep")}
-    found = diagnose(ranks)
-    assert found.kind == "deadlock" and found.guilty == (1,)
+    found = diagnose(seen(ranks))
+    assert found.kind == "deadlock" and found.culprits == (1,)
     assert "rank 1 left the loop: idle at hang.py:11" in found.summary
     assert "rank 0 waits in all_reduce" in found.summary
     assert any("uneven data" in c for c in found.causes)
@@ -38,21 +43,21 @@ def test_the_deadlock_names_the_guilty_rank_and_its_line_not_the_victim():
 def test_a_busy_rank_makes_it_a_straggler_never_a_deadlock():
     busy = classify(dump("deadlock_rank1_left_loop.json"), cpu_percent=98.0)
     ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0), 1: busy}
-    found = diagnose(ranks)
+    found = diagnose(seen(ranks))
     assert busy.state == "computing"
-    assert found.kind == "straggler" and "not a hang" in found.summary and found.guilty == (1,)
+    assert found.kind == "straggler" and "not a hang" in found.summary and found.culprits == (1,)
 
 
 def test_an_exited_rank_and_unreadable_stacks_are_said_as_such():
     ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0), 1: classify(None, None, exit_code=-9)}
-    found = diagnose(ranks)
-    assert found.kind == "exited" and found.guilty == (1,) and "exit code -9" in found.summary
+    found = diagnose(seen(ranks))
+    assert found.kind == "exited" and found.culprits == (1,) and "exit code -9" in found.summary
     assert classify(None, 0.0).state == "unknown"
 
 
 def test_all_ranks_in_one_collective_is_a_network_stall():
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
-    found = diagnose({0: waiting, 1: waiting})
+    found = diagnose(seen({0: waiting, 1: waiting}))
     assert found.kind == "network-stall" and "all_reduce" in found.summary
 
 
@@ -62,16 +67,16 @@ def test_a_rank_in_torch_compile_is_compiling_at_its_own_line_not_a_library_line
     # The innermost frames are jinja2's and the standard library's: installed code, not the training's.
     assert state.frame.where == "comp.py:4"
     ranks = {0: state, 1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0)}
-    found = diagnose(ranks)
-    assert found.kind == "straggler" and found.guilty == (0,) and "compiling at comp.py:4" in found.summary
+    found = diagnose(seen(ranks))
+    assert found.kind == "straggler" and found.culprits == (0,) and "compiling at comp.py:4" in found.summary
 
 
 def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop():
     ranks = {0: classify(dump("deadlock_rank1_left_loop.json"), 0.0),
              1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0),
              2: classify(None, None)}
-    found = diagnose(ranks)
-    assert found.kind == "deadlock" and found.guilty == (0,)
+    found = diagnose(seen(ranks))
+    assert found.kind == "deadlock" and found.culprits == (0,)
     assert "rank 2 unknown (no stack" in found.summary
 
 
@@ -79,16 +84,16 @@ def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
     from hangwatch.classify import RankState
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
     lost = RankState("unknown", evidence=("not watched: worker1's agent is gone",))
-    found = diagnose({0: waiting, 2: waiting, 1: lost})
-    assert found.kind == "unseen" and found.guilty == ()
+    found = diagnose(seen({0: waiting, 2: waiting, 1: lost}))
+    assert found.kind == "unseen" and found.culprits == ()
     assert found.summary == ("ranks 0,2 wait in all_reduce; rank 1 unknown (not watched: worker1's agent is gone): "
                              "a hang cannot be told from a straggler")
     # A rank without a stack (no ptrace) is no culprit either; one without a rank number is named by pid.
-    found = diagnose({0: waiting, -4242: classify(None, 97.0)})
-    assert found.kind == "unseen" and found.guilty == () and "pid 4242 unknown (no stack" in found.summary
+    found = diagnose(seen({0: waiting, -4242: classify(None, 97.0)}))
+    assert found.kind == "unseen" and found.culprits == () and "pid 4242 unknown (no stack" in found.summary
     # Nobody waits in a collective, and the ranks not seen may be anywhere: said as seen, no hang.
     rendezvous = RankState("rendezvous", evidence=("in init_process_group",))
-    found = diagnose({0: rendezvous, 1: rendezvous, 2: lost, 3: lost})
-    assert found.kind == "unseen" and found.guilty == ()
+    found = diagnose(seen({0: rendezvous, 1: rendezvous, 2: lost, 3: lost}))
+    assert found.kind == "unseen" and found.culprits == ()
     assert found.summary == ("ranks 0,1: rendezvous; ranks 2,3 unknown (not watched: worker1's agent is gone): "
                              "a hang cannot be told from a straggler")

@@ -20,6 +20,11 @@ WAITS = ART / "pyspy" / "waits"
 H100 = ART / "gpu-h100"
 
 
+def seen(states):
+    """The ranks' states as the evidence a verdict reads (a rank numbered below 0 is a pid)."""
+    return {r: s.as_evidence("node", 100 + r if r >= 0 else -r, r if r >= 0 else None) for r, s in states.items()}
+
+
 def dump(path: Path) -> list:
     return json.loads(path.read_text())
 
@@ -47,8 +52,8 @@ def test_a_rank_blocked_on_its_gpu_is_waiting_on_the_gpu_at_its_line():
 def test_the_rank_in_work_wait_is_not_blamed_the_one_that_left_is():
     left = classify(dump(ART / "pyspy" / "deadlock_rank1_left_loop.json"), 0.0)
     waiting = classify(dump(WAITS / "native_work.json"), 0.0)
-    found = diagnose({0: waiting, 1: left})
-    assert found.kind is Kind.DEADLOCK and found.guilty == (1,), found
+    found = diagnose(seen({0: waiting, 1: left}))
+    assert found.kind is Kind.DEADLOCK and found.culprits == (1,), found
     assert found.summary.endswith("rank 0 waits in Work.wait()")
 
 
@@ -56,14 +61,14 @@ def test_a_wait_on_an_async_handle_never_makes_a_mismatch():
     all_reduce = classify(dump(ART / "pyspy" / "deadlock_rank0_all_reduce.json"), 0.0)
     work = classify(dump(WAITS / "native_work.json"), 0.0)
     left = classify(dump(ART / "pyspy" / "deadlock_rank1_left_loop.json"), 0.0)
-    found = diagnose({0: all_reduce, 1: work, 2: left})
-    assert found.kind is Kind.DEADLOCK and found.guilty == (2,), found
+    found = diagnose(seen({0: all_reduce, 1: work, 2: left}))
+    assert found.kind is Kind.DEADLOCK and found.culprits == (2,), found
 
 
 def test_two_ranks_in_two_collectives_name_no_culprit():
     from hangwatch.classify import RankState
-    found = diagnose({0: RankState("collective", "all_reduce"), 1: RankState("collective", "barrier")})
-    assert found.kind is Kind.MISMATCH and found.guilty == (), found
+    found = diagnose(seen({0: RankState("collective", "all_reduce"), 1: RankState("collective", "barrier")}))
+    assert found.kind is Kind.MISMATCH and found.culprits == (), found
     assert "cannot be told" in found.summary
 
 
@@ -105,28 +110,35 @@ class Run:
         return [e for e in self.events if e.kind == kind]
 
 
-def test_a_gpu_that_never_finishes_is_named_within_the_threshold(tmp_path):
+def test_a_gpu_that_never_finishes_is_named_from_its_progress_not_its_memory_activity(tmp_path):
     # The recorded hang: one rank, its host thread spinning at ~70 % CPU (cpu.txt: 349 ticks in
-    # 5 s), the GPU at 100 % and no memory activity (hung-nvsmi.csv), the stack in
-    # cuStreamSynchronize under loss.item() (hung-pyspy-native.json).
+    # 5 s), the GPU busy (hung-nvsmi.csv: 100 %), the stack in cuStreamSynchronize under loss.item()
+    # (hung-pyspy-native.json) in every dump. Its memory activity is given as 1 %, not the recorded
+    # 0 %: progress decides (the stack unchanged while it spins), never a level of memory activity.
     run = Run(tmp_path)
     run.receive({"type": "rank", "pid": 789, "rank": 0, "world_size": 1, "env": {}})
     healthy = lambda t: {"type": "sample", "t": t, "ranks": [{"pid": 789, "cpu": 53.0, "gpu": 0}],   # noqa: E731
                          "gpus": [{"index": 0, "util": 2.0, "memory_util": 1.0}]}
-    run.run(30, healthy, lambda t: {789: dump(H100 / "healthy-pyspy-1.json")})
+    run.run(30, healthy, lambda t: {789: dump(H100 / "healthy-pyspy-native.json")})
     assert not run.said("diagnosis")
     hung_at = run.now[0]
     hung = lambda t: {"type": "sample", "t": t, "ranks": [{"pid": 789, "cpu": 69.8, "gpu": 0}],   # noqa: E731
-                      "gpus": [{"index": 0, "util": 100.0, "memory_util": 0.0}]}
-    run.run(stall.DEFAULT_THRESHOLD + 4, hung, lambda t: {789: dump(H100 / "hung-pyspy-native.json")})
+                      "gpus": [{"index": 0, "util": 100.0, "memory_util": 1.0}]}
+    half = stall.DEFAULT_THRESHOLD / 2
+    run.run(stall.DEFAULT_THRESHOLD + half + 2, hung, lambda t: {789: dump(H100 / "hung-pyspy-native.json")})
     [said] = run.said("diagnosis")
     diagnosis = said.snapshot.diagnosis
-    assert diagnosis.kind is Kind.GPU_HANG and diagnosis.guilty == [0], diagnosis
-    assert "rank 0 waits on its GPU (cuStreamSynchronize at gpu_hang2.py:20)" in diagnosis.summary
-    named_after = 1_800_000_000.0 + hung_at
-    assert diagnosis.since - named_after <= 1.5
+    assert (diagnosis.kind, diagnosis.culprits, diagnosis.candidates, diagnosis.reason, diagnosis.certainty) == \
+        (Kind.GPU_HANG, [0], [], "waits-on-gpu", "likely"), diagnosis
+    assert diagnosis.summary.startswith("rank 0 waits on its GPU (cuStreamSynchronize at gpu_hang2.py:20) and no "
+                                        "rank makes progress for ")
+    # Stacks are taken every half threshold while it spins; the first that shows the wait is when
+    # progress is known to have stopped, and the hang is named a threshold later.
+    began = 1_800_000_000.0 + hung_at
+    assert 0 <= diagnosis.since - began <= half + 0.5
+    assert said.snapshot.time - diagnosis.since <= stall.DEFAULT_THRESHOLD + 1.0
     rank = said.snapshot.ranks[0]
-    assert (rank.gpu_util, rank.gpu_memory_util) == (100.0, 0.0)
+    assert (rank.gpu_util, rank.gpu_memory_util, rank.state) == (100.0, 1.0, "gpu-wait")
 
 
 def test_a_healthy_gpu_rank_on_one_python_line_is_never_a_hang(tmp_path):
@@ -155,14 +167,14 @@ def test_a_rank_that_computes_for_ever_is_a_hang_after_the_bound_a_straggler_is_
         two_ranks(run)
         run.run(seconds, busy_rank_1, lambda t: {100: waiting, 101: looping})
         straggler = run.said("straggler")
-        assert straggler and straggler[0].snapshot.diagnosis.guilty == [1]
+        assert straggler and straggler[0].snapshot.diagnosis.culprits == [1]
         said = run.said("diagnosis")
         if not endless:
             assert not said, [e.text for e in said]           # a 30 s straggler arrives: never a hang
             continue
         [said] = said
         diagnosis = said.snapshot.diagnosis
-        assert diagnosis.kind is Kind.ENDLESS and diagnosis.guilty == [1], diagnosis
+        assert diagnosis.kind is Kind.ENDLESS and diagnosis.culprits == [1], diagnosis
         assert "rank 1 has computed for 4" in diagnosis.summary and "at hang.py:11" in diagnosis.summary
         assert "never reaches all_reduce, where rank 0 waits" in diagnosis.summary
         assert "preflight said of h100: data-shards: 1 shard here, 4 on master" in diagnosis.summary
@@ -179,6 +191,6 @@ def test_the_rank_that_left_first_with_code_0_is_the_one_named(tmp_path):
     run.run(4, lambda t: {"type": "sample", "t": t, "ranks": [], "gone": [100, 101]})
     [said] = run.said("diagnosis")
     diagnosis = said.snapshot.diagnosis
-    assert diagnosis.kind is Kind.EXITED and diagnosis.guilty == [1], diagnosis
+    assert diagnosis.kind is Kind.EXITED and diagnosis.culprits == [1], diagnosis
     assert diagnosis.summary.startswith("rank 1 on h100 left first, while the others still ran (exit code 0); "
                                         "then rank 0 (exit code 1, +0.30 s)")

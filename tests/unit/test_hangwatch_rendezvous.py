@@ -61,7 +61,7 @@ def _diagnosis(events):
 def test_a_rank_that_never_called_init_process_group_is_named_with_its_node(tmp_path):
     header, watcher, events = replay("skip-init", tmp_path)
     diagnosis = _diagnosis(events)
-    assert diagnosis.kind == "rendezvous-stall" and diagnosis.guilty == [header["rank"]] == [3]
+    assert diagnosis.kind == "rendezvous-stall" and diagnosis.culprits == [header["rank"]] == [3]
     assert diagnosis.summary == ("rank 3 never checked in (worker1's): it is idle at hang_train.py:65 (main); "
                                  "ranks 0,1,2 wait in init_process_group")
     assert len([e for e in events if e.kind == "incident"]) == 1
@@ -72,7 +72,7 @@ def test_no_rank_is_named_missing_unless_the_store_says_so(tmp_path):
                    "failed to connect to 10.213.1.200:29690 (Connection refused)"}]
     header, watcher, events = replay("skip-init", tmp_path / "unreadable", **changed("skip-init", _stores(unreadable)))
     diagnosis = _diagnosis(events)
-    assert diagnosis.guilty == [] and diagnosis.summary == (
+    assert diagnosis.culprits == [] and diagnosis.summary == (
         "ranks 0,1,2 wait in init_process_group; rank 3 is idle at hang_train.py:65 (main); the store at "
         f"{STORE} could not be read ({unreadable[0]['error']}), so who never checked in cannot be told")
     # An agent that does not read the store (older), or keys it does not know (NCCL keeps none per rank).
@@ -92,7 +92,7 @@ def test_what_the_store_said_before_the_ranks_waited_is_not_used(tmp_path):
     header, watcher, events = replay("skip-init", tmp_path, lost=changed("skip-init", _stores(None))["lost"],
                                      then=then)
     diagnosis = _diagnosis(events)
-    assert diagnosis.guilty == [] and "the store was not read" in diagnosis.summary
+    assert diagnosis.culprits == [] and "the store was not read" in diagnosis.summary
 
 
 def test_a_rank_no_agent_found_is_placed_by_the_launch_plan(tmp_path):
@@ -100,7 +100,7 @@ def test_a_rank_no_agent_found_is_placed_by_the_launch_plan(tmp_path):
     header, watcher, events = replay("skip-init", tmp_path / "plan", lost=unseen,
                                      planned={0: "master", 1: "master", 2: "worker1", 3: "worker1"})
     diagnosis = _diagnosis(events)
-    assert diagnosis.guilty == [3] and diagnosis.summary == (
+    assert diagnosis.culprits == [3] and diagnosis.summary == (
         "rank 3 never checked in (worker1's); ranks 0,1,2 wait in init_process_group")
     header, watcher, events = replay("skip-init", tmp_path / "attach", lost=unseen)
     assert _diagnosis(events).summary.startswith("rank 3 never checked in (node unknown: no agent found it); ")
@@ -123,7 +123,7 @@ def test_ranks_that_never_connect_are_said_to_train_alone_once_and_not_as_a_hang
     assert [(e.kind, e.text, e.data["alone"]) for e in said] == [("notice", ALONE, True)], [e.text for e in events]
     assert said[0].data["at"] - _first_count("alone") >= ALONE_AFTER
     diagnosis = said[0].snapshot.diagnosis
-    assert diagnosis.kind == "alone" and diagnosis.guilty == [] and len(diagnosis.evidence) == 4
+    assert diagnosis.kind == "alone" and diagnosis.culprits == [] and len(diagnosis.evidence) == 4
     # Not a hang: no bundle, nothing to stop; and it stands while they train (no "progress resumed").
     kinds = [e.kind for e in events]
     assert "diagnosis" not in kinds and "incident" not in kinds and "resumed" not in kinds

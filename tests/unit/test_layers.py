@@ -19,7 +19,7 @@ MAY = {
     "hangwatch": {"node", "transport"},
     "lab": {"node"},
     "launch": {"node", "transport", "preflight", "hangwatch"},
-    "tui": {"hangwatch.model", "preflight.report"},    # renders: never collects
+    "tui": {"hangwatch.model", "hangwatch.text", "preflight.report"},    # renders: never collects
     "cli": set(OURS),
 }
 # Entry points (`python -m preflight`, `python -m hangwatch`) hand over to cli/: nothing else.

@@ -9,6 +9,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from hangwatch.model import Snapshot
+from hangwatch.text import evidence_line
 
 from .. import format as fmt
 
@@ -36,8 +37,9 @@ class DiagnosisPanel(VerticalScroll):
         self.set_class(kind is not None and kind not in MILD, "-hang")
         self.set_class(kind in MILD, "-mild")
         if diagnosis:
-            guilty = ",".join(str(r) for r in diagnosis.guilty)
-            look = f"look at rank{'s' if len(diagnosis.guilty) > 1 else ''} {guilty}" if guilty else ""
+            named = ",".join(str(r) for r in diagnosis.named)
+            look = (f"look at rank{'s' if len(diagnosis.culprits) > 1 else ''} {named}" if diagnosis.culprits else
+                    f"one of ranks {named}" if named else "")
             parts = (diagnosis.kind.upper(), fmt.since_text(diagnosis, snapshot.time), look)
             self.border_title = " · ".join(p for p in parts if p)
         else:
@@ -59,11 +61,12 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
     if diagnosis:
         text.append(diagnosis.summary + "\n", "bold")
         where = {r.rank: r for r in snapshot.ranks}
-        for rank in diagnosis.guilty[:SHOWN_GUILTY]:
+        named = list(diagnosis.named)
+        for rank in named[:SHOWN_GUILTY]:
             view = where.get(rank)
             place = f" on {view.node} at {view.frame or '?'} ({view.function or '?'})" if view else ""
-            text.append(f"! rank {rank}{place}\n", "bold red")
-        rest = diagnosis.guilty[SHOWN_GUILTY:]
+            text.append(f"{'!' if diagnosis.culprits else '?'} rank {rank}{place}\n", "bold red")
+        rest = named[SHOWN_GUILTY:]
         if rest:
             text.append(f"! and {len(rest)} more: ranks {','.join(str(r) for r in rest)}\n", "bold red")
     else:
@@ -80,8 +83,8 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
     for path in snapshot.incidents:
         text.append("bundle: ", "bold")
         text.append(path + "\n")
-    for line in diagnosis.evidence if diagnosis else ():
+    for seen in diagnosis.evidence if diagnosis else ():
         text.append("seen: ", "dim")
-        text.append(line + "\n")
+        text.append(evidence_line(seen) + "\n")
     text.rstrip()
     return text

@@ -39,7 +39,7 @@ class RanksTable(DataTable):
             self.add_column(label, key=key)
 
     def show(self, snapshot: Snapshot) -> None:
-        guilty = set(snapshot.diagnosis.guilty) if snapshot.diagnosis else set()
+        guilty = set(snapshot.diagnosis.named) if snapshot.diagnosis else set()
         ranks = sorted(snapshot.ranks, key=lambda r: (r.rank is None, r.rank or 0, r.node, r.pid))
         rows = {row_key(r): cells(r, r.rank in guilty) for r in ranks}
         if list(rows) != list(self._cells):

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from hangwatch.classify import classify, frames_of  # noqa: E402
 from hangwatch.diagnose import diagnose  # noqa: E402
-from hangwatch.model import Diagnosis, NodeView, RankView, Snapshot  # noqa: E402
+from hangwatch.model import NodeView, RankView, Snapshot  # noqa: E402
 from preflight.checks import FACT_CHECKS, run_checks  # noqa: E402
 from preflight.model import Report  # noqa: E402
 from tests.unit import facts_fixtures as ff  # noqa: E402
@@ -69,7 +69,7 @@ def deadlock() -> Snapshot:
              2: (waiting, "futex_do_wait"), 3: (waiting, "futex_do_wait")}
     idle_for = 42.0
     states = {r: classify(d, 0.0, wchan) for r, (d, wchan) in dumps.items()}
-    found = diagnose(states)
+    found = diagnose({r: s.as_evidence(NODES[r // 2], 11350 + r, r) for r, s in states.items()})
     ranks = []
     for rank, (dump, wchan) in dumps.items():
         state = states[rank]
@@ -80,8 +80,7 @@ def deadlock() -> Snapshot:
                               function=state.frame.function if state.frame else None, wchan=wchan,
                               idle_for=idle_for, last_line="step 3 loss 2.2906" if rank == 1 else
                               "step 3 loss 2.2904", step=3, step_rate=0.0, stack=stack(dump)))
-    diagnosis = Diagnosis(found.kind, found.summary, list(found.guilty), list(found.causes),
-                              TIME - idle_for, [f"rank {r}: {', '.join(s.evidence)}" for r, s in sorted(states.items())])
+    diagnosis = found.as_reported(TIME - idle_for)
     nodes = [NodeView(name, "watching", None, "eth0", 2, 0.0) for name in NODES]
     return Snapshot(TIME, 8.0, RUN, nodes, ranks, diagnosis,
                     ["/var/tmp/hangwatch/incident-20251121-101500-deadlock"], [], preflight_report())

@@ -1,0 +1,220 @@
+"""The agents' messages into the watcher's state: each node's agent, the ranks it finds (which run
+each belongs to, two processes that claim one rank), its samples, stacks and exits. The decisions
+on what they show are elsewhere: progress.py (who still makes progress), ended.py (how a rank
+ended), verdicts.py (what the ranks together say)."""
+
+from __future__ import annotations
+
+from node import protocol
+
+from . import ended, progress, verdicts
+from .inputs import AskStacks, BringPySpy, Send
+from .model import NodeStatus, RankStatus, RankView
+from .state import State, Track, notice, remember, say
+
+S = RankStatus
+GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
+
+
+def from_agent(state: State, node: str, message, now: float, wall: float, out: list) -> None:
+    state.heard[node] = now
+    if state.lost.get(node) == SILENT:
+        del state.lost[node]
+        set_node(state, node, NodeStatus.WATCHING, f"{node} watched again: its agent reports again; its ranks' "
+                 "stacks are taken afresh", out, again=True)
+        ask_stacks(state, now, out)
+    if isinstance(message, protocol.Hello):
+        state.hello[node] = message
+        set_node(state, node, NodeStatus.WATCHING, None, out, agent_pid=message.pid)
+        ask_clock(state, node, now, wall, out)
+        if message.py_spy_refused:
+            _refused_py_spy(state, node, message.py_spy_refused, out)
+        if not message.py_spy:
+            out.append(BringPySpy(node))
+    elif isinstance(message, protocol.PySpyAnswer):
+        if message.refused:
+            _refused_py_spy(state, node, message.refused, out)
+    elif isinstance(message, protocol.RankFound):
+        _rank_found(state, node, message, now, out)
+    elif isinstance(message, protocol.Sample):
+        if message.t:
+            state.clock_gap[node] = min(state.clock_gap.get(node, wall - message.t), wall - message.t)
+        _sample(state, node, message, now, out)
+        verdicts.connections(state, node, message, now, wall, out)
+    elif isinstance(message, protocol.Stacks):
+        _stacks(state, node, message, now, out)
+    elif isinstance(message, protocol.ClockAnswer):
+        _clock(state, node, message, wall)
+    elif isinstance(message, protocol.RankExit):
+        track = state.ranks.get((node, message.pid))
+        if track is not None:
+            ended.rank_exit(state, track, message, now, out)
+
+
+CLOCK_EVERY = 10.0        # seconds between readings of each node's clock
+
+
+def ask_clock(state: State, node: str, now: float, wall: float, out: list) -> None:
+    state.clock_asked[node] = now
+    out.append(Send(node, {"cmd": "clock", "t": wall}))
+
+
+def clocks_due(state: State, now: float, wall: float, out: list) -> None:
+    for node, n in state.nodes.items():
+        if n.status is NodeStatus.WATCHING and now - state.clock_asked.get(node, now) >= CLOCK_EVERY:
+            ask_clock(state, node, now, wall, out)
+
+
+def _clock(state: State, node: str, answer: protocol.ClockAnswer, wall: float) -> None:
+    """A reading of the node's clock: its offset from the master's to within half the round trip;
+    the reading with the shortest round trip is kept."""
+    if answer.asked is None or answer.t is None:
+        return
+    trip = wall - answer.asked
+    if trip < 0:
+        return
+    best = state.clocks.get(node)
+    if best is None or trip < best[0]:
+        state.clocks[node] = (trip, answer.t - (answer.asked + wall) / 2)
+
+
+def set_node(state: State, name: str, status: NodeStatus, message: str | None, out: list, **data) -> None:
+    node = state.nodes[name]
+    node.status, node.message = status, message
+    if message:
+        remember(state, message)
+    out.append(say("node", message or f"{name}: {status.value}", node=name, status=status.value, **data))
+
+
+def _refused_py_spy(state: State, node: str, why: str, out: list) -> None:
+    notice(state, f"{node}: the agent did not run the py-spy it was given: {why}; stacks from it are "
+           "missing; fix: pip install py-spy in the training environment on that node", out)
+
+
+def lose(state: State, node: str, how: str, message: str, out: list) -> None:
+    """Its ranks are unknown from now on: their stacks and CPU are from before and say nothing
+    now, so none of it is judged (a rank nobody sees may be computing)."""
+    state.lost[node] = how
+    for t in state.tracks(node):
+        if not t.ended:
+            t.view.state, t.view.op, t.view.frame, t.view.function = S.UNKNOWN, None, None, None
+            progress.forget(t)
+            t.dump, t.dump_error, t.stack_at = None, None, None
+    state.asked.pop(node, None)
+    if not state.asked:
+        state.asked_at = None
+    set_node(state, node, NodeStatus.LOST, message, out)
+
+
+def silent(state: State, now: float) -> list[tuple[str, float]]:
+    """Watched nodes whose agent has said nothing for a few sample intervals, and for how long."""
+    after = state.config.silent_after
+    return [(name, now - state.heard[name]) for name, n in state.nodes.items()
+            if n.status is NodeStatus.WATCHING and name in state.heard and now - state.heard[name] >= after]
+
+
+def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, out: list) -> None:
+    view = RankView(node=node, pid=info.pid, rank=info.rank, local_rank=info.local_rank, world_size=info.world_size)
+    track = Track(view, info.start, info=info, run=_run_of(state, info))
+    for key, t in list(state.ranks.items()):
+        if t.view.node != node or info.rank is None or t.view.rank != info.rank or t.view.pid == info.pid:
+            continue
+        if t.ended or t.run != track.run:
+            del state.ranks[key]          # a restarted rank, or an earlier run's: the new one replaces it
+        else:
+            # Two live processes claim one rank: both are watched, neither replaces the other, and
+            # each is named by its pid from now on.
+            t.duplicate = track.duplicate = True
+            notice(state, f"{node}: two live processes claim rank {info.rank}: pid {t.view.pid} and pid {info.pid} "
+                   "(two runs at once, or a helper the rank finder took for a rank); both are watched and named "
+                   "by pid", out)
+    state.ranks[(node, info.pid)] = track
+    state.nodes[node].ranks = sum(1 for t in state.tracks(node))
+    env = info.env or {}
+    state.nodes[node].interface = env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME") \
+        or state.nodes[node].interface
+    if not info.env_readable:
+        notice(state, f"{node}: cannot read pid {info.pid}'s environment (another user's process), so its "
+               "rank is unknown; fix: run hangwatch as the user who runs the training, or as root", out)
+    out.append(say("rank-found", f"{node}: found {view.label} (pid {view.pid}"
+                   f"{', world ' + str(view.world_size) if view.world_size else ''})",
+                   node=node, pid=view.pid, rank=view.rank))
+
+
+def _run_of(state: State, info: protocol.RankFound) -> int:
+    """The run a new rank belongs to: the run of a live rank with the same store (MASTER_ADDR:PORT)
+    and world size; else a new one. Ranks of one run are alive together; a run whose ranks have all
+    ended is over, and the next rank with the same store starts another."""
+    for t in state.live():
+        if t.info is not None and t.info.master == info.master and t.view.world_size == info.world_size:
+            return t.run
+    state.runs += 1
+    return state.runs
+
+
+def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list) -> None:
+    state.nodes[node].net_bytes_per_s = msg.net
+    gpus = {g.index: g for g in msg.gpus}
+    for s in msg.ranks:
+        t = state.ranks.get((node, s.pid))
+        if t is None:
+            continue
+        t.view.wchan = s.wchan
+        if s.exit is not None:       # caught as a zombie, before its exit notice
+            if not t.ended:
+                ended.zombie(state, t, protocol.ExitStatus.from_wait_status(s.exit), msg.t, now, out)
+            continue
+        progress.sampled(state, t, s, gpus.get(s.gpu) if s.gpu is not None else None, now)
+    for pid in msg.gone:
+        t = state.ranks.get((node, pid))
+        if t is not None and not t.ended:
+            ended.vanished(state, t, msg.t, now, out)
+
+
+def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list) -> None:
+    permission = []
+    # Asked for: taken after the ask. Taken by the agent on its own: shortly before now.
+    taken = state.asked.get(node, now - 1.0) if msg.id is not None else now - 1.0
+    for pid, dump in (msg.stacks or {}).items():
+        t = state.ranks.get((node, pid))
+        if t is None or t.ended:
+            continue
+        t.stack_at = taken
+        if isinstance(dump, dict):
+            t.dump, t.dump_error = None, dump.get("error")
+            if dump.get("permission"):
+                permission.append(str(pid))
+        else:
+            t.dump, t.dump_error = dump, None
+        if msg.flight and pid in msg.flight:
+            t.view.flight = msg.flight[pid]
+        if msg.sockets and pid in msg.sockets:
+            t.sockets = msg.sockets[pid]
+        progress.stack_taken(state, t, taken, now)
+        verdicts.evidence_of(state, t, now)
+    for pid, record in (msg.flight or {}).items():
+        t = state.ranks.get((node, pid))
+        if t is not None:
+            t.view.flight = record
+    for answer in msg.stores:
+        state.stores[answer.master] = (answer, now)
+    if msg.id is not None:
+        state.asked.pop(node, None)
+        if not state.asked:
+            state.asked_at = None
+    if permission:
+        notice(state, f"{node}: not permitted to read the stacks of pid {', '.join(permission)} (ptrace); "
+               "fix: run hangwatch as the user who runs the training, or as root, or "
+               "`sudo sysctl kernel.yama.ptrace_scope=0`; watching CPU and /proc alone", out)
+
+
+def ask_stacks(state: State, now: float, out: list, nodes: tuple[str, ...] | None = None) -> None:
+    watching = tuple(name for name, n in state.nodes.items() if n.status is NodeStatus.WATCHING
+                     and (nodes is None or name in nodes))
+    if not watching:
+        return
+    state.asked_at = now
+    for name in watching:
+        state.asked[name] = now
+    out.append(AskStacks(watching, {"cmd": "stacks", "id": int(now * 1000),
+                                    "native": True if state.config.native else "stall"}))

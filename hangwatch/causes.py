@@ -1,0 +1,68 @@
+"""The likely causes behind each reason a verdict gives, each with what fixes it: one catalogue,
+for hangwatch's verdicts (and `explain`'s). A verdict offers only the causes of the reason its
+evidence showed."""
+
+from __future__ import annotations
+
+from .model import Reason
+
+UNEVEN_DATA = ("uneven data across ranks: one rank ran out of batches and left the loop. Fix: equal shards per rank "
+               "(ddp-preflight's data-shards), a DistributedSampler with drop_last=True, DDP's Join context manager "
+               "(torch.distributed.algorithms.Join), or one all_reduce per step of 'do I still have data'")
+RANK_DEPENDENT = "rank-dependent code: an `if rank == ...` around a collective, or a different number of steps per rank"
+
+CAUSES: dict[Reason, tuple[str, ...]] = {
+    # how a rank ended
+    Reason.RAISED: ("its exception, at the line shown (its traceback is in its output: ddp-preflight --launch keeps a "
+                    "log per node); the other ranks lost their peer or were stopped by torchrun",),
+    Reason.EXIT_CODE: ("it called sys.exit (or os._exit) with that code: its output says why; the other ranks lost "
+                       "their peer or were stopped by torchrun",),
+    Reason.KILLED: ("something killed it: a user, a script, a scheduler (SIGKILL), or a crash in native code "
+                    "(SIGSEGV, SIGBUS): see the node's kernel log (dmesg) and its output",),
+    Reason.OOM_KILLED: ("the node ran out of memory and the kernel's OOM killer chose it (dmesg: 'Out of memory: "
+                        "Killed process'). Fix: a smaller batch, fewer DataLoader workers, or more memory",),
+    Reason.LEFT_FIRST: ("it left the loop early and exited while the others still trained: their next collective "
+                        "found it gone. " + UNEVEN_DATA, RANK_DEPENDENT),
+    Reason.FAILED: ("its own error or a lost peer: its exit code alone cannot tell. Its output says which; "
+                    "ddp-preflight --launch keeps a log per node and records how each rank ended",),
+    Reason.LOST_PEER: ("no rank ended before it: its peer's node or the link went away (a reboot, a network outage, a "
+                       "firewall change), or a rank that nobody watches ended",),
+    # where a live rank is stuck
+    Reason.LEFT_LOOP: (UNEVEN_DATA, RANK_DEPENDENT),
+    Reason.WAITS_ON_LOCK: ("a lock, an event or a queue that another thread or process never releases: its line "
+                           "above; a thread of its own that died holding it",),
+    Reason.WAITS_FOR_DATA: ("a DataLoader worker that hangs: a dataset's __getitem__ that blocks (a network file system, "
+                            "a lock taken before fork, a subprocess), or a worker killed (dmesg). Fix: find the "
+                            "worker with `py-spy dump --pid WORKER`; num_workers=0 to see it in the rank itself",),
+    Reason.WAITS_ON_IO: ("a disk or a network file system that does not answer: see the node's kernel log (dmesg: "
+                         "'task blocked for more than 120 seconds') and the mount (NFS, FUSE)",),
+    Reason.STOPPED: ("a SIGSTOP (Ctrl-Z in its terminal, a job scheduler's suspend) or a debugger holding it. "
+                     "Fix: `kill -CONT PID`, or detach the debugger",),
+    Reason.COMPUTES_FOREVER: ("a loop that never ends: a data loader that cycles forever (too few shards on that "
+                              "node: ddp-preflight's data-shards), a retry loop, a while loop whose condition never "
+                              "changes", "far more work on this rank than on the others (uneven data)"),
+    Reason.WAITS_ON_GPU: ("an NCCL collective's kernel waits for a peer that never sends (a rank that left, a "
+                          "mismatched collective on another node, a dead link): NCCL's kernels spin on the GPU",
+                          "a kernel of the training's own that never ends (a loop on the device)"),
+    Reason.DIFFERENT_COLLECTIVE: ("rank-dependent code: a collective only some ranks call (`if rank == 0: ...`), "
+                                  "or a different number of collectives per rank",
+                                  "ranks disagree on a branch: compare the code and data across nodes (ddp-preflight "
+                                  "code-parity and data-shards)"),
+    Reason.BEHIND: ("it called fewer collectives than the others: a collective behind a rank-dependent condition, "
+                    "or uneven data (one rank ran out of batches): " + UNEVEN_DATA,),
+    Reason.WAIT_FOR_EACH_OTHER: ("send/recv in an order that waits in a cycle (each rank receives before it sends): "
+                                 "send first on even ranks and receive first on odd ones, or use isend/irecv "
+                                 "(batch_isend_irecv)",),
+    Reason.NEVER_CHECKED_IN: ("it never called init_process_group: a condition around it, or it exited or is stuck "
+                              "before it (its line above)", "its node's torchrun did not start it: see that node's log"),
+    Reason.CANNOT_REACH_STORE: ("it cannot reach the store at MASTER_ADDR:MASTER_PORT: ddp-preflight's "
+                                "master-reachable",),
+    Reason.CANNOT_CONNECT: ("the ranks cannot connect to each other: the firewall, address family and interface "
+                            "(ddp-preflight's ephemeral-ports, address-family, interface-choice)",),
+    Reason.LINK: ("a peer or the link is gone: a node that rebooted or froze, a cable, a switch, a firewall "
+                  "change (ddp-preflight's ephemeral-ports and bandwidth re-run show which path)",),
+}
+
+TRAINS_ALONE = ("init_process_group behind a condition: nanochat, for one, creates its process group on CUDA "
+                "only, so on CPU it needs its Gloo patch",
+                "a script written for one process, started by torchrun: it never calls init_process_group")

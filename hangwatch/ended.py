@@ -1,0 +1,212 @@
+"""How each rank ended, gathered from every source as it comes (its agent: the exit the moment it
+happens, its code, its own record, its output file, its node's OOM count; under `--launch` the
+launcher: torchrun's exit code, the exceptions in its output, when a launcher began stopping
+ranks), and when the ends of a run are judged (exits.judge: which ending no other explains).
+
+Times are put on the master's clock. Each node's clock is read as NTP does: the watcher sends its
+clock, the agent answers with its own, and the node's offset is its answer minus the midpoint of
+the round trip, to within half the round trip (the best reading is kept): that half is each
+ending's margin. Without a reading (an older agent), the least gap between a sample's arrival
+and its stamp gives the offset, when the clocks are more than CLOCK_STEP apart."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from node import protocol
+from node.protocol import ExitStatus
+
+from . import exits, text
+from .exits import Ending
+from .inputs import LauncherStopping, RankEnded, RankError
+from .model import Diagnosis, Kind, RankStatus, RankView, Seen
+from .state import State, Track, say
+
+S = RankStatus
+if TYPE_CHECKING:
+    from .tracebacks import ExceptionInfo
+
+CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
+
+
+def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: list) -> None:
+    """The agent saw the exit the moment it happened (pidfd), with what the node could tell of it."""
+    fresh = not t.ended
+    status = ExitStatus.from_wait_status(msg.code) if msg.code is not None else None
+    if fresh or t.exit_status is None:
+        _ended(state, t, status if status is not None else t.exit_status, msg.t, now)
+    t.oom = msg.oom if msg.oom is not None else t.oom
+    if isinstance(msg.ending, dict):
+        t.ending = msg.ending
+        recorded = msg.ending.get("t")
+        if isinstance(recorded, (int, float)):
+            t.exit_t = on_one_clock(state, t.view.node, float(recorded))   # when it left, before its teardown
+    if msg.output and t.exception is None:
+        from .tracebacks import exception_in  # TEMPORARY: until tracebacks.py lands
+        seen = exception_in(msg.output)
+        if seen is not None:
+            t.exception, t.quote = as_seen(seen, "output"), seen.quote[0] if seen.quote else None
+    for pid, closed in (msg.closed or {}).items():
+        other = state.ranks.get((t.view.node, pid))
+        if other is not None and not other.ended and other.leaving is None:
+            # At the first end beside it: had it closed connections of its own (on its way out)?
+            other.leaving = closed > 0
+    if fresh:
+        _gone(state, t, out)
+
+
+def zombie(state: State, t: Track, status: ExitStatus, at: float | None, now: float, out: list) -> None:
+    """A sample caught it as a zombie, before its exit notice."""
+    _ended(state, t, status, at, now)
+    _gone(state, t, out)
+
+
+def vanished(state: State, t: Track, at: float | None, now: float, out: list) -> None:
+    """It is gone, its code collected by its parent before anyone read it."""
+    _ended(state, t, None, at, now)
+    _gone(state, t, out)
+
+
+def _ended(state: State, t: Track, status: ExitStatus | None, at: float | None, now: float) -> None:
+    v = t.view
+    if status is not None:
+        v.exit = str(status)
+    elif v.exit is None:
+        v.exit = "exited (its parent collected the exit code)"
+    v.state, v.cpu, t.idle_since, v.idle_for = S.EXITED, 0.0, None, 0.0
+    if t.gone_at is None:
+        t.gone_at, t.exit_t = now, on_one_clock(state, v.node, at)
+    t.exit_status = status if status is not None else t.exit_status
+    state.exit_check_at = now + state.config.settle
+
+
+def _gone(state: State, t: Track, out: list) -> None:
+    v = t.view
+    out.append(say("rank-gone", f"{v.node}: {v.label} {v.exit}", node=v.node, pid=v.pid, rank=v.rank, exit=v.exit))
+
+
+def as_seen(info: ExceptionInfo, source: str) -> Seen:
+    where = f"{info.file}:{info.line}" if info.file and info.line else None
+    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, source)
+
+
+# -- what the launcher says ----------------------------------------------------------------------
+
+def launcher_stopping(state: State, event: LauncherStopping, wall: float) -> None:
+    at = event.t if event.node is None else on_one_clock(state, event.node, event.t)
+    state.launcher_stops.append((event.node, at if at is not None else wall, event.by))
+
+
+def rank_error(state: State, event: RankError) -> None:
+    t = _launched(state, event.node, event.rank, None)
+    if t is not None:
+        t.exception = as_seen(event.exception, "output")
+        t.quote = event.exception.quote[0] if event.exception.quote else None
+
+
+def rank_ended(state: State, event: RankEnded, now: float, out: list) -> None:
+    """torchrun's word on a rank's end (its real exit code), where the agent could not read it, or
+    never saw the rank at all (it ended before its first sample)."""
+    t = _launched(state, event.node, event.rank, event.pid)
+    if t is None:
+        if event.pid is None:
+            return
+        view = RankView(node=event.node, pid=event.pid, rank=event.rank)
+        t = state.ranks[(event.node, event.pid)] = Track(view, run=_latest_run(state))
+    if t.exit_status is None or not t.ended:
+        fresh = not t.ended
+        _ended(state, t, event.status, None, now)
+        if fresh:
+            _gone(state, t, out)
+
+
+def _launched(state: State, node: str, rank: int, pid: int | None) -> Track | None:
+    """The track of a launched rank: by pid when known, else the latest with that rank on that node."""
+    if pid is not None and (node, pid) in state.ranks:
+        return state.ranks[(node, pid)]
+    found = [t for t in state.tracks(node) if t.view.rank == rank]
+    return max(found, key=lambda t: t.run) if found else None
+
+
+def _latest_run(state: State) -> int:
+    return max((t.run for t in state.ranks.values()), default=state.runs)
+
+
+# -- judging the ends of a run -------------------------------------------------------------------
+
+def clocks_apart(state: State) -> float:
+    """How far apart the nodes' clocks are: from the readings of each node's clock where every node
+    was read, else from the agents' stamps (each node's least master's wall - its stamp: its offset
+    plus its quickest delivery)."""
+    if len(state.clocks) > 1 and all(node in state.clocks for node in state.clock_gap):
+        offsets = [offset for _, offset in state.clocks.values()]
+        return max(offsets) - min(offsets)
+    gaps = state.clock_gap.values()
+    return max(gaps) - min(gaps) if len(state.clock_gap) > 1 else 0.0
+
+
+def on_one_clock(state: State, node: str, at: float | None) -> float | None:
+    """A node's time stamp on the master's clock: the order of exits on different nodes is then
+    the order they happened in, within each node's margin."""
+    if at is None:
+        return None
+    if node in state.clocks:
+        return at - state.clocks[node][1]
+    if node not in state.clock_gap or clocks_apart(state) <= CLOCK_STEP:
+        return at
+    return at + state.clock_gap[node]
+
+
+def margin(state: State, node: str) -> float:
+    """How far a stamp of this node may be off the master's clock once put on it: half the round trip
+    of its best clock reading; without one, the nodes' spread when they are taken as one clock, else
+    CLOCK_STEP."""
+    if node in state.clocks:
+        return max(state.clocks[node][0] / 2, 0.001)
+    apart = clocks_apart(state)
+    return max(apart, 0.001) if apart <= CLOCK_STEP else CLOCK_STEP
+
+
+def ending_of(state: State, t: Track) -> Ending:
+    stopped_by = _stopped_by(state, t)
+    return Ending(t.view.node, t.view.pid, t.view.rank if not t.duplicate else None, t.exit_t, margin(state, t.view.node),
+                  t.exit_status, t.ending, t.exception, t.quote, t.oom, stopped_by, t.launcher,
+                  t.view.frame, t.view.function, t.leaving)
+
+
+def _stopped_by(state: State, t: Track) -> str | None:
+    """The launcher that began stopping its node before it ended (the latest such)."""
+    if t.exit_t is None:
+        return None
+    stops = [(at, by) for node, at, by in state.launcher_stops if (node is None or node == t.view.node) and at <= t.exit_t]
+    return max(stops)[1] if stops else None
+
+
+def judge(state: State, now: float, wall: float) -> Diagnosis | None:
+    """The verdict on the run whose rank ended last, once its ends have settled."""
+    ended = [t for t in state.ranks.values() if t.ended and t.gone_at is not None]
+    if not ended:
+        return None
+    run = max(ended, key=lambda t: t.gone_at or 0.0).run
+    tracks = [t for t in state.ranks.values() if t.run == run]
+    from .verdicts import evidence_of  # the live ranks as they are seen
+    running = [evidence_of(state, t, now) for t in tracks if not t.ended]
+    found = exits.judge([ending_of(state, t) for t in tracks if t.ended], running)
+    if found is None:
+        return None
+    apart = clocks_apart(state)
+    found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
+                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named]))
+    return replace(found, summary=text.summary(found))
+
+
+def _notes(state: State, nodes: list[str]) -> tuple[str, ...]:
+    """What preflight said of these nodes (under --launch): a data-shards warning is the clue."""
+    return tuple(f"{node}: {note}" for node in dict.fromkeys(nodes) for note in state.config.notes.get(node, ()))
+
+
+def run_key(state: State, found: Diagnosis) -> str:
+    """What a verdict on ended ranks is said once for: its kind, its named ranks' processes."""
+    pids = sorted(e.pid for e in found.evidence if e.key in found.named)
+    return f"{Kind.EXITED.value}:{found.named}:{pids}"

@@ -1,0 +1,235 @@
+"""Why each rank of a run ended, and which endings no other ending explains: the culprits of a
+run that ended. Pure: a function of each rank's `Ending`.
+
+Each ending is read by its mechanism, from the strongest evidence at hand:
+1. the rank's own record of how its script ended (node/rank_bootstrap.py's PID.end, under
+   `--launch` or with `import hangwatch.flight`), written before Python's teardown: an uncaught
+   exception (type, message, line), sys.exit's code, or a clean end, and when;
+2. an exception in its output (hangwatch/tracebacks.py): a Gloo or NCCL error that says a peer or
+   the link went away is a victim's; any other is the rank's own;
+3. its exit status: SIGKILL with its node's OOM-kill count risen is the OOM killer; SIGTERM,
+   SIGINT or SIGHUP after a launcher began stopping its node (under `--launch`), or after a rank
+   under the same launcher on its node ended (torchrun stops a node's ranks when one ends), is that
+   stop; with no failure before it, someone stopped the run; any other signal (SIGKILL, SIGSEGV)
+   and any exit code but 0 and 1 are the rank's own; code 1, SIGABRT and a code nobody could read
+   are what both a rank's own error and a lost peer give: it cannot tell which.
+
+The culprits are the endings that no other ending explains: each rank's own failure; a clean exit
+while its peers still ran, when a failure followed it (they lost it); failing both, the endings
+that cannot tell which and that no ending before them explains. Endings on different nodes are
+ordered on the master's clock with each node's clock error as the margin: two closer than their
+margins cannot be ordered, and are candidates, not culprits. A victim (a lost peer, a launcher's
+stop) is never a culprit. An ending that cannot tell which is explained by any own failure or
+clean exit of the run, earlier or later: a rank's process outlives its departure by its teardown
+(half a second and more with torch loaded), so its peers can be gone before it is."""
+
+from __future__ import annotations
+
+import enum
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from node.protocol import ExitStatus
+
+from .causes import CAUSES
+from .model import Certainty, Diagnosis, Evidence, Kind, RankStatus, Reason, Seen
+
+KERNEL_ONLY = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)   # never sent by a launcher
+
+
+class Role(enum.Enum):
+    OWN = "own"                # it failed on its own
+    CLEAN = "clean"            # it ended cleanly
+    VICTIM = "victim"          # something else ended it: a lost peer, a launcher's stop
+    EITHER = "either"          # its own failure or a victim's: the evidence cannot tell
+    STOPPED = "stopped"        # stopped from outside with no failure before it: not a failure
+    TEARDOWN = "teardown"      # its script ended cleanly; the process failed in its teardown after
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One rank's end, as the evidence shows it."""
+    node: str
+    pid: int
+    rank: int | None = None
+    at: float | None = None            # when it ended, on the master's clock: its record's time, else its exit's
+    margin: float = 0.0                # how far `at` may be off the master's clock (its node's clock error)
+    status: ExitStatus | None = None   # None: its parent reaped it before its code could be read
+    record: dict | None = None         # its own record (PID.end)
+    exception: Seen | None = None      # from its record, else its output
+    quote: str | None = None           # the output line the exception rests on
+    oom: bool | None = None            # its node's OOM-kill count rose as it ended
+    stopped_by: str | None = None      # "torchrun" or "ddp-preflight": began stopping its node before it ended
+    launcher: int | None = None        # the pid of its parent (torchrun): its siblings share it
+    frame: str | None = None           # its last line seen alive (a stack)
+    function: str | None = None
+    leaving: bool | None = None        # it had closed connections of its own when a rank of its node first
+                                       # ended (None: not known)
+
+    @property
+    def key(self) -> int:
+        return self.rank if self.rank is not None else -self.pid
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+
+
+@dataclass(frozen=True)
+class Read:
+    """An ending as read: its role and reason, how sure, and what it rests on."""
+    ending: Ending
+    role: Role
+    reason: Reason
+    certain: bool
+    exception: Seen | None = None
+
+
+def read(ending: Ending, endings: Sequence[Ending]) -> Read:
+    """What one ending was, given the others of its run (for a sibling that ended before it)."""
+    record, status, seen = ending.record or {}, ending.status, ending.exception
+    how = record.get("how")
+    if seen is None and how == "raised" and record.get("type"):
+        seen = seen_in_record(record)
+    if seen is not None and (how == "raised" or how is None):
+        if seen.lost_peer:
+            return Read(ending, Role.VICTIM, Reason.LOST_PEER, True, seen)
+        return Read(ending, Role.OWN, Reason.RAISED, True, seen)
+    if how in ("returned", "exit", "ended"):
+        code = record.get("code") if how != "ended" else (status.code if status is not None else None)
+        if code not in (None, 0):
+            return Read(ending, Role.OWN, Reason.EXIT_CODE, True)
+        if code == 0 and (status is None or status.ok):
+            return Read(ending, Role.CLEAN, Reason.LEFT_FIRST, True)
+        if code == 0:           # its script ended cleanly; the process did not
+            return Read(ending, Role.TEARDOWN, Reason.FAILED, True)
+    if status is None:
+        return Read(ending, Role.EITHER, Reason.FAILED, False)
+    if status.signal is not None:
+        if status.signal == signal.SIGKILL and ending.oom:
+            return Read(ending, Role.OWN, Reason.OOM_KILLED, True)
+        if ending.stopped_by is not None:
+            return Read(ending, Role.VICTIM, Reason.STOPPED_BY_LAUNCHER, True)
+        if status.stopped or status.signal == signal.SIGKILL:
+            if _sibling_before(ending, endings):
+                return Read(ending, Role.VICTIM, Reason.STOPPED_BY_LAUNCHER, False)
+            if status.stopped:
+                return Read(ending, Role.STOPPED, Reason.TERMINATED, True)
+            return Read(ending, Role.OWN, Reason.KILLED, True)
+        if status.signal in KERNEL_ONLY:
+            return Read(ending, Role.OWN, Reason.KILLED, True)
+        if status.signal == signal.SIGABRT:
+            return Read(ending, Role.EITHER, Reason.FAILED, False)
+        return Read(ending, Role.OWN, Reason.KILLED, False)
+    if status.ok:
+        return Read(ending, Role.CLEAN, Reason.LEFT_FIRST, True)
+    if status.code == 1:
+        return Read(ending, Role.EITHER, Reason.FAILED, False)
+    return Read(ending, Role.OWN, Reason.EXIT_CODE, False)
+
+
+def seen_in_record(record: dict) -> Seen:
+    """The exception of a PID.end record ("raised"), with the training's own innermost line."""
+    from .tracebacks import from_record  # TEMPORARY: until tracebacks.py lands
+    info = from_record(record)
+    if info is None:
+        return Seen(str(record.get("type")), str(record.get("message") or ""), source="record")
+    where = f"{info.file}:{info.line}" if info.file and info.line else None
+    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, "record")
+
+
+def _sibling_before(ending: Ending, endings: Sequence[Ending]) -> bool:
+    """A rank under the same launcher on its node (one clock) ended before it: torchrun stops the
+    node's other ranks when one ends."""
+    if ending.launcher is None or ending.at is None:
+        return False
+    return any(e is not ending and e.node == ending.node and e.launcher == ending.launcher and e.at is not None
+               and e.at < ending.at for e in endings)
+
+
+def before(a: Ending, b: Ending) -> bool:
+    """a ended before b for certain: on one node, by its clock; across nodes, by more than their
+    clocks' margins."""
+    if a.at is None or b.at is None:
+        return False
+    if a.node == b.node:
+        return a.at < b.at
+    return a.at + a.margin < b.at - b.margin
+
+
+def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagnosis | None:
+    """The verdict on a run's endings (`running`: its ranks still alive, as seen); None when
+    nothing failed (every rank ended cleanly) or someone stopped the run first."""
+    order = sorted(endings, key=lambda e: (e.at is None, e.at or 0.0))
+    reads = [read(e, order) for e in order]
+    failures = [r for r in reads if r.role in (Role.OWN, Role.EITHER, Role.VICTIM)]
+    if not failures:
+        return None
+    own = [r for r in reads if r.role is Role.OWN]
+    left = [r for r in reads if r.role is Role.CLEAN and any(before(r.ending, f.ending) for f in failures)]
+    candidates: list[Read] = []
+    if own or left:
+        culprits = left + own
+        certainty = Certainty.CERTAIN if all(r.certain for r in culprits) else Certainty.LIKELY
+    else:
+        if _stopped_first(reads, failures):
+            return None     # someone stopped the run (Ctrl-C, a scheduler, the launcher) and the rest followed
+        culprits, candidates, certainty = _first_of(reads)
+    named = culprits or candidates
+    reason = named[0].reason if named else Reason.LOST_PEER
+    evidence = [_evidence(r) for r in reads] + list(running)
+    return Diagnosis(Kind.EXITED, tuple(sorted(r.ending.key for r in culprits)),
+                     tuple(sorted(r.ending.key for r in candidates)), reason, certainty, tuple(evidence),
+                     causes=CAUSES.get(reason, ()),
+                     margin=max((r.ending.margin for r in candidates), default=0.0) if candidates else None)
+
+
+def _stopped_first(reads: Sequence[Read], failures: Sequence[Read]) -> bool:
+    """The first end was a stop (from outside, or a launcher's own stop with no rank failed before
+    it) and no failure came before it: the run was stopped, not failed."""
+    stops = [r for r in reads if r.role is Role.STOPPED or (r.reason is Reason.STOPPED_BY_LAUNCHER and r.certain)]
+    if not stops:
+        return False
+    real = [f for f in failures if f.reason is not Reason.STOPPED_BY_LAUNCHER]
+    if any(f.ending.at is None for f in real):
+        return False          # a failure whose time nobody knows may have come first
+    return not any(before(f.ending, stops[0].ending) for f in real)
+
+
+def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]:
+    """No rank failed on its own: the endings that cannot tell which and that no other ending
+    explains, (culprits, candidates, how sure). One alone is the first to go; several that no
+    clock can order, or a first one whose sibling torchrun stopped while it was already leaving
+    (it had closed connections itself: it may have been the first to go, its own end unseen),
+    are candidates."""
+    either = [r for r in reads if r.role is Role.EITHER]
+    first = [r for r in either if not any(before(o.ending, r.ending) for o in reads
+                                          if o is not r and o.role is not Role.TEARDOWN)]
+    leaving = [r for r in reads if r.role is Role.VICTIM and not r.certain and r.ending.leaving is not False
+               and any(_siblings(f.ending, r.ending) for f in first)]
+    if len(first) == 1 and not leaving:
+        return first, [], Certainty.LIKELY
+    return [], first + leaving, Certainty.UNSURE
+
+
+def _siblings(a: Ending, b: Ending) -> bool:
+    return a.node == b.node and a.launcher is not None and a.launcher == b.launcher
+
+
+def _evidence(r: Read) -> Evidence:
+    e = r.ending
+    seen = r.exception
+    frame = seen.where if seen is not None and seen.where else e.frame
+    function = seen.function if seen is not None and seen.where else e.function
+    exit = str(e.status) if e.status is not None else None
+    notes: tuple[str, ...] = ()
+    code = (e.record or {}).get("code")
+    if (e.record or {}).get("how") in ("exit", "returned") and isinstance(code, int):
+        recorded = str(ExitStatus(code=code))          # what the script chose, before its teardown
+        if exit is not None and exit != recorded:
+            notes = (f"its process ended with {exit}",)
+        exit = recorded
+    return Evidence(e.node, e.pid, e.rank, RankStatus.EXITED, r.reason, frame=frame, function=function, exit=exit,
+                    ended_at=e.at, exception=seen, quote=e.quote, notes=notes)
+

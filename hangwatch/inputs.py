@@ -1,0 +1,128 @@
+"""What the watcher's reducer takes (inputs: what happened) and gives back (effects: what the shell,
+watch.py, must do). Plain data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from node.protocol import ExitStatus
+
+from .model import Event, Snapshot
+
+if TYPE_CHECKING:
+    from .tracebacks import ExceptionInfo
+
+# -- inputs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FromAgent:
+    node: str
+    message: object            # a node.protocol agent message (Hello, RankFound, Sample, ...)
+
+
+@dataclass(frozen=True)
+class AgentClosed:
+    node: str
+    why: str | None            # None: it ended cleanly
+
+
+@dataclass(frozen=True)
+class AgentFailed:
+    node: str
+    why: str                   # its agent did not start
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (the shell ticks four times a second)."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+
+
+@dataclass(frozen=True)
+class BundleWritten:
+    path: str
+
+
+@dataclass(frozen=True)
+class BundleFailed:
+    why: str
+
+
+@dataclass(frozen=True)
+class TakeStacks:
+    """The user asked for every rank's stack now (the dashboard's d)."""
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """The watch is ending: agents closing now are not lost nodes."""
+
+
+# -- what a launcher knows (ddp-preflight --launch) --------------------------------------------
+
+@dataclass(frozen=True)
+class LauncherStopping:
+    """A launcher began stopping ranks: torchrun on `node` (its clock, `t`: the launch program's
+    marker), or ddp-preflight on every node (`node` None; `t` on the master's clock)."""
+    node: str | None
+    t: float
+    by: str                    # "torchrun" | "ddp-preflight"
+
+
+@dataclass(frozen=True)
+class RankError:
+    """A launched rank printed an exception (hangwatch/tracebacks.py read it in its output)."""
+    node: str
+    rank: int
+    exception: ExceptionInfo
+
+
+@dataclass(frozen=True)
+class RankEnded:
+    """The launcher saw a rank end: its exit code or signal, as torchrun collected it."""
+    node: str
+    rank: int
+    pid: int | None
+    status: ExitStatus
+
+
+# -- effects ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Say:
+    event: Event
+
+
+@dataclass(frozen=True)
+class AskStacks:
+    nodes: tuple[str, ...]
+    command: dict
+
+
+@dataclass(frozen=True)
+class Send:
+    """A command to one node's agent."""
+    node: str
+    command: dict
+
+
+@dataclass(frozen=True)
+class WriteBundle:
+    snapshot: Snapshot
+    details: dict
+
+
+@dataclass(frozen=True)
+class BringPySpy:
+    node: str
+
+
+@dataclass(frozen=True)
+class HangNamed:
+    bundle: str                # --on-hang, --stop-on-hang: the bundle is written

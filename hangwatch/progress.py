@@ -1,0 +1,121 @@
+"""Who still makes progress, from each rank's samples and stacks. Pure updates of the state.
+
+A rank is quiet over a sample when neither it nor its helpers (DataLoader workers, compile
+workers: its descendants) used IDLE_CPU of a core, or when the kernel holds it (SIGSTOP, a
+debugger: state T or t). A rank cannot move without CPU, so a quiet rank has stopped, or waits for
+another rank that has; its stacks then say which. While it is quiet, the bytes it reads and writes
+through its own system calls are counted (`moved`): a collective still moving data on a slow link,
+a checkpoint going to a slow disk.
+
+A rank can also stop while it uses CPU: a GPU rank's host thread spin-waits in
+cudaStreamSynchronize for a kernel that never ends. Its CPU says nothing; its stacks do: taken
+every half threshold while it uses CPU on a GPU, two that show it waiting at the same place (a
+GPU wait or a collective's wait, the same frames) with no progress between them (its Flight
+Recorder's last collective unchanged, where it has one) make it quiet since the first of them.
+Progress, not a level of CPU or of GPU memory activity, decides."""
+
+from __future__ import annotations
+
+from node import protocol
+
+from . import stall
+from .classify import classify, frames_of
+from .model import HISTORY, NodeStatus, RankStatus
+from .state import State, Track
+
+S = RankStatus
+HELD = ("T", "t")             # /proc's states of a process the kernel holds: stopped, traced
+
+
+def forget(t: Track) -> None:
+    """What its progress was: nothing is judged from it (its node was lost)."""
+    t.view.idle_for, t.idle_since, t.busy_at, t.moved = 0.0, None, None, 0
+    t.spinning, t.last_wait = False, None
+
+
+def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSample | None, now: float) -> None:
+    v = t.view
+    t.held = t.held + 1 if s.state in HELD else 0
+    t.proc_state, t.children_cpu = s.state, s.children_cpu
+    if s.cpu is None:
+        return
+    v.cpu = s.cpu
+    v.history.append(s.cpu)
+    del v.history[:-HISTORY]
+    v.gpu = s.gpu
+    v.gpu_util, v.gpu_memory_util = (gpu.util, gpu.memory_util) if gpu is not None else (None, None)
+    interval = state.config.interval
+    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
+    if quiet or t.stopped or t.spinning:
+        if t.idle_since is None:
+            # Quiet over this whole sample, and over the part of the one before that it did not
+            # use: a rank that computes, then blocks, stops mid-sample.
+            before = v.history[-2] if len(v.history) > 1 else 100.0
+            t.idle_since = now - interval * (2 - min(before, 100.0) / 100)
+            t.moved = 0
+        if s.io is not None:
+            t.moved += int(s.io * interval)
+            t.io_known = True
+    else:
+        t.idle_since, t.busy_at, t.moved = None, now, 0
+        if v.state in (S.IDLE, S.COLLECTIVE, S.RENDEZVOUS, S.UNKNOWN, S.STOPPED, S.GPU_WAIT) and t.dump is not None:
+            v.state = S.RUNNING          # moving again: the old stack no longer says where
+    v.idle_for = round(now - t.idle_since, 1) if t.idle_since is not None else 0.0
+
+
+def stack_taken(state: State, t: Track, taken: float, now: float) -> None:
+    """A new stack: does it show the rank spinning in one wait with no progress?"""
+    place = _wait_place(t)
+    if place is None:
+        if t.spinning:
+            t.spinning, t.idle_since = False, None
+        t.last_wait = None
+        return
+    if t.last_wait is None or t.last_wait[0] != place:
+        if t.spinning:
+            t.spinning, t.idle_since = False, None
+        t.last_wait = (place, taken)
+        return
+    first = t.last_wait[1]
+    if not t.spinning and taken - first >= state.config.threshold / 2 and t.idle_since is None:
+        t.spinning, t.idle_since, t.moved = True, first, 0
+        t.view.idle_for = round(now - first, 1)
+
+
+def _wait_place(t: Track) -> tuple | None:
+    """Where its stack shows it waiting (a collective's wait or a GPU wait): the frames and, when
+    its Flight Recorder is known, its last collective (a new one is progress); None when the stack
+    shows no wait."""
+    if t.dump is None:
+        return None
+    found = classify(t.dump, None, t.view.wchan)
+    if found.state not in (S.COLLECTIVE, S.GPU_WAIT):
+        return None
+    frames = tuple((f.function, f.file, f.line) for f in frames_of(t.dump))
+    groups = (t.view.flight or {}).get("groups") or []
+    return found.state, found.op, frames, tuple((g.get("group"), g.get("seq"), g.get("state")) for g in groups)
+
+
+def busy_on_gpu(state: State) -> tuple[str, ...]:
+    """The watched nodes with a live rank that uses CPU on a GPU: their stacks are the progress
+    that CPU cannot show."""
+    return tuple(sorted({t.view.node for t in state.live() if t.view.gpu is not None and t.idle_since is None
+                         and state.nodes[t.view.node].status is NodeStatus.WATCHING}))
+
+
+def stalled(state: State, now: float) -> tuple[float, bool, float | None] | None:
+    """(how long progress has stopped, whether the stacks in hand were taken after every quiet rank
+    went quiet, how old the newest is) when some rank is quiet; None when none is."""
+    live = state.live()
+    quiet = [t for t in live if t.idle_since is not None]
+    if not quiet:
+        return None
+    waiting = max(now - t.idle_since for t in quiet if t.idle_since is not None)
+    gone = [t.gone_at for t in state.ranks.values() if t.ended and t.gone_at is not None and t.run in
+            {q.run for q in quiet}]
+    if gone:
+        # A rank of its run is gone while others are quiet: the stall began when it left.
+        waiting = max(waiting, now - min(gone))
+    covered = all(t.stack_at is not None and t.idle_since is not None and t.stack_at >= t.idle_since for t in quiet)
+    newest = max((t.stack_at for t in live if t.stack_at is not None), default=None)
+    return waiting, covered, None if newest is None else now - newest

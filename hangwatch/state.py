@@ -1,0 +1,178 @@
+"""What the watcher holds between inputs: each node, each rank it follows (a Track), what it has
+said. Updated in place by the reducer's parts, and only by them; snapshot() copies it out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from node import protocol
+from node.protocol import ExitStatus
+
+from . import stall
+from .inputs import Say
+from .model import Diagnosis, Event, NodeView, RankStatus, RankView, Seen, Snapshot
+
+ENDLESS_TIMES = 5         # a straggler that keeps the others waiting this many thresholds is a hang
+SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
+SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
+MESSAGES = 200            # notices kept (the snapshot shows the last 20)
+
+
+@dataclass
+class Track:
+    """One rank as the watcher follows it: its view, and the evidence the verdicts read."""
+    view: RankView
+    start: int = 0
+    info: protocol.RankFound | None = None
+    run: int = 0                      # the run (world) it belongs to: ranks alive together with one store
+    duplicate: bool = False           # another live process claims its rank number (it is named by pid)
+    # progress
+    idle_since: float | None = None   # since when it has made no progress (no CPU of its own or its
+                                      # helpers', or a wait its stacks show unchanged while it spins)
+    busy_at: float | None = None      # the last sample that used CPU
+    moved: int = 0                    # bytes it read or wrote since idle_since
+    io_known: bool = False            # its I/O counters are readable
+    proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
+    held: int = 0                     # samples in a row the kernel has held it (state T or t)
+    children_cpu: float | None = None
+    spinning: bool = False            # idle though busy: its stack shows one wait, unchanged, with no progress
+    # stacks
+    dump: list | None = None
+    dump_error: str | None = None
+    stack_at: float | None = None     # when the stack in hand was taken (no earlier than this)
+    last_wait: tuple | None = None    # (where it waited, when first seen there) from its stacks, while it spins
+    sockets: protocol.SocketQueues | None = None
+    # its end
+    gone_at: float | None = None      # when the watcher learned it was gone (monotonic)
+    exit_t: float | None = None       # when it ended, on the master's clock (epoch s): its record's time or its exit's
+    exit_status: ExitStatus | None = None
+    ending: dict | None = None        # its own record of how its script ended (PID.end)
+    exception: Seen | None = None     # an exception it printed (its output) or recorded
+    quote: str | None = None          # the output line the exception rests on
+    oom: bool | None = None
+    stopped_by: str | None = None     # the launcher that began stopping its node before it ended
+    leaving: bool | None = None       # it had closed connections of its own when a rank of its node first
+                                      # ended (None: not known)
+    # connections
+    alone_since: float | None = None  # since when it has had no TCP connection (None: not counted, or it had one)
+    talked: bool = False              # it has had a connection: it joined a process group
+
+    @property
+    def key(self) -> int:
+        """How verdicts name it: its rank, or its negated pid when its rank is unknown or claimed
+        by another live process too."""
+        return self.view.rank if self.view.rank is not None and not self.duplicate else -self.view.pid
+
+    @property
+    def ended(self) -> bool:
+        return self.view.state is RankStatus.EXITED
+
+    @property
+    def stopped(self) -> bool:
+        """The kernel holds it: SIGSTOP (T), or a tracer for more than one sample (t: py-spy's own
+        dump holds a rank for milliseconds, a debugger for as long as it likes)."""
+        return self.proc_state == "T" or (self.proc_state == "t" and self.held > 1)
+
+    @property
+    def launcher(self) -> int | None:
+        return self.info.ppid if self.info is not None else None
+
+
+@dataclass(frozen=True)
+class Config:
+    threshold: float = stall.DEFAULT_THRESHOLD   # seconds without progress before a hang is named
+    interval: float = 1.0                        # the agents' sample interval, seconds
+    native: bool = False                         # native frames in every stack
+    endless_after: float | None = None           # seconds a rank may compute while the others wait
+                                                 # (None: ENDLESS_TIMES x the threshold)
+    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
+    planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
+
+    @property
+    def silent_after(self) -> float:
+        return max(SILENT_SAMPLES * self.interval, SILENT_FLOOR)
+
+    @property
+    def endless(self) -> float:
+        return self.endless_after if self.endless_after is not None else ENDLESS_TIMES * self.threshold
+
+    @property
+    def settle(self) -> float:
+        """Seconds after a rank's end before the ends are judged: every agent reports within two
+        samples, and a launcher's word on the same end comes over its own link within as long."""
+        return 2 * self.interval
+
+
+@dataclass
+class State:
+    config: Config
+    nodes: dict[str, NodeView]
+    hello: dict[str, protocol.Hello] = field(default_factory=dict)
+    ranks: dict[tuple[str, int], Track] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
+    incidents: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding
+    asked_at: float | None = None
+    reported: set[str] = field(default_factory=set)          # what was said, so each verdict is said once
+    exit_check_at: float | None = None  # judge the ends once they have settled
+    heard: dict[str, float] = field(default_factory=dict)    # node -> when its agent last said anything
+    lost: dict[str, str] = field(default_factory=dict)       # node -> how its agent was lost
+    stopping: bool = False
+    stores: dict[str | None, tuple[protocol.StoreAnswer, float]] = field(default_factory=dict)  # master -> said, when
+    alone: tuple[tuple[str, int], ...] = ()   # the ranks said to train alone, while that stands
+    clock_gap: dict[str, float] = field(default_factory=dict)  # node -> least (master's wall - node's stamp)
+    clocks: dict[str, tuple[float, float]] = field(default_factory=dict)   # node -> (round trip, offset): the best
+                                                                            # reading of its clock (s)
+    clock_asked: dict[str, float] = field(default_factory=dict)  # node -> when its clock was last asked (monotonic)
+    runs: int = 0                             # runs seen (Track.run counts from 1)
+    launcher_stops: list[tuple[str | None, float, str]] = field(default_factory=list)  # (node, master-clock t, by)
+    spin_asked_at: float | None = None        # when stacks were last asked of ranks that use CPU on a GPU
+
+    def tracks(self, node: str | None = None) -> list[Track]:
+        return [t for t in self.ranks.values() if node is None or t.view.node == node]
+
+    def live(self) -> list[Track]:
+        return [t for t in self.ranks.values() if not t.ended]
+
+
+def new_state(nodes: list[str], config: Config = Config()) -> State:
+    return State(config, {name: NodeView(name) for name in nodes})
+
+
+def snapshot(state: State, wall: float) -> Snapshot:
+    """A copy of what the watcher knows, as the dashboard and --json show it."""
+    ranks = sorted((replace(t.view, history=list(t.view.history)) for t in state.ranks.values()),
+                   key=lambda v: (v.rank is None, v.rank if v.rank is not None else 0, v.node, v.pid))
+    return Snapshot(time=wall, threshold=state.config.threshold, nodes=[replace(n) for n in state.nodes.values()],
+                    ranks=ranks, diagnosis=state.diagnosis, incidents=list(state.incidents),
+                    messages=list(state.messages[-20:]))
+
+
+def details(state: State) -> dict:
+    """What an incident bundle keeps beyond the snapshot: each node's agent hello (versions)
+    and each rank's environment (secrets redacted) and command line."""
+    return {"nodes": {name: {k: v for k, v in vars(h).items()} for name, h in state.hello.items()},
+            "ranks": {f"{n}:{p}": {"argv": list(t.info.argv) if t.info else None,
+                                   "env": t.info.env if t.info else None,
+                                   "master": t.info.master if t.info else None}
+                      for (n, p), t in state.ranks.items()}}
+
+
+def remember(state: State, text: str) -> None:
+    state.messages.append(text)
+    del state.messages[:-MESSAGES]
+
+
+def say(kind: str, text: str, **data) -> Say:
+    """The effect that says an event."""
+    return Say(Event(kind, text, None, data))
+
+
+def notice(state: State, text: str, out: list) -> None:
+    """A one-line notice, said once."""
+    if text in state.messages:
+        return
+    remember(state, text)
+    out.append(say("notice", text))

@@ -1,0 +1,172 @@
+"""Why each rank ended, and which end no other explains (hangwatch/exits.py), through the real
+Watcher on a driven clock: the agents' exit messages as the lab and CI produced them (each test
+says where its exits come from), with what each source adds: the node's word on which other
+ranks had closed connections of their own, the rank's own record of how its script ended, a
+launcher's stop, the clock readings that put every node on the master's clock."""
+
+from __future__ import annotations
+
+from hangwatch.watch import Watcher, WatchTarget
+from transport import LocalNode
+
+RANKS = {"master": [(100, 0), (101, 1)], "worker1": [(102, 2), (103, 3)]}
+TORCHRUN = {"master": 90, "worker1": 91}       # each node's torchrun: its ranks' parent
+
+
+def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, master="10.0.0.1:29500"):
+    """Four ranks (master: 0,1; worker1: 2,3) running under one torchrun per node, then these exits
+    as the agents' pidfds saw them: (node, pid, t, wait status, and optionally the message's other
+    fields: {"closed": {pid: n}}, {"ending": {...}}). ahead: {node: seconds its clock is ahead of
+    the master's} (its stamps carry it); clocks: each node's clock read (a 2 ms round trip) as the
+    agent answers it. The verdicts said."""
+    events, now, ahead = [], [0.0], ahead or {}
+    watcher = Watcher([WatchTarget(LocalNode(n, "python")) for n in ("master", "worker1")],
+                      clock=lambda: now[0], wall=lambda: 1.0 + now[0], on_event=events.append,
+                      incident_dir=str(tmp_path))
+    for node, found in ranks.items():
+        if clocks:
+            wall = 1.0 + now[0]
+            watcher.receive(node, {"type": "clock", "asked": wall - 0.002, "t": wall - 0.001 + ahead.get(node, 0.0)})
+        for pid, rank in found:
+            watcher.receive(node, {"type": "rank", "pid": pid, "ppid": TORCHRUN[node], "rank": rank,
+                                   "local_rank": rank % 2, "world_size": world, "master": master, "env": {}})
+    for node, found in ranks.items():
+        watcher.receive(node, {"type": "sample", "t": 1.0 + ahead.get(node, 0.0),
+                               "ranks": [{"pid": p, "cpu": 90.0} for p, _ in found], "gone": []})
+    for node, pid, t, code, *more in exits:
+        now[0] += 0.1
+        watcher.receive(node, {"type": "exit", "pid": pid, "t": t + ahead.get(node, 0.0), "code": code,
+                               **(more[0] if more else {})})
+    for _ in range(20):
+        now[0] += 0.25
+        watcher.tick()
+    return [e.snapshot.diagnosis for e in events if e.kind == "diagnosis"]
+
+
+def _said(found):
+    [d] = found
+    return d.kind, d.culprits, d.candidates, d.reason, d.certainty
+
+
+def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_both_as_candidates(tmp_path):
+    # Seen in CI: rank 3 called sys.exit(3); rank 2 beside it died of the lost peer (SIGABRT) 0.03 s
+    # before torchrun stopped rank 3 (SIGTERM) mid-exit, its own code never seen. The exits alone
+    # cannot tell that from rank 2 failing and rank 3 being stopped: both are candidates.
+    exits = [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 15),
+             ("master", 100, 10.64, 256), ("master", 101, 10.73, 15)]
+    found = _exits(tmp_path, exits)
+    assert _said(found) == ("exited", [], [2, 3], "failed", "unsure"), found[0].summary
+    assert found[0].summary.startswith(
+        "rank 2 ended first (rank 2 on worker1 signal 6, SIGABRT); rank 3 on worker1 was stopped by torchrun right "
+        "after, before its own end could be seen (it may have been on its way out): one of these went first"), \
+        found[0].summary
+    # The agent's word at rank 2's end: rank 3 had closed connections of its own, so it was leaving.
+    leaving = [(*exits[0], {"closed": {103: 3}}), *exits[1:]]
+    assert _said(_exits(tmp_path, leaving))[:3] == ("exited", [], [2, 3])
+    # ... or it had not (it still held every connection: a member stopped by torchrun): rank 2 went first.
+    member = [(*exits[0], {"closed": {103: 0}}), *exits[1:]]
+    found = _exits(tmp_path, member)
+    assert _said(found) == ("exited", [2], [], "failed", "likely"), found[0].summary
+    assert found[0].summary.startswith("rank 2 on worker1 ended first (signal 6, SIGABRT), before any other rank: "
+                                       "its own error or a lost peer, which its exit alone cannot tell; then rank 3 "
+                                       "(stopped by its launcher, +0.03 s), rank 0 (exit code 1, +0.64 s), rank 1 "
+                                       "(stopped by its launcher, +0.73 s)"), found[0].summary
+    # Its own record (the bootstrap's PID.end, written before its teardown): rank 3 left first, by sys.exit(3).
+    recorded = [exits[0], ("worker1", 103, 10.03, 15, {"ending": {"how": "exit", "code": 3, "t": 9.40}}), *exits[2:]]
+    found = _exits(tmp_path, recorded)
+    assert _said(found) == ("exited", [3], [], "exit-code", "certain"), found[0].summary
+    assert found[0].summary.startswith("rank 3 on worker1 exited with exit code 3; then rank 2 (signal 6, +0.60 s), "
+                                       "rank 0 (exit code 1, +1.24 s), rank 1 (stopped by its launcher, +1.33 s)"), \
+        found[0].summary
+    assert [e.notes for e in found[0].evidence if e.rank == 3] == [("its process ended with signal 15",)]
+
+
+def test_a_rank_gone_first_with_its_code_unread(tmp_path):
+    # Seen in CI: rank 3 called sys.exit(3) and torchrun reaped it before its code was read, then
+    # stopped rank 2 beside it; rank 0 died of the lost peer (exit code 1) half a second later.
+    found = _exits(tmp_path, [("worker1", 103, 9.48, None), ("worker1", 102, 9.50, 15),
+                              ("master", 100, 10.00, 256), ("master", 101, 10.10, 15)])
+    assert _said(found) == ("exited", [], [2, 3], "failed", "unsure"), found[0].summary
+    # No rank stopped beside it, its peers died of it later: it is the first, its code unknown.
+    found = _exits(tmp_path, [("worker1", 103, 8.80, None), ("master", 100, 10.00, 256),
+                              ("worker1", 102, 10.05, 256), ("master", 101, 10.10, 15)])
+    assert _said(found) == ("exited", [3], [], "failed", "likely"), found[0].summary
+    assert found[0].summary.startswith("rank 3 on worker1 ended first (its code unread), before any other rank"), \
+        found[0].summary
+
+
+def test_exits_are_ordered_on_the_masters_clock_within_each_nodes_margin(tmp_path):
+    # Rank 0 failed first, then its peer on worker1 lost it; worker1's clock is 3 s behind, so its
+    # own stamps would put rank 2's death first and name it. Each node's clock is read (2 ms round
+    # trip): rank 0's end is 0.10 s before rank 2's, far more than the 1 ms margins.
+    exits = [("master", 100, 10.00, 256, {"closed": {101: 0}}), ("master", 101, 11.50, 15),
+             ("worker1", 102, 10.10, 6, {"closed": {103: 0}}), ("worker1", 103, 11.60, 15)]
+    found = _exits(tmp_path, exits, ahead={"worker1": -3.0})
+    assert _said(found) == ("exited", [0], [], "failed", "likely"), found[0].summary
+    assert found[0].summary.startswith("rank 0 on master ended first (exit code 1), before any other rank")
+    assert found[0].summary.endswith("(the nodes' clocks are 3.0 s apart: exit times are put on the master's clock)")
+    # Clocks in step (NTP): the same answer, and nothing said of clocks.
+    found = _exits(tmp_path, exits, ahead={"worker1": 0.02})
+    assert _said(found)[:3] == ("exited", [0], []) and "clocks" not in found[0].summary, found[0].summary
+    # Without a reading of the clocks (an older agent), the stamps' gaps put worker1 on the master's
+    # clock, to within CLOCK_STEP (0.1 s): two ends 0.10 s apart cannot be ordered.
+    found = _exits(tmp_path, exits, ahead={"worker1": -3.0}, clocks=False)
+    assert _said(found) == ("exited", [], [0, 2], "failed", "unsure"), found[0].summary
+    assert "closer together than the nodes' clocks can order them (within 0.100 s)" in found[0].summary
+
+
+def test_a_clean_exit_before_the_others_failed_is_the_rank_that_left(tmp_path):
+    # Seen on the lab (bench/hangwatch_kinds.py, quit): rank 3 left the loop and exited with code 0,
+    # its peers died of it, one before its own exit was over. No rank that lost a peer exits cleanly.
+    found = _exits(tmp_path, [("master", 100, 10.00, 6), ("worker1", 103, 10.08, 0),
+                              ("worker1", 102, 10.10, 256), ("master", 101, 10.20, 15)])
+    assert _said(found) == ("exited", [3], [], "left-first", "certain"), found[0].summary
+    assert found[0].summary.startswith("rank 3 on worker1 left first, while the others still ran (exit code 0)")
+
+
+def test_an_own_code_or_signal_is_named_whatever_the_order(tmp_path):
+    # Rank 3's exit code 3 is its own (no lost peer gives it), though rank 2 died first.
+    found = _exits(tmp_path, [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 768),
+                              ("master", 100, 10.64, 256), ("master", 101, 10.73, 15)])
+    assert _said(found) == ("exited", [3], [], "exit-code", "likely"), found[0].summary
+    # A SIGKILL no launcher sent (no rank ended before it on its node), with its node's OOM count risen.
+    found = _exits(tmp_path, [("master", 101, 10.00, 9, {"oom": True}), ("master", 100, 10.05, 15),
+                              ("worker1", 102, 10.60, 256), ("worker1", 103, 10.70, 15)])
+    assert _said(found) == ("exited", [1], [], "oom-killed", "certain"), found[0].summary
+    # An uncaught exception, as the rank recorded it: its type, message and line.
+    raised = {"how": "raised", "t": 9.2, "type": "RuntimeError", "message": "bad batch at step 5",
+              "frames": [{"file": "/work/train.py", "line": 172, "function": "main"}]}
+    found = _exits(tmp_path, [("master", 101, 10.00, 256, {"ending": raised}), ("master", 100, 10.05, 15),
+                              ("worker1", 102, 10.60, 256), ("worker1", 103, 10.70, 15)])
+    assert _said(found) == ("exited", [1], [], "raised", "certain"), found[0].summary
+    assert found[0].summary.startswith("rank 1 on master raised RuntimeError: bad batch at step 5 at train.py:172; "
+                                       "then rank 0 (stopped by its launcher, +0.85 s)"), found[0].summary
+
+
+def test_a_run_stopped_from_outside_is_no_failure(tmp_path):
+    # Ctrl-C on the master's torchrun: its ranks end with SIGINT, worker1's lose their peer after.
+    found = _exits(tmp_path, [("master", 100, 10.00, 2), ("master", 101, 10.01, 2),
+                              ("worker1", 102, 10.50, 256), ("worker1", 103, 10.60, 15)])
+    assert found == []
+
+
+def test_an_earlier_runs_clean_end_is_not_this_runs_culprit(tmp_path):
+    # Two runs under one watcher: the first ends cleanly; the second's rank 0 fails minutes later.
+    events, now = [], [0.0]
+    watcher = Watcher([WatchTarget(LocalNode("master", "python"))], clock=lambda: now[0], wall=lambda: now[0],
+                      on_event=events.append, incident_dir=str(tmp_path))
+    for run, base, at in ((1, 100, 10.0), (2, 200, 400.0)):
+        for pid, rank in ((base, 0), (base + 1, 1)):
+            watcher.receive("master", {"type": "rank", "pid": pid, "ppid": 90 + run, "rank": rank, "world_size": 2,
+                                       "master": "127.0.0.1:29500", "env": {}})
+        codes = (0, 0) if run == 1 else (256, 15)
+        for pid, code, dt in ((base, codes[0], 0.0), (base + 1, codes[1], 0.1)):
+            now[0] = at + dt
+            watcher.receive("master", {"type": "exit", "pid": pid, "t": at + dt, "code": code,
+                                       "closed": {base + 1: 0} if pid == base else {}})
+        for _ in range(12):
+            now[0] += 0.25
+            watcher.tick()
+    [said] = [e.snapshot.diagnosis for e in events if e.kind == "diagnosis"]
+    assert (said.kind, said.culprits, said.candidates) == ("exited", [0], []), said.summary
+    assert [e.pid for e in said.evidence] == [200, 201]
