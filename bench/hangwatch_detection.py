@@ -64,8 +64,8 @@ def one_run(lab: Lab, watch: Watch, index: int, rank: int, step: int) -> dict:
         problems = []
         if diagnosis["kind"] != "deadlock":
             problems.append(f"kind {diagnosis['kind']}")
-        if diagnosis["guilty"] != [rank]:
-            problems.append(f"guilty {diagnosis['guilty']}")
+        if diagnosis["culprits"] != [rank]:
+            problems.append(f"culprits {diagnosis['culprits']}")
         if frame != f"hang_train.py:{line}":
             problems.append(f"frame {frame}")
         result["right"] = not problems

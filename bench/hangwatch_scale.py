@@ -126,12 +126,12 @@ def main() -> int:
         who = said[0].snapshot.diagnosis if said else None
         print(f"{ranks:5} ranks: the watcher used {cpu * 100:6.2f}% of a core per second watched; "
               f"deadlock named {named:.2f} s after the fault"
-              + (f" ({who.kind.value}, guilty {who.guilty})" if who else " (nothing named)"))
+              + (f" ({who.kind.value}, culprits {who.culprits})" if who else " (nothing named)"))
     per_rank = (big_cpu / ranks_big) / (small_cpu / ranks_small)
     print(f"CPU per rank at 1,024 ranks = {per_rank:.2f}x the CPU per rank at 8 (goal: <= 1, linear or better); "
           f"{big_cpu:.2f} of a core at 1,024 ranks (goal: < 1); time to name: "
           f"{(big_named or 0) / (small_named or 1):.2f}x of 8 ranks'")
-    right = bool(big_said) and big_said[0].snapshot.diagnosis.guilty == [1023]
+    right = bool(big_said) and big_said[0].snapshot.diagnosis.culprits == [1023]
     return 0 if right and big_cpu < 1.0 else 1
 
 
