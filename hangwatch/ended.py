@@ -183,9 +183,9 @@ def _stopped_by(state: State, t: Track) -> str | None:
     return max(stops)[1] if stops else None
 
 
-def judge(state: State, now: float, wall: float) -> Diagnosis | None:
-    """The verdict on the run whose rank ended last, once its ends have settled."""
-    ended = [t for t in state.ranks.values() if t.ended and t.gone_at is not None]
+def judge(state: State, now: float, wall: float, run: int | None = None) -> Diagnosis | None:
+    """The verdict on a run's ends (by default the run whose rank ended last)."""
+    ended = [t for t in state.ranks.values() if t.ended and t.gone_at is not None and (run is None or t.run == run)]
     if not ended:
         return None
     run = max(ended, key=lambda t: t.gone_at or 0.0).run

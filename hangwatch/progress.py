@@ -24,7 +24,6 @@ from .model import HISTORY, NodeStatus, RankStatus
 from .state import State, Track
 
 S = RankStatus
-HELD = ("T", "t")             # /proc's states of a process the kernel holds: stopped, traced
 
 
 def forget(t: Track) -> None:
@@ -35,7 +34,6 @@ def forget(t: Track) -> None:
 
 def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSample | None, now: float) -> None:
     v = t.view
-    t.held = t.held + 1 if s.state in HELD else 0
     t.proc_state, t.children_cpu = s.state, s.children_cpu
     if s.cpu is None:
         return

@@ -34,7 +34,6 @@ class Track:
     moved: int = 0                    # bytes it read or wrote since idle_since
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
-    held: int = 0                     # samples in a row the kernel has held it (state T or t)
     children_cpu: float | None = None
     spinning: bool = False            # idle though busy: its stack shows one wait, unchanged, with no progress
     # stacks
@@ -70,9 +69,9 @@ class Track:
 
     @property
     def stopped(self) -> bool:
-        """The kernel holds it: SIGSTOP (T), or a tracer for more than one sample (t: py-spy's own
-        dump holds a rank for milliseconds, a debugger for as long as it likes)."""
-        return self.proc_state == "T" or (self.proc_state == "t" and self.held > 1)
+        """The kernel holds it: SIGSTOP (T), or a tracer other than the agent's own py-spy (t: the
+        agent reports the state of a rank it is dumping as unknown)."""
+        return self.proc_state in ("T", "t")
 
     @property
     def launcher(self) -> int | None:

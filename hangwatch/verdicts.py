@@ -91,14 +91,16 @@ def _flight(t: Track) -> dict:
 
 def stalled(state: State, waiting: float, now: float, wall: float, out: list) -> None:
     """Progress stopped `waiting` seconds ago and the stacks in hand show where every quiet rank is."""
-    threshold = state.config.threshold
-    if any(t.ended and t.exit_status is not None and t.exit_status.stopped and t.gone_at is not None
-           and now - t.gone_at < 2 * threshold and not state.launcher_stops for t in state.ranks.values()):
-        return      # someone is stopping the run (Ctrl-C, a scheduler): not a hang to name
     runs = {t.run for t in state.live() if t.idle_since is not None}
     tracks = [t for t in state.ranks.values() if t.run in runs]
+    ended_verdict = None
+    for run in runs:
+        if any(t.ended for t in tracks if t.run == run):
+            ended_verdict = ended.judge(state, now, wall, run)
+            if ended_verdict is None and any(t.ended and t.exit_status is not None and t.exit_status.stopped
+                                             for t in tracks if t.run == run):
+                return      # someone is stopping the run (Ctrl-C, a scheduler, a launcher): not a hang to name
     seen = {t.key: evidence_of(state, t, now) for t in tracks}
-    ended_verdict = ended.judge(state, now, wall) if any(t.ended for t in tracks) else None
     found = diagnose(seen, ended_verdict)
     found = _without_stacks(state, found, seen, now) or found
     found = _rendezvous(state, found, seen, tracks) or found

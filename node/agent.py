@@ -21,6 +21,7 @@ Commands: {"cmd": "stacks", "id", "native"}, {"cmd": "py-spy", "path", "remove":
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import sys
@@ -45,6 +46,7 @@ class Agent:
         self.native = bool(spec.get("native"))
         self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
         self.last_stacks = 0.0
+        self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
@@ -73,10 +75,14 @@ class Agent:
             how = native if native is not None else self.native
             threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), pyspy.dump(self.py_spy, p, how)))
                        for p in pids]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            self.dumping.update(pids)         # Counter.update/subtract: one thread's reads at a time
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            finally:
+                self.dumping.subtract(pids)
         flights = {}
         if request_id is not None:      # asked for, in a stall: the Flight Recorder too (launched ranks, opted-in ones)
             threads = [threading.Thread(target=lambda p=p: flights.__setitem__(str(p), flight.ask(p))) for p in pids]
@@ -157,7 +163,9 @@ class Agent:
                 now, cpu = time.monotonic(), st.cpu_seconds
                 before = last.get(pid)
                 last[pid] = (now, cpu)
-                sample = {"pid": pid, "rank": info["rank"], "state": st.state, "threads": proc.threads(pid),
+                # py-spy holds a rank it reads (state t) for milliseconds: that is not the rank's state.
+                state = None if st.state == "t" and self.dumping[pid] > 0 else st.state
+                sample = {"pid": pid, "rank": info["rank"], "state": state, "threads": proc.threads(pid),
                           "wchan": proc.wchan(pid)}
                 if st.state == "Z":
                     sample["exit"] = st.exit_status

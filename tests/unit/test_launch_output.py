@@ -100,3 +100,30 @@ def test_the_launch_package_stays_headless():
     code = "import sys, launch, cli.launch; print('textual' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_headline_is_hangwatchs_verdict_when_it_names_a_rank():
+    # Rank 1 raised (its own record); torchrun stopped rank 0 beside it; worker1's ranks lost it.
+    from hangwatch.exits import Ending, judge
+    from node.protocol import ExitStatus
+    raised = {"how": "raised", "t": 9.2, "type": "RuntimeError", "message": "bad batch at step 5",
+              "frames": [{"file": "/work/train.py", "line": 172, "function": "main"}]}
+    verdict = judge([Ending("master", 101, 1, 9.2, 0.001, ExitStatus(code=1), raised, launcher=90),
+                     Ending("master", 100, 0, 9.3, 0.001, ExitStatus(signal=15), stopped_by="torchrun", launcher=90),
+                     Ending("worker1", 102, 2, 9.8, 0.001, ExitStatus(code=1), launcher=91),
+                     Ending("worker1", 103, 3, 9.9, 0.001, ExitStatus(signal=15), stopped_by="ddp-preflight",
+                            launcher=91)])
+    assert verdict is not None and (verdict.culprits, verdict.reason, verdict.certainty) == ((1,), "raised", "certain")
+    master = ranks_of("master", (None, signal.SIGTERM), (1, None))
+    worker = ranks_of("worker1", (1, None), (None, signal.SIGTERM))
+    for r, rank in zip(worker, (2, 3), strict=True):
+        r.rank = rank
+    nodes = [NodeState("master", status="failed", exit=1, launched=True, watched=True),
+             NodeState("worker1", status="stopped", stopped=True, launched=True, watched=True)]
+    explain(master, nodes[0])
+    explain(worker, nodes[1])
+    result = LaunchResult(master + worker, nodes, "master failed", "master", 12.0, "runs/x", verdict=verdict)
+    text = render(result, 29500, "master")
+    assert text.splitlines()[0] == ("training failed: rank 1 on master raised RuntimeError: bad batch at step 5 at "
+                                    "train.py:172; every node was stopped")
+    assert result.to_json()["verdict"]["culprits"] == [1] and result.to_json()["verdict"]["reason"] == "raised"
