@@ -47,6 +47,7 @@ class Agent:
         self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
         self.last_stacks = 0.0
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
+        self.dumping_lock = threading.Lock()
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
@@ -75,14 +76,16 @@ class Agent:
             how = native if native is not None else self.native
             threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), pyspy.dump(self.py_spy, p, how)))
                        for p in pids]
-            self.dumping.update(pids)         # Counter.update/subtract: one thread's reads at a time
+            with self.dumping_lock:
+                self.dumping.update(pids)
             try:
                 for t in threads:
                     t.start()
                 for t in threads:
                     t.join()
             finally:
-                self.dumping.subtract(pids)
+                with self.dumping_lock:
+                    self.dumping.subtract(pids)
         flights = {}
         if request_id is not None:      # asked for, in a stall: the Flight Recorder too (launched ranks, opted-in ones)
             threads = [threading.Thread(target=lambda p=p: flights.__setitem__(str(p), flight.ask(p))) for p in pids]
