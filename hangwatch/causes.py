@@ -23,6 +23,8 @@ CAUSES: dict[Reason, tuple[str, ...]] = {
                         "Killed process'). Fix: a smaller batch, fewer DataLoader workers, or more memory",),
     Reason.LEFT_FIRST: ("it left the loop early and exited while the others still trained: their next collective "
                         "found it gone. " + UNEVEN_DATA, RANK_DEPENDENT),
+    Reason.LEAVING: ("it left early (an exception, sys.exit, or the end of its loop: its output says which); its "
+                     "peers lost it. " + UNEVEN_DATA,),
     Reason.FAILED: ("its own error or a lost peer: its exit code alone cannot tell. Its output says which; "
                     "ddp-preflight --launch keeps a log per node and records how each rank ended",),
     Reason.LOST_PEER: ("no rank ended before it: its peer's node or the link went away (a reboot, a network outage, a "

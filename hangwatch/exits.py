@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from node.protocol import ExitStatus
 
@@ -178,7 +178,8 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
         culprits, candidates, certainty = _first_of(reads)
     named = culprits or candidates
     reason = named[0].reason if named else Reason.LOST_PEER
-    evidence = [_evidence(r) for r in reads] + list(running)
+    as_named = {r.ending.key: r for r in named}       # a read the judging refined (leaving)
+    evidence = [_evidence(as_named.get(r.ending.key, r)) for r in reads] + list(running)
     return Diagnosis(Kind.EXITED, tuple(sorted(r.ending.key for r in culprits)),
                      tuple(sorted(r.ending.key for r in candidates)), reason, certainty, tuple(evidence),
                      causes=CAUSES.get(reason, ()),
@@ -210,7 +211,16 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
                and any(_siblings(f.ending, r.ending) for f in first)]
     if len(first) == 1 and not leaving:
         return first, [], Certainty.LIKELY
+    if len(first) == 1 and len(leaving) == 1 and leaving[0].ending.leaving and _at_once(first[0].ending):
+        # The first died at once (a signal: no teardown, its end is when it went) while its sibling
+        # had already closed connections of its own: the sibling was leaving first.
+        return [replace(leaving[0], reason=Reason.LEAVING, role=Role.OWN)], [], Certainty.LIKELY
     return [], first + leaving, Certainty.UNSURE
+
+
+def _at_once(ending: Ending) -> bool:
+    """Ended by a signal: the process is gone the moment it ends, with no teardown."""
+    return ending.status is not None and ending.status.signal is not None
 
 
 def _siblings(a: Ending, b: Ending) -> bool:

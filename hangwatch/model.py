@@ -174,6 +174,8 @@ class Reason(Word):
     KILLED = "killed"                         # a signal no launcher sent (SIGKILL, SIGSEGV, ...)
     OOM_KILLED = "oom-killed"                 # SIGKILL while its node's OOM-kill count rose
     LEFT_FIRST = "left-first"                 # it exited cleanly while its peers ran; they failed after
+    LEAVING = "leaving"                       # it was on its way out (its own connections closed) when the first
+                                              # rank beside it died of it; torchrun then stopped it
     LOST_PEER = "lost-peer"                   # its error says it lost a peer or the link
     STOPPED_BY_LAUNCHER = "stopped-by-launcher"   # torchrun or ddp-preflight stopped it after another rank ended
     TERMINATED = "terminated"                 # SIGTERM/SIGINT/SIGHUP with no failure before: the run was stopped

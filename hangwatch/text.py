@@ -310,6 +310,8 @@ ENDED = {
     Reason.KILLED: "was killed ({signal})",
     Reason.OOM_KILLED: "was killed by the kernel's OOM killer ({signal}; its node's OOM-kill count rose)",
     Reason.LEFT_FIRST: "left first, while the others still ran ({exit})",
+    Reason.LEAVING: "was leaving first: it had closed connections of its own when the first rank beside it died; "
+                    "torchrun then stopped it ({signal})",
     Reason.FAILED: "ended first ({signal}), before any other rank: its own error or a lost peer, which its exit alone "
                    "cannot tell",
     Reason.LOST_PEER: "lost its peer ({exception})",
@@ -380,7 +382,8 @@ def _exited(d: Diagnosis) -> str:
 
 
 def _followed(e: Evidence) -> str:
-    if e.reason in (Reason.RAISED, Reason.EXIT_CODE, Reason.KILLED, Reason.OOM_KILLED, Reason.LEFT_FIRST):
+    if e.reason in (Reason.RAISED, Reason.EXIT_CODE, Reason.KILLED, Reason.OOM_KILLED, Reason.LEFT_FIRST,
+                    Reason.LEAVING):
         return _ended(e)
     form = FOLLOWED.get(e.reason or Reason.FAILED, "{exit}")
     return form.format(exit=e.exit or "its code unread")

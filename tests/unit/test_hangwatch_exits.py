@@ -60,9 +60,18 @@ def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_
         "rank 2 ended first (rank 2 on worker1 signal 6, SIGABRT); rank 3 on worker1 was stopped by torchrun right "
         "after, before its own end could be seen (it may have been on its way out): one of these went first"), \
         found[0].summary
-    # The agent's word at rank 2's end: rank 3 had closed connections of its own, so it was leaving.
+    # The agent's word at rank 2's end: rank 3 had closed connections of its own, so it was leaving,
+    # and rank 2 died at once (a signal, no teardown): rank 3 left first.
     leaving = [(*exits[0], {"closed": {103: 3}}), *exits[1:]]
-    assert _said(_exits(tmp_path, leaving))[:3] == ("exited", [], [2, 3])
+    found = _exits(tmp_path, leaving)
+    assert _said(found) == ("exited", [3], [], "leaving", "likely"), found[0].summary
+    assert found[0].summary.startswith("rank 3 on worker1 was leaving first: it had closed connections of its own "
+                                       "when the first rank beside it died; torchrun then stopped it (signal 15, "
+                                       "SIGTERM); then rank 2 (signal 6"), found[0].summary
+    # Had rank 2 ended with a code (a Python teardown after it raised or lost its peer), its own end
+    # may have begun before rank 3's: both stay candidates.
+    leaving_after_code = [("worker1", 102, 10.00, 256, {"closed": {103: 3}}), *exits[1:]]
+    assert _said(_exits(tmp_path, leaving_after_code))[:4] == ("exited", [], [2, 3], "failed")
     # ... or it had not (it still held every connection: a member stopped by torchrun): rank 2 went first.
     member = [(*exits[0], {"closed": {103: 0}}), *exits[1:]]
     found = _exits(tmp_path, member)
