@@ -179,3 +179,63 @@ def test_an_earlier_runs_clean_end_is_not_this_runs_culprit(tmp_path):
     [said] = [e.snapshot.diagnosis for e in events if e.kind == "diagnosis"]
     assert (said.kind, said.culprits, said.candidates) == ("exited", [0], []), said.summary
     assert [e.pid for e in said.evidence] == [200, 201]
+
+
+def test_a_cascade_of_64_ranks_on_8_nodes_names_the_one_that_raised(tmp_path):
+    # The shape of the lab's 2x2 cascades, measured (an uncaught exception on one rank, 8 runs):
+    # torchrun stops the raising rank's siblings 0.04-0.12 s after its end; on each other node one
+    # rank dies of the lost peer (exit code 1, or SIGABRT) 0.4-0.6 s after it and torchrun stops that
+    # node's other ranks 0.02-0.1 s later. Here on 8 nodes x 8 ranks, each node's clock off the
+    # master's by its own offset (read, as the agents answer, to within a 2 ms round trip).
+    nodes = [f"node{i}" for i in range(8)]
+    offsets = {node: (i - 3) * 0.7 for i, node in enumerate(nodes)}      # -2.1 s ... +2.8 s
+    ranks = {node: [(1000 + 8 * i + local, 8 * i + local) for local in range(8)] for i, node in enumerate(nodes)}
+    culprit_node, culprit = "node5", 43
+    raised = {"how": "raised", "t": 99.1, "type": "ValueError", "message": "shapes do not match",
+              "frames": [{"file": "/work/train.py", "line": 88, "function": "step"}]}
+    exits = []
+    for i, node in enumerate(nodes):
+        pids = [p for p, _ in ranks[node]]
+        if node == culprit_node:
+            first_pid, first_at, code = 1000 + culprit, 100.0, 256
+        else:
+            first_pid, first_at, code = pids[i % 8], 100.4 + 0.025 * i, 6 if i % 2 else 256
+        others = [p for p in pids if p != first_pid]
+        extra = {"closed": {p: 0 for p in others}}
+        if node == culprit_node:
+            extra["ending"] = raised
+        exits.append((node, first_pid, first_at, code, extra))
+        exits += [(node, p, first_at + 0.04 + 0.01 * k, 15) for k, p in enumerate(others)]
+    exits.sort(key=lambda e: e[2])
+    said = _cascade(tmp_path / "recorded", nodes, offsets, ranks, exits)
+    assert (said.kind, said.culprits, said.candidates, said.reason, said.certainty) == \
+        ("exited", [culprit], [], "raised", "certain"), said.summary
+    assert said.summary.startswith("rank 43 on node5 raised ValueError: shapes do not match at train.py:88; then ")
+    # Without its record (an attached run, its output a pipe), its exit code 1 is what a lost peer
+    # gives too: it is named as the first to end, ordered on the master's clock, and how sure says so.
+    bare = [(n, p, t, c, {k: v for k, v in m[0].items() if k != "ending"} if m else {}) for n, p, t, c, *m in exits]
+    said = _cascade(tmp_path / "bare", nodes, offsets, ranks, bare)
+    assert (said.kind, said.culprits, said.candidates, said.reason, said.certainty) == \
+        ("exited", [culprit], [], "failed", "likely"), said.summary
+
+
+def _cascade(tmp_path, nodes, offsets, ranks, exits):
+    """The verdict said on these exits, each node's clock read first."""
+    events, now = [], [0.0]
+    watcher = Watcher([WatchTarget(LocalNode(n, "python")) for n in nodes], clock=lambda: now[0],
+                      wall=lambda: 1.0 + now[0], on_event=events.append, incident_dir=str(tmp_path))
+    for node in nodes:
+        wall = 1.0 + now[0]
+        watcher.receive(node, {"type": "clock", "asked": wall - 0.002, "t": wall - 0.001 + offsets[node]})
+        for pid, rank in ranks[node]:
+            watcher.receive(node, {"type": "rank", "pid": pid, "ppid": 90, "rank": rank, "local_rank": rank % 8,
+                                   "world_size": 64, "master": "10.0.0.1:29500", "env": {}})
+    for node, pid, t, code, *more in exits:
+        now[0] += 0.01
+        watcher.receive(node, {"type": "exit", "pid": pid, "t": t + offsets[node], "code": code,
+                               **(more[0] if more else {})})
+    for _ in range(20):
+        now[0] += 0.25
+        watcher.tick()
+    [said] = [e.snapshot.diagnosis for e in events if e.kind == "diagnosis"]
+    return said
