@@ -48,6 +48,7 @@ class Agent:
         self.last_stacks = 0.0
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.dumping_lock = threading.Lock()
+        self.held = {}                # pid -> TCP sockets it held when last counted
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
@@ -115,6 +116,10 @@ class Agent:
         if command.get("cmd") == "stacks":
             threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native")),
                              daemon=True).start()
+        elif command.get("cmd") == "clock":
+            # Answered at once: the watcher reads this node's clock against its own (its offset, to
+            # within half the round trip).
+            self.emit({"type": "clock", "asked": command.get("t"), "t": time.time()})
         elif command.get("cmd") == "py-spy":
             if command.get("remove"):
                 self.remove.append(command["remove"])
@@ -144,7 +149,15 @@ class Agent:
                 os.close(fd)
                 st = proc.stat(pid)
                 code = st.exit_status if st is not None and st.state in "ZX" else None
-                self.emit({"type": "exit", "pid": pid, "t": time.time(), "code": code})
+                at = time.time()
+                self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": self.closed_since(pid)})
+
+    def closed_since(self, gone):
+        """For each other live rank: how many TCP sockets it closed itself since they were last
+        counted (a socket its peer closed stays open, CLOSE_WAIT, until the rank closes it). A rank
+        that closed some when another ended was already on its way out."""
+        now = held_sockets([p for p in list(self.ranks.known) if p != gone and p in self.held])
+        return {pid: max(0, self.held[pid] - n) for pid, n in now.items()}
 
     def run(self):
         self.hello()
@@ -158,6 +171,8 @@ class Agent:
             found = self.ranks.scan()
             samples = []
             tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
+            if rounds % CONNECTIONS_EVERY == 0:
+                self.held = held_sockets(found)
             rounds += 1
             for pid, info in found.items():
                 st = proc.stat(pid)
@@ -199,6 +214,22 @@ class Agent:
                 threading.Thread(target=self.stacks, daemon=True).start()
                 self.last_stacks = time.monotonic()
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def held_sockets(pids) -> dict:
+    """Each rank's TCP sockets in any state (the ones it has not closed itself). A rank whose files
+    this user may not list is left out."""
+    tables = {}             # network namespace -> inodes: its table is read once
+    counts = {}
+    for pid in pids:
+        sockets = proc.socket_inodes(pid)
+        if sockets is None:
+            continue
+        netns = proc.netns(pid)
+        if netns not in tables:
+            tables[netns] = proc.tcp_sockets(pid)
+        counts[pid] = len(sockets & tables[netns])
+    return counts
 
 
 def connections(pids) -> dict:

@@ -152,6 +152,18 @@ def socket_inodes(pid: int) -> Optional[Set[int]]:
 ESTABLISHED = "01"          # /proc/net/tcp's state column (include/net/tcp_states.h)
 
 
+def tcp_sockets(pid: int) -> Set[int]:
+    """The inodes of every TCP socket, in any state, in its network namespace (IPv4 and IPv6)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        for line in (read(f"/proc/{pid}/net/{table}") or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9:
+                inodes.add(int(fields[9]))
+    inodes.discard(0)           # sockets no process holds any more (TIME_WAIT, an orphan's FIN_WAIT)
+    return inodes
+
+
 def tcp_established(pid: int) -> Set[int]:
     """The inodes of the established TCP sockets (IPv4 and IPv6) in its network namespace."""
     inodes = set()
