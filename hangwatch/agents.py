@@ -154,12 +154,15 @@ def _run_of(state: State, info: protocol.RankFound) -> int:
 
 def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list) -> None:
     state.nodes[node].net_bytes_per_s = msg.net
+    state.closures.update(msg.closures)
     gpus = {g.index: g for g in msg.gpus}
     for s in msg.ranks:
         t = state.ranks.get((node, s.pid))
         if t is None:
             continue
         t.view.wchan = s.wchan
+        if s.endpoints is not None:
+            t.endpoints = frozenset(s.endpoints)
         if s.exit is not None:       # caught as a zombie, before its exit notice
             if not t.ended:
                 ended.zombie(state, t, protocol.ExitStatus.from_wait_status(s.exit), msg.t, now, out)

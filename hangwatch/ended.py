@@ -168,11 +168,34 @@ def margin(state: State, node: str) -> float:
     return max(apart, 0.001) if apart <= CLOCK_STEP else CLOCK_STEP
 
 
-def ending_of(state: State, t: Track) -> Ending:
+def ending_of(state: State, t: Track, closed: dict[int, tuple[frozenset, frozenset]] | None = None) -> Ending:
     stopped_by = _stopped_by(state, t)
+    first, on = (closed or {}).get(t.key, (frozenset(), frozenset()))
     return Ending(t.view.node, t.view.pid, t.view.rank if not t.duplicate else None, t.exit_t, margin(state, t.view.node),
                   t.exit_status, t.ending, t.exception, t.quote, t.oom, stopped_by, t.launcher,
-                  t.view.frame, t.view.function, t.leaving)
+                  t.view.frame, t.view.function, t.leaving, first, on,
+                  frozenset(o.key for o in _peers(state, t)))
+
+
+def closed_first(state: State, tracks: list[Track]) -> dict[int, tuple[frozenset, frozenset]]:
+    """Who closed each connection between two ranks first, as the kernel says: the side that
+    closed first holds the connection in TIME_WAIT for a minute after. For each rank: (the ranks it
+    closed a connection with first, the ranks that closed one with it first)."""
+    owner = {endpoint: t.key for t in tracks for endpoint in t.endpoints}
+    first: dict[int, set[int]] = {}
+    on: dict[int, set[int]] = {}
+    for local, remote in state.closures:
+        closer, peer = owner.get(local), owner.get(remote)
+        if closer is None or peer is None or closer == peer:
+            continue
+        first.setdefault(closer, set()).add(peer)
+        on.setdefault(peer, set()).add(closer)
+    return {key: (frozenset(first.get(key, ())), frozenset(on.get(key, ()))) for key in set(first) | set(on)}
+
+
+def _peers(state: State, t: Track) -> list[Track]:
+    """The other ranks of its run whose connections are known (their endpoints were counted)."""
+    return [o for o in state.ranks.values() if o.run == t.run and o is not t and o.endpoints]
 
 
 def _stopped_by(state: State, t: Track) -> str | None:
@@ -192,7 +215,8 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     tracks = [t for t in state.ranks.values() if t.run == run]
     from .verdicts import evidence_of  # the live ranks as they are seen
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
-    found = exits.judge([ending_of(state, t) for t in tracks if t.ended], running)
+    closed = closed_first(state, tracks)
+    found = exits.judge([ending_of(state, t, closed) for t in tracks if t.ended], running)
     if found is None:
         return None
     apart = clocks_apart(state)

@@ -66,6 +66,9 @@ class Ending:
     function: str | None = None
     leaving: bool | None = None        # it had closed connections of its own when a rank of its node first
                                        # ended (None: not known)
+    closed_first: frozenset = frozenset()   # the ranks it closed a connection with first (the kernel's TIME_WAIT)
+    closed_on: frozenset = frozenset()      # the ranks that closed a connection with it first
+    peers: frozenset = frozenset()          # the ranks of its run whose connections are known
 
     @property
     def key(self) -> int:
@@ -84,6 +87,7 @@ class Read:
     reason: Reason
     certain: bool
     exception: Seen | None = None
+    basis: tuple[str, ...] = ()        # what the judging read beyond the end itself (how it knew)
 
 
 def read(ending: Ending, endings: Sequence[Ending]) -> Read:
@@ -175,7 +179,7 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
     else:
         if _stopped_first(reads, failures):
             return None     # someone stopped the run (Ctrl-C, a scheduler, the launcher) and the rest followed
-        culprits, candidates, certainty = _first_of(reads)
+        culprits, candidates, certainty = _closed_first_of(reads) or _first_of(reads)
     named = culprits or candidates
     reason = named[0].reason if named else Reason.LOST_PEER
     as_named = {r.ending.key: r for r in named}       # a read the judging refined (leaving)
@@ -198,6 +202,23 @@ def _stopped_first(reads: Sequence[Read], failures: Sequence[Read]) -> bool:
     return not any(before(f.ending, stops[0].ending) for f in real)
 
 
+def _closed_first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty] | None:
+    """The rank that closed its connections first, as the kernel says: it closed first with every
+    other rank it was connected to, and none closed first with it. It left before any of them,
+    whatever the order in which their processes ended (a teardown outlasts its victims'). None
+    when the kernel's word names no single rank (a connection reset leaves no TIME_WAIT)."""
+    first = [r for r in reads if r.ending.closed_first and not r.ending.closed_on
+             and r.ending.peers and r.ending.closed_first >= r.ending.peers]
+    if len(first) != 1 or first[0].role not in (Role.EITHER, Role.VICTIM, Role.CLEAN):
+        return None
+    r = first[0]
+    basis = (f"it closed its connections with ranks {','.join(map(str, sorted(r.ending.closed_first)))} before they "
+             "closed theirs (the kernel's TIME_WAIT on its side)",)
+    if r.role is Role.CLEAN:
+        return [replace(r, basis=basis)], [], Certainty.CERTAIN
+    return [replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)], [], Certainty.CERTAIN
+
+
 def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]:
     """No rank failed on its own: the endings that cannot tell which and that no other ending
     explains, (culprits, candidates, how sure). One alone is the first to go; several that no
@@ -214,7 +235,9 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
     if len(first) == 1 and len(leaving) == 1 and leaving[0].ending.leaving and _at_once(first[0].ending):
         # The first died at once (a signal: no teardown, its end is when it went) while its sibling
         # had already closed connections of its own: the sibling was leaving first.
-        return [replace(leaving[0], reason=Reason.LEAVING, role=Role.OWN)], [], Certainty.LIKELY
+        basis = (f"it had closed connections of its own when {first[0].ending.label} beside it died at once "
+                 f"({first[0].ending.status})",)
+        return [replace(leaving[0], reason=Reason.LEAVING, role=Role.OWN, basis=basis)], [], Certainty.LIKELY
     return [], first + leaving, Certainty.UNSURE
 
 
@@ -241,5 +264,5 @@ def _evidence(r: Read) -> Evidence:
             notes = (f"its process ended with {exit}",)
         exit = recorded
     return Evidence(e.node, e.pid, e.rank, RankStatus.EXITED, r.reason, frame=frame, function=function, exit=exit,
-                    ended_at=e.at, exception=seen, quote=e.quote, notes=notes)
+                    ended_at=e.at, exception=seen, quote=e.quote, notes=r.basis + notes)
 

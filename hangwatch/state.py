@@ -51,6 +51,7 @@ class Track:
     quote: str | None = None          # the output line the exception rests on
     oom: bool | None = None
     stopped_by: str | None = None     # the launcher that began stopping its node before it ended
+    endpoints: frozenset[str] = frozenset()   # its TCP sockets' local "ip:port" (kept after it ended)
     leaving: bool | None = None       # it had closed connections of its own when a rank of its node first
                                       # ended (None: not known)
     # connections
@@ -128,6 +129,8 @@ class State:
     runs: int = 0                             # runs seen (Track.run counts from 1)
     launcher_stops: list[tuple[str | None, float, str]] = field(default_factory=list)  # (node, master-clock t, by)
     spin_asked_at: float | None = None        # when stacks were last asked of ranks that use CPU on a GPU
+    closures: set[tuple[str, str]] = field(default_factory=set)   # (local, remote) of TIME_WAIT sockets seen:
+                                                                   # the local side closed first
 
     def tracks(self, node: str | None = None) -> list[Track]:
         return [t for t in self.ranks.values() if node is None or t.view.node == node]

@@ -310,8 +310,7 @@ ENDED = {
     Reason.KILLED: "was killed ({signal})",
     Reason.OOM_KILLED: "was killed by the kernel's OOM killer ({signal}; its node's OOM-kill count rose)",
     Reason.LEFT_FIRST: "left first, while the others still ran ({exit})",
-    Reason.LEAVING: "was leaving first: it had closed connections of its own when the first rank beside it died; "
-                    "torchrun then stopped it ({signal})",
+    Reason.LEAVING: "left first: {basis}; then its process ended ({signal})",
     Reason.FAILED: "ended first ({signal}), before any other rank: its own error or a lost peer, which its exit alone "
                    "cannot tell",
     Reason.LOST_PEER: "lost its peer ({exception})",
@@ -331,7 +330,8 @@ def _ended(e: Evidence) -> str:
     exception = (f"{seen.type}: {_first_line(seen.message)}" + (f" at {seen.where}" if seen.where else "")
                  if seen is not None else "an exception")
     form = ENDED.get(e.reason or Reason.FAILED, ENDED[Reason.FAILED])
-    return form.format(exception=exception, exit=e.exit or "its code unread", signal=signal_name(e.exit))
+    return form.format(exception=exception, exit=e.exit or "its code unread", signal=signal_name(e.exit),
+                       basis=e.notes[0] if e.notes else "its own end unseen")
 
 
 def _ended_in_order(d: Diagnosis) -> list[Evidence]:

@@ -35,6 +35,7 @@ from .ranks import Finder
 from .redact import redact_env
 
 CONNECTIONS_EVERY = 5     # samples: the ranks' TCP connections are counted in one sample of so many
+TIME_WAIT_LEN = 60.0      # seconds the kernel keeps a closed connection in TIME_WAIT (TCP_TIMEWAIT_LEN)
 
 
 class Agent:
@@ -49,6 +50,8 @@ class Agent:
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.dumping_lock = threading.Lock()
         self.held = {}                # pid -> TCP sockets it held when last counted
+        self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
+        self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
@@ -150,6 +153,7 @@ class Agent:
                 st = proc.stat(pid)
                 code = st.exit_status if st is not None and st.state in "ZX" else None
                 at = time.time()
+                self.ended_at = time.monotonic()
                 self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": self.closed_since(pid)})
 
     def closed_since(self, gone):
@@ -171,8 +175,10 @@ class Agent:
             found = self.ranks.scan()
             samples = []
             tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
-            if rounds % CONNECTIONS_EVERY == 0:
+            counted = rounds % CONNECTIONS_EVERY == 0
+            if counted:
                 self.held = held_sockets(found)
+                endpoints = local_endpoints(found)
             rounds += 1
             for pid, info in found.items():
                 st = proc.stat(pid)
@@ -191,6 +197,9 @@ class Agent:
                     sample["gpu"] = self.gpus.of(pid)
                 if pid in tcp:
                     sample["tcp"] = tcp[pid]
+                if counted and pid in endpoints and endpoints[pid] != self.endpoints.get(pid):
+                    self.endpoints[pid] = endpoints[pid]
+                    sample["endpoints"] = sorted(endpoints[pid])
                 if before:
                     dt = max(now - before[0], 1e-6)
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
@@ -206,6 +215,8 @@ class Agent:
             gone = sorted(p for p, _ in announced if p not in found)
             announced = {(p, s) for p, s in announced if p in found}
             message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
+            if self.ended_at is not None and time.monotonic() - self.ended_at < TIME_WAIT_LEN:
+                message["closures"] = closures()
             gpus = self.gpus.sample()
             if gpus:
                 message["gpus"] = gpus
@@ -230,6 +241,29 @@ def held_sockets(pids) -> dict:
             tables[netns] = proc.tcp_sockets(pid)
         counts[pid] = len(sockets & tables[netns])
     return counts
+
+
+def local_endpoints(pids) -> dict:
+    """Each rank's TCP sockets' local endpoints ("ip:port"); a rank whose files this user may not
+    list is left out."""
+    tables = {}
+    out = {}
+    for pid in pids:
+        sockets = proc.socket_inodes(pid)
+        if sockets is None:
+            continue
+        netns = proc.netns(pid)
+        if netns not in tables:
+            tables[netns] = proc.tcp_table(pid)
+        out[pid] = {s.local for s in tables[netns] if s.inode in sockets}
+    return out
+
+
+def closures() -> list:
+    """(local, remote) of every TIME_WAIT socket in this node's network namespace (the agent's, its
+    ranks' too): the side that closed a connection first holds it, for a minute after (the watcher
+    knows whose endpoint each one is). Read from the agent's own /proc entry: the ranks may be gone."""
+    return [[s.local, s.remote] for s in proc.tcp_table(os.getpid()) if s.state == proc.TIME_WAIT]
 
 
 def connections(pids) -> dict:

@@ -150,26 +150,57 @@ def socket_inodes(pid: int) -> Optional[Set[int]]:
 
 
 ESTABLISHED = "01"          # /proc/net/tcp's state column (include/net/tcp_states.h)
+TIME_WAIT = "06"            # the side that closed first holds it, for 60 s (TCP_TIMEWAIT_LEN)
+CLOSE_WAIT = "08"           # the peer closed; this side has not yet
 
 
-def tcp_sockets(pid: int) -> Set[int]:
-    """The inodes of every TCP socket, in any state, in its network namespace (IPv4 and IPv6)."""
-    inodes = set()
+@dataclass(frozen=True)
+class TcpSocket:
+    local: str                 # "10.0.0.1:29500" (an IPv4 address mapped into IPv6 is written as IPv4)
+    remote: str
+    state: str                 # the kernel's state, as /proc/net/tcp writes it ("01": established)
+    unsent: int                # tx_queue: bytes sent, not yet acknowledged
+    unread: int                # rx_queue: bytes arrived, not yet read
+    inode: int                 # 0 when no process holds it (TIME_WAIT)
+
+
+def tcp_table(pid: int) -> List[TcpSocket]:
+    """Every TCP socket in its network namespace (IPv4 and IPv6), read once."""
+    found = []
     for table in ("tcp", "tcp6"):
         for line in (read(f"/proc/{pid}/net/{table}") or "").splitlines()[1:]:
             fields = line.split()
-            if len(fields) > 9:
-                inodes.add(int(fields[9]))
-    inodes.discard(0)           # sockets no process holds any more (TIME_WAIT, an orphan's FIN_WAIT)
-    return inodes
+            if len(fields) < 10:
+                continue
+            tx, _, rx = fields[4].partition(":")
+            try:
+                found.append(TcpSocket(_endpoint(fields[1]), _endpoint(fields[2]), fields[3], int(tx, 16), int(rx, 16),
+                                       int(fields[9])))
+            except ValueError:
+                continue
+    return found
+
+
+def _endpoint(text: str) -> str:
+    """/proc/net/tcp's "0100007F:7530" (or 32 hex digits for IPv6) as "127.0.0.1:30000"."""
+    address, _, port = text.partition(":")
+    raw = bytes.fromhex(address)
+    if len(raw) == 4:
+        host = ".".join(str(b) for b in raw[::-1])
+    else:
+        words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))      # each 32-bit word in host order
+        if words[:12] == b"\0" * 10 + b"\xff\xff":
+            host = ".".join(str(b) for b in words[12:])
+        else:
+            host = "[" + ":".join(words[i:i + 2].hex() for i in range(0, 16, 2)) + "]"
+    return f"{host}:{int(port, 16)}"
+
+
+def tcp_sockets(pid: int) -> Set[int]:
+    """The inodes of every TCP socket a process holds, in any state, in its network namespace."""
+    return {s.inode for s in tcp_table(pid) if s.inode}
 
 
 def tcp_established(pid: int) -> Set[int]:
     """The inodes of the established TCP sockets (IPv4 and IPv6) in its network namespace."""
-    inodes = set()
-    for table in ("tcp", "tcp6"):
-        for line in (read(f"/proc/{pid}/net/{table}") or "").splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == ESTABLISHED:
-                inodes.add(int(fields[9]))
-    return inodes
+    return {s.inode for s in tcp_table(pid) if s.state == ESTABLISHED}

@@ -160,6 +160,8 @@ class RankSample:
                                      # wchar: sockets, pipes, files); None: not readable
     children_cpu: Optional[float] = None   # % of one core its descendants used (DataLoader workers,
                                            # helpers); None: it has none
+    endpoints: Optional[tuple] = None  # its TCP sockets' local "ip:port", when they changed since it
+                                       # was last counted (Gloo's pairs: which connection is whose)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,8 @@ class Sample:
     gone: tuple = ()                 # pids no longer there
     net: Optional[float] = None      # bytes/s on the node's links (loopback aside)
     gpus: tuple = ()                 # GpuSample, on GPU nodes
+    closures: tuple = ()             # (local, remote) of the node's TIME_WAIT sockets, for 60 s after a
+                                     # rank of it ended: the side that closed a connection first holds it
 
 
 @dataclass(frozen=True)
@@ -255,11 +259,14 @@ def agent_message(data: dict):
     known = set(cls.__dataclass_fields__)
     values = {k: v for k, v in data.items() if k in known}
     if cls is Sample:
-        values["ranks"] = tuple(RankSample(**{k: v for k, v in r.items() if k in RankSample.__dataclass_fields__})
+        values["ranks"] = tuple(RankSample(**{k: (tuple(v) if k == "endpoints" and v is not None else v)
+                                              for k, v in r.items() if k in RankSample.__dataclass_fields__})
                                 for r in data.get("ranks") or ())
         values["gone"] = tuple(data.get("gone") or ())
         values["gpus"] = tuple(GpuSample(**{k: v for k, v in g.items() if k in GpuSample.__dataclass_fields__})
                                for g in data.get("gpus") or ())
+        values["closures"] = tuple((str(pair[0]), str(pair[1])) for pair in data.get("closures") or ()
+                                   if isinstance(pair, (list, tuple)) and len(pair) == 2)
     elif cls is RankFound:
         values["argv"] = tuple(data.get("argv") or ())
     elif cls is Stacks:

@@ -13,7 +13,22 @@ RANKS = {"master": [(100, 0), (101, 1)], "worker1": [(102, 2), (103, 3)]}
 TORCHRUN = {"master": 90, "worker1": 91}       # each node's torchrun: its ranks' parent
 
 
-def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, master="10.0.0.1:29500"):
+ADDRESS = {"master": "10.0.0.1", "worker1": "10.0.0.2"}
+
+
+def _endpoints(pid: int, node: str) -> list[str]:
+    """A rank's Gloo endpoints: one port per peer (the lab's full mesh), numbered from its pid."""
+    return [f"{ADDRESS[node]}:{40000 + 10 * pid + peer}" for peer in range(4)]
+
+
+def _closed(first: list[tuple[int, int]]) -> list[list[str]]:
+    """TIME_WAIT pairs (closer's endpoint, peer's endpoint) for each (closer, peer) pid pair."""
+    where = {pid: node for node, found in RANKS.items() for pid, _ in found}
+    rank = {pid: r for found in RANKS.values() for pid, r in found}
+    return [[_endpoints(a, where[a])[rank[b]], _endpoints(b, where[b])[rank[a]]] for a, b in first]
+
+
+def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, master="10.0.0.1:29500", closures=()):
     """Four ranks (master: 0,1; worker1: 2,3) running under one torchrun per node, then these exits
     as the agents' pidfds saw them: (node, pid, t, wait status, and optionally the message's other
     fields: {"closed": {pid: n}}, {"ending": {...}}). ahead: {node: seconds its clock is ahead of
@@ -32,11 +47,14 @@ def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, maste
                                    "local_rank": rank % 2, "world_size": world, "master": master, "env": {}})
     for node, found in ranks.items():
         watcher.receive(node, {"type": "sample", "t": 1.0 + ahead.get(node, 0.0),
-                               "ranks": [{"pid": p, "cpu": 90.0} for p, _ in found], "gone": []})
+                               "ranks": [{"pid": p, "cpu": 90.0, "endpoints": _endpoints(p, node)} for p, _ in found],
+                               "gone": []})
     for node, pid, t, code, *more in exits:
         now[0] += 0.1
         watcher.receive(node, {"type": "exit", "pid": pid, "t": t + ahead.get(node, 0.0), "code": code,
                                **(more[0] if more else {})})
+    if closures:
+        watcher.receive("master", {"type": "sample", "t": 20.0, "ranks": [], "gone": [], "closures": list(closures)})
     for _ in range(20):
         now[0] += 0.25
         watcher.tick()
@@ -65,8 +83,8 @@ def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_
     leaving = [(*exits[0], {"closed": {103: 3}}), *exits[1:]]
     found = _exits(tmp_path, leaving)
     assert _said(found) == ("exited", [3], [], "leaving", "likely"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 was leaving first: it had closed connections of its own "
-                                       "when the first rank beside it died; torchrun then stopped it (signal 15, "
+    assert found[0].summary.startswith("rank 3 on worker1 left first: it had closed connections of its own when rank 2 "
+                                       "beside it died at once (signal 6); then its process ended (signal 15, "
                                        "SIGTERM); then rank 2 (signal 6"), found[0].summary
     # Had rank 2 ended with a code (a Python teardown after it raised or lost its peer), its own end
     # may have begun before rank 3's: both stay candidates.
@@ -88,6 +106,31 @@ def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_
                                        "rank 0 (exit code 1, +1.24 s), rank 1 (stopped by its launcher, +1.33 s)"), \
         found[0].summary
     assert [e.notes for e in found[0].evidence if e.rank == 3] == [("its process ended with signal 15",)]
+
+
+def test_the_rank_that_closed_its_connections_first_left_first_whatever_the_order_of_the_ends(tmp_path):
+    # The kernel's word: the side that closes a connection first holds it in TIME_WAIT. Measured on
+    # the lab (2x2, rank 3's sys.exit(3)): rank 3 closed first with ranks 0, 1, 2; rank 2 with 0, 1;
+    # rank 0 with 1. The same ends as the CI case above, where the exits alone left two candidates.
+    exits = [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 15),
+             ("master", 100, 10.64, 256), ("master", 101, 10.73, 15)]
+    closures = _closed([(103, 100), (103, 101), (103, 102), (102, 100), (102, 101), (100, 101)])
+    found = _exits(tmp_path, exits, closures=closures)
+    assert _said(found) == ("exited", [3], [], "leaving", "certain"), found[0].summary
+    assert found[0].summary.startswith("rank 3 on worker1 left first: it closed its connections with ranks 0,1,2 before "
+                                       "they closed theirs (the kernel's TIME_WAIT on its side); then its process "
+                                       "ended (signal 15, SIGTERM)"), found[0].summary
+    # Measured on the lab (rank 1 raised): rank 1 closed first with every other rank; rank 0 with 2 and 3.
+    exits = [("master", 101, 10.00, 256), ("master", 100, 10.06, 15),
+             ("worker1", 102, 10.50, 256), ("worker1", 103, 10.57, 15)]
+    closures = _closed([(101, 100), (101, 102), (101, 103), (100, 102), (100, 103), (102, 103)])
+    found = _exits(tmp_path, exits, closures=closures)
+    assert _said(found) == ("exited", [1], [], "leaving", "certain"), found[0].summary
+    # A connection reset leaves no TIME_WAIT: with rank 1's connections to rank 0 reset, nobody
+    # closed first with every peer, and the kernel's word names nobody; the exits decide as before.
+    partial = _closed([(101, 102), (101, 103), (100, 102), (100, 103), (102, 103)])
+    found = _exits(tmp_path, exits, closures=partial)
+    assert _said(found) == ("exited", [], [0, 1], "failed", "unsure"), found[0].summary
 
 
 def test_a_rank_gone_first_with_its_code_unread(tmp_path):
