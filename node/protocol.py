@@ -259,9 +259,7 @@ def agent_message(data: dict):
     known = set(cls.__dataclass_fields__)
     values = {k: v for k, v in data.items() if k in known}
     if cls is Sample:
-        values["ranks"] = tuple(RankSample(**{k: (tuple(v) if k == "endpoints" and v is not None else v)
-                                              for k, v in r.items() if k in RankSample.__dataclass_fields__})
-                                for r in data.get("ranks") or ())
+        values["ranks"] = tuple(_rank_sample(r) for r in data.get("ranks") or ())
         values["gone"] = tuple(data.get("gone") or ())
         values["gpus"] = tuple(GpuSample(**{k: v for k, v in g.items() if k in GpuSample.__dataclass_fields__})
                                for g in data.get("gpus") or ())
@@ -280,6 +278,13 @@ def agent_message(data: dict):
         values["output"] = tuple(str(line) for line in data.get("output") or ())
         values["closed"] = {int(pid): n for pid, n in (data.get("closed") or {}).items()}
     return cls(**values)
+
+
+def _rank_sample(data: dict) -> RankSample:
+    values: Any = {k: v for k, v in data.items() if k in RankSample.__dataclass_fields__}
+    if values.get("endpoints") is not None:
+        values["endpoints"] = tuple(values["endpoints"])
+    return RankSample(**values)
 
 
 def _store_answer(data: dict) -> StoreAnswer:
