@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from node import protocol
 
-from . import ended, progress, verdicts
+from . import ended, progress, stall, verdicts
 from .inputs import AskStacks, BringPySpy, Send
 from .model import NodeStatus, RankStatus, RankView
-from .state import State, Track, notice, remember, say
+from .state import Launcher, State, Track, notice, remember, say
 
 S = RankStatus
 GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
@@ -43,6 +43,8 @@ def from_agent(state: State, node: str, message, now: float, wall: float, out: l
         verdicts.connections(state, node, message, now, wall, out)
     elif isinstance(message, protocol.Stacks):
         _stacks(state, node, message, now, out)
+    elif isinstance(message, protocol.LauncherFound):
+        state.launchers[(node, message.pid)] = Launcher(node, message)
     elif isinstance(message, protocol.ClockAnswer):
         _clock(state, node, message, wall)
     elif isinstance(message, protocol.RankExit):
@@ -155,6 +157,7 @@ def _run_of(state: State, info: protocol.RankFound) -> int:
 def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list) -> None:
     state.nodes[node].net_bytes_per_s = msg.net
     state.closures.update(msg.closures)
+    _launchers(state, node, msg, now)
     gpus = {g.index: g for g in msg.gpus}
     for s in msg.ranks:
         t = state.ranks.get((node, s.pid))
@@ -172,6 +175,26 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
         t = state.ranks.get((node, pid))
         if t is not None and not t.ended:
             ended.vanished(state, t, msg.t, now, out)
+
+
+def _launchers(state: State, node: str, msg: protocol.Sample, now: float) -> None:
+    """Each torchrun's CPU and ranks: one that uses no CPU and has started no rank waits in its
+    rendezvous for the other nodes' torchruns."""
+    sampled = {s.pid: s for s in msg.launchers}
+    for (where, pid), launcher in list(state.launchers.items()):
+        if where != node:
+            continue
+        s = sampled.get(pid)
+        if s is None:
+            del state.launchers[(where, pid)]          # gone
+            continue
+        launcher.ranks = s.ranks
+        launcher.had_ranks = launcher.had_ranks or s.ranks > 0
+        quiet = s.cpu is not None and s.cpu < stall.IDLE_CPU and not launcher.had_ranks
+        if not quiet:
+            launcher.quiet_since = None
+        elif launcher.quiet_since is None:
+            launcher.quiet_since = now - state.config.interval
 
 
 def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list) -> None:

@@ -44,7 +44,7 @@ A snapshot, as JSON:
                                             "source": "record|output"} | null,
                               "seq": 1235 | null, "seq_op": "all_reduce" | null, "quote": str | null, "moved": bytes | null,
                               "unsent": bytes | null, "notes": [str]}],
-                "nodes": [str], "waited": s, "bound": s, "idle_share": 0.73, "idle_span": 30,
+                "nodes": [str], "node_ranks": [1], "waited": s, "bound": s, "idle_share": 0.73, "idle_span": 30,
                 "clocks_apart": s, "margin": s, "world": 4, "store": "10.0.0.1:29500", "unknown_why": str,
                 "notes": [str]} | null,
   "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],
@@ -264,6 +264,7 @@ class Diagnosis:
     causes: Sequence[str] = ()
     since: float | None = None        # when progress stopped or the first rank ended (epoch s), once reported
     nodes: Sequence[str] = ()         # nodes named, where a node is to blame (its launcher never came)
+    node_ranks: Sequence[int] = ()    # node ranks that never checked in (a launcher's rendezvous)
     waited: float | None = None       # seconds the state named has lasted (computing for ever, idle)
     bound: float | None = None        # the bound it passed (endless: --endless-after)
     idle_share: float | None = None   # a straggler's cost: the share of the last `idle_span` s the others waited

@@ -103,6 +103,7 @@ def _tick(state: State, now: float, wall: float, out: list) -> None:
             and state.asked_at is None:
         state.spin_asked_at = now
         agents.ask_stacks(state, now, out, spinning)
+    verdicts.launchers_waiting(state, now, wall, out)
     stalled = progress.stalled(state, now)
     watched = [t for t in state.live() if state.nodes[t.view.node].status is NodeStatus.WATCHING]
     if stalled is None:

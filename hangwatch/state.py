@@ -79,6 +79,17 @@ class Track:
         return self.info.ppid if self.info is not None else None
 
 
+@dataclass
+class Launcher:
+    """A torchrun on a node, as the watcher follows it: until it starts its ranks, it waits for the
+    other nodes' torchruns (its rendezvous)."""
+    node: str
+    info: protocol.LauncherFound
+    quiet_since: float | None = None   # since when it has used no CPU with no rank started
+    ranks: int = 0                     # its ranks alive now
+    had_ranks: bool = False            # it has started ranks: past its rendezvous
+
+
 @dataclass(frozen=True)
 class Config:
     threshold: float = stall.DEFAULT_THRESHOLD   # seconds without progress before a hang is named
@@ -129,6 +140,7 @@ class State:
     runs: int = 0                             # runs seen (Track.run counts from 1)
     launcher_stops: list[tuple[str | None, float, str]] = field(default_factory=list)  # (node, master-clock t, by)
     spin_asked_at: float | None = None        # when stacks were last asked of ranks that use CPU on a GPU
+    launchers: dict[tuple[str, int], Launcher] = field(default_factory=dict)   # (node, pid) -> a torchrun
     closures: set[tuple[str, str]] = field(default_factory=set)   # (local, remote) of TIME_WAIT sockets seen:
                                                                    # the local side closed first
 

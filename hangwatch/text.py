@@ -249,7 +249,20 @@ def _alone(d: Diagnosis) -> str:
             "(init_process_group skipped on CPU?)")
 
 
+def _launchers(d: Diagnosis) -> str:
+    """torchruns that wait for the other nodes' torchruns (no rank started)."""
+    waiting = ", ".join(f"{e.node} ({e.notes[0].split(', ', 1)[1] if e.notes else 'node rank ?'})" for e in d.evidence)
+    missing = ",".join(map(str, d.node_ranks))
+    where = (f": {', '.join(d.nodes)} {'runs' if len(d.nodes) == 1 else 'run'} no torchrun of this run" if d.nodes
+             else ": no watched node runs it")
+    return (f"torchrun on {waiting} has started no rank for {d.waited or 0:.0f} s: it waits in its rendezvous at "
+            f"{d.store} for the other nodes' torchrun; node rank{'s' if len(d.node_ranks) > 1 else ''} {missing} "
+            f"never checked in{where}")
+
+
 def _rendezvous(d: Diagnosis) -> str:
+    if d.node_ranks:
+        return _launchers(d)
     waiting = [e for e in d.evidence if e.state is S.RENDEZVOUS]
     where = f"{wait([e.key for e in waiting])} in init_process_group"
     by = _by_key(d)

@@ -1,8 +1,10 @@
 """What a rank's output says about how it ended: the one catalogue of the messages a training
 prints when it fails, read on the master (hangwatch live, `ddp-preflight explain` after the fact).
 
-Pure: no I/O, standard library only. Every message here was seen in a real run
-(tests/unit/artifacts/logs/, each log with the command that made it).
+Pure: no I/O, standard library only (and hangwatch.model's Word). The Gloo, torchrun and C++ abort messages were seen in real
+runs (tests/unit/artifacts/logs/, each log with the command that made it), NCCL's watchdog and
+error lines on a real H100; NCCL's remote errors and the store's are as NCCL's and torch's sources
+write them (two GPUs were not at hand to record them).
 
 A rank ends by its own failure or as a victim. Its own: an uncaught exception, named by its type,
 its message and the innermost line of the training's own code it went through. A victim: it lost a
@@ -39,10 +41,12 @@ collective). The cost: a rank whose own error came first and whose handler then 
 as a victim; but an implicit context is as often control flow (StopIteration at an epoch's end,
 a KeyError fallback) as an error, so the first exception of a chain cannot be taken as the cause.
 
-After an uncaught exception (a traceback with torch's "[rankN]:" marker, or one just printed), a
+After a traceback with torch's "[rankN]:" marker (uncaught for certain: the process is ending), a
 C++ abort or a watchdog line is that process's teardown (sys.exit and raise in a rank with a live
-Gloo group end in "terminate called without an active exception"): the exception stays the one
-named. A later traceback is named instead (the last one).
+Gloo group may end in "terminate called without an active exception"): the exception stays the
+one named. After a traceback without the marker (it may have been caught and logged) only that
+untyped abort is taken as teardown; a typed abort or a watchdog line is named. A later traceback
+is always named instead (the last one).
 
 Lines may carry prefixes, stripped by `strip_prefix()`: ddp-preflight's launcher "[worker1 r3] "
 (a node's own lines: "[worker1] "), torchrun's --tee "[default0]:", torch's "[rank3]: "."""
@@ -81,6 +85,7 @@ class ExceptionInfo:
     peer: str | None           # the peer's address when the message names it ("10.213.5.2:24077")
     quote: tuple[str, ...]     # the lines it rests on, as they were: the exception line, the frame line it
                                # names, and the line of the chain's lost peer when that is another exception's
+                               # (an abort: its "terminate called ..." and "what():" lines)
     path: str | None = None    # that frame's file as the rank's Python named it ("/home/me/nanochat/train.py")
     cause: str | None = None   # the earlier exception of the chain that lost the peer ("RuntimeError: [...] Connection
                                # closed by peer [10.213.5.2]:24077"), when the last one does not say it itself
@@ -105,7 +110,8 @@ class ChildFailure:
 class FirstObservedFailure(ChildFailure):
     """torchrun's "Root Cause (first observed failure)": the rank of its node that failed first, by
     torchrun's clock (the error file's time, else when torchrun saw the exit). Not the run's root
-    cause: only the first on that node, and a victim may end before its culprit's exit is seen."""
+    cause: only the first on that node, a victim may end before its culprit's exit is seen, and a
+    rank that left cleanly (exit 0) is in no table."""
     script: str | None = None                   # "/work/main/examples/hang_train.py" of "... FAILED"
     others: tuple[ChildFailure, ...] = ()       # the "Failures:" above it
     quote: tuple[str, ...] = ()                 # the root cause's rank and exitcode lines, as they were
@@ -187,7 +193,7 @@ LOST_PEER_DISTRIBUTED = re.compile(
     r"Connection reset by peer|Broken pipe|\bRead error\b|\bWrite error\b|"
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation"       # Gloo's timeout
     r"|Connection refused|No route to host|Network is unreachable|Connect timeout"   # the link (connectFullMesh, the store)
-    r"|failed to recv, got 0 bytes"                                # the store's host went away
+    r"|Failed to recv, got 0 bytes|Failed to send, sent 0 bytes"   # the store's host went away
     r"|Timed out after \d+ seconds waiting for clients|wait timeout after \d+ ?ms")   # peers that never came
 
 
@@ -246,7 +252,8 @@ NO_EXCEPTION = "std::terminate"      # the type of an abort without an exception
 LOG_LINE = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")
 WATCHDOG = re.compile(r"(?:\[Rank \d+\] )?Watchdog caught collective operation timeout: .*")
 WATCHDOG_TYPE = "c10::DistBackendError"     # what the watchdog sets on the collective, with that message
-STARTS = ("Traceback", ABORTED, "Watchdog caught")      # a line without one of these starts nothing
+# A line without one of these starts nothing (the header, an abort, the watchdog's line).
+TRACEBACK_WORD, WATCHDOG_WORDS = "Traceback", "Watchdog caught"
 
 
 class _In(enum.Enum):
@@ -289,7 +296,8 @@ class Reader:
 
     def feed(self, line: str) -> ExceptionInfo | None:
         line = line[:LINE_CHARS]
-        if self._in is _In.NOTHING and not self._chain_open and not any(word in line for word in STARTS):
+        if (self._in is _In.NOTHING and not self._chain_open and TRACEBACK_WORD not in line and ABORTED not in line
+                and WATCHDOG_WORDS not in line):
             return None                       # the ordinary line, most of a log: read no further
         origin, text = split_prefix(line)
         raw = line.rstrip("\r\n")

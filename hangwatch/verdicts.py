@@ -177,6 +177,39 @@ def _rendezvous(state: State, found: Diagnosis, seen: dict[int, Evidence], track
     return rendezvous_stall(seen, fresh[0] if fresh else None, state.config.planned)
 
 
+# -- a launcher that waits for nodes that never come -------------------------------------------
+
+def launchers_waiting(state: State, now: float, wall: float, out: list) -> None:
+    """A torchrun that has started no rank and used no CPU for the threshold waits in its rendezvous
+    for the other nodes' torchruns: the node ranks that never checked in are the ones no watched
+    node runs (each torchrun's command line says its node rank and the run's number of nodes), and
+    a watched node that runs no torchrun of the run is where they were to be."""
+    threshold = state.config.threshold
+    waiting = [launcher for launcher in state.launchers.values() if launcher.quiet_since is not None
+               and now - launcher.quiet_since >= threshold
+               and state.nodes[launcher.node].status is NodeStatus.WATCHING]
+    for master in sorted({launcher.info.master for launcher in waiting if launcher.info.master}):
+        run = [launcher for launcher in state.launchers.values() if launcher.info.master == master]
+        nnodes = max((launcher.info.nnodes or 0 for launcher in run), default=0)
+        present = {launcher.info.node_rank for launcher in run if launcher.info.node_rank is not None}
+        missing = sorted(set(range(nnodes)) - present)
+        if not nnodes or not missing:
+            continue
+        hosts = {launcher.node for launcher in run}
+        absent = [name for name, n in state.nodes.items() if n.status is NodeStatus.WATCHING and name not in hosts]
+        named = tuple(absent) if len(absent) == len(missing) else ()
+        evidence = tuple(Evidence(launcher.node, launcher.info.pid, None, S.RENDEZVOUS, notes=(
+            f"torchrun, node rank {launcher.info.node_rank} of {nnodes}",)) for launcher in run)
+        quiet = [launcher.quiet_since for launcher in waiting if launcher.info.master == master]
+        waited = now - min(q for q in quiet if q is not None)
+        found = verdict(kind=Kind.RENDEZVOUS_STALL, reason=Reason.NEVER_CHECKED_IN,
+                        certainty=Certainty.LIKELY if named else Certainty.UNSURE, evidence=evidence, nodes=named,
+                        node_ranks=tuple(missing), store=master, world=nnodes, waited=round(waited, 1),
+                        causes=CAUSES[Reason.NEVER_CHECKED_IN][1:] + (
+                            "it cannot reach the store: ddp-preflight's master-reachable",))
+        report(state, found, waited, wall, out, key=f"launchers:{master}:{missing}")
+
+
 # -- saying it -----------------------------------------------------------------------------------
 
 def report(state: State, found: Diagnosis, waiting: float, wall: float, out: list, key: str | None = None) -> None:

@@ -166,9 +166,11 @@ class Agent:
     def run(self):
         self.hello()
         threading.Thread(target=self.watch_exits, daemon=True).start()
-        last = {}        # pid -> (monotonic, cpu seconds)
+        last = {}        # pid -> (monotonic, cpu seconds), ranks and launchers alike
         last_net = (time.monotonic(), proc.net_bytes())
         announced = set()
+        announced_launchers = set()
+        boot = proc.boot_time()
         rounds = 0
         while not self.stop.is_set():
             started = time.monotonic()
@@ -205,9 +207,23 @@ class Agent:
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
                 if (pid, info["start"]) not in announced:
                     announced.add((pid, info["start"]))
-                    self.emit({"type": "rank", **info})
+                    self.emit({"type": "rank", **info, "started": boot + info["start"] / proc.TICK})
                 samples.append(sample)
-            for pid in [p for p in last if p not in found]:
+            launchers = []
+            for pid, info in list(self.ranks.launchers.items()):
+                st = proc.stat(pid)
+                if st is None:
+                    continue
+                if (pid, info["start"]) not in announced_launchers:
+                    announced_launchers.add((pid, info["start"]))
+                    self.emit({"type": "launcher", **info, "started": boot + info["start"] / proc.TICK})
+                now, cpu = time.monotonic(), st.cpu_seconds
+                before = last.get(pid)
+                last[pid] = (now, cpu)
+                launchers.append({"pid": pid, "ranks": sum(1 for i in found.values() if i["ppid"] == pid),
+                                  **({"cpu": round(100 * (cpu - before[1]) / max(now - before[0], 1e-6), 1)}
+                                     if before else {})})
+            for pid in [p for p in last if p not in found and p not in self.ranks.launchers]:
                 del last[pid]
             now, total = time.monotonic(), proc.net_bytes()
             net = (total - last_net[1]) / max(now - last_net[0], 1e-6)
@@ -220,6 +236,8 @@ class Agent:
             gpus = self.gpus.sample()
             if gpus:
                 message["gpus"] = gpus
+            if launchers:
+                message["launchers"] = launchers
             self.emit(message)
             if found and time.monotonic() - self.last_stacks > self.stack_every:
                 threading.Thread(target=self.stacks, daemon=True).start()

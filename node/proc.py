@@ -4,6 +4,7 @@ agent alike. Every function returns None (or an empty value) for a process that 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set
 
@@ -112,6 +113,15 @@ def wchan(pid: int) -> Optional[str]:
     """The kernel function it sleeps in, when it sleeps."""
     text = (read(f"/proc/{pid}/wchan") or "").strip()
     return text if text and text != "0" else None
+
+
+def boot_time() -> float:
+    """When this machine booted, epoch seconds (/proc/stat's btime): a process started at
+    boot_time() + start_ticks / TICK."""
+    for line in (read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return time.time() - uptime()
 
 
 def uptime() -> float:

@@ -146,6 +146,26 @@ class RankFound:
 
 
 @dataclass(frozen=True)
+class LauncherFound:
+    """A torchrun on the node, as its command line says (ranks are started by it)."""
+    pid: int
+    start: int = 0
+    argv: tuple = ()
+    nnodes: Optional[int] = None
+    node_rank: Optional[int] = None
+    master: Optional[str] = None     # its rendezvous endpoint (MASTER_ADDR:MASTER_PORT)
+    nproc_per_node: Optional[int] = None
+    started: Optional[float] = None  # the node's clock, epoch s
+
+
+@dataclass(frozen=True)
+class LauncherSample:
+    pid: int
+    cpu: Optional[float] = None      # % of one core since the last sample
+    ranks: int = 0                   # its ranks alive now (ranks whose parent it is)
+
+
+@dataclass(frozen=True)
 class RankSample:
     pid: int
     rank: Optional[int] = None
@@ -178,6 +198,7 @@ class Sample:
     gone: tuple = ()                 # pids no longer there
     net: Optional[float] = None      # bytes/s on the node's links (loopback aside)
     gpus: tuple = ()                 # GpuSample, on GPU nodes
+    launchers: tuple = ()            # LauncherSample
     closures: tuple = ()             # (local, remote) of the node's TIME_WAIT sockets, for 60 s after a
                                      # rank of it ended: the side that closed a connection first holds it
 
@@ -248,7 +269,7 @@ class PySpyAnswer:
 
 
 AGENT_MESSAGES = {"hello": Hello, "rank": RankFound, "sample": Sample, "stacks": Stacks, "exit": RankExit,
-                  "py-spy": PySpyAnswer, "clock": ClockAnswer}
+                  "py-spy": PySpyAnswer, "clock": ClockAnswer, "launcher": LauncherFound}
 
 
 def agent_message(data: dict):
@@ -263,9 +284,12 @@ def agent_message(data: dict):
         values["gone"] = tuple(data.get("gone") or ())
         values["gpus"] = tuple(GpuSample(**{k: v for k, v in g.items() if k in GpuSample.__dataclass_fields__})
                                for g in data.get("gpus") or ())
+        values["launchers"] = tuple(LauncherSample(**{k: v for k, v in x.items()
+                                                      if k in LauncherSample.__dataclass_fields__})
+                                    for x in data.get("launchers") or () if isinstance(x, dict))
         values["closures"] = tuple((str(pair[0]), str(pair[1])) for pair in data.get("closures") or ()
                                    if isinstance(pair, (list, tuple)) and len(pair) == 2)
-    elif cls is RankFound:
+    elif cls in (RankFound, LauncherFound):
         values["argv"] = tuple(data.get("argv") or ())
     elif cls is Stacks:
         values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}

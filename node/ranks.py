@@ -69,6 +69,30 @@ def looks_like_rank(argv: List[str], env: Optional[Dict[str, str]], ppid: int) -
     return has_rank(env) and is_python(argv)
 
 
+def launcher_options(argv, env) -> dict:
+    """What a torchrun's command line (and environment) says of the run: nodes, this node's rank,
+    the store. None where it does not say (ddp-preflight's own launch program reads them from
+    its spec, not its command line)."""
+    options: Dict[str, str] = {}
+    for i, word in enumerate(argv):
+        if not word.startswith("--"):
+            continue
+        name, eq, value = word[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                continue
+            value = argv[i + 1]
+        options.setdefault(name.replace("_", "-"), value)
+    nnodes = options.get("nnodes", env.get("NNODES"))
+    nnodes = nnodes.split(":")[-1] if nnodes else None        # "1:4": elastic, at most 4
+    endpoint = options.get("rdzv-endpoint")
+    if endpoint is None and options.get("master-addr", env.get("MASTER_ADDR")):
+        endpoint = f"{options.get('master-addr', env.get('MASTER_ADDR'))}:" \
+                   f"{options.get('master-port', env.get('MASTER_PORT', '29500'))}"
+    return {"nnodes": _int(nnodes), "node_rank": _int(options.get("node-rank", env.get("NODE_RANK"))),
+            "master": endpoint, "nproc_per_node": _int(options.get("nproc-per-node"))}
+
+
 def _int(value) -> Optional[int]:
     try:
         return int(value)
@@ -88,15 +112,19 @@ class Finder:
         self.own_netns = proc.netns(os.getpid())
         self.known: Dict[int, dict] = {}            # pid -> what it is, fixed for its life
         self.not_ranks: Set[Tuple[int, int]] = set()  # (pid, start) looked at, not a rank
+        self.launchers: Dict[int, dict] = {}        # pid -> a torchrun of this node, as its command line says
 
     def scan(self) -> Dict[int, dict]:
         found: Dict[int, dict] = {}
         now = proc.uptime()
         me = os.getpid()
+        alive: Set[Tuple[int, int]] = set()
         for pid in proc.pids():
             if pid == me:
                 continue
             st = proc.stat(pid)
+            if st is not None:
+                alive.add((pid, st.start_ticks))
             if st is None or (pid, st.start_ticks) in self.not_ranks:
                 continue
             known = self.known.get(pid)
@@ -109,6 +137,7 @@ class Finder:
             elif now - st.start_seconds > YOUNG:
                 self.not_ranks.add((pid, st.start_ticks))
         self.known = found
+        self.launchers = {p: i for p, i in self.launchers.items() if (p, i["start"]) in alive}
         return found
 
     def look(self, pid: int, st: proc.Stat, found: Optional[Dict[int, dict]] = None) -> Optional[dict]:
@@ -120,6 +149,10 @@ class Finder:
             return None
         argv = proc.cmdline(pid)
         env = proc.environ(pid)
+        if not given and is_launcher(argv) and (netns is None or netns == self.own_netns):
+            self.launchers[pid] = {"pid": pid, "start": st.start_ticks, "argv": argv[:40],
+                                   **launcher_options(argv, env or {})}
+            return None
         if not given:
             if not looks_like_rank(argv, env, st.ppid):
                 return None

@@ -231,3 +231,29 @@ def test_with_the_flight_recorder_opted_in_the_deadlock_gives_each_ranks_collect
     assert waiting.startswith("ranks 0,1,3 at all_reduce #")
     # The rank that left is one collective behind the ranks waiting for it.
     assert int(left.split("#")[1]) == int(waiting.split("#")[1]) - 1, note
+
+
+def test_a_torchrun_waiting_for_a_node_that_never_starts_names_that_node(clean_lab, tmp_path):
+    # Seen with nanochat: torchrun started on master (node rank 0 of 2) and never on worker1. No
+    # rank ever starts, so there are no ranks to watch: the launcher is.
+    from .hangjob import SCRIPT, hangwatch
+    watch = hangwatch(clean_lab, "--incident-dir", str(tmp_path / "incidents"))
+    master = clean_lab.node("master").ipv4
+    torchrun = clean_lab.popen("master", ["env", "GLOO_SOCKET_IFNAME=eth0", sys.executable, "-m",
+                                          "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+                                          "--node-rank", "0", "--master-addr", master, "--master-port", "29647",
+                                          str(SCRIPT), "--steps", "50"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 40)
+        diagnosis = event["snapshot"]["diagnosis"]
+        assert (diagnosis["kind"], diagnosis["culprits"], diagnosis["nodes"], diagnosis["node_ranks"],
+                diagnosis["reason"], diagnosis["certainty"]) == \
+            ("rendezvous-stall", [], ["worker1"], [1], "never-checked-in", "likely"), diagnosis
+        assert re.fullmatch(rf"torchrun on master \(node rank 0 of 2\) has started no rank for \d+ s: it waits in its "
+                            rf"rendezvous at {master}:29647 for the other nodes' torchrun; node rank 1 never checked "
+                            rf"in: worker1 runs no torchrun of this run", diagnosis["summary"]), diagnosis["summary"]
+    finally:
+        os.killpg(torchrun.pid, signal.SIGKILL)
+        torchrun.wait(10)
+        watch.stop()
