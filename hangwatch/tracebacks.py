@@ -29,7 +29,10 @@ What is read, and how:
   the watchdog sets on the collective (c10::DistBackendError), logged; the rank may still hang
   after it (recorded on an H100) or abort.
 - torchrun's own lines are not a rank's: its ChildFailedError (the summary table, read by
-  `first_observed_failure()`) and its SignalException when it is stopped are left out.
+  `first_observed_failure()`) and its SignalException when it is stopped are left out, and so is
+  a traceback after "Exception ignored in: ..." (Python's unraisable hook: a __del__ failing at
+  exit ends nothing). "Original Traceback (most recent call last):" is a DataLoader worker's, in
+  the message of the exception the main process raises.
 
 Chained exceptions ("The above exception was the direct cause of the following exception:",
 "During handling of the above exception, another exception occurred:") are named by the last one
@@ -238,6 +241,7 @@ def short_name(path: str) -> str:
 # -- reading a rank's output -------------------------------------------------------------------------
 
 TRACEBACK = "Traceback (most recent call last):"
+IGNORED = "Exception ignored"            # Python's unraisable hook ("Exception ignored in: <function ...>")
 CHAINED = ("The above exception was the direct cause of the following exception:",
            "During handling of the above exception, another exception occurred:")
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: ?(?P<message>.*))?$")
@@ -254,6 +258,15 @@ WATCHDOG = re.compile(r"(?:\[Rank \d+\] )?Watchdog caught collective operation t
 WATCHDOG_TYPE = "c10::DistBackendError"     # what the watchdog sets on the collective, with that message
 # A line without one of these starts nothing (the header, an abort, the watchdog's line).
 TRACEBACK_WORD, WATCHDOG_WORDS = "Traceback", "Watchdog caught"
+
+
+def header(text: str) -> bool:
+    """A traceback's first line; a progress bar may be before it on the line. Not one inside a
+    message ("Original Traceback ..." of a DataLoader worker's error) or an exception group's."""
+    if not text.endswith(TRACEBACK):
+        return False
+    before = text[:-len(TRACEBACK)]
+    return not (before.endswith(" ") and before[-2:-1].isalnum())
 
 
 class _In(enum.Enum):
@@ -293,15 +306,20 @@ class Reader:
                                               # active exception" after it is its process's teardown
         self._ended = False                   # ... an uncaught one for certain (torch's marker): any abort or
                                               # watchdog line after it is
+        self._ignore_next = False             # "Exception ignored in ...": the next traceback ends nothing
+        self._ignoring = False                # ... and it is the one being read
 
     def feed(self, line: str) -> ExceptionInfo | None:
         line = line[:LINE_CHARS]
         if (self._in is _In.NOTHING and not self._chain_open and TRACEBACK_WORD not in line and ABORTED not in line
-                and WATCHDOG_WORDS not in line):
+                and WATCHDOG_WORDS not in line and IGNORED not in line):
             return None                       # the ordinary line, most of a log: read no further
         origin, text = split_prefix(line)
         raw = line.rstrip("\r\n")
-        if text.endswith(TRACEBACK) and not text.endswith("Group " + TRACEBACK):
+        if text.startswith(IGNORED):
+            self._ignore_next = True          # Python's unraisable hook: a traceback that ended nothing
+            return None
+        if header(text):
             self._start(origin, chained=self._chain_open and origin.marker == self._marker)
             return None
         if text.startswith(ABORTED):
@@ -329,7 +347,9 @@ class Reader:
         if not chained:
             self._chain = _Chain()
         self._in, self._marker, self._count, self._own = _In.TRACEBACK, origin.marker, 0, None
-        self._chain_open = self._raised = self._ended = False
+        self._ignoring, self._ignore_next = self._ignore_next, False
+        if not self._ignoring:
+            self._chain_open = self._raised = self._ended = False
 
     def _traceback(self, origin: Origin, text: str, raw: str) -> ExceptionInfo | None:
         self._count += 1
@@ -348,8 +368,8 @@ class Reader:
         exception = EXCEPTION_LINE.match(text)
         if exception is None:
             return None
-        if exception["type"].rsplit(".", 1)[-1] in LAUNCHERS_OWN:
-            self._in, self._chain = _In.NOTHING, _Chain()
+        if exception["type"].rsplit(".", 1)[-1] in LAUNCHERS_OWN or self._ignoring:
+            self._in, self._chain, self._ignoring = _In.NOTHING, _Chain(), False
             return None
         path, line, function, frame_line = self._own if self._own else (None, None, None, None)
         message = exception["message"] or ""
