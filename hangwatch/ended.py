@@ -12,7 +12,6 @@ and its stamp gives the offset, when the clocks are more than CLOCK_STEP apart."
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from node import protocol
 from node.protocol import ExitStatus
@@ -22,11 +21,9 @@ from .exits import Ending
 from .inputs import LauncherStopping, RankEnded, RankError
 from .model import Diagnosis, Kind, RankStatus, RankView, Seen
 from .state import State, Track, say
+from .tracebacks import ExceptionInfo, exception_in
 
 S = RankStatus
-if TYPE_CHECKING:
-    from .tracebacks import ExceptionInfo
-
 CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
 
 
@@ -43,7 +40,6 @@ def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: l
         if isinstance(recorded, (int, float)):
             t.exit_t = on_one_clock(state, t.view.node, float(recorded))   # when it left, before its teardown
     if msg.output and t.exception is None:
-        from .tracebacks import exception_in  # TEMPORARY: until tracebacks.py lands
         seen = exception_in(msg.output)
         if seen is not None:
             t.exception, t.quote = as_seen(seen, "output"), seen.quote[0] if seen.quote else None

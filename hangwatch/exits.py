@@ -34,6 +34,7 @@ from node.protocol import ExitStatus
 
 from .causes import CAUSES
 from .model import Certainty, Diagnosis, Evidence, Kind, RankStatus, Reason, Seen
+from .tracebacks import from_record
 
 KERNEL_ONLY = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)   # never sent by a launcher
 
@@ -135,7 +136,6 @@ def read(ending: Ending, endings: Sequence[Ending]) -> Read:
 
 def seen_in_record(record: dict) -> Seen:
     """The exception of a PID.end record ("raised"), with the training's own innermost line."""
-    from .tracebacks import from_record  # TEMPORARY: until tracebacks.py lands
     info = from_record(record)
     if info is None:
         return Seen(str(record.get("type")), str(record.get("message") or ""), source="record")

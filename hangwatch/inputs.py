@@ -4,14 +4,11 @@ watch.py, must do). Plain data."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from node.protocol import ExitStatus
 
 from .model import Event, Snapshot
-
-if TYPE_CHECKING:
-    from .tracebacks import ExceptionInfo
+from .tracebacks import ExceptionInfo
 
 # -- inputs ----------------------------------------------------------------------------------
 

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import signal as signals
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from hangwatch.model import Diagnosis
 from hangwatch.text import headline
+from hangwatch.tracebacks import ExceptionInfo
 from node.protocol import ExitStatus
-
-if TYPE_CHECKING:
-    from hangwatch.tracebacks import ExceptionInfo
 
 STOPPED_BY_US = "stopped by ddp-preflight"
 

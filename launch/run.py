@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
 from node.redact import redact_json
@@ -25,9 +25,6 @@ from transport import RunningJob
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
-
-if TYPE_CHECKING:
-    from hangwatch.tracebacks import ExceptionInfo, Reader
 
 NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
 DEFAULT_LEASE = 60.0             # seconds a node keeps training without hearing from the master
@@ -176,7 +173,6 @@ class Launch:
                     rank.step = step
                     if self.first_step_at is None:
                         self.first_step_at = line.time
-                from hangwatch.tracebacks import Reader  # TEMPORARY: until tracebacks.py lands
                 seen = self._readers.setdefault(rank.rank, Reader()).feed(line.text)
                 if seen is not None:
                     rank.error = seen

@@ -89,7 +89,8 @@ def record_ending(folder, how, exc=None, code=None):
     """Write PID.end: {"how": "returned" | "exit" | "raised" | "ended" (returned or sys.exit, as
     hangwatch.flight sees it: the process's exit code says which), "t": epoch s, "pid", "code": the
     exit code (how == "exit", "returned"), "type", "message", "frames": [{"file", "line",
-    "function"}, ...] innermost last (how == "raised")}. Never raises: the script's own ending
+    "function"}, ...] innermost last, "causes": [{"type", "message"}] the chain before it, first to
+    last (how == "raised")}. Never raises: the script's own ending
     goes on whatever happens here."""
     try:
         data = {"how": how, "t": time.time(), "pid": os.getpid(), "code": code}
@@ -103,6 +104,13 @@ def record_ending(folder, how, exc=None, code=None):
                 frames.append({"file": code_object.co_filename, "line": tb.tb_lineno, "function": code_object.co_name})
                 tb = tb.tb_next
             data["frames"] = frames[-FRAMES_LIMIT:]
+            # The chain before it, first to last (a wrapper that re-raises a lost peer as its own).
+            causes, seen, link = [], {id(exc)}, exc.__cause__ or exc.__context__
+            while link is not None and id(link) not in seen and len(causes) < 10:
+                seen.add(id(link))
+                causes.append({"type": type(link).__name__, "message": str(link)[:MESSAGE_LIMIT]})
+                link = link.__cause__ or link.__context__
+            data["causes"] = causes[::-1]
         _write_new(os.path.join(folder, ENDING % os.getpid()), json.dumps(data))
     except Exception:
         pass
