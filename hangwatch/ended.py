@@ -21,7 +21,7 @@ from .exits import Ending
 from .inputs import LauncherStopping, RankEnded, RankError
 from .model import Diagnosis, Kind, RankStatus, RankView, Seen
 from .state import State, Track, say
-from .tracebacks import ExceptionInfo, exception_in
+from .tracebacks import ExceptionInfo, exception_in, from_record
 
 S = RankStatus
 CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
@@ -39,6 +39,9 @@ def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: l
         recorded = msg.ending.get("t")
         if isinstance(recorded, (int, float)):
             t.exit_t = on_one_clock(state, t.view.node, float(recorded))   # when it left, before its teardown
+        raised = from_record(msg.ending)
+        if raised is not None:                # its own word on its exception, over what its output showed
+            t.exception, t.quote = as_seen(raised, "record"), None
     if msg.output and t.exception is None:
         seen = exception_in(msg.output)
         if seen is not None:
@@ -164,20 +167,27 @@ def margin(state: State, node: str) -> float:
     return max(apart, 0.001) if apart <= CLOCK_STEP else CLOCK_STEP
 
 
-def ending_of(state: State, t: Track, closed: dict[int, tuple[frozenset, frozenset]] | None = None) -> Ending:
+def ending_of(state: State, t: Track, closed: dict[int, tuple[frozenset, frozenset]] | None = None,
+              owner: dict[str, int] | None = None) -> Ending:
     stopped_by = _stopped_by(state, t)
     first, on = (closed or {}).get(t.key, (frozenset(), frozenset()))
+    peer = t.exception.peer if t.exception is not None and t.exception.lost_peer else None
     return Ending(t.view.node, t.view.pid, t.view.rank if not t.duplicate else None, t.exit_t, margin(state, t.view.node),
                   t.exit_status, t.ending, t.exception, t.quote, t.oom, stopped_by, t.launcher,
                   t.view.frame, t.view.function, t.leaving, first, on,
-                  frozenset(o.key for o in _peers(state, t)))
+                  frozenset(o.key for o in _peers(state, t)), (owner or {}).get(peer) if peer else None)
+
+
+def owners(tracks: list[Track]) -> dict[str, int]:
+    """Whose each TCP endpoint is ("ip:port" -> rank key), from the ranks' counted sockets."""
+    return {endpoint: t.key for t in tracks for endpoint in t.endpoints}
 
 
 def closed_first(state: State, tracks: list[Track]) -> dict[int, tuple[frozenset, frozenset]]:
     """Who closed each connection between two ranks first, as the kernel says: the side that
     closed first holds the connection in TIME_WAIT for a minute after. For each rank: (the ranks it
     closed a connection with first, the ranks that closed one with it first)."""
-    owner = {endpoint: t.key for t in tracks for endpoint in t.endpoints}
+    owner = owners(tracks)
     first: dict[int, set[int]] = {}
     on: dict[int, set[int]] = {}
     for local, remote in state.closures:
@@ -211,8 +221,8 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     tracks = [t for t in state.ranks.values() if t.run == run]
     from .verdicts import evidence_of  # the live ranks as they are seen
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
-    closed = closed_first(state, tracks)
-    found = exits.judge([ending_of(state, t, closed) for t in tracks if t.ended], running)
+    closed, owner = closed_first(state, tracks), owners(tracks)
+    found = exits.judge([ending_of(state, t, closed, owner) for t in tracks if t.ended], running)
     if found is None:
         return None
     apart = clocks_apart(state)

@@ -70,6 +70,7 @@ class Ending:
     closed_first: frozenset = frozenset()   # the ranks it closed a connection with first (the kernel's TIME_WAIT)
     closed_on: frozenset = frozenset()      # the ranks that closed a connection with it first
     peers: frozenset = frozenset()          # the ranks of its run whose connections are known
+    peer_key: int | None = None             # the rank its lost-peer error names (its endpoint)
 
     @property
     def key(self) -> int:
@@ -179,7 +180,7 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
     else:
         if _stopped_first(reads, failures):
             return None     # someone stopped the run (Ctrl-C, a scheduler, the launcher) and the rest followed
-        culprits, candidates, certainty = _closed_first_of(reads) or _first_of(reads)
+        culprits, candidates, certainty = _named_by_victims(reads) or _closed_first_of(reads) or _first_of(reads)
     named = culprits or candidates
     reason = named[0].reason if named else Reason.LOST_PEER
     as_named = {r.ending.key: r for r in named}       # a read the judging refined (leaving)
@@ -200,6 +201,29 @@ def _stopped_first(reads: Sequence[Read], failures: Sequence[Read]) -> bool:
     if any(f.ending.at is None for f in real):
         return False          # a failure whose time nobody knows may have come first
     return not any(before(f.ending, stops[0].ending) for f in real)
+
+
+def _named_by_victims(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty] | None:
+    """The rank its victims' errors name: a Gloo or NCCL error that says a peer went away gives the
+    peer's address, which is a rank's own endpoint. When every victim that names one names the same
+    rank, that rank left first (whatever ended its process later)."""
+    named = {r.ending.peer_key for r in reads if r.reason is Reason.LOST_PEER and r.ending.peer_key is not None}
+    if len(named) != 1:
+        return None
+    key = named.pop()
+    r = next((r for r in reads if r.ending.key == key), None)
+    if r is None or r.role not in (Role.EITHER, Role.VICTIM, Role.CLEAN) or r.reason is Reason.LOST_PEER:
+        return None
+    victims = sorted(v.ending.key for v in reads if v.ending.peer_key == key)
+    basis = (f"its peers' errors name it: {', '.join(_label(v) for v in victims)} lost "
+             f"{'its' if len(victims) == 1 else 'their'} connection to it",)
+    if r.role is Role.CLEAN:
+        return [replace(r, basis=basis)], [], Certainty.CERTAIN
+    return [replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)], [], Certainty.CERTAIN
+
+
+def _label(key: int) -> str:
+    return f"rank {key}" if key >= 0 else f"pid {-key}"
 
 
 def _closed_first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty] | None:

@@ -3,6 +3,7 @@ agent alike. Every function returns None (or an empty value) for a process that 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from dataclasses import dataclass
@@ -202,7 +203,7 @@ def _endpoint(text: str) -> str:
         if words[:12] == b"\0" * 10 + b"\xff\xff":
             host = ".".join(str(b) for b in words[12:])
         else:
-            host = "[" + ":".join(words[i:i + 2].hex() for i in range(0, 16, 2)) + "]"
+            host = f"[{ipaddress.IPv6Address(words).compressed}]"      # as Gloo's messages write it
     return f"{host}:{int(port, 16)}"
 
 

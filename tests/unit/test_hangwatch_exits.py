@@ -282,3 +282,18 @@ def _cascade(tmp_path, nodes, offsets, ranks, exits):
         watcher.tick()
     [said] = [e.snapshot.diagnosis for e in events if e.kind == "diagnosis"]
     return said
+
+
+def test_the_rank_its_victims_errors_name_left_first(tmp_path):
+    # Gloo's "Connection closed by peer [10.0.0.2:40313]" names the endpoint of the rank that went:
+    # rank 3's own (its connection to rank 1). Rank 3's end was not seen (torchrun stopped it mid-exit).
+    said = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:{port}"
+    lost = {"how": "raised", "t": 10.0, "type": "RuntimeError", "message": said.format(port=40000 + 10 * 103 + 1),
+            "frames": [{"file": "/work/train.py", "line": 51, "function": "step"}]}
+    exits = [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 15),
+             ("master", 101, 10.64, 256, {"ending": lost}), ("master", 100, 10.73, 15)]
+    found = _exits(tmp_path, exits)
+    assert _said(found) == ("exited", [3], [], "leaving", "certain"), found[0].summary
+    assert found[0].summary.startswith("rank 3 on worker1 left first: its peers' errors name it: rank 1 lost its "
+                                       "connection to it; then its process ended (signal 15, SIGTERM)"), \
+        found[0].summary
