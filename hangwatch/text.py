@@ -319,7 +319,7 @@ def signal_name(text: str | None) -> str:
 
 ENDED = {
     Reason.RAISED: "raised {exception}",
-    Reason.EXIT_CODE: "exited with {exit}",
+    Reason.EXIT_CODE: "ended with {exit}",
     Reason.KILLED: "was killed ({signal})",
     Reason.OOM_KILLED: "was killed by the kernel's OOM killer ({signal}; its node's OOM-kill count rose)",
     Reason.LEFT_FIRST: "left first, while the others still ran ({exit})",

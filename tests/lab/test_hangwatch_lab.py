@@ -92,7 +92,7 @@ def test_a_rank_that_exits_is_named_with_its_own_code_from_its_record(watched):
     job.fault_time()
     diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
     assert _verdict(diagnosis) == ("exited", [3], [], "exit-code", "certain"), diagnosis["summary"]
-    assert diagnosis["summary"].startswith("rank 3 on worker1 exited with exit code 3; then "), diagnosis["summary"]
+    assert diagnosis["summary"].startswith("rank 3 on worker1 ended with exit code 3; then "), diagnosis["summary"]
     assert "clocks" not in diagnosis["summary"], diagnosis["summary"]     # the lab's nodes share one clock
 
 
@@ -126,7 +126,9 @@ def test_exits_are_ordered_on_the_masters_clock_when_a_nodes_clock_is_behind(wat
                          watch_args=("--python", str(python)))
     job.fault_time()
     diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
-    assert _verdict(diagnosis) == ("exited", [0], [], "failed", "likely"), diagnosis["summary"]
+    # Its exit code 1 (or the abort of its teardown) is what a lost peer gives too; the kernel's word
+    # decides: rank 0 closed its connections with every other rank before they closed theirs.
+    assert _verdict(diagnosis) == ("exited", [0], [], "leaving", "certain"), diagnosis["summary"]
     assert re.search(r"the nodes' clocks are [23]\.\d s apart: exit times are put on the master's clock",
                      diagnosis["summary"]), diagnosis["summary"]
 

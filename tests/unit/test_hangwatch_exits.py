@@ -102,7 +102,7 @@ def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_
     recorded = [exits[0], ("worker1", 103, 10.03, 15, {"ending": {"how": "exit", "code": 3, "t": 9.40}}), *exits[2:]]
     found = _exits(tmp_path, recorded)
     assert _said(found) == ("exited", [3], [], "exit-code", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 exited with exit code 3; then rank 2 (signal 6, +0.60 s), "
+    assert found[0].summary.startswith("rank 3 on worker1 ended with exit code 3; then rank 2 (signal 6, +0.60 s), "
                                        "rank 0 (exit code 1, +1.24 s), rank 1 (stopped by its launcher, +1.33 s)"), \
         found[0].summary
     assert [e.notes for e in found[0].evidence if e.rank == 3] == [("its process ended with signal 15",)]
