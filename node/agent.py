@@ -31,6 +31,7 @@ import time
 from . import flight, proc, protocol, pyspy, store
 from .control import Control
 from .gpus import Gpus
+from .keeper import Keeper, children_of
 from .ranks import Finder
 from .redact import redact_env
 
@@ -52,6 +53,7 @@ class Agent:
         self.held = {}                # pid -> TCP sockets it held when last counted
         self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
         self.ended_at = None          # when a rank of this node last ended (monotonic)
+        self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
@@ -99,7 +101,8 @@ class Agent:
                 t.join()
         self.last_stacks = time.monotonic()
         message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
-                   "flight": {p: f for p, f in flights.items() if f is not None}}
+                   "flight": {p: f for p, f in flights.items() if f is not None},
+                   "sockets": socket_queues(pids)}
         if request_id is not None:      # in a stall: who never checked in, where ranks wait for it
             message["stores"] = self.rendezvous_stores(out)
         self.emit(message)
@@ -154,7 +157,8 @@ class Agent:
                 code = st.exit_status if st is not None and st.state in "ZX" else None
                 at = time.time()
                 self.ended_at = time.monotonic()
-                self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": self.closed_since(pid)})
+                self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": self.closed_since(pid),
+                           **self.keeper.ended(pid)})
 
     def closed_since(self, gone):
         """For each other live rank: how many TCP sockets it closed itself since they were last
@@ -182,6 +186,7 @@ class Agent:
                 self.held = held_sockets(found)
                 endpoints = local_endpoints(found)
             rounds += 1
+            children = children_of(self.ranks.stats)
             for pid, info in found.items():
                 st = proc.stat(pid)
                 if st is None:
@@ -207,7 +212,9 @@ class Agent:
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
                 if (pid, info["start"]) not in announced:
                     announced.add((pid, info["start"]))
+                    self.keeper.found(pid)
                     self.emit({"type": "rank", **info, "started": boot + info["start"] / proc.TICK})
+                sample.update(self.keeper.sample(pid, now, self.ranks.stats, children))
                 samples.append(sample)
             launchers = []
             for pid, info in list(self.ranks.launchers.items()):
@@ -230,6 +237,8 @@ class Agent:
             last_net = (now, total)
             gone = sorted(p for p, _ in announced if p not in found)
             announced = {(p, s) for p, s in announced if p in found}
+            self.keeper.sampled()
+            self.keeper.forget(found)
             message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
             if self.ended_at is not None and time.monotonic() - self.ended_at < TIME_WAIT_LEN:
                 message["closures"] = closures()
@@ -243,6 +252,27 @@ class Agent:
                 threading.Thread(target=self.stacks, daemon=True).start()
                 self.last_stacks = time.monotonic()
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def socket_queues(pids) -> dict:
+    """Each rank's established TCP connections as the kernel holds them: how many, the bytes sent
+    and not yet acknowledged (unsent), the bytes arrived and not yet read (unread), and how many
+    its peer closed (CLOSE_WAIT). A rank whose files this user may not list is left out."""
+    tables = {}
+    out = {}
+    for pid in pids:
+        sockets = proc.socket_inodes(pid)
+        if sockets is None:
+            continue
+        netns = proc.netns(pid)
+        if netns not in tables:
+            tables[netns] = proc.tcp_table(pid)
+        mine = [s for s in tables[netns] if s.inode in sockets]
+        established = [s for s in mine if s.state == proc.ESTABLISHED]
+        out[str(pid)] = {"established": len(established), "unsent": sum(s.unsent for s in established),
+                         "unread": sum(s.unread for s in established),
+                         "peer_closed": sum(1 for s in mine if s.state == proc.CLOSE_WAIT)}
+    return out
 
 
 def held_sockets(pids) -> dict:

@@ -68,7 +68,21 @@ def ask(pid, wait=3.0, pipe_wait=PIPE_WAIT):
     if uid is None:
         return None
     env = proc.environ(pid) or {}
-    folder = env.get(FOLDER_VARIABLE) or folder_of(uid)
+    fd = open_folder(env.get(FOLDER_VARIABLE) or folder_of(uid), uid)
+    if not isinstance(fd, int):
+        return fd
+    try:
+        rank = env.get("RANK", "")
+        if rank.isdigit() and _exists(PIPE + rank + ".pipe", fd):
+            return _ask_pipe(fd, rank, uid, pipe_wait)
+        return _ask_thread(fd, pid, uid, wait)
+    finally:
+        os.close(fd)
+
+
+def open_folder(folder, uid):
+    """The rank's Flight Recorder folder, opened (a file descriptor), when it is the rank's own
+    private folder; None when there is none; {"error": why} when it must not be used."""
     if not os.path.isabs(folder):
         return {"error": f"{folder} not used: not an absolute path"}
     try:
@@ -77,17 +91,35 @@ def ask(pid, wait=3.0, pipe_wait=PIPE_WAIT):
         return None
     except OSError as exc:         # a symlink (ELOOP), a file, or a folder this user may not open
         return {"error": f"{folder} not used: {exc.strerror}"}
+    st = os.fstat(fd)
+    if st.st_uid != uid or st.st_mode & 0o022:
+        os.close(fd)
+        return {"error": f"{folder} not used: it is not the rank's own private folder (owner uid "
+                         f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; the rank's uid is {uid})"}
+    return fd
+
+
+def ending(folder, uid, pid):
+    """How the rank's script ended, as it recorded it (node/rank_bootstrap.py's PID.end): a dict, or
+    None (no record, or one that must not be read). Read once: the file goes (a pid is reused).
+    `folder` and `uid` are the rank's, taken while it lived."""
+    fd = open_folder(folder, uid)
+    if not isinstance(fd, int):
+        return None
     try:
-        st = os.fstat(fd)
-        if st.st_uid != uid or st.st_mode & 0o022:
-            return {"error": f"{folder} not used: it is not the rank's own private folder (owner uid "
-                             f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; the rank's uid is {uid})"}
-        rank = env.get("RANK", "")
-        if rank.isdigit() and _exists(PIPE + rank + ".pipe", fd):
-            return _ask_pipe(fd, rank, uid, pipe_wait)
-        return _ask_thread(fd, pid, uid, wait)
+        name = "%d.end" % pid
+        if not _exists(name, fd):
+            return None
+        raw = _read_own(name, fd, uid, remove=True)
     finally:
         os.close(fd)
+    if isinstance(raw, dict):
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _ask_pipe(folder, rank, uid, wait):

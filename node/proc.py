@@ -125,6 +125,28 @@ def boot_time() -> float:
     return time.time() - uptime()
 
 
+def io_bytes(pid: int) -> Optional[int]:
+    """Bytes it read and wrote through system calls (sockets, pipes, files: /proc/PID/io's rchar +
+    wchar); None when this user may not read it or it is gone."""
+    text = read(f"/proc/{pid}/io")
+    if not text:
+        return None
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    try:
+        return int(fields["rchar"]) + int(fields["wchar"])
+    except (KeyError, ValueError):
+        return None
+
+
+def oom_kills() -> Optional[int]:
+    """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat's oom_kill,
+    Linux 4.13+); None where it is not counted."""
+    for line in (read("/proc/vmstat") or "").splitlines():
+        if line.startswith("oom_kill "):
+            return int(line.split()[1])
+    return None
+
+
 def uptime() -> float:
     text = read("/proc/uptime", "0 0") or "0 0"
     return float(text.split()[0])

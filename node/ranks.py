@@ -113,18 +113,21 @@ class Finder:
         self.known: Dict[int, dict] = {}            # pid -> what it is, fixed for its life
         self.not_ranks: Set[Tuple[int, int]] = set()  # (pid, start) looked at, not a rank
         self.launchers: Dict[int, dict] = {}        # pid -> a torchrun of this node, as its command line says
+        self.stats: Dict[int, proc.Stat] = {}       # pid -> every process's stat at the last scan
 
     def scan(self) -> Dict[int, dict]:
         found: Dict[int, dict] = {}
         now = proc.uptime()
         me = os.getpid()
         alive: Set[Tuple[int, int]] = set()
+        stats: Dict[int, proc.Stat] = {}
         for pid in proc.pids():
             if pid == me:
                 continue
             st = proc.stat(pid)
             if st is not None:
                 alive.add((pid, st.start_ticks))
+                stats[pid] = st
             if st is None or (pid, st.start_ticks) in self.not_ranks:
                 continue
             known = self.known.get(pid)
@@ -136,7 +139,7 @@ class Finder:
                 found[pid] = info
             elif now - st.start_seconds > YOUNG:
                 self.not_ranks.add((pid, st.start_ticks))
-        self.known = found
+        self.known, self.stats = found, stats
         self.launchers = {p: i for p, i in self.launchers.items() if (p, i["start"]) in alive}
         return found
 

@@ -98,3 +98,125 @@ def test_the_agent_answers_the_watchers_clock_with_its_own_at_once():
     a.command({"cmd": "clock", "t": 123.5})
     assert messages == [{"type": "clock", "asked": 123.5, "t": messages[0]["t"]}]
     assert before <= messages[0]["t"] <= time.time()
+
+
+def _exit_of(messages, pid):
+    return _wait(lambda: next((m for m in messages if m.get("type") == "exit" and m["pid"] == pid), None),
+                 f"no exit message for {pid}")
+
+
+def test_a_ranks_output_file_is_read_at_its_end_and_a_pipe_never_is(tmp_path: Path):
+    log = tmp_path / "rank.log"
+    script = "import sys, time; time.sleep(1.5); print('one'); print('two', flush=True); " \
+             "sys.stderr.write('three\\n'); sys.exit(2)"
+    with log.open("w") as out:
+        to_file = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
+    to_pipe = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    messages: list = []
+    a = _agent([to_file.pid, to_pipe.pid], messages)
+    try:
+        said = _exit_of(messages, to_file.pid)
+        assert said["output"] == ["one", "two", "three"] and said["code"] == 2 << 8, said
+        piped = _exit_of(messages, to_pipe.pid)
+        assert "output" not in piped, piped
+        # The agent never opened the pipe: every line still reached its reader.
+        assert to_pipe.stdout.read().splitlines() == ["one", "two", "three"]
+        _wait(lambda: not a.keeper.kept, "an output file was kept open after its rank ended")
+    finally:
+        a.stop.set()
+        for p in (to_file, to_pipe):
+            p.kill()
+            p.wait()
+
+
+def test_a_ranks_own_record_of_its_end_is_read_once_at_its_end(tmp_path: Path):
+    from node import rank_bootstrap
+    folder = tmp_path / "fr"
+    folder.mkdir(mode=0o700)
+    script = tmp_path / "train.py"
+    script.write_text("import time\ntime.sleep(1.5)\nraise ValueError('bad shard 7')\n")
+    rank = subprocess.Popen([sys.executable, rank_bootstrap.__file__, str(script)], stderr=subprocess.DEVNULL,
+                            env={**__import__("os").environ, rank_bootstrap.FOLDER_VARIABLE: str(folder)})
+    messages: list = []
+    a = _agent([rank.pid], messages)
+    try:
+        said = _exit_of(messages, rank.pid)
+        ending = said["ending"]
+        assert (ending["how"], ending["type"], ending["message"], ending["frames"][-1]["line"]) == \
+            ("raised", "ValueError", "bad shard 7", 3), ending
+        assert not (folder / f"{rank.pid}.end").exists()           # read once: a pid is reused
+    finally:
+        a.stop.set()
+        rank.kill()
+        rank.wait()
+
+
+def test_bytes_a_rank_moves_and_its_helpers_cpu_are_sampled(tmp_path: Path):
+    writer = subprocess.Popen([sys.executable, "-c", f"""
+import time
+with open({str(tmp_path / 'out.bin')!r}, 'wb') as f:
+    while True:
+        f.write(b'x' * 100000); f.flush(); time.sleep(0.05)
+"""])
+    parent = subprocess.Popen([sys.executable, "-c", """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+print(child.pid, flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    messages: list = []
+    a = _agent([writer.pid, parent.pid], messages)
+    try:
+        def sampled(pid, key):
+            return [r[key] for m in messages if m.get("type") == "sample" for r in m["ranks"]
+                    if r["pid"] == pid and r.get(key) is not None]
+        io = _wait(lambda: sampled(writer.pid, "io")[2:], "no io sampled")
+        assert min(io) > 500_000, io                      # 2 MB/s written, at least a quarter of it seen
+        helpers = _wait(lambda: sampled(parent.pid, "children_cpu")[2:], "no helpers' CPU sampled")
+        assert min(helpers) > 50, helpers                 # its child spins a core
+        assert all(c < 50 for c in sampled(parent.pid, "cpu")[1:]), sampled(parent.pid, "cpu")
+    finally:
+        a.stop.set()
+        for p in (writer, parent):
+            p.kill()
+            p.wait()
+        __import__("os").kill(child, 9)            # its helper, by pid
+
+
+def test_socket_queues_say_what_is_unread_and_what_is_unacknowledged():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    # A rank that sends 4 MB to a peer that never reads: its bytes wait unacknowledged (the peer's
+    # window is full); a rank that is sent to and never reads holds them unread.
+    sender = subprocess.Popen([sys.executable, "-c", f"""
+import socket, time
+c = socket.create_connection(('127.0.0.1', {port}))
+c.setblocking(False)
+sent = 0
+while sent < 4 << 20:
+    try:
+        sent += c.send(b'x' * 65536)
+    except BlockingIOError:
+        time.sleep(0.05)
+        if sent: break
+time.sleep(60)
+"""])
+    peer, _ = server.accept()
+    messages: list = []
+    a = _agent([sender.pid], messages)
+    try:
+        time.sleep(1.5)
+        a.stacks(request_id=1)
+        said = next(m for m in messages if m.get("type") == "stacks")
+        queues = said["sockets"][str(sender.pid)]
+        assert queues["established"] == 1 and queues["unsent"] > 0 and queues["unread"] == 0, queues
+    finally:
+        a.stop.set()
+        sender.kill()
+        sender.wait()
+        peer.close()
+        server.close()
