@@ -16,11 +16,15 @@ Marked stdout lines, MARKER + JSON:
   {"kind": "error", "message": str, "fix": str}             nothing was started
   {"kind": "started", "watched": bool}                       torchrun starts now (watched: exits will come)
   {"kind": "ranks", "ranks": [{"local_rank", "rank", "pid"}]}   the ranks were started
+  {"kind": "stopping", "t": epoch s, "ranks": [{"local_rank", "rank", "pid"}], "failed": [local ranks]}
+                                                            torchrun begins to stop the ranks still
+                                                            running (one ended, or it was signalled)
   {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}"""
 
 import os
 import pkgutil
 import sys
+import time
 
 from . import flight, protocol
 from .private import write_file
@@ -48,6 +52,19 @@ def watch_ranks():
                             for lr, h in sorted(self.subprocess_handlers.items())])
 
     api.SubprocessContext._start = _start
+    close = getattr(api.SubprocessContext, "_close", None)
+    if close is not None:
+        def _close(self, *args, **kwargs):
+            # Said before torchrun signals them: a rank that ends after this was stopped by it.
+            handlers = sorted(self.subprocess_handlers.items())
+            running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
+                       for lr, h in handlers if h.proc.poll() is None]
+            if running:
+                say("stopping", t=time.time(), ranks=running,
+                    failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
+            return close(self, *args, **kwargs)
+
+        api.SubprocessContext._close = _close
     return contexts, True
 
 
