@@ -52,8 +52,9 @@ def test_the_recorded_deadlock_is_named_with_rank_and_line_within_the_threshold(
     assert found, [e.text for e in events]
     first = found[0]
     diagnosis = first.snapshot.diagnosis
-    assert diagnosis.kind == "deadlock" and diagnosis.culprits == [header["rank"]] == [3]
-    assert "rank 3 left the loop: idle at hang_train.py:80 (main)" in diagnosis.summary
+    assert (diagnosis.kind, diagnosis.culprits, diagnosis.candidates, diagnosis.reason, diagnosis.certainty) == \
+        ("deadlock", [header["rank"]], [], "left-loop", "certain") and header["rank"] == 3
+    assert diagnosis.summary == "rank 3 left the loop: idle at hang_train.py:149 (main); ranks 0,1,2 wait in all_reduce"
     assert first.data["at"] - header["fault_at"] <= stall.DEFAULT_THRESHOLD + 2
     assert first.data["at"] - header["fault_at"] >= stall.DEFAULT_THRESHOLD - 1     # not before the stall is long
     # One bundle for the stall; the recording's end (the test stopped the job: SIGTERM) is no new failure.
