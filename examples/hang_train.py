@@ -15,6 +15,17 @@ faults:
             wait in it
   alone     no rank creates a process group (nanochat on CPU without its Gloo patch): each trains
             its own model
+  raise     rank R raises RuntimeError at step STEP (an uncaught exception)
+  kill      rank R kills itself with SIGKILL at step STEP
+  stop      rank R stops itself with SIGSTOP at step STEP (a debugger's or a scheduler's suspend):
+            it stays stopped until SIGCONT or SIGKILL
+  stuck     rank R blocks for ever on a lock at step STEP, inside its loop, outside any collective
+  loader    batches come from a DataLoader with one worker; rank R's worker blocks for ever on the
+            batch of step STEP: rank R waits for its data while the others wait in all_reduce
+  shell     a healthy run: at step STEP rank R starts a long-lived helper through a shell that
+            inherits its environment (RANK included), as subprocess(..., shell=True) does; nothing
+            is wrong
+  recv      at step STEP every rank receives from the next one (a cycle of receives): nobody sends
 --wait {blocking,work,future}: each step also all_reduces a metric: blocking, or with async_op=True
 and then work.wait() inside a wrapper (the seed's _AsyncWorkWrapper) or get_future().wait(): a
 rank that waits there waits in C++ under the script's own frame.
@@ -24,7 +35,9 @@ fault starts, so a test can time how long naming it takes."""
 import argparse
 import datetime
 import os
+import signal
 import sys
+import threading
 import time
 
 import torch
@@ -35,7 +48,8 @@ def arguments():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit", "quit", "endless", "child",
-                                        "skip-init", "alone", "raise"])
+                                        "skip-init", "alone", "raise", "kill", "stop", "stuck", "loader", "shell",
+                                        "recv"])
     p.add_argument("--wait", choices=["blocking", "work", "future"], help="a metric all_reduce each step")
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--at", type=int, default=5)
@@ -94,6 +108,31 @@ def helpers_that_inherit_rank():
             subprocess.Popen(["sh", "-c", "sleep 3600"])]
 
 
+class Batches(torch.utils.data.Dataset):
+    """Random batches; on the rank that is told to, the item of one step never comes (its worker
+    blocks: a network file system that hangs, a lock taken before fork)."""
+
+    def __init__(self, steps, hang_at=None):
+        self.steps, self.hang_at = steps, hang_at
+
+    def __len__(self):
+        return self.steps
+
+    def __getitem__(self, index):
+        if index == self.hang_at:
+            time.sleep(7200)
+        return torch.randn(32, 256)
+
+
+def batches(args, rank):
+    """Where each step's batch comes from: a DataLoader with one worker under the loader fault."""
+    if args.fault != "loader":
+        return (torch.randn(32, 256) for _ in range(args.steps))
+    hang_at = args.at if rank == args.rank else None
+    loader = torch.utils.data.DataLoader(Batches(args.steps, hang_at), batch_size=None, num_workers=1)
+    return iter(loader)
+
+
 def train_step(model, optimizer, batch):
     loss = model(batch).pow(2).mean()
     optimizer.zero_grad()
@@ -118,8 +157,16 @@ def main():
     model = torch.nn.Linear(256, 256) if alone else torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     mine = args.fault and rank == args.rank
+    data = batches(args, rank)
+    helper = None
     for step in range(args.steps):
-        if mine and step == args.at:
+        if args.fault == "recv" and step == args.at:
+            if mine:
+                fault_starts(args.fault, rank, step)
+            dist.recv(torch.zeros(4), src=(rank + 1) % dist.get_world_size())     # everyone receives, nobody sends
+        if mine and step == args.at and args.fault == "loader":
+            fault_starts(args.fault, rank, step)         # the main process asks for the batch its worker never brings
+        if mine and step == args.at and args.fault not in ("recv", "loader"):
             fault_starts(args.fault, rank, step)
             if args.fault == "leave":
                 break                                    # uneven data: this rank ran out of batches
@@ -139,14 +186,30 @@ def main():
             if args.fault == "child":
                 helpers_that_inherit_rank()
                 break
+            if args.fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if args.fault == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if args.fault == "stuck":
+                lock = threading.Lock()
+                lock.acquire()
+                lock.acquire()                           # a lock nobody releases
+            if args.fault == "shell":
+                import subprocess
+                # "; true": the shell stays the helper's parent (a lone command it would exec in place).
+                helper = subprocess.Popen(f"{sys.executable} -c 'import time; time.sleep(600)'; true", shell=True)
         if args.wait:
             metric(args.wait)
         compute(args.step_time)
-        loss = train_step(model, optimizer, torch.randn(32, 256))
+        loss = train_step(model, optimizer, next(data))
         if rank == 0 or os.environ.get("ALL_RANKS_PRINT"):
             print(f"step {step} loss {loss:.4f}", flush=True)
     if mine and args.fault in ("leave", "child"):
         time.sleep(3600)                                 # evaluation, saving: anything but the loop
+    if helper is not None:                               # the helper the shell runs, then the shell
+        os.system(f"pkill -KILL -P {helper.pid} 2>/dev/null")
+        helper.kill()
+        helper.wait()
     if not alone:
         dist.destroy_process_group()
     print("done", flush=True)

@@ -177,6 +177,11 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
     if own or left:
         culprits = left + own
         certainty = Certainty.CERTAIN if all(r.certain for r in culprits) else Certainty.LIKELY
+        kernel = _closed_first_of(reads, any_role=True)
+        if certainty is Certainty.LIKELY and kernel and [r.ending.key for r in culprits] == [kernel[0][0].ending.key]:
+            # Its own code, and the kernel's word that it left first: certain.
+            culprits = [replace(culprits[0], certain=True, basis=kernel[0][0].basis)]
+            certainty = Certainty.CERTAIN
     else:
         if _stopped_first(reads, failures):
             return None     # someone stopped the run (Ctrl-C, a scheduler, the launcher) and the rest followed
@@ -226,19 +231,19 @@ def _label(key: int) -> str:
     return f"rank {key}" if key >= 0 else f"pid {-key}"
 
 
-def _closed_first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty] | None:
+def _closed_first_of(reads: Sequence[Read], any_role: bool = False) -> tuple[list[Read], list[Read], Certainty] | None:
     """The rank that closed its connections first, as the kernel says: it closed first with every
     other rank it was connected to, and none closed first with it. It left before any of them,
     whatever the order in which their processes ended (a teardown outlasts its victims'). None
     when the kernel's word names no single rank (a connection reset leaves no TIME_WAIT)."""
     first = [r for r in reads if r.ending.closed_first and not r.ending.closed_on
              and r.ending.peers and r.ending.closed_first >= r.ending.peers]
-    if len(first) != 1 or first[0].role not in (Role.EITHER, Role.VICTIM, Role.CLEAN):
+    if len(first) != 1 or (not any_role and first[0].role not in (Role.EITHER, Role.VICTIM, Role.CLEAN)):
         return None
     r = first[0]
     basis = (f"it closed its connections with ranks {','.join(map(str, sorted(r.ending.closed_first)))} before they "
              "closed theirs (the kernel's TIME_WAIT on its side)",)
-    if r.role is Role.CLEAN:
+    if r.role in (Role.CLEAN, Role.OWN):
         return [replace(r, basis=basis)], [], Certainty.CERTAIN
     return [replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)], [], Certainty.CERTAIN
 

@@ -47,11 +47,12 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     if quiet or t.stopped or t.spinning:
         if t.idle_since is None:
             # Quiet over this whole sample, and over the part of the one before that it did not
-            # use: a rank that computes, then blocks, stops mid-sample.
+            # use: a rank that computes, then blocks, stops mid-sample. This sample's bytes may be
+            # its last collective's, before it stopped: bytes count from the next sample on.
             before = v.history[-2] if len(v.history) > 1 else 100.0
             t.idle_since = now - interval * (2 - min(before, 100.0) / 100)
-            t.moved = 0
-        if s.io is not None:
+            t.moved, t.io_known = 0, s.io is not None
+        elif s.io is not None:
             t.moved += int(s.io * interval)
             t.io_known = True
     else:

@@ -42,6 +42,7 @@ class Job:
     lab: object
     procs: list[subprocess.Popen]
     lines: list[tuple[str, str]] = field(default_factory=list)     # (node, line)
+    mark: str = ""               # HANG_TRAIN_JOB=...: in the environment of everything the job starts
 
     def fault_time(self, timeout: float = 60) -> float:
         """When the fault began, as the faulty rank printed it."""
@@ -75,8 +76,10 @@ class Job:
         for node in NODES:
             for pid in self.lab.processes(node):
                 try:
-                    if "hang_train.py" in Path(f"/proc/{pid}/cmdline").read_text():
-                        os.kill(pid, signal.SIGKILL)
+                    # Its ranks, and what they started (loader workers, helpers), carry the job's mark.
+                    mine = self.mark.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                    if mine or "hang_train.py" in Path(f"/proc/{pid}/cmdline").read_text():
+                        os.kill(pid, signal.SIGKILL)          # a stopped rank too (SIGTERM waits for SIGCONT)
                 except (FileNotFoundError, ProcessLookupError):
                     pass
         for p in self.procs:
@@ -87,12 +90,12 @@ class Job:
 
 def start_job(lab, *args: str, port: int, nproc: int = 2, nodes=NODES) -> Job:
     master = lab.node(nodes[0]).ipv4
-    job = Job(lab, [])
+    job = Job(lab, [], mark=f"HANG_TRAIN_JOB={port}")
     for i, node in enumerate(nodes):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)),
                 "--nproc-per-node", str(nproc), "--node-rank", str(i), "--master-addr", master,
                 "--master-port", str(port), str(SCRIPT), *args]
-        proc = lab.popen(node, ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", *argv],
+        proc = lab.popen(node, ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", job.mark, *argv],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         job.procs.append(proc)
 

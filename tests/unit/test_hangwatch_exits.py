@@ -120,6 +120,10 @@ def test_the_rank_that_closed_its_connections_first_left_first_whatever_the_orde
     assert found[0].summary.startswith("rank 3 on worker1 left first: it closed its connections with ranks 0,1,2 before "
                                        "they closed theirs (the kernel's TIME_WAIT on its side); then its process "
                                        "ended (signal 15, SIGTERM)"), found[0].summary
+    # Its own code read too (exit code 3): its own failure, and the kernel's word makes it certain.
+    own = [("worker1", 103, 10.00, 768), *[e for e in exits if e[1] != 103]]
+    found = _exits(tmp_path, own, closures=closures)
+    assert _said(found) == ("exited", [3], [], "exit-code", "certain"), found[0].summary
     # Measured on the lab (rank 1 raised): rank 1 closed first with every other rank; rank 0 with 2 and 3.
     exits = [("master", 101, 10.00, 256), ("master", 100, 10.06, 15),
              ("worker1", 102, 10.50, 256), ("worker1", 103, 10.57, 15)]
