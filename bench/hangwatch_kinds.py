@@ -1,22 +1,28 @@
-"""hangwatch's detection latency for each kind of hang on real programs (issue 12), over N runs
-each (default 10), as a ratio to its limit, and whether the right rank was named every time
-(alone, or among the ranks named when the evidence left no single one, or wrong).
+"""hangwatch's answer on a catalogue of program shapes, each run N times (default 10) on the lab:
+per shape, how often the right rank was named alone, among the ranks it could not tell apart,
+wrongly, not at all (silent), or a hang was named where there is none (false alarm); and how
+fast, as a ratio to the shape's limit.
 
-    python bench/hangwatch_kinds.py [--runs N] [--kinds leave,work,...]
+    python bench/hangwatch_kinds.py [--runs N] [--shapes leave,raise,...]
 
-One 2-node lab, one `hangwatch attach master worker1 --json --endless-after 20` for the whole
-bench, and torchrun jobs of examples/hang_train.py (2 nodes x 2 ranks) in turn. Latency is the
-diagnosis event's time minus the time the guilty rank printed its fault, both this machine's
-clock (the lab nodes share it). The limits: a stall named within threshold + 2 s; an exit within
-hangwatch's 2 s settle + 2 s; an endless loop within the bound + threshold + 2 s."""
+One 2-node lab. Attached shapes: one `hangwatch attach master worker1 --json --endless-after 20`
+for the whole bench, and torchrun jobs of examples/hang_train.py (2 nodes x 2 ranks, or master
+alone x 2) in turn, their output a pipe (nothing but the nodes' own evidence). Launched shapes:
+`ddp-preflight master worker1 --launch`, the verdict read from the run's log folder (result.json;
+a hang's bundle). Latency is the verdict's time minus the time the faulty rank printed its fault,
+both this machine's clock (the lab's nodes share it).
+
+The verdict's JSON: `culprits` (named) and `candidates` (one of them); the code before typed
+verdicts had only `guilty` (one rank: named; several: candidates), and no reason."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
-import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,139 +32,199 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.reducer import EXIT_SETTLE  # noqa: E402
 from hangwatch.stall import DEFAULT_THRESHOLD  # noqa: E402
 from lab import Lab  # noqa: E402
-from tests.lab.hangjob import Watch, hangwatch, start_job, wait_until  # noqa: E402
+from tests.lab.hangjob import NODES, Watch, hangwatch, start_job, wait_until  # noqa: E402
 
 ENDLESS_AFTER = 20.0
+SETTLE = 2.0                  # hangwatch judges a run's ends two samples after the last
+HANGS = {"deadlock", "mismatch", "network-stall", "rendezvous-stall", "exited", "stall", "endless", "gpu-hang"}
+EVERY = "every"               # the right answer names no culprit and every rank as a candidate
 
 
 @dataclass(frozen=True)
-class Kind:
+class Shape:
     name: str
-    args: tuple[str, ...]      # the job's fault options (the rank and step come per run)
-    expect: str                # the diagnosis kind
-    limit: float               # seconds after the fault
+    args: tuple[str, ...]          # the job's fault options (the rank and step come per run)
+    kind: str | None               # the verdict expected; None: a healthy run (no hang)
+    reasons: tuple[str, ...] = ()  # any of these (the code before typed verdicts had none)
+    limit: float = DEFAULT_THRESHOLD + 2      # seconds after the fault
+    nodes: tuple[str, ...] = NODES
+    launch: bool = False
+    culprits: str = "rank"         # "rank": the faulty rank alone; EVERY: none, all candidates
+    steps: int = 500
+    watch_for: float = 0.0         # healthy shapes: how long nothing may be named
 
 
-KINDS = {
-    "leave": Kind("leave", ("--fault", "leave"), "deadlock", DEFAULT_THRESHOLD + 2),
-    "work": Kind("work", ("--fault", "leave", "--wait", "work"), "deadlock", DEFAULT_THRESHOLD + 2),
-    "future": Kind("future", ("--fault", "leave", "--wait", "future"), "deadlock", DEFAULT_THRESHOLD + 2),
-    "mismatch": Kind("mismatch", ("--fault", "mismatch"), "mismatch", DEFAULT_THRESHOLD + 2),
-    "child": Kind("child", ("--fault", "child"), "deadlock", DEFAULT_THRESHOLD + 2),
-    "exit": Kind("exit", ("--fault", "exit"), "exited", EXIT_SETTLE + 2),
-    "quit": Kind("quit", ("--fault", "quit"), "exited", EXIT_SETTLE + 2),
-    "endless": Kind("endless", ("--fault", "endless"), "endless", ENDLESS_AFTER + DEFAULT_THRESHOLD + 2),
-    # The rank prints its fault instead of init_process_group; the others wait there (torch is
-    # imported before: the fault and their wait begin within the same second).
-    "skip-init": Kind("skip-init", ("--fault", "skip-init"), "rendezvous-stall", DEFAULT_THRESHOLD + 2),
-}
+EXIT_LIMIT = SETTLE + 2
+SHAPES = {s.name: s for s in (
+    Shape("leave", ("--fault", "leave"), "deadlock", ("left-loop",)),
+    Shape("work", ("--fault", "leave", "--wait", "work"), "deadlock", ("left-loop",)),
+    Shape("future", ("--fault", "leave", "--wait", "future"), "deadlock", ("left-loop",)),
+    Shape("child", ("--fault", "child"), "deadlock", ("left-loop",)),
+    Shape("stuck", ("--fault", "stuck"), "deadlock", ("waits-on-lock",)),
+    Shape("loader", ("--fault", "loader"), "deadlock", ("waits-for-data",)),
+    Shape("stop", ("--fault", "stop"), "deadlock", ("stopped",)),
+    Shape("recv", ("--fault", "recv"), "deadlock", ("wait-for-each-other",), culprits=EVERY),
+    Shape("mismatch", ("--fault", "mismatch"), "mismatch", ("different-collective",)),
+    Shape("exit", ("--fault", "exit"), "exited", ("exit-code", "leaving"), EXIT_LIMIT),
+    Shape("quit", ("--fault", "quit"), "exited", ("left-first", "leaving", "killed"), EXIT_LIMIT),
+    Shape("raise", ("--fault", "raise"), "exited", ("raised", "failed", "leaving"), EXIT_LIMIT),
+    Shape("raise-1node", ("--fault", "raise"), "exited", ("raised", "failed", "leaving"), EXIT_LIMIT,
+          nodes=("master",)),
+    Shape("kill", ("--fault", "kill"), "exited", ("killed",), EXIT_LIMIT),
+    Shape("launch-raise", ("--fault", "raise"), "exited", ("raised",), EXIT_LIMIT + 2, launch=True),
+    Shape("launch-raise-1node", ("--fault", "raise"), "exited", ("raised",), EXIT_LIMIT + 2, nodes=("master",),
+          launch=True),
+    Shape("endless", ("--fault", "endless"), "endless", ("computes-forever",), ENDLESS_AFTER + DEFAULT_THRESHOLD + 2),
+    # The rank prints its fault instead of init_process_group; the others wait there.
+    Shape("skip-init", ("--fault", "skip-init"), "rendezvous-stall", ("never-checked-in",)),
+    # Longer than the threshold (the others wait past it), shorter than --endless-after: it arrives.
+    Shape("straggle", ("--fault", "straggle", "--seconds", "15"), None, watch_for=30, steps=60),
+    Shape("shell", ("--fault", "shell"), None, watch_for=30, steps=200),
+)}
 RANKS = [(3, 5), (1, 9), (0, 6), (2, 12), (1, 4), (2, 8), (3, 15), (0, 10), (3, 7), (1, 11)]
 
 
-def one_run(lab: Lab, watch: Watch, kind: Kind, port: int, rank: int, step: int) -> dict:
+def named(diagnosis: dict) -> tuple[list[int], list[int]]:
+    """(culprits, candidates), from the typed verdict or the old `guilty`."""
+    if "culprits" in diagnosis:
+        return list(diagnosis["culprits"]), list(diagnosis.get("candidates") or [])
+    guilty = list(diagnosis.get("guilty") or [])
+    return (guilty, []) if len(guilty) == 1 else ([], guilty)
+
+
+def judge(shape: Shape, diagnosis: dict | None, rank: int, world: int) -> tuple[str, str]:
+    """(right | among | wrong | silent | false-alarm, why) for one run's first verdict."""
+    if shape.kind is None:
+        if diagnosis is not None and diagnosis["kind"] in HANGS:
+            return "false-alarm", f"{diagnosis['kind']}: {diagnosis['summary']}"
+        return "right", ""
+    if diagnosis is None:
+        return "silent", "nothing named"
+    culprits, candidates = named(diagnosis)
+    why = f"{diagnosis['kind']} culprits {culprits} candidates {candidates} reason {diagnosis.get('reason')}: " \
+          f"{diagnosis['summary']}"
+    if diagnosis["kind"] != shape.kind:
+        return "wrong", why
+    reason = diagnosis.get("reason")
+    if reason is not None and shape.reasons and reason not in shape.reasons:
+        return "wrong", why
+    if shape.culprits == EVERY:
+        if not culprits and sorted(candidates) == list(range(world)):
+            return "right", ""
+        return "wrong", why
+    if culprits == [rank] and not candidates:
+        return "right", ""
+    if not culprits and rank in candidates:
+        return "among", why
+    return "wrong", why
+
+
+def one_attached(lab: Lab, watch: Watch, shape: Shape, port: int, rank: int, step: int) -> dict:
     mark = len(watch.events)
-    job = start_job(lab, "--steps", "500", *kind.args, "--rank", str(rank), "--at", str(step), port=port)
-    out = {"latency": None, "right": False, "among": False, "why": ""}
+    ranks = 2 * len(shape.nodes)
+    job = start_job(lab, "--steps", str(shape.steps), *shape.args, "--rank", str(rank % ranks), "--at", str(step),
+                    port=port, nodes=shape.nodes)
+    out = {"latency": None}
     try:
         try:
             began = job.fault_time(120)
         except AssertionError:
-            out["why"] = "the job never reached its fault"
-            return out
+            return {**out, "result": "silent", "why": "the job never reached its fault"}
+        early = [e for e in watch.events[mark:] if e["event"] == "diagnosis" and e["time"] < began]
+        if early:
+            return {**out, "result": "false-alarm", "why": f"before the fault: {early[0]['text']}"}
+        if shape.kind is None:
+            deadline = time.time() + shape.watch_for
+            while time.time() < deadline and all(p.poll() is None for p in job.procs):
+                time.sleep(0.5)
+            time.sleep(SETTLE + 1)
+            said = next((e for e in watch.events[mark:] if e["event"] == "diagnosis"), None)
+            result, why = judge(shape, said["snapshot"]["diagnosis"] if said else None, rank, ranks)
+            return {**out, "result": result, "why": why}
         try:
             event = wait_until(lambda: next((e for e in watch.events[mark:] if e["event"] == "diagnosis"
-                                             and e["time"] >= began), None), kind.limit + 30, "no diagnosis")
+                                             and e["time"] >= began), None), shape.limit + 30, "no diagnosis")
         except TimeoutError:
-            gone = [e.get("text", "") for e in watch.events[mark:] if e["event"] == "rank-gone"]
-            out["why"] = f"nothing named within {kind.limit + 30:.0f} s (exits: {'; '.join(gone)})"
-            return out
-        diagnosis = event["snapshot"]["diagnosis"]
-        out["latency"] = event["time"] - began
-        wrong = [f"kind {diagnosis['kind']}"] if diagnosis["kind"] != kind.expect else []
-        # Several ranks named, the true one among them: the evidence left no single rank, and the
-        # answer said so (hangwatch's "one of these"); counted apart from right and from wrong.
-        among = not wrong and len(diagnosis["guilty"]) > 1 and rank in diagnosis["guilty"]
-        if diagnosis["guilty"] != [rank]:
-            wrong.append(f"guilty {diagnosis['guilty']}")
-        # The lab's nodes share one clock: a summary that says they are apart is wrong.
-        if "clocks are" in diagnosis["summary"]:
-            wrong.append("said the clocks are apart")
-            among = False
-        out["right"], out["among"] = not wrong, among
-        out["why"] = ", ".join(wrong) + (f" ({diagnosis['summary']})" if wrong else "")
-        return out
+            return {**out, "result": "silent", "why": f"nothing named within {shape.limit + 30:.0f} s"}
+        result, why = judge(shape, event["snapshot"]["diagnosis"], rank % ranks, ranks)
+        return {"latency": event["time"] - began, "result": result, "why": why}
     finally:
         job.stop()
-        time.sleep(EXIT_SETTLE + 1)       # the stop's own exits land in this run's window
-        for pid in _children(lab):         # the "child" fault's children outlive their rank
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        time.sleep(SETTLE + 1)         # the stop's own exits land in this run's window
 
 
-def _children(lab: Lab) -> list[int]:
-    out = []
-    for node in ("master", "worker1"):
-        for pid in lab.processes(node):
-            try:
-                line = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"sleep(7200)" in line or b"sleep\x003600" in line:
-                out.append(pid)
-    return out
+def one_launched(lab: Lab, shape: Shape, port: int, rank: int, step: int, folder: Path) -> dict:
+    ranks = 2 * len(shape.nodes)
+    log_dir = folder / f"run-{port}"
+    argv = [sys.executable, "-m", "cli.ddp_preflight", *shape.nodes, "--ssh-config", str(lab.ssh_config),
+            "--launch", "--nproc-per-node", "2", "--no-probes", "--master-port", str(port), "--log-dir", str(log_dir),
+            "--", str(ROOT / "examples" / "hang_train.py"), "--steps", str(shape.steps), *shape.args,
+            "--rank", str(rank % ranks), "--at", str(step)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    headline = next((line for line in done.stderr.splitlines() if "training failed" in line), "")
+    fault = [line for line in done.stdout.splitlines() if "FAULT" in line]
+    began = float(fault[0].rsplit(" at ", 1)[1]) if fault else None
+    bundles = sorted((log_dir / "incidents").glob("*/incident.json")) if (log_dir / "incidents").is_dir() else []
+    if not bundles:
+        return {"latency": None, "result": "silent", "why": f"no verdict ({headline})"}
+    document = json.loads(bundles[0].read_text())
+    diagnosis = document["snapshot"]["diagnosis"]
+    result, why = judge(shape, diagnosis, rank % ranks, ranks)
+    latency = document["snapshot"]["time"] - began if began is not None else None
+    return {"latency": latency, "result": result, "why": why + (f" | {headline}" if result != "right" else "")}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
-    kinds = [KINDS[k] for k in args.kinds.split(",")]
+    shapes = [SHAPES[s] for s in args.shapes.split(",")]
+    started = time.monotonic()
+    print(f"hangwatch from {Path(sys.modules['hangwatch.stall'].__file__).parent}; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     name = "bhk" + secrets.token_hex(2)
     lab, _ = Lab.up(name, nodes=2)
     table = []
     port = 29800
     try:
-        with tempfile.TemporaryDirectory() as incidents:
-            watch = hangwatch(lab, "--incident-dir", incidents, "--endless-after", str(ENDLESS_AFTER))
+        with tempfile.TemporaryDirectory() as scratch:
+            watch = hangwatch(lab, "--incident-dir", scratch, "--endless-after", str(ENDLESS_AFTER))
             try:
                 wait_until(lambda: {e.get("node") for e in watch.events if e["event"] == "node"
-                                    and e.get("status") == "watching"} >= {"master", "worker1"},
-                           60, "the agents did not start")
-                for kind in kinds:
+                                    and e.get("status") == "watching"} >= set(NODES), 60, "the agents did not start")
+                for shape in shapes:
                     runs = []
                     for rank, step in RANKS[:args.runs]:
                         port += 1
-                        r = one_run(lab, watch, kind, port, rank, step)
+                        if shape.launch:
+                            r = one_launched(lab, shape, port, rank, step, Path(scratch))
+                        else:
+                            r = one_attached(lab, watch, shape, port, rank, step)
                         runs.append(r)
                         shown = f"{r['latency']:.2f} s" if r["latency"] is not None else "-"
-                        print(f"{kind.name:8} rank {rank} at step {step:2}: named after {shown} "
-                              f"{'OK' if r['right'] else ('AMONG: ' if r['among'] else 'WRONG: ') + r['why']}", flush=True)
-                    table.append((kind, runs))
+                        print(f"{shape.name:18} rank {rank % (2 * len(shape.nodes))} at step {step:2}: "
+                              f"{r['result']:11} {shown:>8}  {r['why'][:400]}", flush=True)
+                    table.append((shape, runs))
             finally:
                 watch.stop()
     finally:
         Lab.down(name)
     print()
+    print(f"{'shape':18}  right  among  wrong  silent  false-alarm   latency median/max (limit)")
     ok = True
-    for kind, runs in table:
+    for shape, runs in table:
+        counts = {k: sum(r["result"] == k for r in runs) for k in ("right", "among", "wrong", "silent", "false-alarm")}
         latencies = [r["latency"] for r in runs if r["latency"] is not None]
-        right = sum(r["right"] for r in runs)
-        among = sum(r["among"] for r in runs)
-        within = sum(1 for r in runs if r["latency"] is not None and r["latency"] <= kind.limit)
-        ok &= right + among == within == len(runs)
-        if latencies:
-            print(f"{kind.name:8}: median {statistics.median(latencies):5.1f} s, max {max(latencies):5.1f} s = "
-                  f"{max(latencies) / kind.limit:.2f}x of its limit ({kind.limit:.0f} s); right rank alone "
-                  f"{right}/{len(runs)}, among the ranks named {among}/{len(runs)}, wrong "
-                  f"{len(runs) - right - among}/{len(runs)}, within the limit {within}/{len(runs)}")
-        else:
-            print(f"{kind.name:8}: nothing named in {len(runs)} runs")
+        ok &= counts["right"] == len(runs)
+        late = (f"{statistics.median(latencies):5.1f} / {max(latencies):5.1f} s = {max(latencies) / shape.limit:.2f}x "
+                f"({shape.limit:.0f} s)" if latencies and shape.kind else "-")
+        print(f"{shape.name:18}  {counts['right']:2}/{len(runs):<2}  {counts['among']:5}  {counts['wrong']:5}  "
+              f"{counts['silent']:6}  {counts['false-alarm']:11}   {late}")
+    print(f"\n{len(table)} shapes x {args.runs} runs in {(time.monotonic() - started) / 60:.1f} min; load average "
+          f"{os.getloadavg()[0]:.2f}")
     return 0 if ok else 1
 
 

@@ -50,8 +50,9 @@ class Agent:
         self.last_stacks = 0.0
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.dumping_lock = threading.Lock()
-        self.held = {}                # pid -> TCP sockets it held when last counted
+        self.held = {}                # pid -> the most TCP sockets it held at a count
         self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
+        self.settled = set()          # pids whose endpoints were the same at two counts in a row
         self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
         self.stop = threading.Event()
@@ -161,9 +162,9 @@ class Agent:
                            **self.keeper.ended(pid)})
 
     def closed_since(self, gone):
-        """For each other live rank: how many TCP sockets it closed itself since they were last
-        counted (a socket its peer closed stays open, CLOSE_WAIT, until the rank closes it). A rank
-        that closed some when another ended was already on its way out."""
+        """For each other live rank: how many fewer TCP sockets it holds than the most it held (a
+        socket its peer closed stays open, CLOSE_WAIT, until the rank closes it). A rank that had
+        closed some when another ended was already on its way out."""
         now = held_sockets([p for p in list(self.ranks.known) if p != gone and p in self.held])
         return {pid: max(0, self.held[pid] - n) for pid, n in now.items()}
 
@@ -181,11 +182,21 @@ class Agent:
             found = self.ranks.scan()
             samples = []
             tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
-            counted = rounds % CONNECTIONS_EVERY == 0
-            if counted:
-                self.held = held_sockets(found)
-                endpoints = local_endpoints(found)
+            # Sockets are counted every few samples; a rank whose connections are still being made
+            # (it was found lately, or they changed at the last count) every sample, so that a rank
+            # that ends young is known.
+            counting = list(found) if rounds % CONNECTIONS_EVERY == 0 else [p for p in found if p not in self.settled]
             rounds += 1
+            endpoints = local_endpoints(counting) if counting else {}
+            if counting:
+                # The most it has held: a rank on its way out closes them, and that must still show.
+                for pid, n in held_sockets(counting).items():
+                    self.held[pid] = max(n, self.held.get(pid, 0))
+                for pid, now_at in endpoints.items():
+                    if now_at and now_at == self.endpoints.get(pid):
+                        self.settled.add(pid)
+                    else:
+                        self.settled.discard(pid)
             children = children_of(self.ranks.stats)
             for pid, info in found.items():
                 st = proc.stat(pid)
@@ -204,7 +215,7 @@ class Agent:
                     sample["gpu"] = self.gpus.of(pid)
                 if pid in tcp:
                     sample["tcp"] = tcp[pid]
-                if counted and pid in endpoints and endpoints[pid] != self.endpoints.get(pid):
+                if pid in endpoints and endpoints[pid] != self.endpoints.get(pid):
                     self.endpoints[pid] = endpoints[pid]
                     sample["endpoints"] = sorted(endpoints[pid])
                 if before:
@@ -239,6 +250,10 @@ class Agent:
             announced = {(p, s) for p, s in announced if p in found}
             self.keeper.sampled()
             self.keeper.forget(found)
+            for pid in [p for p in self.held if p not in found]:
+                del self.held[pid]
+                self.endpoints.pop(pid, None)
+                self.settled.discard(pid)
             message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
             if self.ended_at is not None and time.monotonic() - self.ended_at < TIME_WAIT_LEN:
                 message["closures"] = closures()

@@ -247,9 +247,9 @@ class RankExit:
                                      # node/rank_bootstrap.py's record_ending), when it ran under
                                      # ddp-preflight's bootstrap or imported hangwatch.flight
     closed: Any = None               # {pid: n} for the node's other live ranks at this exit: how many
-                                     # TCP sockets each closed itself since the agent last counted
-                                     # them (not those its peer closed: those stay open, CLOSE_WAIT);
-                                     # a rank that closed some was on its way out
+                                     # fewer TCP sockets each holds than the most it held at a count
+                                     # (those its peer closed stay open, CLOSE_WAIT: only its own
+                                     # closes count); a rank that closed some was on its way out
 
 
 @dataclass(frozen=True)
