@@ -169,8 +169,8 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
     order = sorted(endings, key=lambda e: (e.at is None, e.at or 0.0))
     reads = [read(e, order) for e in order]
     failures = [r for r in reads if r.role in (Role.OWN, Role.EITHER, Role.VICTIM)]
-    if not failures:
-        return None
+    if not any(r.ending.status is not None or r.exception is not None or r.ending.record for r in failures):
+        return None     # nothing says a rank failed: an end whose code nobody read is no failure by itself
     own = [r for r in reads if r.role is Role.OWN]
     left = [r for r in reads if r.role is Role.CLEAN and any(before(r.ending, f.ending) for f in failures)]
     candidates: list[Read] = []

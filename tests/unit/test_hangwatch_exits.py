@@ -199,6 +199,14 @@ def test_an_own_code_or_signal_is_named_whatever_the_order(tmp_path):
                                        "then rank 0 (stopped by its launcher, +0.85 s)"), found[0].summary
 
 
+def test_a_healthy_end_with_a_code_nobody_read_is_no_failure(tmp_path):
+    # Seen on the lab (a healthy run's end): three ranks exit 0, torchrun reaps the fourth before
+    # its code is read. Nothing says anything failed.
+    found = _exits(tmp_path, [("worker1", 102, 10.00, 0), ("worker1", 103, 10.01, 0),
+                              ("master", 100, 10.02, None), ("master", 101, 10.03, 0)])
+    assert found == []
+
+
 def test_a_run_stopped_from_outside_is_no_failure(tmp_path):
     # Ctrl-C on the master's torchrun: its ranks end with SIGINT, worker1's lose their peer after.
     found = _exits(tmp_path, [("master", 100, 10.00, 2), ("master", 101, 10.01, 2),
