@@ -195,6 +195,72 @@ def test_a_rank_in_a_session_of_its_own_that_ignores_sigterm_is_still_ended(tmp_
     wait_for(lambda: gone(rank), 10, "the rank that ignores SIGTERM outlived its job")
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+STOPPED_RANKS = """\
+import os, sys, time
+started = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank0-started")
+if os.environ["LOCAL_RANK"] == "1":
+    while not os.path.exists(started):
+        time.sleep(0.05)
+    sys.exit(3)
+print("pid", os.getpid(), flush=True)
+open(started, "w").close()
+time.sleep(300)
+"""
+
+
+def test_the_launch_program_says_which_ranks_torchrun_stops_when_one_fails(tmp_path):
+    # torch 2.13: SubprocessContext._poll sees local rank 1's exit code 3 and calls close(), which
+    # sends SIGTERM to the ranks still running; the agent's _stop_workers and run() close again,
+    # with nothing left running: one marker, before the first.
+    script = tmp_path / "train.py"
+    script.write_text(STOPPED_RANKS)
+    lines: list[str] = []
+    job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
+                       "torchrun": ["--nproc-per-node", "2", "--master-port", str(_free_port()), "--max-restarts", "0",
+                                    "--tee", "3", str(script), "--"]},
+                      timeout=120, on_line=lines.append)
+    result = job.wait(120)
+    said = result.json_lines(protocol.LAUNCH)
+    [ranks] = [m["ranks"] for m in said if m["kind"] == "ranks"]
+    rank0 = int(next(m.group(1) for m in map(PID.search, lines) if m))
+    assert [(r["local_rank"], r["rank"]) for r in ranks] == [(0, 0), (1, 1)] and ranks[0]["pid"] == rank0
+    [stopping] = [m for m in said if m["kind"] == "stopping"]
+    assert stopping["ranks"] == [{"local_rank": 0, "rank": 0, "pid": rank0}] and stopping["failed"] == [1]
+    [exits] = [m for m in said if m["kind"] == "exits"]
+    assert [(r["local_rank"], r["exit"], r["signal"]) for r in exits["ranks"]] == [(0, None, signal.SIGTERM), (1, 3, None)]
+    kinds = [m["kind"] for m in said]
+    assert kinds.index("ranks") < kinds.index("stopping") < kinds.index("exits")
+    assert exits["code"] == 1 and result.exit == 1
+
+
+def test_the_launch_program_says_nothing_is_stopped_when_every_rank_returns_and_all_when_it_is_stopped(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\n"
+                      "time.sleep(300 if os.path.exists('hold') else 0)\n")
+    spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
+            "torchrun": ["--nproc-per-node", "2", "--master-port", str(_free_port()), "--max-restarts", "0",
+                         str(script), "--"]}
+    result = local().job(spec, timeout=120).wait(120)
+    assert [m["kind"] for m in result.json_lines(protocol.LAUNCH)] == ["started", "ranks", "exits"]
+    (tmp_path / "hold").touch()
+    lines: list[str] = []
+    job = local().job(spec, timeout=120, on_line=lines.append)
+    try:
+        wait_for(lambda: len([m for m in map(PID.search, lines) if m]) == 2, 60, f"the ranks never started: {lines}")
+    finally:
+        job.stop()
+    said = job.wait(60).json_lines(protocol.LAUNCH)
+    [ranks] = [m["ranks"] for m in said if m["kind"] == "ranks"]
+    [stopping] = [m for m in said if m["kind"] == "stopping"]
+    assert stopping["ranks"] == ranks and stopping["failed"] == []
+
+
 def test_a_silent_master_is_gone_after_the_lease(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
