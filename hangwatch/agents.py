@@ -218,10 +218,6 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
             t.sockets = msg.sockets[pid]
         progress.stack_taken(state, t, taken, now)
         verdicts.evidence_of(state, t, now)
-    for pid, record in (msg.flight or {}).items():
-        t = state.ranks.get((node, pid))
-        if t is not None:
-            t.view.flight = record
     for answer in msg.stores:
         state.stores[answer.master] = (answer, now)
     if msg.id is not None:
