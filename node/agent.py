@@ -269,20 +269,28 @@ class Agent:
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
 
-def socket_queues(pids) -> dict:
-    """Each rank's established TCP connections as the kernel holds them: how many, the bytes sent
-    and not yet acknowledged (unsent), the bytes arrived and not yet read (unread), and how many
-    its peer closed (CLOSE_WAIT). A rank whose files this user may not list is left out."""
+def rank_sockets(pids) -> dict:
+    """Each rank's TCP sockets ({pid: [proc.TcpSocket]}), every network namespace's table read
+    once. A rank whose files this user may not list is left out: unknown, never "none"."""
     tables = {}
     out = {}
     for pid in pids:
-        sockets = proc.socket_inodes(pid)
-        if sockets is None:
+        inodes = proc.socket_inodes(pid)
+        if inodes is None:
             continue
         netns = proc.netns(pid)
         if netns not in tables:
             tables[netns] = proc.tcp_table(pid)
-        mine = [s for s in tables[netns] if s.inode in sockets]
+        out[pid] = [s for s in tables[netns] if s.inode in inodes]
+    return out
+
+
+def socket_queues(pids) -> dict:
+    """Each rank's established TCP connections as the kernel holds them: how many, the bytes sent
+    and not yet acknowledged (unsent), the bytes arrived and not yet read (unread), and how many
+    its peer closed (CLOSE_WAIT)."""
+    out = {}
+    for pid, mine in rank_sockets(pids).items():
         established = [s for s in mine if s.state == proc.ESTABLISHED]
         out[str(pid)] = {"established": len(established), "unsent": sum(s.unsent for s in established),
                          "unread": sum(s.unread for s in established),
@@ -291,35 +299,13 @@ def socket_queues(pids) -> dict:
 
 
 def held_sockets(pids) -> dict:
-    """Each rank's TCP sockets in any state (the ones it has not closed itself). A rank whose files
-    this user may not list is left out."""
-    tables = {}             # network namespace -> inodes: its table is read once
-    counts = {}
-    for pid in pids:
-        sockets = proc.socket_inodes(pid)
-        if sockets is None:
-            continue
-        netns = proc.netns(pid)
-        if netns not in tables:
-            tables[netns] = proc.tcp_sockets(pid)
-        counts[pid] = len(sockets & tables[netns])
-    return counts
+    """Each rank's TCP sockets in any state (the ones it has not closed itself)."""
+    return {pid: len(mine) for pid, mine in rank_sockets(pids).items()}
 
 
 def local_endpoints(pids) -> dict:
-    """Each rank's TCP sockets' local endpoints ("ip:port"); a rank whose files this user may not
-    list is left out."""
-    tables = {}
-    out = {}
-    for pid in pids:
-        sockets = proc.socket_inodes(pid)
-        if sockets is None:
-            continue
-        netns = proc.netns(pid)
-        if netns not in tables:
-            tables[netns] = proc.tcp_table(pid)
-        out[pid] = {s.local for s in tables[netns] if s.inode in sockets}
-    return out
+    """Each rank's TCP sockets' local endpoints ("ip:port")."""
+    return {pid: {s.local for s in mine} for pid, mine in rank_sockets(pids).items()}
 
 
 def closures() -> list:
@@ -331,19 +317,8 @@ def closures() -> list:
 
 def connections(pids) -> dict:
     """Each rank's established TCP connections (to the store, to its peers, to anything): none
-    at all for a while means it joined no process group. A rank whose files this user may not
-    list is left out: unknown, never "none"."""
-    established = {}        # network namespace -> inodes: its table is read once
-    counts = {}
-    for pid in pids:
-        sockets = proc.socket_inodes(pid)
-        if sockets is None:
-            continue
-        netns = proc.netns(pid)
-        if netns not in established:
-            established[netns] = proc.tcp_established(pid)
-        counts[pid] = len(sockets & established[netns])
-    return counts
+    at all for a while means it joined no process group."""
+    return {pid: sum(1 for s in mine if s.state == proc.ESTABLISHED) for pid, mine in rank_sockets(pids).items()}
 
 
 def main(spec: dict, work=None) -> int:

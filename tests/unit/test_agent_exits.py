@@ -68,7 +68,9 @@ def test_a_rank_that_closed_its_own_connections_when_another_ended_is_said_to(tm
         first.kill()          # reaped only after the agent saw it: its code is read while it is a zombie
         said = _wait(lambda: next((m for m in messages if m.get("type") == "exit" and m["pid"] == first.pid), None),
                      "no exit message")
-        assert said["closed"] == {leaving.pid: 3, staying.pid: 0}, said
+        # (Other ranks this machine runs may be listed too: only this test's are read.)
+        assert {p: said["closed"].get(p) for p in (leaving.pid, staying.pid)} == {leaving.pid: 3, staying.pid: 0}, said
+        assert first.pid not in said["closed"]
         assert said["code"] == 9 and isinstance(said["t"], float)
     finally:
         a.stop.set()
@@ -122,7 +124,7 @@ def test_a_ranks_output_file_is_read_at_its_end_and_a_pipe_never_is(tmp_path: Pa
         assert "output" not in piped, piped
         # The agent never opened the pipe: every line still reached its reader.
         assert to_pipe.stdout.read().splitlines() == ["one", "two", "three"]
-        _wait(lambda: not a.keeper.kept, "an output file was kept open after its rank ended")
+        _wait(lambda: not {to_file.pid, to_pipe.pid} & set(a.keeper.kept), "an output file was kept after its rank ended")
     finally:
         a.stop.set()
         for p in (to_file, to_pipe):
@@ -150,39 +152,6 @@ def test_a_ranks_own_record_of_its_end_is_read_once_at_its_end(tmp_path: Path):
         a.stop.set()
         rank.kill()
         rank.wait()
-
-
-def test_bytes_a_rank_moves_and_its_helpers_cpu_are_sampled(tmp_path: Path):
-    writer = subprocess.Popen([sys.executable, "-c", f"""
-import time
-with open({str(tmp_path / 'out.bin')!r}, 'wb') as f:
-    while True:
-        f.write(b'x' * 100000); f.flush(); time.sleep(0.05)
-"""])
-    parent = subprocess.Popen([sys.executable, "-c", """
-import subprocess, sys, time
-child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
-print(child.pid, flush=True)
-time.sleep(60)
-"""], stdout=subprocess.PIPE, text=True)
-    child = int(parent.stdout.readline())
-    messages: list = []
-    a = _agent([writer.pid, parent.pid], messages)
-    try:
-        def sampled(pid, key):
-            return [r[key] for m in messages if m.get("type") == "sample" for r in m["ranks"]
-                    if r["pid"] == pid and r.get(key) is not None]
-        io = _wait(lambda: sampled(writer.pid, "io")[2:], "no io sampled")
-        assert min(io) > 500_000, io                      # 2 MB/s written, at least a quarter of it seen
-        helpers = _wait(lambda: sampled(parent.pid, "children_cpu")[2:], "no helpers' CPU sampled")
-        assert min(helpers) > 50, helpers                 # its child spins a core
-        assert all(c < 50 for c in sampled(parent.pid, "cpu")[1:]), sampled(parent.pid, "cpu")
-    finally:
-        a.stop.set()
-        for p in (writer, parent):
-            p.kill()
-            p.wait()
-        __import__("os").kill(child, 9)            # its helper, by pid
 
 
 def test_socket_queues_say_what_is_unread_and_what_is_unacknowledged():
