@@ -309,3 +309,39 @@ def test_the_rank_its_victims_errors_name_left_first(tmp_path):
     assert found[0].summary.startswith("rank 3 on worker1 left first: its peers' errors name it: rank 1 lost its "
                                        "connection to it; then its process ended (signal 15, SIGTERM)"), \
         found[0].summary
+
+
+def test_a_recorded_launch_names_the_rank_that_raised_from_its_output(tmp_path):
+    # A real `ddp-preflight --launch` on the lab (tests/unit/artifacts/logs/launch-raise): rank 3
+    # raised RuntimeError; its peers' output says they lost it; torchrun and ddp-preflight stopped
+    # the rest. What the launcher tells hangwatch: each rank's exit (result.json) and the exception
+    # its output shows (read line by line, as the launcher reads them).
+    import json
+    from pathlib import Path
+
+    from hangwatch.tracebacks import Reader
+    from node.protocol import ExitStatus
+
+    folder = Path(__file__).parent / "artifacts" / "logs" / "launch-raise"
+    result = json.loads((folder / "result.json").read_text())
+    events, now = [], [0.0]
+    watcher = Watcher([WatchTarget(LocalNode(n, "python")) for n in ("master", "worker1")], clock=lambda: now[0],
+                      wall=lambda: 1.0 + now[0], on_event=events.append, incident_dir=str(tmp_path))
+    for r in result["ranks"]:
+        status = ExitStatus(code=r["exit"]) if r["exit"] is not None else ExitStatus(signal=r["signal"])
+        watcher.rank_ended(r["node"], r["rank"], r["pid"], status)
+    readers: dict[int, Reader] = {}
+    for node in ("master", "worker1"):
+        for raw in (folder / f"{node}.log").read_text().splitlines():
+            if not raw.startswith(f"[{node} r"):
+                continue
+            rank = int(raw[len(node) + 3:].split("]", 1)[0])
+            seen = readers.setdefault(rank, Reader()).feed(raw.split("] ", 1)[1])
+            if seen is not None:
+                watcher.rank_error(node, rank, seen)
+    verdict = watcher.verdict()
+    assert verdict is not None
+    assert (verdict.kind, verdict.culprits, verdict.candidates, verdict.reason, verdict.certainty) == \
+        ("exited", (3,), (), "raised", "certain"), verdict.summary
+    assert verdict.summary.startswith("rank 3 on worker1 raised RuntimeError: bad batch at step 5 at hang_train.py:")
+    assert sorted(e.rank for e in verdict.evidence if e.reason == "lost-peer") == [0, 1, 2]
