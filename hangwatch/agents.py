@@ -165,7 +165,7 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
             continue
         t.view.wchan = s.wchan
         if s.endpoints is not None:
-            t.endpoints = frozenset(s.endpoints)
+            t.endpoints = t.endpoints | frozenset(s.endpoints)     # every endpoint it had: closed ones too
         if s.exit is not None:       # caught as a zombie, before its exit notice
             if not t.ended:
                 ended.zombie(state, t, protocol.ExitStatus.from_wait_status(s.exit), msg.t, now, out)

@@ -174,7 +174,7 @@ def ending_of(state: State, t: Track, closed: dict[int, tuple[frozenset, frozens
     peer = t.exception.peer if t.exception is not None and t.exception.lost_peer else None
     return Ending(t.view.node, t.view.pid, t.view.rank if not t.duplicate else None, t.exit_t, margin(state, t.view.node),
                   t.exit_status, t.ending, t.exception, t.quote, t.oom, stopped_by, t.launcher,
-                  t.view.frame, t.view.function, t.leaving, first, on,
+                  None, None, t.leaving, first, on,
                   frozenset(o.key for o in _peers(state, t)), (owner or {}).get(peer) if peer else None)
 
 

@@ -253,12 +253,25 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
     explains, (culprits, candidates, how sure). One alone is the first to go; several that no
     clock can order, or a first one whose sibling torchrun stopped while it was already leaving
     (it had closed connections itself: it may have been the first to go, its own end unseen),
-    are candidates."""
+    are candidates. A candidate with which another rank closed a connection first (the kernel's
+    TIME_WAIT on that rank's side) did not leave first: it is set aside while one remains."""
     either = [r for r in reads if r.role is Role.EITHER]
     first = [r for r in either if not any(before(o.ending, r.ending) for o in reads
                                           if o is not r and o.role is not Role.TEARDOWN)]
     leaving = [r for r in reads if r.role is Role.VICTIM and not r.certain and r.ending.leaving is not False
                and any(_siblings(f.ending, r.ending) for f in first)]
+    candidates = first + leaving
+    kept = [r for r in candidates if not r.ending.closed_on]
+    if kept and len(kept) < len(candidates):
+        closed_on = {o for r in candidates if r not in kept for o in r.ending.closed_on}
+        basis = (f"{', '.join(_label(k) for k in sorted(closed_on))} closed connections with the other "
+                 "candidates first, not with it (the kernel's TIME_WAIT)",)
+        candidates = [replace(r, basis=basis) for r in kept]
+        if len(candidates) == 1:
+            r = candidates[0]
+            if r.role is Role.VICTIM:
+                r = replace(r, reason=Reason.LEAVING, role=Role.OWN)
+            return [r], [], Certainty.LIKELY
     if len(first) == 1 and not leaving:
         return first, [], Certainty.LIKELY
     if len(first) == 1 and len(leaving) == 1 and leaving[0].ending.leaving and _at_once(first[0].ending):
@@ -267,7 +280,7 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
         basis = (f"it had closed connections of its own when {first[0].ending.label} beside it died at once "
                  f"({first[0].ending.status})",)
         return [replace(leaving[0], reason=Reason.LEAVING, role=Role.OWN, basis=basis)], [], Certainty.LIKELY
-    return [], first + leaving, Certainty.UNSURE
+    return [], candidates, Certainty.UNSURE
 
 
 def _at_once(ending: Ending) -> bool:

@@ -51,7 +51,7 @@ class Track:
     quote: str | None = None          # the output line the exception rests on
     oom: bool | None = None
     stopped_by: str | None = None     # the launcher that began stopping its node before it ended
-    endpoints: frozenset[str] = frozenset()   # its TCP sockets' local "ip:port" (kept after it ended)
+    endpoints: frozenset[str] = frozenset()   # every local "ip:port" its TCP sockets had (kept after it ended)
     leaving: bool | None = None       # it had closed connections of its own when a rank of its node first
                                       # ended (None: not known)
     # connections

@@ -1,0 +1,56 @@
+"""The shapes that hangwatch told wrong or not at all (issue 16), replayed: what real agents sent
+during lab runs of examples/hang_train.py (2 nodes x 2 ranks, torchrun's output a pipe: nothing
+but the nodes' own evidence), recorded by tests/unit/artifacts/agent/record.py, through the real
+Watcher on a driven clock. Each asserts the exact verdict."""
+
+from __future__ import annotations
+
+from hangwatch import stall
+
+from .test_hangwatch_watch import replay
+
+
+def _verdict(name, tmp_path):
+    header, watcher, events = replay(name, tmp_path)
+    said = [e for e in events if e.kind == "diagnosis"]
+    assert len(said) == 1, [e.text for e in events]
+    d = said[0].snapshot.diagnosis
+    return header, d, said[0].data["at"] - header["fault_at"]
+
+
+def test_an_uncaught_exception_is_the_rank_that_closed_its_connections_first(tmp_path):
+    # Rank 1 raised RuntimeError: exit code 1, as a lost peer gives too; torchrun stopped rank 0
+    # beside it while it was tearing down. The kernel's TIME_WAIT says rank 1 closed first with
+    # every other rank.
+    header, d, after = _verdict("raise", tmp_path)
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
+        ("exited", [header["rank"]], [], "leaving", "certain") and header["rank"] == 1
+    assert d.summary.startswith("rank 1 on master left first: it closed its connections with ranks 0,2,3 before "
+                                "they closed theirs (the kernel's TIME_WAIT on its side); then its process ended "
+                                "(exit code 1); then rank 0 (stopped by its launcher, +0.14 s)"), d.summary
+
+
+def test_a_rank_stopped_by_sigstop_is_named_from_the_kernels_state(tmp_path):
+    header, d, after = _verdict("stop", tmp_path)
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
+        ("deadlock", [header["rank"]], [], "stopped", "certain") and header["rank"] == 1
+    assert d.summary == ("rank 1 is stopped (SIGSTOP or a debugger: the kernel's state T) at hang_train.py:192 (main); "
+                         "ranks 0,2,3 wait in all_reduce")
+    assert after <= stall.DEFAULT_THRESHOLD + 2
+
+
+def test_a_hung_dataloader_worker_is_its_rank_waiting_for_data_at_its_own_line(tmp_path):
+    header, d, after = _verdict("loader", tmp_path)
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
+        ("deadlock", [header["rank"]], [], "waits-for-data", "certain") and header["rank"] == 1
+    assert d.summary == ("rank 1 waits for its data: loading-data at hang_train.py:204 (main), and its DataLoader "
+                         "workers do nothing; ranks 0,2,3 wait in all_reduce")
+    assert after <= stall.DEFAULT_THRESHOLD + 2
+
+
+def test_a_cycle_of_receives_names_no_rank_and_is_no_network_stall(tmp_path):
+    header, d, after = _verdict("recv", tmp_path)
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
+        ("deadlock", [], [0, 1, 2, 3], "wait-for-each-other", "unsure")
+    assert all(e.unsent == 0 and e.moved == 0 for e in d.evidence), d.evidence
+    assert after <= stall.DEFAULT_THRESHOLD + 2
