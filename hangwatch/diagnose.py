@@ -127,6 +127,13 @@ def _all_waiting(waiting: Mapping[int, Evidence], evidence: tuple[Evidence, ...]
                                                         "called one collective more or fewer cannot be told")
     on_gpu = sorted(r for r, e in waiting.items() if e.state is S.GPU_WAIT)
     if on_gpu:
+        done = {r: waiting[r].completed for r in on_gpu}
+        if len(on_gpu) > 1 and None not in done.values() and len(set(done.values())) > 1:
+            # The rank behind: the others completed a collective it never did (Flight Recorder).
+            lowest = min(v for v in done.values() if v is not None)
+            behind = tuple(r for r in on_gpu if done[r] == lowest)
+            return verdict(kind=Kind.GPU_HANG, culprits=behind, reason=Reason.BEHIND, certainty=Certainty.LIKELY,
+                           evidence=evidence, causes=CAUSES[Reason.WAITS_ON_GPU])
         return verdict(kind=Kind.GPU_HANG, culprits=tuple(on_gpu), reason=Reason.WAITS_ON_GPU,
                        evidence=evidence, causes=CAUSES[Reason.WAITS_ON_GPU])
     if all(e.op == P2P for e in waiting.values()) and all(e.unsent == 0 for e in waiting.values()) \

@@ -42,7 +42,8 @@ A snapshot, as JSON:
                               "exit": "exit code 1", "ended_at": epoch s,
                               "exception": {"type", "message", "where", "function", "lost_peer", "peer",
                                             "source": "record|output"} | null,
-                              "seq": 1235 | null, "seq_op": "all_reduce" | null, "quote": str | null, "moved": bytes | null,
+                              "seq": 1235 | null, "seq_op": "all_reduce" | null, "completed": 1234 | null,
+                              "quote": str | null, "moved": bytes | null,
                               "unsent": bytes | null, "notes": [str]}],
                 "nodes": [str], "node_ranks": [1], "waited": s, "bound": s, "idle_share": 0.73, "idle_span": 30,
                 "clocks_apart": s, "margin": s, "world": 4, "store": "10.0.0.1:29500", "unknown_why": str,
@@ -234,6 +235,7 @@ class Evidence:
     exception: Seen | None = None
     seq: int | None = None            # its last collective's sequence number (Flight Recorder)
     seq_op: str | None = None         # and that collective ("all_reduce")
+    completed: int | None = None      # the last collective it saw complete (Flight Recorder)
     quote: str | None = None          # the output line it rests on
     moved: int | None = None          # bytes it read or wrote since it stopped using CPU (None: not known)
     unsent: int | None = None         # bytes it sent that its peers have not acknowledged (its sockets)

@@ -84,7 +84,7 @@ def _flight(t: Track) -> dict:
     main = next((g for g in groups if g.get("group") == "default_pg"), groups[0] if groups else None)
     if main is None:
         return {}
-    return {"seq": main.get("seq"), "seq_op": main.get("op")}
+    return {"seq": main.get("seq"), "seq_op": main.get("op"), "completed": main.get("completed")}
 
 
 # -- when progress has stopped -----------------------------------------------------------------

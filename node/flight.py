@@ -269,10 +269,12 @@ def plain_data(raw: bytes):
 
 
 def summary(trace) -> dict:
-    """The last collective of each process group in a dump (pickled or JSON: the same fields)."""
+    """The last collective of each process group in a dump (pickled or JSON: the same fields), and
+    the last one completed ("completed": its sequence number, None when none is recorded so)."""
     entries = trace.get("entries") if isinstance(trace, dict) else None
     entries = entries if isinstance(entries, list) else []
-    last = {}
+    last: dict = {}
+    completed: dict = {}
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue
@@ -280,8 +282,12 @@ def summary(trace) -> dict:
         group = where[-1] if isinstance(where, (list, tuple)) and where else "?"
         seq, name = entry.get("collective_seq_id"), entry.get("profiling_name")
         if isinstance(group, str) and isinstance(seq, int) and isinstance(name, str):
-            last[group] = {"group": group, "seq": seq, "op": name.split(":")[-1],
-                           "state": entry.get("state") if isinstance(entry.get("state"), str) else None}
+            state = entry.get("state") if isinstance(entry.get("state"), str) else None
+            last[group] = {"group": group, "seq": seq, "op": name.split(":")[-1], "state": state}
+            if state == "completed":
+                completed[group] = max(seq, completed.get(group, seq))
+    for group, e in last.items():
+        e["completed"] = completed.get(group)
     return {"groups": sorted(last.values(), key=lambda e: e["group"]), "entries": len(entries)}
 
 

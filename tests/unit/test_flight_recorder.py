@@ -264,12 +264,14 @@ def test_a_real_gloo_dump_and_the_recorded_h100_one_are_read_as_plain_data(tmp_p
     assert done.returncode == 0, done.stderr
     trace = flight.plain_data(dumped.read_bytes())
     assert trace == pickle.loads(dumped.read_bytes())
+    completed = max((e["collective_seq_id"] for e in trace["entries"] if e["state"] == "completed"), default=None)
     assert flight.summary(trace)["groups"] == [{"group": "default_pg", "seq": 4, "op": "barrier",
-                                                "state": trace["entries"][-1]["state"]}]
+                                                "state": trace["entries"][-1]["state"], "completed": completed}]
     h100 = recorded_h100_dump()
     assert len(h100["entries"]) == 4
     assert flight.summary(flight.plain_data(pickle.dumps(h100))) == {
-        "groups": [{"group": "default_pg", "seq": 66, "op": "all_reduce", "state": "scheduled"}], "entries": 4}
+        "groups": [{"group": "default_pg", "seq": 66, "op": "all_reduce", "state": "scheduled", "completed": 64}],
+        "entries": 4}
 
 
 class _Runs:

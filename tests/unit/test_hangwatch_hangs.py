@@ -194,3 +194,16 @@ def test_the_rank_that_left_first_with_code_0_is_the_one_named(tmp_path):
     assert diagnosis.kind is Kind.EXITED and diagnosis.culprits == [1], diagnosis
     assert diagnosis.summary.startswith("rank 1 on h100 left first, while the others still ran (exit code 0); "
                                         "then rank 0 (exit code 1, +0.30 s)")
+
+
+def test_ranks_on_their_gpus_name_the_one_behind_by_its_last_completed_collective():
+    from hangwatch.model import Evidence
+    # Four NCCL ranks wait on their GPUs; three saw collective #65 complete, rank 2 did not
+    # (the recorded H100 dump's numbering: last enqueued 66, last completed 64).
+    ranks = {r: Evidence("node", 100 + r, r, RankStatus.GPU_WAIT, op="cuStreamSynchronize", frame="train.py:20",
+                         seq=66, seq_op="all_reduce", completed=64 if r == 2 else 65) for r in range(4)}
+    found = diagnose(ranks)
+    assert (found.kind, found.culprits, found.reason) == (Kind.GPU_HANG, (2,), "behind"), found
+    # All at one place: all are named, waiting on their GPUs.
+    same = {r: e.__class__(**{**e.__dict__, "completed": 65}) for r, e in ranks.items()}
+    assert (diagnose(same).culprits, diagnose(same).reason) == ((0, 1, 2, 3), "waits-on-gpu")
