@@ -47,6 +47,12 @@ class BundleWritten:
 
 
 @dataclass(frozen=True)
+class BundleAsked:
+    """A bundle the user asked for (the dashboard's b) was written: kept, no hang named."""
+    path: str
+
+
+@dataclass(frozen=True)
 class BundleFailed:
     why: str
 

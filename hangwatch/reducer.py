@@ -24,6 +24,7 @@ from .inputs import (
     AgentFailed,
     AskStacks,
     BringPySpy,
+    BundleAsked,
     BundleFailed,
     BundleWritten,
     FromAgent,
@@ -45,7 +46,7 @@ from .verdicts import ALONE_AFTER
 
 EXIT_SETTLE = 2 * Config().interval     # seconds after the last end before a run's ends are judged (default)
 
-__all__ = ["ALONE_AFTER", "EXIT_SETTLE", "AgentClosed", "AgentFailed", "AskStacks", "BringPySpy", "BundleFailed",
+__all__ = ["ALONE_AFTER", "EXIT_SETTLE", "AgentClosed", "AgentFailed", "AskStacks", "BringPySpy", "BundleAsked", "BundleFailed",
            "BundleWritten", "Config", "FromAgent", "HangNamed", "LauncherStopping", "Notice", "RankEnded",
            "RankError", "Say", "Send", "State", "Stopping", "TakeStacks", "Tick", "WriteBundle", "details", "new_state",
            "snapshot", "step"]
@@ -70,6 +71,8 @@ def step(state: State, event: object, now: float, wall: float) -> list:
         state.incidents.append(event.path)
         out.append(Say(Event("incident", f"incident bundle: {event.path}", data={"path": event.path})))
         out.append(HangNamed(event.path))
+    elif isinstance(event, BundleAsked):
+        state.incidents.append(event.path)
     elif isinstance(event, BundleFailed):
         notice(state, f"hangwatch: could not write the incident bundle: {event.why}", out)
     elif isinstance(event, TakeStacks):

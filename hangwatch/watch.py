@@ -214,8 +214,7 @@ class Watcher(Source):
         with self.lock:
             snap, details = reducer.snapshot(self.state, self.wall()), reducer.details(self.state)
         path = write(snap, details, self.incident_dir)
-        with self.lock:
-            self.state.incidents.append(path)
+        self.feed(reducer.BundleAsked(path))
         return path
 
     def details(self) -> dict:
