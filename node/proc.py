@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set
@@ -35,10 +36,21 @@ class Stat:
     cpu_seconds: float         # user + system, the whole process
     start_ticks: int           # since boot, in TICKs: with the pid, names the process for its life
     exit_status: Optional[int]  # the wait status, readable while it is a zombie (Linux 3.5+)
+    flags: int = 0             # the kernel's PF_* flags of its first thread (PF_EXITING: on its way out)
+    pending: int = 0           # signals pending for its first thread, a bitmap (bit n-1: signal n)
 
     @property
     def start_seconds(self) -> float:
         return self.start_ticks / TICK
+
+    @property
+    def leaving(self) -> bool:
+        """On its way out: exiting, or killed (SIGKILL pending: the OOM killer's kill shows here the
+        moment it is sent, before the process acts on it)."""
+        return bool(self.flags & PF_EXITING or self.pending & (1 << (signal.SIGKILL - 1)))
+
+
+PF_EXITING = 0x4            # include/linux/sched.h: set as the process starts to exit (a signal, exit())
 
 
 def stat(pid: int) -> Optional[Stat]:
@@ -47,7 +59,7 @@ def stat(pid: int) -> Optional[Stat]:
         return None
     fields = raw[raw.rindex(b")") + 2:].split()
     return Stat(fields[0].decode(), int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19]),
-                int(fields[49]) if len(fields) > 49 else None)
+                int(fields[49]) if len(fields) > 49 else None, int(fields[6]), int(fields[28]))
 
 
 def pids() -> Iterator[int]:
