@@ -55,6 +55,7 @@ class Agent:
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
         self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
+        self.keeping = threading.Lock()   # the keeper is used by the sampling and the exits' threads
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.gpus = Gpus()
@@ -158,8 +159,10 @@ class Agent:
                 code = st.exit_status if st is not None and st.state in "ZX" else None
                 at = time.time()
                 self.ended_at = time.monotonic()
-                self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": self.closed_since(pid),
-                           **self.keeper.ended(pid)})
+                closed = self.closed_since(pid)
+                with self.keeping:
+                    kept = self.keeper.ended(pid)
+                self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": closed, **kept})
 
     def closed_since(self, gone):
         """For each other live rank: how many fewer TCP sockets it holds than the most it held (a
@@ -179,27 +182,36 @@ class Agent:
         rounds = 0
         while not self.stop.is_set():
             started = time.monotonic()
+            # Read before the ranks: the OOM killer counts a kill just before it sends its SIGKILL,
+            # so a kill counted here shows in its victim's stat below (proc.Stat.leaving).
+            oom_kills = proc.oom_kills()
             found = self.ranks.scan()
             samples = []
-            tcp = connections(found) if rounds % CONNECTIONS_EVERY == 0 else {}
+            tables = {}          # network namespace -> its TCP table, read at most once a sample
             # Sockets are counted every few samples; a rank whose connections are still being made
             # (it was found lately, or they changed at the last count) every sample, so that a rank
             # that ends young is known.
             counting = list(found) if rounds % CONNECTIONS_EVERY == 0 else [p for p in found if p not in self.settled]
+            sockets = rank_sockets(counting, tables) if counting else {}
+            tcp = {pid: sum(1 for s in mine if s.state == proc.ESTABLISHED) for pid, mine in sockets.items()} \
+                if rounds % CONNECTIONS_EVERY == 0 else {}
             rounds += 1
-            endpoints = local_endpoints(counting) if counting else {}
+            endpoints = {pid: {s.local for s in mine} for pid, mine in sockets.items()}
             if counting:
                 # The most it has held: a rank on its way out closes them, and that must still show.
-                for pid, n in held_sockets(counting).items():
-                    self.held[pid] = max(n, self.held.get(pid, 0))
+                for pid, mine in sockets.items():
+                    self.held[pid] = max(len(mine), self.held.get(pid, 0))
                 for pid, now_at in endpoints.items():
                     if now_at and now_at == self.endpoints.get(pid):
                         self.settled.add(pid)
                     else:
                         self.settled.discard(pid)
             children = children_of(self.ranks.stats)
+            leaving = False      # a rank on its way out: the OOM count before it is kept for its exit
             for pid, info in found.items():
                 st = proc.stat(pid)
+                if st is None or st.leaving:
+                    leaving = True
                 if st is None:
                     continue
                 now, cpu = time.monotonic(), st.cpu_seconds
@@ -223,9 +235,11 @@ class Agent:
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
                 if (pid, info["start"]) not in announced:
                     announced.add((pid, info["start"]))
-                    self.keeper.found(pid)
+                    with self.keeping:
+                        self.keeper.found(pid)
                     self.emit({"type": "rank", **info, "started": boot + info["start"] / proc.TICK})
-                sample.update(self.keeper.sample(pid, now, self.ranks.stats, children))
+                with self.keeping:
+                    sample.update(self.keeper.sample(pid, now, self.ranks.stats, children))
                 samples.append(sample)
             launchers = []
             for pid, info in list(self.ranks.launchers.items()):
@@ -248,15 +262,19 @@ class Agent:
             last_net = (now, total)
             gone = sorted(p for p, _ in announced if p not in found)
             announced = {(p, s) for p, s in announced if p in found}
-            self.keeper.sampled()
-            self.keeper.forget(found)
+            with self.keeping:
+                # The count the next exit is compared with (RankExit.oom), unless a rank is on its
+                # way out or went since the last sample: its exit compares with the count before.
+                if not leaving and not gone and oom_kills is not None:
+                    self.keeper.ooms = oom_kills
+                self.keeper.forget(found)
             for pid in [p for p in self.held if p not in found]:
                 del self.held[pid]
                 self.endpoints.pop(pid, None)
                 self.settled.discard(pid)
             message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
             if self.ended_at is not None and time.monotonic() - self.ended_at < TIME_WAIT_LEN:
-                message["closures"] = closures()
+                message["closures"] = closures(tables)
             gpus = self.gpus.sample()
             if gpus:
                 message["gpus"] = gpus
@@ -269,10 +287,12 @@ class Agent:
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
 
-def rank_sockets(pids) -> dict:
+def rank_sockets(pids, tables=None) -> dict:
     """Each rank's TCP sockets ({pid: [proc.TcpSocket]}), every network namespace's table read
-    once. A rank whose files this user may not list is left out: unknown, never "none"."""
-    tables = {}
+    once (into `tables`, {netns: table}, when given: reading one costs milliseconds of the
+    kernel's time, whatever its size). A rank whose files this user may not list is left out:
+    unknown, never "none"."""
+    tables = {} if tables is None else tables
     out = {}
     for pid in pids:
         inodes = proc.socket_inodes(pid)
@@ -303,16 +323,18 @@ def held_sockets(pids) -> dict:
     return {pid: len(mine) for pid, mine in rank_sockets(pids).items()}
 
 
-def local_endpoints(pids) -> dict:
-    """Each rank's TCP sockets' local endpoints ("ip:port")."""
-    return {pid: {s.local for s in mine} for pid, mine in rank_sockets(pids).items()}
-
-
-def closures() -> list:
+def closures(tables=None) -> list:
     """(local, remote) of every TIME_WAIT socket in this node's network namespace (the agent's, its
     ranks' too): the side that closed a connection first holds it, for a minute after (the watcher
-    knows whose endpoint each one is). Read from the agent's own /proc entry: the ranks may be gone."""
-    return [[s.local, s.remote] for s in proc.tcp_table(os.getpid()) if s.state == proc.TIME_WAIT]
+    knows whose endpoint each one is). Read from the agent's own /proc entry (the ranks may be
+    gone), or taken from `tables` when this sample read it already."""
+    own = proc.netns(os.getpid())
+    table = tables.get(own) if tables is not None and own is not None else None
+    if table is None:
+        table = proc.tcp_table(os.getpid())
+        if tables is not None and own is not None:
+            tables[own] = table
+    return [[s.local, s.remote] for s in table if s.state == proc.TIME_WAIT]
 
 
 def connections(pids) -> dict:

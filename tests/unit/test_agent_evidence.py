@@ -274,18 +274,18 @@ time.sleep(60)
 
 # -- 4. the node's OOM kills ------------------------------------------------------------------
 
-def _memory_cgroup(tmp_name: str):
-    """A memory cgroup limited to 64 MiB, no swap (v1 or v2): its procs file and its folder; None
-    where this user cannot make one."""
+def _memory_cgroup(tmp_name: str, limit: int):
+    """A memory cgroup limited to `limit` bytes, no swap (v1 or v2): its folder; None where this
+    user cannot make one."""
     if os.geteuid() != 0:
         return None
     v2 = Path("/sys/fs/cgroup")
     if "memory" in (v2 / "cgroup.subtree_control").read_text().split() if (v2 / "cgroup.subtree_control").exists() \
             else False:
-        folder, limits = v2 / tmp_name, {"memory.max": str(64 << 20), "memory.swap.max": "0"}
+        folder, limits = v2 / tmp_name, {"memory.max": str(limit), "memory.swap.max": "0"}
     elif Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():
         folder = Path("/sys/fs/cgroup/memory") / tmp_name
-        limits = {"memory.limit_in_bytes": str(64 << 20), "memory.memsw.limit_in_bytes": str(64 << 20)}
+        limits = {"memory.limit_in_bytes": str(limit), "memory.memsw.limit_in_bytes": str(limit)}
     else:
         return None
     try:
@@ -308,16 +308,22 @@ def test_oom_kills_is_the_kernels_count():
 
 
 def test_a_rank_the_oom_killer_ends_is_said_to_be_one_and_a_rank_that_exits_is_not(tmp_path: Path):
-    group = _memory_cgroup(f"ddp-preflight-test-{os.getpid()}")
+    # The kernel counts an OOM kill before its victim is gone: measured here, 15-40 ms for a
+    # 64 MiB process, 70-90 ms for 1 GiB, 140-900 ms for 2 GiB. Samples every 50 ms fall in between:
+    # the count they read must not hide the kill (before the agent kept the count from before
+    # the victim's SIGKILL, 8 of 8 such kills of a 2 GiB rank read oom False).
+    group = _memory_cgroup(f"ddp-preflight-test-{os.getpid()}", 1 << 30)
     if group is None:
         pytest.skip("needs root and a memory cgroup this user can make")
     eater = subprocess.Popen([sys.executable, "-c", TRIGGERED + f"""
 open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))
-hog = bytearray(512 << 20)         # over its cgroup's 64 MiB: the OOM killer ends it
+hog = []
+while True:
+    hog.append(bytearray(16 << 20))     # over its cgroup's 1 GiB: the OOM killer ends it
 """[1:], str(tmp_path / "eat")])
     leaver = subprocess.Popen([sys.executable, "-c", TRIGGERED + "sys.exit(3)\n", str(tmp_path / "leave")])
     messages: list = []
-    a = _agent([eater.pid, leaver.pid], messages, interval=1.0)
+    a = _agent([eater.pid, leaver.pid], messages, interval=0.05)
     try:
         _sampled(messages, eater.pid, 2)
         _sampled(messages, leaver.pid, 2)
