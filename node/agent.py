@@ -10,14 +10,28 @@ never signals a rank: py-spy's dump pauses a rank for a few milliseconds, and th
 
 spec: {"program": "agent", "node": name, "pids": [..], "interval": 1.0, "stack_every": 120.0,
        "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders]}
-Lines out (AGENT + JSON): {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null},
-{"type": "rank", ...what ranks.Finder says}, {"type": "sample", "t", "ranks": [...], "gone": [pids],
-"net": bytes/s} (each rank's "tcp": its established connections, in one sample of
-CONNECTIONS_EVERY), {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight":
-{pid: record}, "stores": [what the store of ranks waiting in init_process_group says (store.py),
-when asked in a stall]}, {"type": "exit", "pid", "t", "code"}, {"type": "py-spy", "path", "given",
-"refused"}.
-Commands: {"cmd": "stacks", "id", "native"}, {"cmd": "py-spy", "path", "remove": folder}."""
+Lines out (AGENT + JSON), as node/protocol.py types them:
+- {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null};
+- {"type": "rank", ...what ranks.Finder says, "started"} (RankFound: /proc/stat's btime + its start
+  ticks, the node's clock) and {"type": "launcher", ...} for each torchrun;
+- {"type": "sample", "t", "ranks": [...], "gone": [pids], "net": bytes/s, "launchers", "gpus",
+  "closures"} (Sample): each rank's state, wchan, threads and CPU; its "io" (bytes/s it read and
+  wrote through system calls, /proc/PID/io's rchar + wchar; from its second sample, where
+  readable) and "children_cpu" (% of a core its descendants used, from the parent map of the
+  scan that finds the ranks; only with descendants), both kept by keeper.py; its "tcp" (established
+  connections) in one sample of CONNECTIONS_EVERY, and its "endpoints" when they changed;
+- {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight": {pid: record},
+  "sockets": {pid: SocketQueues: established, unsent and unread bytes, peer_closed (CLOSE_WAIT),
+  from its network namespace's /proc/net/tcp and tcp6}, "stores": [what the store of ranks waiting
+  in init_process_group says (store.py), when asked in a stall]};
+- {"type": "exit", "pid", "t", "code", "closed", "oom", "output", "ending"} (RankExit): the node's
+  OOM-kill count (/proc/vmstat) rose since the last sample in which no rank was on its way out;
+  the last lines of its stdout and stderr when they are regular files, read through the
+  descriptors opened from /proc/PID/fd when it was found (never a pipe, FIFO, socket or terminal);
+  its own record of how its script ended (PID.end in its Flight Recorder folder, flight.ending);
+- {"type": "clock", "asked", "t"}; {"type": "py-spy", "path", "given", "refused"}.
+Commands: {"cmd": "stacks", "id", "native"}, {"cmd": "clock", "t"}, {"cmd": "py-spy", "path",
+"remove": folder}."""
 
 from __future__ import annotations
 
