@@ -342,7 +342,8 @@ def test_an_nccl_rank_is_asked_through_its_pipe_and_its_dump_read(tmp_path):
     finally:
         rank.kill()
         rank.wait()
-    assert first == again == {"groups": [{"group": "default_pg", "seq": 66, "op": "all_reduce", "state": "scheduled"}],
+    assert first == again == {"groups": [{"group": "default_pg", "seq": 66, "op": "all_reduce", "state": "scheduled",
+                                          "completed": 64}],
                               "entries": 4}
 
 
