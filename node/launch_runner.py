@@ -56,12 +56,17 @@ def watch_ranks():
     if close is not None:
         def _close(self, *args, **kwargs):
             # Said before torchrun signals them: a rank that ends after this was stopped by it.
-            handlers = sorted(self.subprocess_handlers.items())
-            running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
-                       for lr, h in handlers if h.proc.poll() is None]
-            if running:
-                say("stopping", t=time.time(), ranks=running,
-                    failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
+            # torch calls close() up to three times (its poll, _stop_workers, run's end): only a
+            # close that stops a running rank says so.
+            try:
+                handlers = sorted(self.subprocess_handlers.items())
+                running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
+                           for lr, h in handlers if h.proc.poll() is None]
+                if running:
+                    say("stopping", t=time.time(), ranks=running,
+                        failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
+            except Exception:
+                pass        # a line that cannot be written (the master gone) must not keep the ranks running
             return close(self, *args, **kwargs)
 
         api.SubprocessContext._close = _close

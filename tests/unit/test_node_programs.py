@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -259,6 +260,43 @@ def test_the_launch_program_says_nothing_is_stopped_when_every_rank_returns_and_
     [ranks] = [m["ranks"] for m in said if m["kind"] == "ranks"]
     [stopping] = [m for m in said if m["kind"] == "stopping"]
     assert stopping["ranks"] == ranks and stopping["failed"] == []
+
+
+UNWRITABLE_STOPPING = """\
+import os, sys, tempfile, time
+from node import launch_runner
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+launch_runner.watch_ranks()
+def say(kind, **data):                  # the master's channel is gone when torchrun stops its ranks
+    if kind == "stopping":
+        raise BrokenPipeError(32, "Broken pipe")
+launch_runner.say = say
+context = start_processes("sleep", "sleep", {0: ("300",), 1: ("300",)}, {0: {}, 1: {}},
+                          DefaultLogsSpecs(log_dir=tempfile.mkdtemp()))
+print("ranks", *sorted(context.pids().values()), flush=True)
+time.sleep(0.3)
+context.close(timeout=10)
+print("closed", flush=True)
+"""
+
+
+def test_torchruns_close_stops_the_ranks_even_when_the_stopping_line_cannot_be_written(tmp_path):
+    out = tmp_path / "out"
+    with out.open("w") as f:
+        runner = subprocess.Popen([sys.executable, "-c", UNWRITABLE_STOPPING], cwd=ROOT, stdout=f,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        runner.wait(60)
+    finally:
+        said = out.read_text()
+        ranks = [int(p) for line in said.splitlines() if line.startswith("ranks ") for p in line.split()[1:]]
+        left = [pid for pid in ranks if not gone(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert len(ranks) == 2 and not left and said.splitlines()[-1] == "closed", said[-2000:]
 
 
 def test_a_silent_master_is_gone_after_the_lease(tmp_path):
