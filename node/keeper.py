@@ -25,8 +25,10 @@ class Kept:
     def __init__(self, uid: Optional[int], folder: Optional[str], outputs: List[int]):
         self.uid, self.folder, self.outputs = uid, folder, outputs
         self.io: Optional[tuple] = None                     # (monotonic, bytes) at the last sample
-        self.helpers: Dict[int, float] = {}                 # descendant pid -> its CPU seconds then
-        self.helpers_at: Optional[float] = None
+        # CPU seconds its descendants had used at the last sample: the live ones' own and what
+        # their reaped children used, and what its own reaped children used (a helper that lived
+        # and ended between two samples counts too); (monotonic, seconds, any alive then).
+        self.helpers: Optional[tuple] = None
 
 
 class Keeper:
@@ -38,6 +40,9 @@ class Keeper:
         env = proc.environ(pid) or {}
         uid = proc.uid(pid)
         folder = env.get(FOLDER_VARIABLE) or (flight.folder_of(uid) if uid is not None else None)
+        before = self.kept.pop(pid, None)        # the pid's last process, whose end was not seen
+        for fd in before.outputs if before is not None else ():
+            os.close(fd)
         self.kept[pid] = Kept(uid, folder, output_files(pid))
 
     def sampled(self) -> None:
@@ -54,14 +59,17 @@ class Keeper:
             if kept.io is not None:
                 out["io"] = round((total - kept.io[1]) / max(now - kept.io[0], 1e-6), 1)
             kept.io = (now, total)
-        helpers = {d: stats[d].cpu_seconds for d in descendants(pid, children) if d in stats}
-        if helpers:
-            if kept.helpers_at is not None:
-                used = sum(max(0.0, cpu - kept.helpers.get(d, cpu)) for d, cpu in helpers.items())
-                out["children_cpu"] = round(100 * used / max(now - kept.helpers_at, 1e-6), 1)
-            kept.helpers, kept.helpers_at = helpers, now
-        else:
-            kept.helpers, kept.helpers_at = {}, None
+        alive = [d for d in descendants(pid, children) if d in stats]
+        own = stats.get(pid)
+        used = (own.children_seconds if own is not None else 0.0) + \
+            sum(stats[d].cpu_seconds + stats[d].children_seconds for d in alive)
+        if kept.helpers is not None:
+            at, before, had = kept.helpers
+            if alive or had or used > before:
+                # Less than before: one left the family without being waited for (reaped by the
+                # kernel, or orphaned); what it used since the last sample is lost.
+                out["children_cpu"] = round(100 * max(0.0, used - before) / max(now - at, 1e-6), 1)
+        kept.helpers = (now, used, bool(alive))
         return out
 
     def ended(self, pid: int) -> dict:
@@ -122,7 +130,8 @@ def output_files(pid: int) -> List[int]:
         if not stat.S_ISREG(before.st_mode) or (before.st_dev, before.st_ino) in seen:
             continue
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # O_NOCTTY: should it have become a terminal since the stat, it does not become ours.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError:
             continue
         after = os.fstat(fd)

@@ -38,6 +38,7 @@ class Stat:
     exit_status: Optional[int]  # the wait status, readable while it is a zombie (Linux 3.5+)
     flags: int = 0             # the kernel's PF_* flags of its first thread (PF_EXITING: on its way out)
     pending: int = 0           # signals pending for its first thread, a bitmap (bit n-1: signal n)
+    children_seconds: float = 0.0   # user + system of its children it has waited for (and theirs)
 
     @property
     def start_seconds(self) -> float:
@@ -59,7 +60,8 @@ def stat(pid: int) -> Optional[Stat]:
         return None
     fields = raw[raw.rindex(b")") + 2:].split()
     return Stat(fields[0].decode(), int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19]),
-                int(fields[49]) if len(fields) > 49 else None, int(fields[6]), int(fields[28]))
+                int(fields[49]) if len(fields) > 49 else None, int(fields[6]), int(fields[28]),
+                (int(fields[13]) + int(fields[14])) / TICK)
 
 
 def pids() -> Iterator[int]:

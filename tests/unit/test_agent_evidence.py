@@ -248,6 +248,37 @@ def test_children_cpu_is_its_descendants_cpu_since_the_last_sample_and_the_dead_
                 pass
 
 
+HELPER_BETWEEN_STOPS = """
+import os, signal, subprocess, sys
+os.kill(os.getpid(), signal.SIGSTOP)
+# Between the two stops: a helper that spins 0.3 s and is waited for (a per-batch subprocess).
+subprocess.run([sys.executable, '-c', 'import time\\nt = time.time()\\nwhile time.time() - t < 0.3: pass'])
+os.kill(os.getpid(), signal.SIGSTOP)
+signal.pause()
+"""
+
+
+def test_a_helper_that_lived_and_ended_between_two_samples_counts_in_children_cpu():
+    rank = subprocess.Popen([sys.executable, "-c", HELPER_BETWEEN_STOPS])
+    try:
+        _stopped(rank.pid)
+        kept = keeper.Keeper()
+        kept.found(rank.pid)
+        stats = _stats()
+        assert "children_cpu" not in kept.sample(rank.pid, 100.0, stats, keeper.children_of(stats))
+        before = proc.stat(rank.pid).children_seconds
+        os.kill(rank.pid, signal.SIGCONT)
+        _wait(lambda: proc.stat(rank.pid).children_seconds > before and proc.stat(rank.pid).state == "T",
+              "the helper never ran")
+        used = proc.stat(rank.pid).children_seconds - before
+        assert used >= 0.2
+        stats = _stats()
+        assert kept.sample(rank.pid, 101.0, stats, keeper.children_of(stats))["children_cpu"] == round(100 * used, 1)
+        kept.forget({})
+    finally:
+        _end(rank)
+
+
 def test_the_agent_sends_children_cpu_only_for_a_rank_with_descendants():
     lonely = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     parent = subprocess.Popen([sys.executable, "-c", """
