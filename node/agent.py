@@ -280,7 +280,7 @@ class Agent:
                 # The count the next exit is compared with (RankExit.oom), unless a rank is on its
                 # way out or went since the last sample: its exit compares with the count before.
                 if not leaving and not gone and oom_kills is not None:
-                    self.keeper.ooms = oom_kills
+                    self.keeper.sampled(oom_kills)
                 self.keeper.forget(found)
             for pid in [p for p in self.held if p not in found]:
                 del self.held[pid]

@@ -45,8 +45,10 @@ class Keeper:
             os.close(fd)
         self.kept[pid] = Kept(uid, folder, output_files(pid))
 
-    def sampled(self) -> None:
-        self.ooms = proc.oom_kills()
+    def sampled(self, ooms: Optional[int]) -> None:
+        """The node's OOM-kill count a rank's end is compared with (the agent passes the count read
+        before its ranks, when no rank was on its way out)."""
+        self.ooms = ooms
 
     def sample(self, pid: int, now: float, stats: Dict[int, proc.Stat], children: Dict[int, List[int]]) -> dict:
         """This sample's io (bytes/s) and children_cpu (% of a core), where known."""

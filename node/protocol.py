@@ -177,9 +177,11 @@ class RankSample:
     gpu: Optional[int] = None        # the GPU it has a context on (NVML's index), on GPU nodes
     tcp: Optional[int] = None        # its established TCP connections (counted every few samples)
     io: Optional[float] = None       # bytes/s it read and wrote through system calls (/proc's rchar +
-                                     # wchar: sockets, pipes, files); None: not readable
+                                     # wchar: sockets, pipes, files); None: not readable, or its
+                                     # first sample
     children_cpu: Optional[float] = None   # % of one core its descendants used (DataLoader workers,
-                                           # helpers); None: it has none
+                                           # helpers, those that ended since the last sample too);
+                                           # None: it has none, or the first sample that has some
     endpoints: Optional[tuple] = None  # its TCP sockets' local "ip:port", when they changed since it
                                        # was last counted (Gloo's pairs: which connection is whose)
 
@@ -240,8 +242,8 @@ class RankExit:
     pid: int
     t: Optional[float] = None
     code: Optional[int] = None       # the wait status, when caught before its parent reaped it
-    oom: Optional[bool] = None       # the node's OOM-kill count rose since the sample before it
-                                     # (None: not readable)
+    oom: Optional[bool] = None       # the node's OOM-kill count rose since the last sample in which
+                                     # no rank was on its way out (None: not readable)
     output: tuple = ()               # its last output lines, when its stdout/stderr is a file
     ending: Any = None               # how its script ended, as the rank itself recorded it (a dict:
                                      # node/rank_bootstrap.py's record_ending), when it ran under
