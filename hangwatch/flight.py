@@ -23,7 +23,7 @@ import sys
 
 from node.flight import BUFFER, folder_of
 from node.private import own_private_folder
-from node.rank_bootstrap import FOLDER_VARIABLE, record_ending, start_answering
+from node.rank_bootstrap import FOLDER_VARIABLE, exit_code, record_ending, start_answering
 
 FOLDER = folder_of(os.geteuid())      # hangwatch's agent finds it by the rank's uid
 
@@ -43,9 +43,10 @@ def enable() -> None:
 
 def record_how_it_ends(folder: str) -> None:
     """PID.end for the agent (node/rank_bootstrap.py's record): an uncaught exception as it
-    reaches sys.excepthook, any other end ("ended": returned or sys.exit; the process's exit
-    code says which) as the interpreter starts its teardown. Both come before the teardown, which
-    is when the rank's connections close and its peers fail."""
+    reaches sys.excepthook, a sys.exit with its code as it is called, any other end ("ended": the
+    script returned, or raised SystemExit itself; the process's exit code says which) as the
+    interpreter starts its teardown. All come before the teardown, which is when the rank's
+    connections close and its peers fail."""
     pid, previous = os.getpid(), sys.excepthook
     recorded: list[bool] = []
 
@@ -60,7 +61,17 @@ def record_how_it_ends(folder: str) -> None:
             recorded.append(True)
             record_ending(folder, "ended")
 
+    exit_with = sys.exit
+
+    def exit(code=None):
+        # sys.exit(3) never reaches the excepthook and atexit cannot see its code: said here.
+        if os.getpid() == pid and not recorded:
+            recorded.append(True)
+            record_ending(folder, "exit", code=exit_code(SystemExit(code)))
+        exit_with(code)
+
     sys.excepthook = on_exception
+    sys.exit = exit
     atexit.register(on_exit)
 
 

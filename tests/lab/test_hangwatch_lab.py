@@ -103,8 +103,10 @@ def test_a_rank_that_exits_is_named_from_its_exit_alone(watched):
     watch, job = watched("--steps", "500", "--fault", "exit", "--rank", "3", "--at", "5", port=29646)
     job.fault_time()
     diagnosis = watch.wait_for("diagnosis", 30)["snapshot"]["diagnosis"]
+    # Which evidence comes first varies with the run: its code (certain when the kernel's TIME_WAIT
+    # says it closed first too), or, when torchrun stopped it mid-exit, that it was leaving.
     assert diagnosis["culprits"] == [3] and diagnosis["candidates"] == [], diagnosis["summary"]
-    assert (diagnosis["reason"], diagnosis["certainty"]) in (("exit-code", "likely"), ("leaving", "likely")), \
+    assert diagnosis["reason"] in ("exit-code", "leaving") and diagnosis["certainty"] in ("certain", "likely"), \
         diagnosis["summary"]
 
 
