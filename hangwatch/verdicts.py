@@ -49,10 +49,10 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
     if t.stopped:
         state_, reason = S.STOPPED, Reason.STOPPED
         notes.append("the kernel holds it: state " + ("T (stopped)" if t.proc_state == "T" else "t (traced)"))
-    elif t.idle_since is not None and state_ in (S.LOADING_DATA, S.SAVING, S.COMPILING):
-        # Quiet, in a phase that works through helpers or I/O: its helpers' CPU and its own bytes say
-        # whether it still progresses.
-        if t.moved == 0 and t.io_known or not t.io_known and state_ is S.LOADING_DATA:
+    elif t.idle_since is not None and state_ in (S.LOADING_DATA, S.SAVING):
+        # Quiet (neither it nor its helpers use CPU), in a phase that works through helpers or I/O:
+        # its own bytes say whether it still progresses (a loader's workers, a slow disk).
+        if (t.io_known and t.moved == 0) or (not t.io_known and state_ is S.LOADING_DATA):
             reason = Reason.WAITS_FOR_DATA if state_ is S.LOADING_DATA else Reason.WAITS_ON_IO
             notes.append(f"its helpers used {t.children_cpu or 0:.0f}% CPU" if t.children_cpu is not None
                          else "it has no helper processes")
