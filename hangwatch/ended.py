@@ -237,6 +237,7 @@ def _notes(state: State, nodes: list[str]) -> tuple[str, ...]:
 
 
 def run_key(state: State, found: Diagnosis) -> str:
-    """What a verdict on ended ranks is said once for: its kind, its named ranks' processes."""
+    """What a verdict on ended ranks is said once for: its kind, its named ranks' processes (a
+    later run's ranks are other processes)."""
     pids = sorted(e.pid for e in found.evidence if e.key in found.named)
     return f"{Kind.EXITED.value}:{found.named}:{pids}"

@@ -113,7 +113,8 @@ def stalled(state: State, waiting: float, now: float, wall: float, out: list) ->
     elif found.kind is Kind.GPU_HANG:
         found = verdict(**{**_fields(found), "waited": round(waiting, 1)})
     found = replace(found, notes=_notes(state, [t for t in tracks if t.key in found.named]))
-    report(state, replace(found, summary=text.summary(found)), waiting, wall, out)
+    report(state, replace(found, summary=text.summary(found)), waiting, wall, out,
+           key=f"{found.kind.value}:{found.named}:runs {sorted(runs)}")
 
 
 def _fields(d: Diagnosis) -> dict:
@@ -215,7 +216,7 @@ def launchers_waiting(state: State, now: float, wall: float, out: list) -> None:
 def report(state: State, found: Diagnosis, waiting: float, wall: float, out: list, key: str | None = None) -> None:
     """Say a verdict, once: a hang with a bundle; anything else as a notice."""
     state.diagnosis = found.as_reported(round(wall - waiting, 3))
-    said = key or f"{found.kind.value}:{found.named}"
+    said = key or f"{found.kind.value}:{found.named}"     # said once: per run, per kind, per ranks named
     if said in state.reported:
         return
     state.reported.add(said)
@@ -231,7 +232,7 @@ def resumed(state: State, out: list) -> None:
     """Every rank makes progress again: a hang said is over (an exit or 'alone' stands)."""
     if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
         state.diagnosis = None
-        state.reported = {k for k in state.reported if k.startswith((Kind.EXITED.value, Kind.ALONE.value))}
+        state.reported = {k for k in state.reported if k.startswith((Kind.EXITED.value, Kind.ALONE.value, "launchers"))}
         remember(state, "progress resumed")
         out.append(say("resumed", "progress resumed: no rank is idle"))
 
