@@ -54,9 +54,12 @@ class Shape:
     culprits: str = "rank"         # "rank": the faulty rank alone; EVERY: none, all candidates
     steps: int = 500
     watch_for: float = 0.0         # healthy shapes: how long nothing may be named
+    quiet: bool = False            # healthy shapes: nothing at all may be named, not even a straggler
 
 
 EXIT_LIMIT = SETTLE + 2
+# The expected answers, all in this one table: (kind, reasons, culprits) per shape; kind None is a
+# healthy run. The reason words are any of those listed (a verdict without a reason is not judged on it).
 SHAPES = {s.name: s for s in (
     Shape("leave", ("--fault", "leave"), "deadlock", ("left-loop",)),
     Shape("work", ("--fault", "leave", "--wait", "work"), "deadlock", ("left-loop",)),
@@ -67,11 +70,10 @@ SHAPES = {s.name: s for s in (
     Shape("stop", ("--fault", "stop"), "deadlock", ("stopped",)),
     Shape("recv", ("--fault", "recv"), "deadlock", ("wait-for-each-other",), culprits=EVERY),
     Shape("mismatch", ("--fault", "mismatch"), "mismatch", ("different-collective",)),
-    Shape("exit", ("--fault", "exit"), "exited", ("exit-code", "leaving"), EXIT_LIMIT),
-    Shape("quit", ("--fault", "quit"), "exited", ("left-first", "leaving", "killed"), EXIT_LIMIT),
-    Shape("raise", ("--fault", "raise"), "exited", ("raised", "failed", "leaving"), EXIT_LIMIT),
-    Shape("raise-1node", ("--fault", "raise"), "exited", ("raised", "failed", "leaving"), EXIT_LIMIT,
-          nodes=("master",)),
+    Shape("exit", ("--fault", "exit"), "exited", ("exit-code",), EXIT_LIMIT),
+    Shape("quit", ("--fault", "quit"), "exited", ("left-first", "killed"), EXIT_LIMIT),
+    Shape("raise", ("--fault", "raise"), "exited", ("raised", "failed"), EXIT_LIMIT),
+    Shape("raise-1node", ("--fault", "raise"), "exited", ("raised", "failed"), EXIT_LIMIT, nodes=("master",)),
     Shape("kill", ("--fault", "kill"), "exited", ("killed",), EXIT_LIMIT),
     Shape("launch-raise", ("--fault", "raise"), "exited", ("raised",), EXIT_LIMIT + 2, launch=True),
     Shape("launch-raise-1node", ("--fault", "raise"), "exited", ("raised",), EXIT_LIMIT + 2, nodes=("master",),
@@ -80,8 +82,10 @@ SHAPES = {s.name: s for s in (
     # The rank prints its fault instead of init_process_group; the others wait there.
     Shape("skip-init", ("--fault", "skip-init"), "rendezvous-stall", ("never-checked-in",)),
     # Longer than the threshold (the others wait past it), shorter than --endless-after: it arrives.
+    # A straggler said is fine; a hang is a false alarm.
     Shape("straggle", ("--fault", "straggle", "--seconds", "15"), None, watch_for=30, steps=60),
-    Shape("shell", ("--fault", "shell"), None, watch_for=30, steps=200),
+    # Nothing is wrong: a hang is a false alarm, any other verdict (a straggler, a notice) is wrong.
+    Shape("shell", ("--fault", "shell"), None, watch_for=30, steps=200, quiet=True),
 )}
 RANKS = [(3, 5), (1, 9), (0, 6), (2, 12), (1, 4), (2, 8), (3, 15), (0, 10), (3, 7), (1, 11)]
 
@@ -95,11 +99,7 @@ def named(diagnosis: dict) -> tuple[list[int], list[int]]:
 
 
 def judge(shape: Shape, diagnosis: dict | None, rank: int, world: int) -> tuple[str, str]:
-    """(right | among | wrong | silent | false-alarm, why) for one run's first verdict."""
-    if shape.kind is None:
-        if diagnosis is not None and diagnosis["kind"] in HANGS:
-            return "false-alarm", f"{diagnosis['kind']}: {diagnosis['summary']}"
-        return "right", ""
+    """(right | among | wrong | silent, why) for one run's first verdict of a hang."""
     if diagnosis is None:
         return "silent", "nothing named"
     culprits, candidates = named(diagnosis)
@@ -121,6 +121,19 @@ def judge(shape: Shape, diagnosis: dict | None, rank: int, world: int) -> tuple[
     return "wrong", why
 
 
+def judge_healthy(shape: Shape, events: list[dict]) -> tuple[str, str]:
+    """(right | wrong | false-alarm, why) for a healthy run: every verdict said while it ran."""
+    for e in events:
+        diagnosis = (e.get("snapshot") or {}).get("diagnosis") or {}
+        if e["event"] == "diagnosis" or diagnosis.get("kind") in HANGS:
+            return "false-alarm", f"{diagnosis.get('kind')}: {diagnosis.get('summary') or e['text']}"
+    if shape.quiet:
+        said = [e for e in events if e["event"] == "straggler" or (e.get("snapshot") or {}).get("diagnosis")]
+        if said:
+            return "wrong", f"{said[0]['event']}: {said[0]['text']}"
+    return "right", ""
+
+
 def one_attached(lab: Lab, watch: Watch, shape: Shape, port: int, rank: int, step: int) -> dict:
     mark = len(watch.events)
     ranks = 2 * len(shape.nodes)
@@ -140,8 +153,7 @@ def one_attached(lab: Lab, watch: Watch, shape: Shape, port: int, rank: int, ste
             while time.time() < deadline and all(p.poll() is None for p in job.procs):
                 time.sleep(0.5)
             time.sleep(SETTLE + 1)
-            said = next((e for e in watch.events[mark:] if e["event"] == "diagnosis"), None)
-            result, why = judge(shape, said["snapshot"]["diagnosis"] if said else None, rank, ranks)
+            result, why = judge_healthy(shape, watch.events[mark:])
             return {**out, "result": result, "why": why}
         try:
             event = wait_until(lambda: next((e for e in watch.events[mark:] if e["event"] == "diagnosis"
@@ -163,17 +175,21 @@ def one_launched(lab: Lab, shape: Shape, port: int, rank: int, step: int, folder
             "--", str(ROOT / "examples" / "hang_train.py"), "--steps", str(shape.steps), *shape.args,
             "--rank", str(rank % ranks), "--at", str(step)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    headline = next((line for line in done.stderr.splitlines() if "training failed" in line), "")
+    headline = next((line for line in done.stderr.splitlines() if "training failed" in line),
+                    (done.stderr.strip().splitlines() or ["(no output)"])[-1])
     fault = [line for line in done.stdout.splitlines() if "FAULT" in line]
     began = float(fault[0].rsplit(" at ", 1)[1]) if fault else None
     bundles = sorted((log_dir / "incidents").glob("*/incident.json")) if (log_dir / "incidents").is_dir() else []
     if not bundles:
         return {"latency": None, "result": "silent", "why": f"no verdict ({headline})"}
-    document = json.loads(bundles[0].read_text())
-    diagnosis = document["snapshot"]["diagnosis"]
-    result, why = judge(shape, diagnosis, rank % ranks, ranks)
-    latency = document["snapshot"]["time"] - began if began is not None else None
-    return {"latency": latency, "result": result, "why": why + (f" | {headline}" if result != "right" else "")}
+    snapshot = json.loads(bundles[0].read_text())["snapshot"]
+    if began is None:
+        return {"latency": None, "result": "silent", "why": f"the job never reached its fault | {headline}"}
+    if snapshot["time"] < began:
+        return {"latency": None, "result": "false-alarm",
+                "why": f"before the fault: {snapshot['diagnosis']['summary']} | {headline}"}
+    result, why = judge(shape, snapshot["diagnosis"], rank % ranks, ranks)
+    return {"latency": snapshot["time"] - began, "result": result, "why": f"{why} | {headline}".lstrip(" |")}
 
 
 def main() -> int:

@@ -34,6 +34,7 @@ fault starts, so a test can time how long naming it takes."""
 
 import argparse
 import datetime
+import gc
 import os
 import signal
 import sys
@@ -159,6 +160,7 @@ def main():
     mine = args.fault and rank == args.rank
     data = batches(args, rank)
     helper = None
+    finished = False
     for step in range(args.steps):
         if args.fault == "recv" and step == args.at:
             if mine:
@@ -204,6 +206,8 @@ def main():
         loss = train_step(model, optimizer, next(data))
         if rank == 0 or os.environ.get("ALL_RANKS_PRINT"):
             print(f"step {step} loss {loss:.4f}", flush=True)
+    else:
+        finished = True                                  # every step trained: no break
     if mine and args.fault in ("leave", "child"):
         time.sleep(3600)                                 # evaluation, saving: anything but the loop
     if helper is not None:                               # the helper the shell runs, then the shell
@@ -211,6 +215,15 @@ def main():
         helper.kill()
         helper.wait()
     if not alone:
+        if finished:
+            # A healthy run must end as one. Seen on the lab (3 of 21 runs, more under hangwatch): a
+            # rank aborts after "done" (`terminate called without an active exception`, SIGABRT),
+            # the process group torn down at interpreter exit, still held by DDP, while its peers
+            # close their connections. So: everyone is past the last collective, and DDP lets go
+            # of the group before it is destroyed.
+            dist.barrier()
+            del model, optimizer
+            gc.collect()
         dist.destroy_process_group()
     print("done", flush=True)
 
