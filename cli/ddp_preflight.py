@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
-              "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
+              "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
               "       ddp-preflight lab up|down|status|exec|fault|faults ...",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=int, help="processes per node (default 1, or the hostfile's slots)")
     p.add_argument("--params", type=float, help="model parameters (e.g. 126e6): predicts communication time per step")
     p.add_argument("--scan", metavar="PATH", help="training code to scan for collective calls the backend fails")
+    p.add_argument("--env", action="append", default=[], metavar="[NODE:]NAME=VALUE",
+                   help="a variable of the training's environment, on every node (NAME=VALUE) or on one "
+                        "(NODE:NAME=VALUE); repeatable. The checks judge it and --launch sets it (it wins over "
+                        "preflight's own settings and the config's [env]); keep secrets in the config instead")
     p.add_argument("--only", help="comma-separated check ids (see --list)")
     p.add_argument("--no-probes", action="store_true",
                    help="facts only: skip the checks that try connections and collectives across nodes")
@@ -50,8 +54,6 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--launch", action="store_true",
                         help="start torchrun on every node with preflight's settings, stream every rank's output here")
     launch.add_argument("--force", action="store_true", help="launch even when a check failed")
-    launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="set a variable for the training on every node (repeatable; wins over preflight's)")
     launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
@@ -101,9 +103,9 @@ class UsageError(Exception):
 
 
 def _launch_request(args: argparse.Namespace, launch_args: list[str]):
-    """The launch's own input, checked before any node is contacted: (command, env), or None."""
+    """The launch's own input, checked before any node is contacted: the command, or None."""
     if not args.launch:
-        used = [flag for flag, value in (("--force", args.force), ("--env", args.env), ("--log-dir", args.log_dir),
+        used = [flag for flag, value in (("--force", args.force), ("--log-dir", args.log_dir),
                                          ("--tui", args.tui), ("--node-lease", args.node_lease is not None),
                                          ("--endless-after", args.endless_after is not None),
                                          ("--stop-on-hang", args.stop_on_hang),
@@ -111,14 +113,14 @@ def _launch_request(args: argparse.Namespace, launch_args: list[str]):
         if used:
             raise UsageError(f"{used[0]} goes with --launch")
         return None
-    from launch import PlanError, parse_command, parse_env
+    from launch import PlanError, parse_command
 
     from .launch import log_dir_problem
     if args.node_lease is not None and not 5 <= args.node_lease <= 86400:
         raise UsageError(f"--node-lease {args.node_lease:g}: give 5 to 86400 seconds (a node must outlast a "
                          "few missed heartbeats, one a second)")
     try:
-        request = parse_command(launch_args), parse_env(args.env)
+        request = parse_command(launch_args)
     except PlanError as exc:
         raise UsageError(str(exc)) from None
     problem = log_dir_problem(args.log_dir)
@@ -143,6 +145,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         raise UsageError(str(exc)) from None
 
     hosts, slots = _hosts(args, config)
+    training_env = _training_env(args, config, hosts)
 
     def pick(name, default):
         value = getattr(args, name)
@@ -161,7 +164,10 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         nproc_per_node=nproc, launch_args=tuple(launch_args),
         params=int(args.params) if args.params else None, scan=args.scan,
         # A data folder given only per node (config [nodes.X]) still means: compare shards.
-        data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None))
+        data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None),
+        env=training_env, launch=launch is not None,
+        # Each node's own folder ([nodes.X] data_dir), unless --data-dir names one for all.
+        data_dirs={} if args.data_dir else {h: d for h, d in zip(hosts, targets_data, strict=True) if d})
     if options.nproc_per_node < 1:
         given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
@@ -187,7 +193,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
             return code
         # The connections preflight opened carry the training: no new handshakes.
         from .launch import launch_training
-        return launch_training(args, cluster, done, targets, *launch)
+        return launch_training(args, cluster, done, targets, launch)
 
 
 def _render(args, report) -> int:
@@ -207,6 +213,18 @@ def _render(args, report) -> int:
         sys.stdout.write(text.render(report, width=width, color=color, verbose=args.verbose))
     ok = report.ok_strict() if args.strict else report.ok
     return Exit.OK if ok else Exit.FOUND
+
+
+def _training_env(args: argparse.Namespace, config, hosts: list[str]):
+    """The config's [env] and [nodes.NAME.env], then --env: checked before any node is contacted."""
+    from preflight.training_env import EnvError, TrainingEnv, from_config, parse_env_args
+
+    names = hosts or [socket.gethostname()]
+    try:
+        given = parse_env_args(args.env, names)
+    except EnvError as exc:
+        raise UsageError(str(exc)) from None
+    return TrainingEnv(tuple(from_config(config.env, config.node_env) + given), config.path)
 
 
 def _hosts(args: argparse.Namespace, config) -> tuple[list[str], int | None]:

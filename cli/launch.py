@@ -75,7 +75,7 @@ def log_dir_problem(log_dir: str | None) -> str | None:
     return f"cannot write the logs in {folder}/ ({why}): run from a folder you can write to, or give --log-dir DIR"
 
 
-def launch_training(args, cluster, done: Preflight, targets, command: Command, user_env: dict) -> int:
+def launch_training(args, cluster, done: Preflight, targets, command: Command) -> int:
     report = done.report
     bad = refusal(report, args.strict)
     if bad and not args.force:
@@ -85,7 +85,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command, u
     if bad:
         say(f"launching anyway (--force), though {describe(bad)}")
     try:
-        plan = build_plan(report, done.nodes, done.options, targets, command, cwd=os.getcwd(), user_env=user_env,
+        # The training's variables (--env, the config's) are in the options: each node gets its own.
+        plan = build_plan(report, done.nodes, done.options, targets, command, cwd=os.getcwd(),
                           flight_recorder=not args.no_flight_recorder)
     except PlanError as exc:
         say(f"cannot launch: {exc}")

@@ -3,8 +3,8 @@ output back, and stop everything together (plan -> run -> outcome; output for th
 
 from .outcome import LaunchedRank, LaunchResult, NodeState, render
 from .output import Line
-from .plan import Command, NodePlan, Plan, PlanError, build_plan, parse_command, parse_env
+from .plan import Command, NodePlan, Plan, PlanError, build_plan, parse_command
 from .run import Launch
 
 __all__ = ["Command", "Launch", "LaunchResult", "Line", "NodePlan", "NodeState", "Plan",
-           "PlanError", "LaunchedRank", "build_plan", "parse_command", "parse_env", "render"]
+           "PlanError", "LaunchedRank", "build_plan", "parse_command", "render"]

@@ -8,7 +8,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from node.redact import redact_argv, redact_env
@@ -18,7 +18,6 @@ from preflight.cluster import Target
 from preflight.facts import Missing
 from preflight.model import Context, NodeFacts, Options, Report
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
@@ -44,7 +43,8 @@ class NodePlan:
     python: str                        # the node's training Python: it runs torchrun
     cwd: str                           # where torchrun (and so every rank) starts
     env: Mapping[str, str]             # set on top of the node's own environment
-    env_sources: Mapping[str, str]     # variable -> why: "interface-choice", "omp-threads", "--env"
+    env_sources: Mapping[str, str]     # variable -> why: "interface-choice", "omp-threads", "--env",
+                                       # "--env worker1:", "config [env]", "config [nodes.worker1.env]"
     torchrun: tuple[str, ...]          # after `python -m torch.distributed.run`; the script's options after --
     ranks: tuple[int, ...]             # global ranks, local rank order
 
@@ -75,7 +75,6 @@ class Plan:
     master_port: int
     backend: str
     command: Command
-    user_env: Mapping[str, str] = field(default_factory=dict)
     flight_recorder: bool = True       # every rank's Flight Recorder readable by hangwatch (node/flight.py)
 
     @property
@@ -126,25 +125,11 @@ def parse_command(launch_args: Sequence[str]) -> Command:
     return Command(script, module, tuple(rest))
 
 
-def parse_env(pairs: Sequence[str]) -> dict[str, str]:
-    """--env NAME=VALUE, repeatable; the last one of a name wins."""
-    env: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise PlanError(f"--env {pair!r} has no '=': write --env NAME=VALUE (e.g. --env NANOCHAT_DTYPE=float32)")
-        if not ENV_NAME.match(name):
-            # The value may be a secret: the message names the variable only.
-            raise PlanError(f"--env {name}=...: {name!r} is not a variable name (letters, digits and _, "
-                            "not starting with a digit)")
-        env[name] = value
-    return env
-
-
 def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, targets: Sequence[Target],
-               command: Command, *, cwd: str, user_env: Mapping[str, str] | None = None,
-               flight_recorder: bool = True) -> Plan:
-    """One NodePlan per node, in host order. `cwd` is the folder ddp-preflight runs in on the master."""
+               command: Command, *, cwd: str, flight_recorder: bool = True) -> Plan:
+    """One NodePlan per node, in host order. `cwd` is the folder ddp-preflight runs in on the master.
+    Each node's environment: preflight's settings, then the training's variables for that node
+    (options.env: the config's [env] and [nodes.NAME.env], then --env's), which win."""
     if not nodes:
         raise PlanError("no node to launch on")
     for node in nodes:
@@ -156,13 +141,13 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
     master_addr = _master_addr(nodes[0], options)
     if master_addr is None:
         raise PlanError(f"the master's address is not known: pass --master-addr ADDR ({nodes[0].node}'s LAN address)")
-    user_env = dict(user_env or {})
     master_code = targets[0].code_dir if targets else None
     plans = []
     for node_rank, (node, target) in enumerate(zip(nodes, targets, strict=True)):
         env, sources = _node_env(report, node, options)
-        for name, value in user_env.items():
-            env[name], sources[name] = value, "--env"
+        given = options.env
+        for name, value in given.for_node(node.node).items():
+            env[name], sources[name] = value, given.sources(node.node)[name]
         where, script = _placement(command, cwd, master_code, target.code_dir)
         torchrun = ("--nnodes", str(len(nodes)), "--nproc-per-node", str(nproc), "--node-rank", str(node_rank),
                     "--master-addr", master_addr, "--master-port", str(options.master_port),
@@ -170,8 +155,7 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
                     *(["-m"] if command.module else []), script, "--", *command.args)
         plans.append(NodePlan(node.node, node_rank, target.python, where, env, sources, torchrun,
                               tuple(range(node_rank * nproc, (node_rank + 1) * nproc))))
-    return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, user_env,
-                flight_recorder)
+    return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, flight_recorder)
 
 
 def _master_addr(master: NodeFacts, options: Options) -> str | None:

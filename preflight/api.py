@@ -39,7 +39,8 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
     request = {"master_port": options.master_port, "master_addr": options.master_addr,
                "launch_args": list(options.launch_args), "nnodes": len(cluster.targets),
                "nproc_per_node": options.nproc_per_node}
-    found, master_addr = gather(cluster, request, on_progress=on_progress)
+    env = {t.name: options.env.for_node(t.name) for t in cluster.targets}
+    found, master_addr = gather(cluster, request, on_progress=on_progress, env=env)
     nodes = tuple(found)
     options = replace(options, master_addr=master_addr)
     needed = sorted({p for c in checks for p in c.needs})

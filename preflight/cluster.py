@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -55,12 +56,15 @@ class Cluster:
         return self.nodes[i].job(job, env=env, timeout=timeout, lease=lease, cwd=cwd, on_line=on_line)
 
 
-def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None
-           ) -> tuple[list[NodeFacts], str | None]:
+def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None,
+           env: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[NodeFacts], str | None]:
     """Returns each node's facts (in the order given) and the master address workers dial.
 
     `request` goes to every node's collector: master_port, master_addr (None: the master's
-    address as the ssh config names it), launch_args, nnodes, nproc_per_node."""
+    address as the ssh config names it), launch_args, nnodes, nproc_per_node. `env`: the
+    training's variables per node (--env, the config's); each node's collector runs with its own,
+    so what it reads (the environment, the address Gloo binds, torch's devices) is what the
+    training will see. They travel on the program's stdin, like every spec."""
     master_addr = request.get("master_addr")
     targets, nodes, errors = cluster.targets, cluster.nodes, cluster.errors
     facts: list[dict | None] = [None] * len(nodes)
@@ -91,7 +95,8 @@ def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None
             # whose algorithm the others lack is hashed again below, with a common one.
             node_request = {**request, "sections": ["facts", "shards"], "master_addr": master_addr,
                             "code_dir": targets[i].code_dir, "is_master": i == 0,
-                            "data_dir": targets[i].data_dir, "hash_algorithm": "best"}
+                            "data_dir": targets[i].data_dir, "hash_algorithm": "best",
+                            "env": dict((env or {}).get(targets[i].name) or {})}
             result = nodes[i].collect(node_request, on_progress)
             result["reached_at"] = nodes[i].address
             facts[i] = result

@@ -1,16 +1,27 @@
-"""The TOML config: defaults for every node, and per-node overrides under [nodes.NAME]."""
+"""The TOML config: defaults for every node, and per-node overrides under [nodes.NAME].
+
+    python = "/opt/venv/bin/python"
+    [env]                                  # the training's variables on every node
+    NANOCHAT_DTYPE = "float32"
+    [nodes.worker1]
+    data_dir = "/data/small"
+    [nodes.worker1.env]                    # ... and on worker1 only (wins over [env])
+    NANOCHAT_DATA_DIR = "/data/small"
+"""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
 
+from .training_env import ENV_NAME
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-NODE_KEYS = {"python", "data_dir", "code_dir"}
+NODE_KEYS = {"python", "data_dir", "code_dir", "env"}
 TOP_KEYS = NODE_KEYS | {"hosts", "backend", "device", "master_port", "master_addr", "nproc_per_node",
                         "ssh_config", "nodes"}
 
@@ -22,7 +33,18 @@ class ConfigError(Exception):
 @dataclass(frozen=True)
 class Config:
     values: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)     # name -> {python, data_dir, code_dir}
+    nodes: dict = field(default_factory=dict)     # name -> {python, data_dir, code_dir, env}
+    path: str | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """[env]: the training's variables on every node."""
+        return dict(self.values.get("env") or {})
+
+    @property
+    def node_env(self) -> dict[str, dict[str, str]]:
+        """[nodes.NAME.env]: the training's variables on one node."""
+        return {name: dict(table["env"]) for name, table in self.nodes.items() if table.get("env")}
 
     def for_node(self, name: str, key: str, default=None):
         return self.nodes.get(name, {}).get(key, self.values.get(key, default))
@@ -55,4 +77,26 @@ def load(path: str | None) -> Config:
                               f"(per-node keys: {', '.join(sorted(NODE_KEYS))})")
     if "hosts" in raw and not (isinstance(raw["hosts"], list) and all(isinstance(h, str) for h in raw["hosts"])):
         raise ConfigError(f"config {path}: hosts must be a list of host names")
-    return Config(raw, nodes)
+    if "env" in raw:
+        raw["env"] = _env_table(path, "[env]", raw["env"])
+    for name, table in nodes.items():
+        if "env" in table:
+            table["env"] = _env_table(path, f"[nodes.{name}.env]", table["env"])
+    return Config(raw, nodes, path)
+
+
+def _env_table(path: str, where: str, table) -> dict[str, str]:
+    """NAME = "value" pairs; a whole number is written as the variable would hold it (8 -> "8")."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"config {path}: {where} must be a table of NAME = \"value\" pairs")
+    out = {}
+    for name, value in table.items():
+        if not ENV_NAME.match(name):
+            raise ConfigError(f"config {path}: {where} has {name!r}, not a variable name "
+                              "(letters, digits and _, not starting with a digit)")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            # The value may be a secret: the message names the variable and its kind only.
+            raise ConfigError(f"config {path}: {where} {name} must be a string (write {name} = \"...\"), "
+                              f"not a {type(value).__name__}")
+        out[name] = str(value)
+    return out

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .facts import Facts
+from .training_env import TrainingEnv
 
 
 class Status(str, enum.Enum):
@@ -93,6 +94,13 @@ class Options:
     clock_tolerance: float = 2.0         # seconds
     params: int | None = None            # model parameters, to predict communication per step
     scan: str | None = None              # training code to scan for collectives that fail
+    env: TrainingEnv = TrainingEnv()     # the training's variables on top of each node's own (--env, config)
+    launch: bool = False                 # --launch: the training starts right after, as launch/plan.py builds it
+    data_dirs: Mapping[str, str] = field(default_factory=dict)   # node -> its own data folder, where set
+
+    def data_dir_of(self, node: str) -> str | None:
+        """The data folder on `node`: its own ([nodes.NAME] data_dir), else the one for every node."""
+        return self.data_dirs.get(node) or self.data_dir
 
 
 @dataclass(frozen=True)

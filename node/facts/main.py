@@ -5,6 +5,7 @@ The first line is the node's clock (CLOCK), for clock-skew; shard hashing prints
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 
@@ -26,6 +27,9 @@ def _progress(done_bytes, total_bytes, done_files, total_files):
 
 def collect(request: dict) -> dict:
     sections = request.get("sections") or ["facts"]
+    # The training's own variables (--env, the config's) on top of this node's: every collector
+    # then reads what the ranks will read (this program is its own process, and ends after).
+    os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
     out: dict = {"collected_at": time.time(), "version": 1}
     if "facts" in sections:
         env = _guard(system.env_facts)

@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from launch.plan import PlanError, build_plan, parse_command, parse_env
+from launch.plan import PlanError, build_plan, parse_command
 from preflight.checks import FACT_CHECKS, run_checks
 from preflight.cluster import Target
 from preflight.model import NodeFacts, Report
+from preflight.training_env import EnvError, TrainingEnv, from_config, parse_env_args
 
 from .facts_fixtures import clean, context, facts, only
 
@@ -21,9 +22,11 @@ TARGETS = [Target("master", PY), Target("worker1", PY)]
 
 def plan_for(art=None, *, command=("train.py", "--depth", "4"), env=None, targets=TARGETS, cwd="/home/me/run",
              **options):
+    if env is not None:
+        options["env"] = env if isinstance(env, TrainingEnv) else TrainingEnv(tuple(parse_env_args(env)))
     ctx = context(art or clean(), launch_args=(), **options)
     report = Report(tuple(run_checks(ctx, FACT_CHECKS)), tuple(n.node for n in ctx.nodes))
-    return build_plan(report, ctx.nodes, ctx.options, targets, parse_command(command), cwd=cwd, user_env=env)
+    return build_plan(report, ctx.nodes, ctx.options, targets, parse_command(command), cwd=cwd)
 
 
 def torchrun_options(node_plan) -> dict:
@@ -90,11 +93,27 @@ def test_a_nodes_own_omp_setting_passes_through():
 
 
 def test_user_env_wins_over_preflights_and_adds_its_own():
-    plan = plan_for(env=parse_env(["GLOO_SOCKET_IFNAME=eth1", "NANOCHAT_DTYPE=float32", "X=a=b"]))
+    plan = plan_for(env=["GLOO_SOCKET_IFNAME=eth1", "NANOCHAT_DTYPE=float32", "X=a=b"])
     for node in plan.nodes:
         assert node.env["GLOO_SOCKET_IFNAME"] == "eth1" and node.env_sources["GLOO_SOCKET_IFNAME"] == "--env"
         assert node.env["NANOCHAT_DTYPE"] == "float32" and node.env["X"] == "a=b"
     assert "NANOCHAT_DTYPE=float32" in plan.nodes[1].command_line()
+
+
+def test_one_nodes_setting_reaches_that_node_alone_and_wins_over_every_nodes():
+    config = from_config({"NANOCHAT_DATA_DIR": "/data/all", "NANOCHAT_DTYPE": "float32"},
+                         {"worker1": {"NANOCHAT_DATA_DIR": "/data/w1"}})
+    given = parse_env_args(["master:NANOCHAT_DTYPE=bfloat16", "worker1:OMP_NUM_THREADS=3"], ["master", "worker1"])
+    master, worker = plan_for(env=TrainingEnv(tuple(config + given)), nproc_per_node=2).nodes
+    assert {k: master.env[k] for k in ("NANOCHAT_DATA_DIR", "NANOCHAT_DTYPE")} == {
+        "NANOCHAT_DATA_DIR": "/data/all", "NANOCHAT_DTYPE": "bfloat16"}
+    assert {k: worker.env[k] for k in ("NANOCHAT_DATA_DIR", "NANOCHAT_DTYPE", "OMP_NUM_THREADS")} == {
+        "NANOCHAT_DATA_DIR": "/data/w1", "NANOCHAT_DTYPE": "float32", "OMP_NUM_THREADS": "3"}
+    assert master.env_sources["NANOCHAT_DTYPE"] == "--env master:"
+    assert master.env_sources["NANOCHAT_DATA_DIR"] == "config [env]"
+    assert worker.env_sources["NANOCHAT_DATA_DIR"] == "config [nodes.worker1.env]"
+    assert worker.env_sources["OMP_NUM_THREADS"] == "--env worker1:"
+    assert master.env_sources["OMP_NUM_THREADS"] == "omp-threads"
 
 
 def test_without_the_interface_result_the_same_rule_picks_the_interface():
@@ -142,20 +161,20 @@ def test_the_launchers_separator_is_not_doubled():
 @pytest.mark.parametrize("pair, message", [("NOEQUALS", "has no '='"), ("1X=2", "not a variable name"),
                                            ("=v", "not a variable name")])
 def test_bad_env_pairs_name_the_pair_and_the_form(pair, message):
-    with pytest.raises(PlanError, match=message):
-        parse_env([pair])
+    with pytest.raises(EnvError, match=message):
+        parse_env_args([pair])
 
 
 def test_a_bad_env_name_is_said_without_its_value():
-    with pytest.raises(PlanError) as error:
-        parse_env(["1HF_TOKEN=hf_secret"])
+    with pytest.raises(EnvError) as error:
+        parse_env_args(["1HF_TOKEN=hf_secret"])
     assert "hf_secret" not in str(error.value) and str(error.value).startswith("--env 1HF_TOKEN=...: ")
 
 
 def test_secrets_reach_the_node_but_never_the_plan_shown_or_kept():
     secrets = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI", "HF_TOKEN": "hf_abc", "WANDB_API_KEY": "0123abcd",
                "PASSWORD": "hunter2", "DATABASE_URL": "postgres://u:p@db/x"}
-    plan = plan_for(env=secrets, command=("train.py", "--hub-token", "hf_arg", "--mirror", "https://me:pw@host/s"))
+    plan = plan_for(env=[f"{k}={v}" for k, v in secrets.items()], command=("train.py", "--hub-token", "hf_arg", "--mirror", "https://me:pw@host/s"))
     shown = json.dumps(plan.to_json()) + "".join(n.command_line() for n in plan.nodes)
     for value in (*secrets.values(), "hf_arg", "me:pw"):
         assert value not in shown

@@ -228,7 +228,7 @@ def test_config_unknown_key_under_a_node(tmp_path):
     path.write_text('[nodes.worker1]\npython = "/usr/bin/python3"\nbackend = "nccl"\n')
 
     assert _one_line_error(path) == (f"config {path}: [nodes.worker1] has unknown key 'backend' "
-                                     "(per-node keys: code_dir, data_dir, python)")
+                                     "(per-node keys: code_dir, data_dir, env, python)")
 
 
 def test_config_nodes_and_hosts_must_have_their_shape(tmp_path):
