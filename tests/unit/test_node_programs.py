@@ -253,10 +253,14 @@ def test_the_launch_program_says_nothing_is_stopped_when_every_rank_returns_and_
     lines: list[str] = []
     job = local().job(spec, timeout=120, on_line=lines.append)
     try:
-        wait_for(lambda: len([m for m in map(PID.search, lines) if m]) == 2, 60, f"the ranks never started: {lines}")
+        # Until both ranks said their pid or the job ended (its own 120 s limit): no window of ours.
+        wait_for(lambda: len([m for m in map(PID.search, lines) if m]) == 2 or job.program.done, 130,
+                 "the job neither started its ranks nor ended")
     finally:
         job.stop()
-    said = job.wait(60).json_lines(protocol.LAUNCH)
+    result = job.wait(60)
+    assert len([m for m in map(PID.search, lines) if m]) == 2, f"the ranks never started: {result}"
+    said = result.json_lines(protocol.LAUNCH)
     [ranks] = [m["ranks"] for m in said if m["kind"] == "ranks"]
     [stopping] = [m for m in said if m["kind"] == "stopping"]
     assert stopping["ranks"] == ranks and stopping["failed"] == []
