@@ -29,6 +29,9 @@ def render_status(status: dict) -> str:
     lines.append(f"this machine: {status['operator']['ipv4']} on {status['operator']['iface']}")
     lines.append(f"data folder on every node: {status['data_dir']}")
     lines.append(f"ssh config: {status['ssh_config']}")
+    if status.get("slurm"):
+        lines.append(f"slurm: {status['slurm']['env']['SLURM_CONF']} (slurmctld on "
+                     f"{status['nodes'][0]['name']}:{status['slurm']['ctld_port']})")
     return "\n".join(lines)
 
 
@@ -49,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="add a fault, e.g. firewall@worker1 (see 'lab faults')")
     up.add_argument("--subnet", help="IPv4 /24 to use (default: a free one under 10.213.0.0/16)")
     up.add_argument("--shards", type=int, default=8, help="data shards per node (default 8)")
+    up.add_argument("--slurm", action="store_true",
+                    help="a real Slurm: slurmctld on the master, slurmd on every node (docs/lab.md)")
     with_name(sub.add_parser("down", help="remove everything 'up' created (safe to run twice)"))
     status = with_name(sub.add_parser("status", help="nodes, addresses and faults"))
     status.add_argument("--json", action="store_true")
@@ -84,12 +89,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "up":
         started = time.monotonic()
         lab, built = Lab.up(args.name, nodes=args.nodes, faults=args.fault, subnet=args.subnet,
-                            shard_count=args.shards)
+                            shard_count=args.shards, with_slurm=args.slurm)
         took = time.monotonic() - started
         print(("built in %.1f s" % took) if built else "already up")
         print(render_status(lab.status()))
         print(f"try: ssh -F {lab.ssh_config} worker1 hostname" if len(lab.nodes) > 1 else "")
         print(f"export DDP_PREFLIGHT_SSH_CONFIG={lab.ssh_config}")
+        if lab.state.slurm:
+            print(f"Slurm: cluster {lab.state.slurm['cluster']}, partition lab; from this machine:")
+            for key, value in lab.status()["slurm"]["env"].items():
+                print(f"export {key}={value}")
         return Exit.OK
     if args.command == "down":
         report = Lab.down(args.name)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import addressing, hosts, shards, sshd
+from . import addressing, hosts, shards, slurm, sshd
 from .errors import LabError
 from .faults import FAULTS, FaultSpec, _rename_commands
 from .nodeexec import in_node
@@ -77,8 +77,10 @@ class Lab:
     # -- up -----------------------------------------------------------------------------
     @classmethod
     def up(cls, name: str = DEFAULT_LAB_NAME, nodes: int = 2, faults: Sequence[str] = (),
-           subnet: str | None = None, shard_count: int = 8) -> tuple[Lab, bool]:
-        """Build the lab; returns it and whether it was built now (False: already up)."""
+           subnet: str | None = None, shard_count: int = 8,
+           with_slurm: bool = False) -> tuple[Lab, bool]:
+        """Build the lab; returns it and whether it was built now (False: already up).
+        with_slurm: a real Slurm across its nodes (lab/slurm.py)."""
         check_lab_name(name)
         names = node_names(nodes)
         specs = [FaultSpec.parse(f) for f in faults]
@@ -87,11 +89,17 @@ class Lab:
                 raise LabError(f"fault {spec.kind}@{spec.node}: no such node (nodes: "
                                f"{', '.join(names)})")
         check_requirements()
+        if with_slurm:
+            slurm.check_requirements()
         with locked():
             existing = LabState.load(name)
             if existing is not None and existing.ready:
                 wanted = {(s.kind, s.node) for s in specs}
                 have = {(f.kind, f.node) for f in existing.faults}
+                if with_slurm and not existing.slurm:
+                    raise LabError(f"lab {name!r} is already up without Slurm: 'lab down"
+                                   + (f" --name {name}" if name != DEFAULT_LAB_NAME else "")
+                                   + "' first, then 'lab up --slurm'")
                 if len(existing.nodes) == nodes and wanted <= have:
                     return cls(existing), False
                 raise LabError(f"lab {name!r} is already up with {len(existing.nodes)} nodes and "
@@ -104,6 +112,8 @@ class Lab:
             state = _new_state(name, names, plan, shard_count)
             try:
                 _build(state, plan)
+                if with_slurm:
+                    slurm.build(state, lambda *records: _record(state, *records))
                 lab = cls(state)
                 for spec in specs:
                     lab._apply(spec)
@@ -182,6 +192,7 @@ class Lab:
             "name": s.name, "subnet4": s.subnet4, "subnet6": s.subnet6,
             "operator": {"iface": s.host_iface, "ipv4": s.host_ipv4, "ipv6": s.host_ipv6},
             "ssh_config": str(s.ssh_config), "data_dir": str(s.data_dir),
+            "slurm": ({**s.slurm, "env": slurm.environment(s)} if s.slurm else None),
             "nodes": [{"name": n.name, "netns": n.netns, "iface": n.iface, "ipv4": n.ipv4,
                        "ipv6": n.ipv6, "sshd": is_same_process(n.sshd_pid, n.sshd_start),
                        "faults": [f.label for f in s.faults if f.node == n.name]}

@@ -67,6 +67,7 @@ class LabState:
     faults: list[Fault] = field(default_factory=list)
     undo: list[dict] = field(default_factory=list)   # what up created, in order
     ready: bool = False
+    slurm: dict = field(default_factory=dict)        # `up --slurm`: lab/slurm.py's settings
 
     # Paths inside the lab's directory.
     @property
