@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from ..facts import Missing, Process
 from ..model import Context, NodeFacts, Status, Verdict
+from ..training_env import ARG_ALL, CONFIG_ALL, CONFIG_NODE
 
 
 def gib(n: int | None) -> str:
@@ -27,6 +28,24 @@ def env_of(node: NodeFacts) -> Mapping[str, str]:
     """The node's variables that training reads; none when they were not collected."""
     env = node.parsed.env
     return {} if isinstance(env, Missing) else env
+
+
+def env_fix(ctx: Context, node: str, settings: list[tuple[str, str]]) -> str:
+    """How to give the training on `node` these variables, where each is set now: the --env or
+    the config table that gave it, else --env NODE:NAME=VALUE, which wins over the node's own
+    environment for preflight and --launch alike (an `export` there never reaches a launched run)."""
+    flags, config = [], []
+    for name, value in settings:
+        given = ctx.options.env.setting(node, name)
+        word = shlex.quote(f"{name}={value}")
+        if given is not None and given.layer in (CONFIG_ALL, CONFIG_NODE):
+            table = "[env]" if given.layer == CONFIG_ALL else f"[nodes.{node}.env]"
+            config.append(f'{name} = "{value}" under {table} in {ctx.options.env.config_path or "the config"}')
+        elif given is not None and given.layer == ARG_ALL:
+            flags.append(f"--env {word}")
+        else:
+            flags.append(f"--env {shlex.quote(node + ':' + name + '=' + value)}")
+    return "; ".join(([" ".join(flags)] if flags else []) + config)
 
 
 def short_command(argv: list[str], limit: int = 90) -> str:

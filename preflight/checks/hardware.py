@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..facts import GpuFacts, Missing
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import env_of
+from .common import env_fix, env_of
 
 # Switches training code reads for its dtype and attention kernel (nanochat's, and common ones).
 DTYPE_VARS = ("NANOCHAT_DTYPE", "DTYPE", "COMPUTE_DTYPE", "TORCH_DTYPE")
@@ -58,13 +58,14 @@ def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.WARN, node.node,
                           f"bf16 on {node.node}'s CPU, which has no bf16 instructions (no avx512_bf16 or AMX): "
                           "much slower than float32 (seed 001)",
-                          f"export {next(v for v in DTYPE_VARS if env.get(v))}=float32   # on {node.node}", details)
+                          env_fix(ctx, node.node, [(next(v for v in DTYPE_VARS if env.get(v)), "float32")]), details)
         elif device == "cpu" and gpu and not hidden and not (dtype and "32" in dtype):
             yield Verdict(Status.WARN, node.node,
                           f"{node.node} has {gpu} but trains on CPU: code that asks torch.cuda.is_available() "
                           "picks bf16 and flash attention anyway (seeds 001, 004)",
-                          f"export NANOCHAT_DTYPE=float32 NANOCHAT_FORCE_SDPA=1   # your code's switches; or "
-                          f"CUDA_VISIBLE_DEVICES= to hide the GPU, on {node.node}", details)
+                          env_fix(ctx, node.node, [("NANOCHAT_DTYPE", "float32"), ("NANOCHAT_FORCE_SDPA", "1")])
+                          + "   # your code's switches; or " + env_fix(ctx, node.node, [("CUDA_VISIBLE_DEVICES", "")])
+                          + " to hide the GPU", details)
         elif device == "cuda" and backend == "gloo":
             yield Verdict(Status.WARN, node.node, "CUDA tensors over Gloo are copied through the CPU: use NCCL",
                           "--backend nccl", details)

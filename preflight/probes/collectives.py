@@ -43,8 +43,12 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     nproc = plan.ranks_per_node
     names = [nodes[i].node for i in usable]
     var = "NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    # As training gets it: the node's own environment with the training's variables (--env, the
+    # config's [env]) on top, which the facts were collected with.
     configured = [env_of(nodes[i]).get(var, "") for i in usable]
-    chosen = [torchjob.node_env(nodes[i], options).get(var, "") for i in usable]
+    # preflight's own pin, where it has one; elsewhere the node keeps what training gets.
+    chosen = [torchjob.preflight_env(nodes[i], options).get(var, "") or configured[n]
+              for n, i in enumerate(usable)]
     started = time.monotonic()
     # First as the nodes are set up (what a hand-started torchrun meets); when that cannot even
     # create the group, quickly, and preflight's interface choice differs, again with that choice:
@@ -52,7 +56,9 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else configured)
     out = {**first, "env": {n: {var: v or None} for n, v in zip(names, configured, strict=True)}, "pinned": None}
     if configured != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
-        second = _attempt(cluster, nodes, options, usable, nproc, None)
+        # On purpose over the training's own setting (an --env GLOO_SOCKET_IFNAME included): the
+        # job pins preflight's choice per node, to measure the matrix as the fix would run it.
+        second = _attempt(cluster, nodes, options, usable, nproc, chosen)
         out["pinned"] = {"env": {n: {var: v or None} for n, v in zip(names, chosen, strict=True)},
                          "init": second["init"], "jobs": second["jobs"], "init_failed": second["init_failed"]}
         out.update(matrix=second["matrix"], broken=second["broken"], stopped=second["stopped"])
@@ -69,7 +75,8 @@ def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None) 
     if ifnames is not None:
         args += ["--ifnames", json.dumps(ifnames)]
     job = torchjob.TorchJob(job="collectives", nproc_per_node=nproc, timeout=JOB_TIMEOUT, args=tuple(args))
-    # torchrun's own rendezvous waits 600 s for missing nodes by default: bound it like the rest.
+    # torchrun's own rendezvous waits 600 s for missing nodes by default: bound it like the rest
+    # (set on purpose over any PET_RDZV_CONF of the training's).
     results = torchjob.run(cluster, nodes, options, job, indexes=usable,
                            extra_env={"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"})
     out = assemble([(r.node, r.json_lines(MARKER)) for r in results], {r.node: _job_outcome(r) for r in results})

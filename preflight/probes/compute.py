@@ -53,7 +53,9 @@ def _in_turns(cluster, nodes, options, indexes: list[int], seconds: float) -> di
     for i in indexes:
         spec, source = benchmark_spec(nodes[i], options, seconds)
         turn_over = threading.Event()     # its figure is out, or the job ended without one
-        job = cluster.job(i, spec, timeout=TIMEOUT,
+        # The training's own variables for this node (--env, the config's [env]): the benchmark
+        # computes as the ranks will (its thread count is set from them, threads_for).
+        job = cluster.job(i, spec, env=options.env.for_node(nodes[i].node), timeout=TIMEOUT,
                           on_line=lambda line, e=turn_over: e.set() if line.startswith(TURN_OVER) else None)
         jobs.append((i, source, job))
         turn_over.wait(TIMEOUT + 5)

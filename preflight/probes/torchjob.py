@@ -25,13 +25,21 @@ class TorchJob:
     port: int | None = None       # default: the run's master port
 
 
-def node_env(node: NodeFacts, options: Options) -> dict:
-    """The per-node environment training would get: the interface toward the master."""
+def preflight_env(node: NodeFacts, options: Options) -> dict:
+    """What preflight itself would set on the node: the interface toward the master (the pin
+    interface-choice reports), one thread per rank for the probes' tiny tensors."""
     env = {"OMP_NUM_THREADS": "1"}
     iface = toward_master(Context((node,), options), node)
     if iface is not None and iface.name != "lo":
         env["NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"] = iface.name
     return env
+
+
+def node_env(node: NodeFacts, options: Options) -> dict:
+    """The environment a probe job gets on the node, as the launch gives it to training:
+    preflight's settings, then the training's own variables for that node (the config's [env]
+    and [nodes.NAME.env], --env and --env NODE:), which win, as they do in launch/plan.py."""
+    return {**preflight_env(node, options), **options.env.for_node(node.node)}
 
 
 def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
@@ -48,6 +56,7 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
         spec = {"program": "torchjob", "job": job.job, "torchrun": torchrun, "args": list(job.args),
                 # The rendezvous store listens on the master's address alone.
                 "bind": master_ip if rank == 0 else None}
+        # extra_env: what a probe sets on purpose over the training's (each caller says why).
         env = {**node_env(nodes[i], options), **(extra_env or {})}
         running.append(cluster.job(i, spec, env=env, timeout=job.timeout))
     return [r.wait(job.timeout + 30) for r in running]

@@ -374,8 +374,9 @@ def test_a_gpu_beside_a_cpu_run_warns_with_the_seeds_switches():
     assert result.status is Status.WARN
     assert "NVIDIA GeForce RTX 4070" in result.summary
     assert "seeds 001, 004" in result.summary
-    assert "NANOCHAT_DTYPE=float32" in result.fix and "NANOCHAT_FORCE_SDPA=1" in result.fix
-    assert "CUDA_VISIBLE_DEVICES=" in result.fix
+    # Set for the training through ddp-preflight: an `export` on the node would not reach --launch.
+    assert result.fix == ("--env master:NANOCHAT_DTYPE=float32 --env master:NANOCHAT_FORCE_SDPA=1   # your code's "
+                          "switches; or --env master:CUDA_VISIBLE_DEVICES= to hide the GPU")
     assert one(results, "device-dtype", "worker1").status is Status.PASS
 
 
@@ -402,8 +403,26 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns():
     result = one(results, "device-dtype", "worker1")
     assert result.status is Status.WARN
     assert "no bf16 instructions" in result.summary
-    assert result.fix == "export NANOCHAT_DTYPE=float32   # on worker1"
+    # worker1's own environment sets it: --env worker1: wins over it, for preflight and --launch alike.
+    assert result.fix == "--env worker1:NANOCHAT_DTYPE=float32"
     assert one(results, "device-dtype", "master").status is Status.PASS
+
+
+@pytest.mark.parametrize("given, fix", [
+    (["NANOCHAT_DTYPE=bfloat16"], "--env NANOCHAT_DTYPE=float32"),
+    (["worker1:NANOCHAT_DTYPE=bfloat16"], "--env worker1:NANOCHAT_DTYPE=float32"),
+    ([], 'NANOCHAT_DTYPE = "float32" under [nodes.worker1.env] in cluster.toml'),
+])
+def test_bf16_given_for_the_training_is_fixed_where_it_was_given(given, fix):
+    from preflight.training_env import TrainingEnv, from_config, parse_env_args
+
+    settings = parse_env_args(given, ["master", "worker1"]) if given else \
+        from_config({}, {"worker1": {"NANOCHAT_DTYPE": "bfloat16"}})
+    # The collector ran with the training's variables on top of worker1's own: the facts hold them.
+    art = ff.env(ff.without_bf16(clean(), "worker1"), "worker1", NANOCHAT_DTYPE="bfloat16")
+    result = one(run(art, "device-dtype", env=TrainingEnv(tuple(settings), "cluster.toml")), "device-dtype", "worker1")
+
+    assert (result.status, result.fix) == (Status.WARN, fix)
 
 
 def test_bf16_on_the_recorded_cpu_with_avx512_bf16_passes():
