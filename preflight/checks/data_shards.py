@@ -15,17 +15,19 @@ SHOWN = 5                       # names listed per kind of difference; the rest 
 
 
 def check_data_shards(ctx: Context) -> Iterator[Verdict]:
-    data_dir = ctx.options.data_dir
-    if not data_dir:
+    if not ctx.options.data_dir and not ctx.options.data_dirs:
         yield Verdict(Status.SKIP, None, "no --data-dir given",
                       fix="pass --data-dir PATH (the folder of training shards, the same path on "
                           "every node)")
         return
     master = ctx.master
-    reference = yield from _manifest_or_result(master, data_dir, fix=_unreadable_fix(data_dir))
+    # Each node's own folder ([nodes.NAME] data_dir in the config), else the one for every node.
+    master_dir = ctx.options.data_dir_of(master.node) or ""
+    reference = yield from _manifest_or_result(master, master_dir, fix=_unreadable_fix(master_dir))
     if reference is not None:
-        yield _master_result(master, reference, data_dir)
+        yield _master_result(master, reference, master_dir)
     for node in ctx.nodes[1:]:
+        data_dir = ctx.options.data_dir_of(node.node) or ""
         found = yield from _manifest_or_result(node, data_dir, fix=_rsync_fix(ctx, node, data_dir))
         if found is None:
             continue
@@ -112,11 +114,13 @@ def _names(names: list[str]) -> str:
 
 
 def _rsync_fix(ctx: Context, node: NodeFacts, data_dir: str) -> str:
-    """Pulls the master's folder onto the node; --delete drops shards the master does not have.
-    The master's address as the workers dial it, since the node has to reach it."""
+    """Pulls the master's folder into the node's own (`data_dir`; they differ where the config
+    gives a node its own); --delete drops shards the master does not have. The master's address
+    as the workers dial it, since the node has to reach it."""
     source = ctx.options.master_addr or ctx.master.node
+    origin = (ctx.options.data_dir_of(ctx.master.node) or data_dir).rstrip("/") or "/"
     folder = data_dir.rstrip("/") or "/"
-    return (f"run on {node.node}: rsync -a --delete {shlex.quote(f'{source}:{folder}/')} "
+    return (f"run on {node.node}: rsync -a --delete {shlex.quote(f'{source}:{origin}/')} "
             f"{_shell_path(folder + '/')}")
 
 

@@ -236,3 +236,29 @@ def test_paths_with_spaces_are_quoted_in_the_fix(tmp_path):
                          data_dir="/srv/my data"))["worker1"]
 
     assert result.fix == "run on worker1: rsync -a --delete 'master:/srv/my data/' '/srv/my data/'"
+
+
+def test_per_node_folders_compare_each_nodes_own_and_the_fix_copies_into_it(dataset, tmp_path):
+    # The config gives each node its own folder ([nodes.NAME] data_dir), as the seeds'
+    # NANOCHAT_DATA_DIR differs per node: the master's shards in /data/full, worker1's in /scratch/w1.
+    master, _ = dataset
+    worker = tmp_path / "w1"
+    make_mismatched(master, worker, 8)
+
+    results = by_node(run(node("master", master), node("worker1", worker), data_dir="/data/full",
+                          data_dirs={"master": "/data/full", "worker1": "/scratch/w1"}, master_addr="10.0.0.1"))
+
+    assert results["master"].details["data_dir"] == "/data/full"
+    assert results["worker1"].status is Status.FAIL
+    assert results["worker1"].details["data_dir"] == "/scratch/w1"
+    assert results["worker1"].fix == "run on worker1: rsync -a --delete 10.0.0.1:/data/full/ /scratch/w1/"
+
+
+def test_a_missing_per_node_folder_is_named_with_that_nodes_path(dataset, tmp_path):
+    master, _ = dataset
+    results = by_node(run(node("master", master), node("worker1", tmp_path / "nowhere"), data_dir=None,
+                          data_dirs={"master": "/data/full", "worker1": "/scratch/w1"}))
+
+    assert results["worker1"].status is Status.ERROR
+    assert results["worker1"].details == {"data_dir": "/scratch/w1"}
+    assert results["worker1"].fix == "run on worker1: rsync -a --delete master:/data/full/ /scratch/w1/"
