@@ -25,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
                "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
     p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
     p.add_argument("--hostfile", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
-    p.add_argument("--slurm", action="store_true", help="hosts from $SLURM_JOB_NODELIST")
+    p.add_argument("--slurm", action="store_true",
+                   help="hosts from $SLURM_JOB_NODELIST; inside an allocation ($SLURM_JOB_ID) reached through srun")
+    p.add_argument("--slurm-job", metavar="ID", help="the nodes of this running Slurm job, reached through srun")
     p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
     p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     p.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
@@ -144,7 +146,8 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     except (ConfigError, UnknownCheck) as exc:
         raise UsageError(str(exc)) from None
 
-    hosts, slots = _hosts(args, config)
+    slurm_job = _slurm_job(args)
+    hosts, slots = _hosts(args, config, slurm_job)
     training_env = _training_env(args, config, hosts)
 
     def pick(name, default):
@@ -183,7 +186,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from preflight import api
     from preflight.cluster import Cluster
 
-    with Cluster(targets, ssh_config) as cluster:
+    with Cluster(targets, ssh_config, slurm_job) as cluster:
         progress = _hashing_progress(quiet=args.json)
         done = api.check(cluster, options, checks, on_progress=progress)
         if progress:
@@ -227,7 +230,20 @@ def _training_env(args: argparse.Namespace, config, hosts: list[str]):
     return TrainingEnv(tuple(from_config(config.env, config.node_env) + given), config.path)
 
 
-def _hosts(args: argparse.Namespace, config) -> tuple[list[str], int | None]:
+def _slurm_job(args: argparse.Namespace):
+    """The Slurm job whose nodes preflight reaches through srun: --slurm-job ID, or --slurm inside
+    an allocation; None otherwise."""
+    job_id = args.slurm_job or (os.environ.get("SLURM_JOB_ID") if args.slurm else None)
+    if not job_id:
+        return None
+    from transport.slurm import SlurmError, read_job
+    try:
+        return read_job(job_id)
+    except SlurmError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str], int | None]:
     """Every host from the command line, the hostfile and Slurm (else the config), each machine
     once; and the processes per node the hostfile's slots ask for, when they decide it."""
     from preflight.hosts import HostListError, check_unique, hostfile_slots, read_hostfile, slurm_hosts
@@ -240,7 +256,9 @@ def _hosts(args: argparse.Namespace, config) -> tuple[list[str], int | None]:
             sources.append((f"hostfile {args.hostfile}", [e.host for e in entries]))
             if args.nproc_per_node is None and config.values.get("nproc_per_node") is None:
                 slots = hostfile_slots(entries, args.hostfile)
-        if args.slurm:
+        if args.slurm_job and slurm_job is not None:
+            sources.append((f"Slurm job {slurm_job.job_id}", list(slurm_job.nodes)))
+        elif args.slurm:
             sources.append(slurm_hosts(os.environ))
         if not any(hosts for _, hosts in sources):
             sources.append(("the config's hosts", list(config.values.get("hosts", []))))

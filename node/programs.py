@@ -18,6 +18,8 @@ PROGRAMS = {
     "bind-check": "node.bindcheck",        # can this port be bound now
     "agent": "node.agent",                 # hangwatch's agent: the ranks, their CPU, stacks, exits
     "receive": "node.receive",             # a file from the master, kept in a private folder
+    "pathmtu": "node.pathmtu",             # the largest don't-fragment packet that reaches each other node
+    "relay": "node.relay",                 # one per node of a Slurm step: the node's programs over srun
 }
 
 

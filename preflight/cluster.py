@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from node.facts.shards import ALGORITHMS
 from transport import LocalNode, Node, NodeError, RunningJob, SshNode
 from transport.node import OnLine, Progress
+from transport.slurm import SlurmJob, SlurmNode, SlurmStep
 
 from .hosts import bad_host_reason
 from .model import NodeFacts
@@ -30,10 +31,16 @@ class Cluster:
     """The nodes of one preflight, each with its SSH connection kept open from the facts to the
     probes. Use it as a context manager: leaving it closes every connection."""
 
-    def __init__(self, targets: list[Target], ssh_config: str | None):
+    def __init__(self, targets: list[Target], ssh_config: str | None, slurm_job: SlurmJob | None = None):
         self.targets = list(targets)
-        self.nodes: list[Node] = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
-                                  for t in targets]
+        self.nodes: list[Node]
+        if slurm_job is not None and targets:
+            # Inside a Slurm job: every node through one srun step (transport/slurm.py), not ssh.
+            step = SlurmStep(slurm_job, targets[0].python)
+            self.nodes = [SlurmNode(t.name, t.python, step) for t in targets]
+        else:
+            self.nodes = [LocalNode(t.name, t.python) if t.local else SshNode(t.name, t.python, ssh_config)
+                          for t in targets]
         self.errors: list[NodeError | None] = [None] * len(self.nodes)
 
     def __enter__(self) -> Cluster:

@@ -251,14 +251,23 @@ class Node(ABC):
     def _spawn(self, argv: list[str]) -> Process:
         """Start argv on the node with pipes for stdin, stdout and stderr."""
 
+    def _boot(self, spec: dict, data: bytes) -> Process:
+        """Start `python -c <boot>` with the payload (and `data`) on its stdin."""
+        process = self._spawn(boot_argv(self.python))
+        process.write(stdin_payload(spec) + data)
+        return process
+
+    def try_command(self, command: str) -> str:
+        """How a person runs `command` on this node themselves (in a fix line)."""
+        return f"ssh {self.name} {command}"
+
     # -- what every node does the same way -----------------------------------------------------
     def start(self, spec: dict, *, on_line: OnLine | None = None, keep_input: bool = False,
               data: bytes = b"", keep_marked: bool = True) -> Program:
         """Run a node program with this spec (and `data` after it on its stdin); with keep_input,
         its stdin stays open (heartbeats, commands) until stop(). A program that streams for
         hours (hangwatch's agent) gives its lines to on_line only: keep_marked=False."""
-        process = self._spawn(boot_argv(self.python))
-        process.write(stdin_payload(spec) + data)
+        process = self._boot(spec, data)
         if not keep_input:
             process.close_input()
         return Program(self.name, process, on_line, keep_input, keep_marked)
@@ -305,11 +314,11 @@ class Node(ABC):
             result = program.wait(COLLECT_TIMEOUT)
         except Exception as exc:
             raise NodeError(f"{self.name}: the collector did not start: {exc}",
-                            f"try: ssh {self.name} {self.python} -c 'import torch'") from None
+                            "try: " + self.try_command(f"{self.python} -c 'import torch'")) from None
         if result is None:
             program.kill()
             raise NodeError(f"{self.name}: the collector did not finish within {COLLECT_TIMEOUT:.0f} s",
-                            f"try: ssh {self.name} {self.python} -c 'import torch'")
+                            "try: " + self.try_command(f"{self.python} -c 'import torch'"))
         facts = result.values(protocol.FACTS)
         if not facts:
             # The program's first line is its clock sample: without it, `python` never ran it.
