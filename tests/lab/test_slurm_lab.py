@@ -1,0 +1,176 @@
+"""Preflight inside a real Slurm allocation (`lab up --slurm`): every node through one srun step,
+the same results as over ssh, a lab fault on the right node, a drained node in one line, and
+nothing left behind (no step, no process, no port)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import Lab
+from lab import slurm as lab_slurm
+
+CLI = [sys.executable, "-m", "preflight"]
+GPU_CHECKS = ("gpu-visible", "nccl-parity", "gpu-memory-held", "gpu-health", "nccl-env")
+
+
+@pytest.fixture(scope="module")
+def slurm_lab():
+    name = "s" + secrets.token_hex(3)
+    lab, _ = Lab.up(name, nodes=2, with_slurm=True)
+    yield lab
+    Lab.down(name)
+
+
+@pytest.fixture
+def clean_slurm_lab(slurm_lab):
+    yield slurm_lab
+    slurm_lab.clear_faults()
+    env = {**os.environ, **lab_slurm.environment(slurm_lab.state)}
+    subprocess.run(["scontrol", "update", "nodename=worker1", "state=resume"], env=env,
+                   capture_output=True, timeout=30)
+
+
+def slurm_env(lab) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**env, **lab_slurm.environment(lab.state)}
+
+
+def in_allocation(lab, tmp_path: Path, *args: str, before: str = "") -> tuple[int, dict, str, list[str]]:
+    """`ddp-preflight --slurm ARGS --json` inside `salloc -N 2`: (exit code, report, stderr, the
+    job's steps still listed by squeue once preflight returned)."""
+    out, err, steps = tmp_path / "report.json", tmp_path / "stderr.txt", tmp_path / "steps.txt"
+    command = " ".join(shlex.quote(a) for a in [*CLI, "--slurm", "--json", *args])
+    script = (f"{before}\n{command} >{out} 2>{err}; code=$?\n"
+              f"squeue -h -s -j $SLURM_JOB_ID -o '%i %j' >{steps}\nexit $code\n")
+    done = subprocess.run(["salloc", "-N", "2", "--quiet", "bash", "-c", script], env=slurm_env(lab),
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    stderr = err.read_text() if err.exists() else done.stderr
+    assert "Traceback" not in stderr, stderr
+    text = out.read_text() if out.exists() else ""
+    report = json.loads(text) if text.strip() else {}
+    return done.returncode, report, stderr, steps.read_text().split("\n") if steps.exists() else []
+
+
+def leftovers(lab) -> dict:
+    """What a preflight could leave in the nodes: its programs, and ports other than the lab's own
+    (sshd; slurmd; slurmctld on the master)."""
+    own = {22, lab.state.slurm["slurmd_port"], lab.state.slurm["ctld_port"]}
+    found = {}
+    for node in lab.nodes:
+        programs = [p for p in lab.processes(node.name) if _is_ours(p)]
+        ports = lab.exec(node.name, ["ss", "-Htln"]).stdout.split("\n")
+        extra = sorted({line.split()[3].rsplit(":", 1)[1] for line in ports if line.strip()}
+                       - {str(p) for p in own})
+        if programs or extra:
+            found[node.name] = {"programs": programs, "ports": extra}
+    return found
+
+
+def _is_ours(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"import sys; exec(sys.stdin" in cmdline or b"srun" in cmdline.split(b"\0")[0]
+
+
+def by(report, check, node=None):
+    return [r for r in report["results"] if r["check"] == check and (node is None or r["node"] == node)]
+
+
+def test_preflight_inside_salloc_is_clean_through_one_srun_step(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    code_dir = tmp_path / "code"
+    code_dir.mkdir()
+    (code_dir / "train.py").write_text("print('train')\n")
+    code, report, stderr, steps = in_allocation(lab, tmp_path, "--data-dir", str(lab.state.data_dir),
+                                                "--code-dir", str(code_dir), "--", "train.py")
+    assert code == 0, (stderr, report)
+    assert report["ok"] is True and report["nodes"] == ["master", "worker1"]
+    gpu = [(r["check"], r["node"], r["status"]) for r in report["results"] if r["check"] in GPU_CHECKS]
+    assert gpu == [(c, None, "skip") for c in GPU_CHECKS]
+    bad = [r for r in report["results"] if r["status"] != "pass" and r["check"] not in GPU_CHECKS]
+    # As over ssh on a clean lab: only Gloo's own measured gaps (torch 2.13), as warnings.
+    assert {(r["check"], r["status"]) for r in bad} == {("collectives", "warn")}, bad
+    assert {r["details"]["op"] for r in bad} == {"reduce_scatter_tensor", "reduce_scatter", "isend_irecv",
+                                                 "all_reduce_premul_sum", "all_gather_uneven"}
+    for check in ("node-reachable", "torch-parity", "address-family", "data-shards", "code-parity"):
+        assert {r["node"] for r in by(report, check)} == {"master", "worker1"}
+    # Reached through Slurm: each node at its NodeAddr, and the step is gone once preflight is.
+    reached = by(report, "node-reachable", "worker1")[0]["summary"]
+    assert reached.startswith(f"reached at {lab.node('worker1').ipv4} as worker1"), reached
+    assert steps == [""], steps
+    assert leftovers(lab) == {}
+
+
+def test_a_lab_fault_is_caught_on_the_right_node_through_srun(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    lab.add_fault("vpn-ipv6@worker1")
+    code, report, stderr, steps = in_allocation(lab, tmp_path, "--only", "address-family,interface-choice")
+    assert code == 1, (stderr, report)
+    failed = [(r["check"], r["node"]) for r in report["results"] if r["status"] == "fail"]
+    assert failed == [("address-family", "worker1")], report["results"]
+    result = by(report, "address-family", "worker1")[0]
+    assert "10 vs 2" in result["summary"] and "tailscale0" in result["summary"]
+    assert result["fix"].startswith("export GLOO_SOCKET_IFNAME=eth0")
+    assert by(report, "address-family", "master")[0]["status"] == "pass"
+    assert steps == [""], steps
+    assert leftovers(lab) == {}
+
+
+def test_a_drained_node_is_one_line_and_the_other_still_reports(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    code, report, stderr, steps = in_allocation(
+        lab, tmp_path, "--only", "node-reachable,torch-parity",
+        before="scontrol update nodename=worker1 state=drain reason='disk errors'")
+    assert code == 1, (stderr, report)
+    worker = by(report, "node-reachable", "worker1")
+    assert [(r["status"], r["summary"], r["fix"]) for r in worker] == [
+        ("error", "worker1: Slurm has drained this node (reason: disk errors); nothing was run there",
+         "scontrol update nodename=worker1 state=resume   # once the cause is fixed")]
+    assert {(r["check"], r["node"], r["status"]) for r in report["results"] if r["node"] == "master"} == {
+        ("node-reachable", "master", "pass"), ("torch-parity", "master", "pass")}
+    assert steps == [""], steps
+    assert leftovers(lab) == {}
+
+
+def test_lab_down_removes_its_slurm_with_a_job_running(tmp_path):
+    name = "s" + secrets.token_hex(3)
+    lab, _ = Lab.up(name, nodes=2, with_slurm=True)
+    conf = lab_slurm.conf_path(lab.state)
+    netns = [n.netns for n in lab.nodes]
+    # A batch job submitted inside a node, with a step running on both nodes when the lab goes.
+    job = tmp_path / "job.sh"
+    job.write_text("#!/bin/sh\nsrun -N2 sleep 300\n")
+    submitted = lab.exec("master", ["sbatch", "-N", "2", "-o", str(tmp_path / "out.txt"), str(job)])
+    assert submitted.stdout.startswith("Submitted batch job"), submitted
+    env = slurm_env(lab)
+    for _ in range(100):
+        steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i %N"], env=env, capture_output=True,
+                               text=True).stdout.split("\n")
+        if any(line.endswith("master,worker1") and ".0" in line for line in steps):
+            break
+        subprocess.run(["sleep", "0.1"])
+    else:
+        pytest.fail(f"the batch job's step never ran: {steps}")
+    report = Lab.down(name)
+    assert report is not None and report.problems == []
+    left = [p for p in os.listdir("/proc") if p.isdigit() and str(conf.parent.parent) in _cmdline(p)]
+    assert left == []
+    assert not conf.parent.parent.exists()
+    assert [n for n in netns if os.path.exists(f"/etc/netns/{n}") or os.path.exists(f"/run/netns/{n}")] == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
