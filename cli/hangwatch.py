@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--pid", type=int, action="append", default=[], help="watch this process too (repeatable)")
     a.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     a.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
+    a.add_argument("--slurm-job", metavar="ID",
+                   help="watch the ranks on this running Slurm job's nodes (default: all of them), "
+                        "through one srun --overlap step instead of ssh")
     a.add_argument("--threshold", type=float, default=stall.DEFAULT_THRESHOLD,
                    help=f"seconds without progress before a hang is named (default {stall.DEFAULT_THRESHOLD:g})")
     a.add_argument("--interval", type=float, default=1.0, help="CPU sampling interval, seconds (default 1)")
@@ -62,15 +65,19 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.INTERRUPTED
 
 
-def _connect(hosts: list[str], ssh_config: str | None, python: str):
-    """Open each node's SSH connection in parallel; a node that fails is reported, not fatal."""
+def _connect(hosts: list[str], ssh_config: str | None, python: str, slurm_job=None):
+    """Open each node's connection in parallel (SSH, or the Slurm job's one srun step); a node
+    that fails is reported, not fatal."""
     from concurrent.futures import ThreadPoolExecutor
 
     from hangwatch.watch import WatchTarget
     from transport import NodeError, SshNode
+    from transport.slurm import SlurmNode, SlurmStep
+
+    step = SlurmStep(slurm_job, python) if slurm_job is not None else None
 
     def one(host):
-        node = SshNode(host, python, ssh_config)
+        node = SlurmNode(host, python, step) if step is not None else SshNode(host, python, ssh_config)
         try:
             node.connect()
         except NodeError as exc:
@@ -91,8 +98,17 @@ def attach(args) -> int:
     out = sys.stdout
     problems: list[str] = []
     nodes = []
-    if args.hosts:
-        targets, nodes, problems = _connect(args.hosts, ssh_config, python)
+    slurm_job = None
+    if args.slurm_job:
+        from transport.slurm import SlurmError, read_job
+        try:
+            slurm_job = read_job(args.slurm_job)
+        except SlurmError as exc:
+            print(f"hangwatch: error: {exc}", file=sys.stderr)
+            return Exit.USAGE
+    if args.hosts or slurm_job is not None:
+        hosts = args.hosts or list(slurm_job.nodes if slurm_job is not None else ())
+        targets, nodes, problems = _connect(hosts, ssh_config, python, slurm_job)
         if args.pid and targets:
             targets[0] = WatchTarget(targets[0].node, tuple(args.pid))
     else:
