@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
               "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
-              "       ddp-preflight lab up|down|status|exec|fault|faults ...",
+              "       ddp-preflight lab up|down|status|exec|fault|faults ...\n"
+              "       ddp-preflight explain PATH ... [--json]",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
         epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lab"]:
         from .lab import main as lab_main
         return lab_main(argv[1:])
+    if argv[:1] == ["explain"]:
+        from .explain import main as explain_main
+        return explain_main(argv[1:])
     launch_args: list[str] = []
     if "--" in argv:
         at = argv.index("--")
@@ -170,7 +174,9 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None),
         env=training_env, launch=launch is not None,
         # Each node's own folder ([nodes.X] data_dir), unless --data-dir names one for all.
-        data_dirs={} if args.data_dir else {h: d for h, d in zip(hosts, targets_data, strict=True) if d})
+        data_dirs={} if args.data_dir else {h: d for h, d in zip(hosts, targets_data, strict=True) if d},
+        pythons={h: p for h in hosts or [socket.gethostname()]
+                 if (p := args.python or config.for_node(h, "python"))})
     if options.nproc_per_node < 1:
         given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")

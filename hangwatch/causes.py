@@ -68,3 +68,32 @@ CAUSES: dict[Reason, tuple[str, ...]] = {
 TRAINS_ALONE = ("init_process_group behind a condition: nanochat, for one, creates its process group on CUDA "
                 "only, so on CPU it needs its Gloo patch",
                 "a script written for one process, started by torchrun: it never calls init_process_group")
+
+# What a failure's own words name (failures.py), and its fix where no node's facts are needed to
+# write it (`ddp-preflight explain` adds preflight's own fixes for the address family, the master
+# port and torchrun's options: preflight/checks/network.py, processes.py, launch_args.py).
+FAILURE_CAUSES: dict[Reason, tuple[str, ...]] = {
+    Reason.ADDRESS_FAMILY: ("Gloo on these ranks' node binds another address family (IPv6 on a VPN interface, "
+                            "seed 004) than its peers: pin the LAN interface on every node (ddp-preflight's "
+                            "address-family, interface-choice); GLOO_IPV6=0 does not help when the hostname "
+                            "resolves to the VPN's address",),
+    Reason.PORT_IN_USE: ("a process still holds the master port: a run before this one that never ended (seed 002), "
+                         "or another program (ddp-preflight's master-port and stale-processes name it)",),
+    Reason.UNSUPPORTED: ("the backend does not implement this call: on Gloo, Work.get_future() of reduce_scatter "
+                         "and others, AVG and PREMUL_SUM reductions, uneven all_gather (ddp-preflight's "
+                         "collectives, --scan PATH finds the calls in the code)",),
+    Reason.SCRIPT_OPTIONS: ("torchrun's parser reads options after the script that abbreviate one of its own "
+                            "(--run for --run-path, seed 000): ddp-preflight's launch-args",),
+    Reason.NCCL_ERROR: ("NCCL refused the process group: two ranks on one GPU (more ranks per node than GPUs, or "
+                        "CUDA_VISIBLE_DEVICES hiding some), or each rank not pinned to its own GPU. Fix: "
+                        "torch.cuda.set_device(LOCAL_RANK) before init_process_group, and --nproc-per-node no "
+                        "more than the node's GPUs (ddp-preflight's gpu-visible); NCCL_DEBUG=WARN says more",),
+    Reason.OUT_OF_MEMORY: ("its GPU ran out of memory: a batch, a sequence or a model too large for it, or memory "
+                           "another process holds (ddp-preflight's gpu-memory-held). Fix: a smaller per-GPU batch "
+                           "(more gradient accumulation), activation checkpointing, or bf16",),
+    Reason.TIMED_OUT: ("every rank waited in the same collective past the process group's timeout and none was "
+                       "behind: the link is too slow for what it carries in that time (Wi-Fi, a shaped or busy "
+                       "link: ddp-preflight's bandwidth), or the timeout is too short. Fix: "
+                       "init_process_group(timeout=datetime.timedelta(minutes=30)), a wired link, or smaller "
+                       "buffers per collective",),
+}

@@ -196,6 +196,14 @@ class Reason(Word):
     CANNOT_CONNECT = "cannot-connect"         # every rank checked in and still they wait: they cannot connect
     LINK = "link"                             # every rank waits in one collective, none behind: a peer or the link
     STRAGGLING = "straggling"                 # it works while the others wait: not a hang
+    # what a failure's own words name (hangwatch/failures.py; `ddp-preflight explain`)
+    ADDRESS_FAMILY = "address-family"         # its Gloo binds another address family than its peers'
+    PORT_IN_USE = "port-in-use"               # the store could not listen: the master port is taken
+    UNSUPPORTED = "unsupported"               # it called what the backend does not implement
+    SCRIPT_OPTIONS = "script-options"         # torchrun's parser took the script's options for its own
+    NCCL_ERROR = "nccl-error"                 # NCCL refused: invalid usage, a duplicate GPU, a system error
+    OUT_OF_MEMORY = "out-of-memory"           # CUDA ran out of memory on its GPU
+    TIMED_OUT = "timed-out"                   # every rank waited in one collective past the timeout, none behind
 
 
 class Certainty(Word):

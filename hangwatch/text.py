@@ -419,3 +419,66 @@ def headline(d: Diagnosis) -> str:
     if d.kind is Kind.EXITED:
         return _exit_head(d) + "".join(f"; preflight said of {note}" for note in d.notes[:1])
     return d.summary
+
+
+# -- what a failure's own words named (`ddp-preflight explain`) --------------------------------------
+
+NAMED = {
+    Reason.ADDRESS_FAMILY: "{who} cannot connect to {their} peers: Gloo binds {basis} (ss1.ss_family == "
+                           "ss2.ss_family)",
+    Reason.PORT_IN_USE: "torchrun on {nodes} could not listen on the master port{port}: it is in use (EADDRINUSE); "
+                        "no rank started",
+    Reason.UNSUPPORTED: "{who} called what the backend does not implement: {exception}",
+    Reason.SCRIPT_OPTIONS: "torchrun on {nodes} took the script's options for its own and stopped before any rank "
+                           "started: {basis}",
+    Reason.NCCL_ERROR: "{who} failed in NCCL: {exception}",
+    Reason.OUT_OF_MEMORY: "{who} ran out of GPU memory: {exception}",
+    Reason.TIMED_OUT: "{who} waited in {op} past the process group's timeout: {exception}",
+    Reason.OOM_KILLED: "{who} {was} killed by the kernel's OOM killer ({basis})",
+    Reason.LEFT_FIRST: "{who} left first: nothing says it failed or was stopped (an exit 0 is in no table), and "
+                       "{basis}",
+    Reason.LOST_PEER: "{basis}, and no rank's own failure is in what was read: a node or the link went away, or "
+                      "the logs of the rank that left are not among the inputs",
+    Reason.BEHIND: "{who} never reached the collective the others waited in: {basis}",
+}
+
+
+def named(d: Diagnosis) -> str:
+    """The summary of a verdict whose reason a failure's own words named."""
+    by = _by_key(d)
+    first = next((by[k] for k in d.named if k in by), None)
+    seen = first.exception if first is not None else None
+    exception = (f"{seen.type}: {_first_line(seen.message)}" + (f" at {seen.where}" if seen.where else "")
+                 if seen is not None else "")
+    many = len(d.named) > 1
+    words = NAMED[d.reason] if d.reason in NAMED else "{who}: {exception}"
+    port = f" {d.store}" if d.store else ""
+    text = words.format(who=who(d.named) or ", ".join(d.nodes) or "every rank", their="their" if many else "its",
+                        was="were" if many else "was", nodes=", ".join(d.nodes) or "a node", port=port,
+                        exception=exception, basis=(first.notes[0] if first is not None and first.notes
+                                                    and d.reason is not Reason.BEHIND else d.unknown_why or ""),
+                        op=(f"{first.op} #{first.seq}" if first is not None and first.op and first.seq is not None
+                            else first.op if first is not None and first.op else "a collective"))
+    if d.unknown_why and "{basis}" not in words:
+        text += f"; {d.unknown_why}"
+    others = [e for e in d.evidence if e.key not in d.named and e.reason is not None]
+    if others:
+        text += "; then " + ", ".join(f"{e.label} ({_followed(e)})" for e in others)
+    return text
+
+
+def never_entered(d: Diagnosis) -> str:
+    """"rank 2 never entered all_reduce #1235, which ranks 0,1,3 issued at train.py:88"."""
+    by = _by_key(d)
+    ahead = [e for e in d.evidence if e.seq is not None and e.key not in d.culprits]
+    top = max((e.seq for e in ahead if e.seq is not None), default=None)
+    issued = [e for e in ahead if e.seq == top]
+    op = next((e.seq_op for e in issued if e.seq_op), "the collective")
+    frame = next((e.frame for e in issued if e.frame), None)
+    parts = []
+    for key in d.culprits:
+        e = by[key]
+        last = f" (its last: #{e.seq}{' ' + e.seq_op if e.seq_op else ''})" if e.seq is not None else ""
+        parts.append(f"{e.label} never entered {op} #{top}{last}")
+    return (f"{'; '.join(parts)}, which {who(e.key for e in issued)} issued" + (f" at {frame}" if frame else "")
+            + (f"; {d.unknown_why}" if d.unknown_why else ""))

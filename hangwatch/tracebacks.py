@@ -309,6 +309,12 @@ class Reader:
         self._ignore_next = False             # "Exception ignored in ...": the next traceback ends nothing
         self._ignoring = False                # ... and it is the one being read
 
+    @property
+    def idle(self) -> bool:
+        """Between tracebacks: a line without a traceback's, an abort's or the watchdog's words
+        changes nothing (explain skips such lines unread)."""
+        return self._in is _In.NOTHING and not self._chain_open
+
     def feed(self, line: str) -> ExceptionInfo | None:
         line = line[:LINE_CHARS]
         if (self._in is _In.NOTHING and not self._chain_open and TRACEBACK_WORD not in line and ABORTED not in line
@@ -606,6 +612,11 @@ class _Table:
             self.found = FirstObservedFailure(**vars(child), script=self.script, others=tuple(self.others), quote=quote)
         elif len(self.others) < OTHER_FAILURES:
             self.others.append(child)
+
+
+class SummaryReader(_Table):
+    """torchrun's ChildFailedError table, line by line (first_observed_failure's reader): `found`
+    holds the last table's root cause once read; `reading` while inside a table."""
 
 
 def first_observed_failure(lines: Iterable[str]) -> FirstObservedFailure | None:

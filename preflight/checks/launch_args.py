@@ -18,6 +18,12 @@ def _with_separator(args: list[str], script: str | None) -> list[str]:
     return args
 
 
+def separate(args: list[str], script: str | None) -> str:
+    """The fix when torchrun reads the script's options (launch-args; `ddp-preflight explain` on
+    torchrun's usage error)."""
+    return f"put the script's options after --: {shlex.join(['torchrun', '...', *_with_separator(args, script)])}"
+
+
 def check_launch_args(ctx: Context) -> Iterator[Verdict]:
     args = list(ctx.options.launch_args)
     if not args:
@@ -33,10 +39,9 @@ def check_launch_args(ctx: Context) -> Iterator[Verdict]:
         return
     if not parse.parsed:
         script = next((a for a in args if not a.startswith("-") and a != "-m"), None)
-        fixed = shlex.join(["torchrun", "...", *_with_separator(args, script)])
         yield Verdict(Status.FAIL, ctx.master.node,
                       f"torchrun rejects the command: {parse.message} (its own options are abbreviated "
-                      "into the script's, seed 000)", f"put the script's options after --: {fixed}",
+                      "into the script's, seed 000)", separate(args, script),
                       {"parse": parse.to_json()})
         return
     script = parse.training_script
@@ -48,7 +53,7 @@ def check_launch_args(ctx: Context) -> Iterator[Verdict]:
         swallowed = [a for a in expected if a not in got]
         yield Verdict(Status.FAIL, ctx.master.node,
                       f"torchrun takes {' '.join(swallowed) or 'some options'} for itself: the script never sees them (seed 000)",
-                      f"put the script's options after --: {shlex.join(['torchrun', '...', *_with_separator(args, script)])}",
+                      separate(args, script),
                       {"parse": parse.to_json(), "expected": expected})
         return
     yield Verdict(Status.PASS, ctx.master.node,

@@ -36,8 +36,14 @@ def _is_loopback(address: str | None) -> bool:
 
 
 def _pin(ctx: Context, iface: str) -> str:
-    var = "NCCL_SOCKET_IFNAME" if ctx.options.backend == "nccl" else "GLOO_SOCKET_IFNAME"
-    return f"export {var}={iface}"
+    return pin_interface(ctx.options.backend, iface)
+
+
+def pin_interface(backend: str, iface: str | None) -> str:
+    """The fix that makes a node's ranks bind the interface that reaches the others (address-family,
+    interface-choice; `ddp-preflight explain` on the ss_family error)."""
+    var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    return f"export {var}={iface or '<the LAN interface>'}"
 
 
 def _reference_family(ctx: Context) -> int | None:
@@ -62,7 +68,7 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.ERROR, node.node, f"{node.node}: {bind.reason}")
             continue
         iface = toward_master(ctx, node)
-        pin = _pin(ctx, iface.name) if iface else "export GLOO_SOCKET_IFNAME=<the LAN interface>"
+        pin = _pin(ctx, iface.name) if iface else pin_interface("gloo", None)
         where = f"{bind.address} on {bind.interface or '?'}"
         why = {"GLOO_SOCKET_IFNAME": "set by GLOO_SOCKET_IFNAME",
                "hostname": f"its hostname {bind.hostname} resolves to it",

@@ -30,7 +30,7 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
     if not holders:
         yield Verdict(Status.FAIL, master.node,
                       f"port {port} on {master.node} is held by a process of another user",
-                      f"sudo ss -ltnp 'sport = :{port}'   # on {master.node}, to see who; or use --master-port",
+                      who_holds(master.node, port),
                       details)
     elif training is not None and all(h.pid in training for h in holders):
         pids = " ".join(str(h.pid) for h in holders)
@@ -41,6 +41,12 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
     else:
         others = [h for h in holders if training is None or h.pid not in training]
         yield _held_by_another_program(master.node, port, others, training is not None, details)
+
+
+def who_holds(node: str, port: int | str) -> str:
+    """The fix for a master port held by a process not known here (master-port; `ddp-preflight
+    explain` on EADDRINUSE)."""
+    return f"sudo ss -ltnp 'sport = :{port}'   # on {node}, to see who; or use --master-port"
 
 
 def _training_pids(master: NodeFacts) -> set[int] | None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-OURS = ("node", "transport", "preflight", "hangwatch", "launch", "lab", "tui", "cli")
+OURS = ("node", "transport", "preflight", "hangwatch", "launch", "explain", "lab", "tui", "cli")
 
 # package -> the packages of ours it may import (besides itself)
 MAY = {
@@ -19,6 +19,7 @@ MAY = {
     "hangwatch": {"node", "transport"},
     "lab": {"node"},
     "launch": {"node", "transport", "preflight", "hangwatch"},
+    "explain": {"node", "preflight", "hangwatch"},      # reads what a run left: pure, over files
     "tui": {"hangwatch.model", "hangwatch.text", "preflight.report"},    # renders: never collects
     "cli": set(OURS),
 }

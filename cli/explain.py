@@ -1,0 +1,41 @@
+"""`ddp-preflight explain PATH ...`: name the cause of a failed or stuck run from what it left."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .exit import Exit
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ddp-preflight explain",
+        description="Name the cause of a failed or stuck run from what it left: a launch's log folder, torchrun "
+                    "output, torchelastic error files, Flight Recorder dumps, incident bundles, a Slurm job's output.",
+        epilog="exit codes: 0 no failure found, 1 a failure explained (or found and not explained), "
+               "2 usage error or unreadable input")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; - reads stdin")
+    p.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from explain import explain
+    from explain.inputs import InputError
+    from explain.render import as_json, as_text
+    try:
+        explanation = explain(args.paths)
+    except InputError as exc:
+        print(f"ddp-preflight explain: error: {exc}", file=sys.stderr)
+        return Exit.USAGE
+    except Exception as exc:    # a bug: one line and exit 2, never a traceback that looks like a finding
+        print(f"ddp-preflight explain: internal error: {type(exc).__name__}: {exc} (please report it; "
+              "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
+        if os.environ.get("DDP_PREFLIGHT_DEBUG"):
+            raise
+        return Exit.USAGE
+    sys.stdout.write(as_json(explanation) + "\n" if args.json else as_text(explanation))
+    return Exit.OK if explanation.diagnosis is None else Exit.FOUND

@@ -1,0 +1,52 @@
+"""A file, line by line, in bounded memory and at the speed of a byte search: a block in which no
+line can matter (none of the words that start a failure's lines, and every reader between
+failures) is counted, not split (a 1 GB log of step lines is mostly such blocks)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import BinaryIO
+
+BLOCK = 1 << 20             # bytes read at a time
+LINE_BYTES = 1 << 16        # a line longer than this is cut (transport/lines.py cuts a rank's line there too)
+
+# Any line a reader acts on holds one of these (tracebacks.py's Reader and its summary table,
+# failures.py's lines outside a traceback: watchdog, usage error, the OOM killer, Slurm).
+TRIGGERS = (b"Traceback", b"terminate called", b"Watchdog caught", b"Exception ignored", b": error: ",
+            b"Out of memory", b"last_enqueued_collective")
+
+
+def scan(stream: BinaryIO, feed: Callable[[int, str], None], idle: Callable[[], bool]) -> int:
+    """Feed every line that may matter, with its number (from 1), to `feed`; `idle()` says whether
+    the readers are between failures (then a block without a trigger is skipped). Returns the
+    number of lines."""
+    number = 0
+    carry = b""
+    hot = False              # the block before had a trigger: what follows it may continue it
+    while True:
+        chunk = stream.read(BLOCK)
+        if not chunk:
+            break
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            if len(data) > LINE_BYTES:       # one endless line: keep its start, drop the rest of this block
+                carry = data[:LINE_BYTES]
+            else:
+                carry = data
+            continue
+        block, carry = data[:cut], data[cut:]
+        if len(carry) > LINE_BYTES:
+            carry = carry[:LINE_BYTES]
+        triggered = any(word in block for word in TRIGGERS)
+        if not triggered and not hot and idle():
+            number += block.count(b"\n")
+            continue
+        hot = triggered
+        for raw in block.split(b"\n")[:-1]:
+            number += 1
+            feed(number, raw[:LINE_BYTES].decode("utf-8", "replace"))
+    if carry:
+        number += 1
+        feed(number, carry.decode("utf-8", "replace"))
+    return number

@@ -1,0 +1,163 @@
+"""One log (a node's torchrun output, a launch's node log, a rank's own file, a Slurm job's
+output), streamed: each writer's exceptions (hangwatch/tracebacks.py's Reader, by the lines'
+prefixes), torchrun's summary table, NCCL's watchdog, torchrun's usage error and the OOM killer
+(hangwatch/failures.py), each with its file:line."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from hangwatch import failures
+from hangwatch.tracebacks import ExceptionInfo, Origin, Reader, SummaryReader, split_prefix
+
+from .lines import scan
+from .seen import Gathered, NodeSaid, Quote
+
+REMEMBERED = 5000            # lines remembered per writer to give a quote its number
+TORCHRUN_LOGS = re.compile(r"(?:^|/)attempt_\d+/(?P<local>\d+)/(?:stdout|stderr)\.log$")
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.reader = Reader()
+        self.numbers: dict[str, int] = {}
+        self.marker: int | None = None
+        self.exception: ExceptionInfo | None = None
+        self.quotes: list[Quote] = []
+
+
+class LogReader:
+    def __init__(self, gathered: Gathered, path: str, node: str | None):
+        self.gathered, self.path, self.node = gathered, path, node
+        self.writers: dict[Origin, _Writer] = {}
+        self.table = SummaryReader()
+        self.tables: list = []            # this file's torchrun tables
+
+    def idle(self) -> bool:
+        return not self.table.reading and all(w.reader.idle for w in self.writers.values())
+
+    def feed(self, number: int, line: str) -> None:
+        self.table.feed(line)
+        if self.table.found is not None:
+            found, self.table.found = self.table.found, None
+            self.tables.append(found)
+            self.gathered.tables.append((found.host or self.node, found, Quote(self.path, number, found.quote[0]
+                                                                                if found.quote else line)))
+        origin, text = split_prefix(line)
+        writer = self.writers.get(origin.writer)
+        if writer is None:
+            writer = self.writers[origin.writer] = _Writer()
+        if origin.marker is not None and writer.marker is None:
+            writer.marker = origin.marker
+        raw = line.rstrip("\r\n")
+        if len(writer.numbers) > REMEMBERED:
+            writer.numbers.clear()
+        writer.numbers[raw] = number
+        seen = writer.reader.feed(line)
+        if seen is not None:
+            writer.exception = seen
+            writer.quotes = [Quote(self.path, writer.numbers.get(q), q) for q in seen.quote]
+        self._lines(origin, text, number, raw)
+
+    def _lines(self, origin: Origin, text: str, number: int, raw: str) -> None:
+        """The lines outside a traceback that name a failure."""
+        if ": error: " in text:
+            said = failures.usage_error(text)
+            if said is not None:
+                self.gathered.nodes.append(NodeSaid(origin.node or self.node, said, text, [Quote(self.path, number, raw)]))
+                return
+        if "Out of memory" in text or "oom" in text:
+            said = failures.oom_kill(text)
+            if said is not None:
+                self.gathered.nodes.append(NodeSaid(origin.node or self.node, said, text, [Quote(self.path, number, raw)]))
+                return
+        if "Watchdog" in text or "last enqueued" in text or "last_enqueued" in text or "Last enqueued" in text:
+            line = failures.watchdog(text)
+            if line is None:
+                return
+            rank = line.rank if line.rank is not None else (origin.rank if origin.rank is not None else origin.marker)
+            seen = self.gathered.rank(origin.node or self.node, rank, origin.local_rank)
+            if line.seq is not None:
+                seen.watchdog = line
+            if line.enqueued is not None:
+                seen.enqueued, seen.completed = line.enqueued, line.completed
+            if len(seen.watchdog_quotes) < 4:
+                seen.watchdog_quotes.append(Quote(self.path, number, raw))
+
+    def close(self) -> None:
+        """Each writer's last exception, to the rank it belongs to (or the node's launcher)."""
+        from_name = TORCHRUN_LOGS.search(self.path.replace("\\", "/"))
+        offsets = self._offsets()
+        prefixed = any(o.local_rank is not None or o.rank is not None or o.marker is not None for o in self.writers)
+        for origin, writer in self.writers.items():
+            info = writer.exception
+            node = origin.node or self.node
+            launcher = (origin.node is not None and origin.rank is None) or \
+                (origin == Origin() and not from_name and (prefixed or _launcher_own(info)))
+            if launcher:
+                said = failures.said_by(info.type, _words(info)) if info is not None else None
+                if said is not None and info is not None:
+                    self.gathered.nodes.append(NodeSaid(node, said, f"{info.type}: {info.message}", writer.quotes))
+                continue
+            local = origin.local_rank if origin.local_rank is not None else \
+                (int(from_name["local"]) if from_name else None)
+            rank = origin.rank if origin.rank is not None else writer.marker
+            if rank is None and local is not None and node in offsets:
+                rank = offsets[node] + local
+            if info is None and rank is None:
+                continue
+            seen = self.gathered.rank(node, rank, local)
+            if info is not None:
+                seen.exception, seen.source, seen.quotes = info, "output", writer.quotes
+                seen.said = failures.said_by(info.type, _words(info))
+
+    def _offsets(self) -> dict[str | None, int]:
+        """node -> its first global rank (static rendezvous: a node's ranks are consecutive), from a
+        writer whose local rank and torch's rank marker are both known, or torchrun's table."""
+        out: dict[str | None, int] = {}
+        for origin, writer in self.writers.items():
+            if origin.local_rank is not None and writer.marker is not None:
+                out.setdefault(origin.node or self.node, writer.marker - origin.local_rank)
+        for table in self.tables:
+            for child in (*table.others, table):
+                if child.local_rank is not None and child.rank is not None:
+                    out.setdefault(self.node, child.rank - child.local_rank)
+        return out
+
+
+def _words(info: ExceptionInfo) -> str:
+    """An exception's message and, when a chain's earlier exception said more, that one's too (a
+    wrapper's ValueError raised from Gloo's timeout)."""
+    return info.message + (f"\n{info.cause}" if info.cause else "")
+
+
+def _launcher_own(info: ExceptionInfo | None) -> bool:
+    """An unprefixed exception that torchrun itself raised (its store, its parser), not a rank's."""
+    said = failures.said_by(info.type, info.message) if info is not None else None
+    own = (failures.Failure.PORT_IN_USE, failures.Failure.RENDEZVOUS_TIMEOUT, failures.Failure.SCRIPT_OPTIONS)
+    return info is not None and said is not None and said.failure in own and info.file is None
+
+
+def read_log(gathered: Gathered, path: str, stream: BinaryIO | None = None) -> None:
+    node = None if path == "-" else _node_of(path)
+    reader = LogReader(gathered, "<stdin>" if path == "-" else path, node)
+    if stream is not None:
+        scan(stream, reader.feed, reader.idle)
+    elif path == "-":
+        scan(sys.stdin.buffer, reader.feed, reader.idle)
+    else:
+        with open(path, "rb") as f:
+            scan(f, reader.feed, reader.idle)
+    reader.close()
+
+
+def _node_of(path: str) -> str:
+    """A node log's name is its node's ("worker1.log", as ddp-preflight --launch and the corpus name
+    them); a torchrun log folder's file is its folder's."""
+    p = Path(path)
+    if TORCHRUN_LOGS.search(path.replace("\\", "/")):
+        return p.parents[3].name if len(p.parents) > 3 else p.stem
+    return p.stem

@@ -1,0 +1,132 @@
+"""The documents a run leaves beside its logs: torchelastic's error files, Flight Recorder dumps,
+hangwatch's incident bundles, ddp-preflight --launch's plan.json and result.json. Each is read
+once (bounded: inputs.py), into what each rank said."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from hangwatch import failures
+from hangwatch.tracebacks import exception_in
+from node.flight import Refused, plain_data
+
+from .seen import Gathered, Quote
+
+RANK_IN_NAME = re.compile(r"(?:rank[-_]?|nccl-dump-|nccl_trace_rank_|frdump_)(?P<rank>\d+)")
+LOCAL_IN_PATH = re.compile(r"attempt_\d+/(?P<local>\d+)/error\.json$")
+
+
+def read_error_file(gathered: Gathered, path: str) -> None:
+    """torchelastic's error file: {"message": {"message": "RuntimeError: ...", "extraInfo":
+    {"py_callstack": the traceback, "timestamp": "..."}}} (torch.distributed.elastic's
+    ErrorHandler; ddp-preflight --launch keeps one per rank: errors/rank-N.json)."""
+    data = _load(path)
+    message = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(message, dict):
+        return
+    extra = message.get("extraInfo") or {}
+    callstack = str(extra.get("py_callstack") or "")
+    lines = callstack.splitlines() or [str(message.get("message") or "")]
+    info = exception_in(lines)
+    if info is None:
+        return
+    rank = data.get("rank") if isinstance(data.get("rank"), int) else _rank_in(path)
+    local = LOCAL_IN_PATH.search(path.replace("\\", "/"))
+    node = data.get("node") if isinstance(data.get("node"), str) else None
+    seen = gathered.rank(node, rank, int(local["local"]) if local else None)
+    if seen.exception is None or seen.source != "output" or not seen.exception.message:
+        seen.exception, seen.source = info, "record"
+        seen.said = failures.said_by(info.type, info.message)
+        seen.quotes = [Quote(path, None, q) for q in info.quote]
+
+
+def read_flight(gathered: Gathered, path: str) -> None:
+    """A Flight Recorder dump: torch's JSON (Gloo: rank_bootstrap.py's answer), its pickle (NCCL's
+    dump on timeout or on request), or the launcher's kept one ({"rank", "node", "flight"})."""
+    rank, node = _rank_in(path), None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        if raw[:1] == b"\x80":
+            data = plain_data(raw)
+        else:
+            data = json.loads(raw)
+    except (OSError, ValueError, Refused, Exception):     # a cut or foreign dump is not the run's evidence
+        gathered.skipped.append(f"{path}: not a readable Flight Recorder dump")
+        return
+    if isinstance(data, dict) and isinstance(data.get("flight"), dict):
+        rank = data.get("rank") if isinstance(data.get("rank"), int) else rank
+        node = data.get("node") if isinstance(data.get("node"), str) else None
+        data = data["flight"]
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return
+    if rank is None:
+        rank = _rank_of_dump(data)
+    seen = gathered.rank(node, rank)
+    seen.flight = {"entries": entries, "path": path, "pg_status": data.get("pg_status")}
+
+
+def _rank_of_dump(data: dict) -> int | None:
+    config = data.get("pg_config") or {}
+    for group in config.values() if isinstance(config, dict) else ():
+        ranks = group.get("ranks") if isinstance(group, dict) else None
+        if isinstance(ranks, str) and ranks.strip("[]").isdigit():
+            return int(ranks.strip("[]"))        # a world of one
+    return None
+
+
+def read_bundle(gathered: Gathered, path: str) -> None:
+    """hangwatch's incident.json: each rank's evidence as the live watcher saw it."""
+    data = _load(path)
+    snapshot = data.get("snapshot") if isinstance(data, dict) else None
+    diagnosis = snapshot.get("diagnosis") if isinstance(snapshot, dict) else None
+    for e in (diagnosis or {}).get("evidence") or []:
+        if not isinstance(e, dict):
+            continue
+        seen = gathered.rank(e.get("node"), e.get("rank"))
+        if e.get("exit") and seen.exit is None:
+            seen.exit = e["exit"]
+            seen.exit_quotes.append(Quote(path, None, f"rank {e.get('rank')}: {e['exit']}"))
+        if isinstance(e.get("seq"), int) and seen.flight is None:
+            seen.flight = {"entries": [], "summary": {"seq": e["seq"], "op": e.get("seq_op"),
+                                                      "completed": e.get("completed")}, "path": path,
+                           "frame": e.get("frame")}
+
+
+def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
+    data = _load(path)
+    if not isinstance(data, dict):
+        return
+    if plan:
+        gathered.world = data.get("world_size") or gathered.world
+        gathered.nproc_per_node = data.get("nproc_per_node") or gathered.nproc_per_node
+        gathered.node_order = [str(n.get("node")) for n in data.get("nodes") or [] if isinstance(n, dict)]
+        return
+    gathered.stop_reason = data.get("stop_reason")
+    for r in data.get("ranks") or []:
+        if not isinstance(r, dict) or not isinstance(r.get("rank"), int):
+            continue
+        seen = gathered.rank(r.get("node"), r["rank"], r.get("local_rank"))
+        exit_ = (f"signal {r['signal']}" if r.get("signal") is not None else
+                 f"exit code {r['exit']}" if r.get("exit") is not None else None)
+        if exit_ and seen.exit is None:
+            seen.exit = exit_
+            seen.exit_quotes.append(Quote(path, None, f"rank {r['rank']} on {r.get('node')}: {exit_}"))
+        if r.get("stopped_by"):
+            seen.stopped = True
+
+
+def _rank_in(path: str) -> int | None:
+    found = RANK_IN_NAME.search(Path(path).name)
+    return int(found["rank"]) if found else None
+
+
+def _load(path: str):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

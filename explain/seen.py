@@ -1,0 +1,85 @@
+"""What the inputs said, rank by rank, before any verdict: plain data, each fact with the lines it
+rests on (file:line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hangwatch.failures import Said, WatchdogLine
+from hangwatch.tracebacks import ExceptionInfo, FirstObservedFailure
+
+
+@dataclass(frozen=True)
+class Quote:
+    path: str
+    line: int | None          # None: a JSON document's field, not a line
+    text: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.text.strip()[:300]}"
+
+
+@dataclass
+class RankSeen:
+    """One rank (or one writer whose rank is not known yet) as the inputs showed it."""
+    node: str | None
+    rank: int | None
+    local_rank: int | None = None
+    exception: ExceptionInfo | None = None
+    source: str = "output"                  # where its exception was read: "output" | "record" (an error file)
+    said: Said | None = None                # what its exception's words name (failures.py)
+    quotes: list[Quote] = field(default_factory=list)     # the lines its exception rests on
+    exit: str | None = None                 # "exit code 1", "signal 9"
+    exit_quotes: list[Quote] = field(default_factory=list)
+    stopped: bool = False                   # its launcher stopped it (SIGTERM after another rank's end)
+    watchdog: WatchdogLine | None = None    # NCCL's watchdog on it: the collective that timed out
+    enqueued: int | None = None             # ... and where its group was
+    completed: int | None = None
+    watchdog_quotes: list[Quote] = field(default_factory=list)
+    flight: dict | None = None              # its Flight Recorder: {"entries": [...], "path": str}
+    last_step: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"local rank {self.local_rank} on {self.node}"
+
+
+@dataclass
+class NodeSaid:
+    """A line or exception of a launcher (torchrun, ddp-preflight) or of the machine, not a rank's."""
+    node: str | None
+    said: Said
+    text: str
+    quotes: list[Quote] = field(default_factory=list)
+
+
+@dataclass
+class Gathered:
+    """Everything read, from every input."""
+    ranks: list[RankSeen] = field(default_factory=list)
+    nodes: list[NodeSaid] = field(default_factory=list)
+    tables: list[tuple[str | None, FirstObservedFailure, Quote]] = field(default_factory=list)
+    world: int | None = None
+    nproc_per_node: int | None = None
+    node_order: list[str] = field(default_factory=list)      # nodes by node rank (a launch's plan)
+    stop_reason: str | None = None                           # a launch's: why it was stopped
+    read: list[str] = field(default_factory=list)            # inputs read
+    skipped: list[str] = field(default_factory=list)         # inputs not read, with why
+
+    def rank(self, node: str | None, rank: int | None, local_rank: int | None = None) -> RankSeen:
+        """The record of this rank, made on first sight; a writer known only by its local rank
+        joins the rank of that node once its global rank is known."""
+        for seen in self.ranks:
+            if rank is not None and seen.rank == rank:
+                if seen.node is None:
+                    seen.node = node
+                return seen
+            if (rank is None or seen.rank is None) and seen.node == node and local_rank is not None \
+                    and seen.local_rank == local_rank:
+                if seen.rank is None:
+                    seen.rank = rank
+                return seen
+        seen = RankSeen(node, rank, local_rank)
+        self.ranks.append(seen)
+        return seen

@@ -1,0 +1,156 @@
+"""`ddp-preflight explain` on real failure logs: each recorded run (tests/unit/artifacts/logs/ and
+tests/unit/artifacts/explain/, each with the command that made it) gets its exact verdict: kind,
+the ranks named, why, and the lines it rests on (file:line)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from explain import explain
+from explain.inputs import InputError
+from hangwatch.model import Certainty, Kind, Reason
+
+ART = Path(__file__).parent / "artifacts"
+LOGS, CORPUS = ART / "logs", ART / "explain"
+
+
+def verdict(*paths: Path):
+    e = explain([str(p) for p in paths])
+    assert e.diagnosis is not None
+    d = e.diagnosis
+    return e, d
+
+
+# kind, culprits, candidates, reason, certainty
+EXPECTED = {
+    "raise": (Kind.EXITED, [1], [], Reason.RAISED, Certainty.CERTAIN),
+    "raise-notee": (Kind.EXITED, [1], [], Reason.RAISED, Certainty.CERTAIN),
+    "launch-raise": (Kind.EXITED, [3], [], Reason.RAISED, Certainty.CERTAIN),
+    "chained": (Kind.EXITED, [1], [], Reason.RAISED, Certainty.CERTAIN),
+    "loader": (Kind.EXITED, [1], [], Reason.RAISED, Certainty.CERTAIN),
+    "exit": (Kind.EXITED, [3], [], Reason.EXIT_CODE, Certainty.LIKELY),
+    "exit-abort": (Kind.EXITED, [3], [], Reason.RAISED, Certainty.CERTAIN),
+    "quit": (Kind.EXITED, [1], [], Reason.LEFT_FIRST, Certainty.LIKELY),
+    "quit-work": (Kind.EXITED, [1], [], Reason.LEFT_FIRST, Certainty.LIKELY),
+    "quit-r3": (Kind.EXITED, [3], [], Reason.LEFT_FIRST, Certainty.LIKELY),
+    "quit-abort": (Kind.EXITED, [3], [], Reason.RAISED, Certainty.CERTAIN),
+    "sigkill": (Kind.EXITED, [3], [], Reason.KILLED, Certainty.CERTAIN),
+    "sigkill-reset": (Kind.EXITED, [3], [], Reason.KILLED, Certainty.CERTAIN),
+    "timeout": (Kind.EXITED, [1], [], Reason.BEHIND, Certainty.LIKELY),
+    "reset": (Kind.EXITED, [], [], Reason.LOST_PEER, Certainty.LIKELY),
+    "vpn-ipv6": (Kind.EXITED, [2, 3], [], Reason.ADDRESS_FAMILY, Certainty.CERTAIN),
+    "firewall": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_CONNECT, Certainty.CERTAIN),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_recorded_failure_gets_its_exact_verdict(name):
+    _, d = verdict(LOGS / name)
+    assert (d.kind, list(d.culprits), list(d.candidates), d.reason, d.certainty) == EXPECTED[name]
+
+
+CORPUS_EXPECTED = {
+    "getfuture": (Kind.EXITED, [0, 1, 2, 3], [], Reason.UNSUPPORTED, Certainty.CERTAIN),
+    "port-busy": (Kind.EXITED, [], [], Reason.PORT_IN_USE, Certainty.CERTAIN),
+    "refused": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_CONNECT, Certainty.CERTAIN),
+    "swallowed": (Kind.EXITED, [], [], Reason.SCRIPT_OPTIONS, Certainty.CERTAIN),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS_EXPECTED))
+def test_each_failure_of_the_explain_corpus_gets_its_exact_verdict(name):
+    _, d = verdict(CORPUS / name)
+    assert (d.kind, list(d.culprits), list(d.candidates), d.reason, d.certainty) == CORPUS_EXPECTED[name]
+
+
+def test_the_root_is_quoted_with_file_and_line_and_the_victims_are_evidence():
+    e, d = verdict(LOGS / "raise")
+    master = str(LOGS / "raise" / "master.log")
+    assert [str(q) for q in e.quotes] == [
+        f"{master}:20: [default1]:[rank1]: RuntimeError: bad batch at step 5",
+        f'{master}:18: [default1]:[rank1]:   File "/work/main/examples/hang_train.py", line 134, in main']
+    assert d.summary.startswith("rank 1 on master raised RuntimeError: bad batch at step 5 at hang_train.py:134; then "
+                                "rank 0 (lost its peer)")
+    assert [(ev.rank, ev.reason) for ev in d.evidence] == [(0, Reason.LOST_PEER), (1, Reason.RAISED),
+                                                           (2, Reason.LOST_PEER), (3, Reason.LOST_PEER)]
+
+
+def test_the_address_family_names_the_odd_node_and_preflights_fix():
+    e, d = verdict(LOGS / "vpn-ipv6")
+    assert d.summary.startswith("ranks 2,3 cannot connect to their peers: Gloo binds IPv6 on worker1 while its peer "
+                                "binds IPv4")
+    assert e.fix == "export GLOO_SOCKET_IFNAME=<the LAN interface>   # on worker1"
+    assert str(e.quotes[0]).startswith(f"{LOGS / 'vpn-ipv6' / 'worker1.log'}:26: [default0]:RuntimeError: [enforce "
+                                       "fail at")
+
+
+def test_a_refused_connection_says_which_node_must_accept_from_which():
+    _, d = verdict(CORPUS / "refused")
+    assert d.unknown_why == ("Gloo's connectFullMesh failed on rank 1 (master): Connection refused connecting to "
+                             "10.213.3.11:28050: 10.213.3.11 must accept new TCP connections from master on its "
+                             "ephemeral ports")
+
+
+def test_the_busy_master_port_and_torchruns_parser_get_preflights_fixes():
+    e, d = verdict(CORPUS / "port-busy")
+    assert (list(d.nodes), d.store) == (["master"], "29533")
+    assert e.fix == "sudo ss -ltnp 'sport = :29533'   # on master, to see who; or use --master-port"
+    e, d = verdict(CORPUS / "swallowed")
+    assert e.fix == "put the script's options after --: torchrun ... SCRIPT -- --run=test-cpu-ddp"
+    assert d.summary == ("torchrun on master, worker1 took the script's options for its own and stopped before any "
+                         "rank started: ambiguous option: --run=test-cpu-ddp could match --run-path, --run_path")
+
+
+def test_get_future_gets_the_seeds_shim():
+    e, _ = verdict(CORPUS / "getfuture")
+    assert e.fix is not None and e.fix.startswith("call it as _async_op(dist.<the collective>(..., async_op=True)): "
+                                                  "a shim that returns work.get_future()")
+
+
+def test_nccl_duplicate_gpu_names_the_extra_rank():
+    _, d = verdict(LOGS / "nccl-h100" / "two-ranks-one-gpu.log")
+    assert (d.kind, list(d.culprits), d.reason) == (Kind.EXITED, [1], Reason.NCCL_ERROR)
+
+
+def test_the_nccl_watchdog_names_the_collective_and_its_sequence_number():
+    _, d = verdict(LOGS / "nccl-h100" / "hung-train-tail.log")
+    assert (d.kind, list(d.culprits), d.reason) == (Kind.NETWORK_STALL, [0], Reason.TIMED_OUT)
+    rank0 = d.evidence[0]
+    assert (rank0.seq, rank0.seq_op, rank0.completed) == (65, "all_reduce", 64)
+    assert d.summary.startswith("rank 0 waited in all_reduce #65 past the process group's timeout")
+
+
+def test_a_silent_hang_without_its_flight_recorder_is_no_verdict_rather_than_a_wrong_rank():
+    # Raw torchrun output of a rank out of batches, stopped: nothing in it names anyone.
+    assert explain([str(CORPUS / "uneven")]).diagnosis is None
+    assert explain([str(LOGS / "mismatch")]).diagnosis is None
+
+
+def test_a_path_that_is_not_there_is_one_line_and_exit_2(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        explain([str(tmp_path / "nothing")])
+    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", str(tmp_path / "nothing")],
+                         capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().splitlines() == [f"ddp-preflight explain: error: {tmp_path / 'nothing'} does not exist: "
+                                               "give a run's log folder, a log file, an error file, a Flight Recorder "
+                                               "dump, an incident bundle, or - for stdin"]
+
+
+def test_stdin_json_and_exit_codes():
+    root = Path(__file__).parents[2]
+    log = (LOGS / "sigkill" / "worker1.log").read_bytes()
+    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-", "--json"], input=log,
+                         capture_output=True, cwd=root)
+    assert run.returncode == 1
+    data = json.loads(run.stdout)
+    assert (data["ok"], data["diagnosis"]["kind"], data["diagnosis"]["culprits"], data["diagnosis"]["reason"]) == \
+        (False, "exited", [3], "killed")
+    clean = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-"], input=b"step 1 loss 2.0\n",
+                           capture_output=True, cwd=root)
+    assert clean.returncode == 0 and clean.stdout.startswith(b"no failure found")
