@@ -3,7 +3,6 @@ found. Pure: from the report, the nodes' facts and the options to a Plan; nothin
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import shlex
@@ -11,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from node.placement import placement
 from node.redact import redact_argv, redact_env
 from preflight.checks.common import env_of
 from preflight.checks.network import route_to_master, toward_master  # the rule interface-choice applies
@@ -211,17 +211,6 @@ def _omp_threads(report: Report, node: NodeFacts, options: Options) -> int | Non
 
 
 def _placement(command: Command, cwd: str, master_code: str | None, node_code: str | None) -> tuple[str, str]:
-    """(folder to start in, script path) on one node. Every node starts where ddp-preflight runs
-    on the master (the same path); a node whose code folder is configured elsewhere starts there,
-    with the script's path moved from the master's code folder to the node's."""
-    script = command.script
-    if not command.module and not os.path.isabs(script):
-        script = posixpath.normpath(posixpath.join(cwd, script))
-    if not node_code or not master_code or posixpath.normpath(node_code) == posixpath.normpath(master_code):
-        return cwd, (script if not command.module else command.script)
-    if command.module:
-        return node_code, command.script
-    inside = posixpath.relpath(script, master_code)
-    if inside.startswith(".."):
-        return node_code, script
-    return node_code, posixpath.join(node_code, inside)
+    """(folder to start in, script path) on one node: node/placement.py's rule, which preflight's
+    training-imports follows on the node too."""
+    return placement(command.script, command.module, cwd, master_code, node_code)

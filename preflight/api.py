@@ -13,6 +13,7 @@ launcher starts the training on the connections preflight opened."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -38,7 +39,11 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
     checks = tuple(checks)
     request = {"master_port": options.master_port, "master_addr": options.master_addr,
                "launch_args": list(options.launch_args), "nnodes": len(cluster.targets),
-               "nproc_per_node": options.nproc_per_node}
+               "nproc_per_node": options.nproc_per_node,
+               # Where the training starts on each node (node/placement.py, as launch/plan.py
+               # places it): the collector resolves the training command's imports from there.
+               "launch_cwd": os.getcwd(),
+               "master_code_dir": cluster.targets[0].code_dir if cluster.targets else None}
     env = {t.name: options.env.for_node(t.name) for t in cluster.targets}
     found, master_addr = gather(cluster, request, on_progress=on_progress, env=env)
     nodes = tuple(found)

@@ -97,6 +97,8 @@ class Options:
     env: TrainingEnv = TrainingEnv()     # the training's variables on top of each node's own (--env, config)
     launch: bool = False                 # --launch: the training starts right after, as launch/plan.py builds it
     data_dirs: Mapping[str, str] = field(default_factory=dict)   # node -> its own data folder, where set
+    pythons: Mapping[str, str] = field(default_factory=dict)     # node -> the training Python --python or
+    #                                                              the config named (absent: this interpreter's)
 
     def data_dir_of(self, node: str) -> str | None:
         """The data folder on `node`: its own ([nodes.NAME] data_dir), else the one for every node."""

@@ -10,7 +10,7 @@ import time
 import traceback
 
 from .. import protocol
-from . import code, gpu, launch, network, processes, system, torchinfo
+from . import code, gpu, imports, launch, network, processes, system, torchinfo
 
 
 def _guard(fn, *args):
@@ -48,6 +48,9 @@ def collect(request: dict) -> dict:
         if code_facts is not None:
             out["code"] = code_facts
         out["hash_algorithms"] = _guard(_hash_algorithms)
+        imported = _guard(imports.training_imports, request)
+        if imported is not None:
+            out["imports"] = imported
         if request.get("launch_args") and request.get("is_master"):
             out["launch"] = _guard(launch.torchrun_parse, request["launch_args"],
                                    int(request.get("nnodes") or 1), int(request.get("nproc_per_node") or 1))

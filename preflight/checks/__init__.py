@@ -15,6 +15,7 @@ from . import (
     data_shards,
     gpu,
     hardware,
+    imports,
     launch_args,
     nccl,
     network,
@@ -55,6 +56,8 @@ CHECKS: tuple[Check, ...] = (
     Check("ptrace", "hangwatch will be able to read the ranks' Python stacks", processes.check_ptrace),
     Check("clock-skew", "node clocks agree within a second or two", clock.check_clock_skew),
     Check("launch-args", "torchrun's options and the script's options do not collide", launch_args.check_launch_args),
+    Check("training-imports", "each node's training Python has torch and finds every module the training command "
+          "imports, from where the launch starts", imports.check_training_imports),
     Check("master-reachable", "every worker opens a TCP connection to the master's address and port",
           ports.check_master_reachable, needs=("network",)),
     Check("ephemeral-ports", "every node accepts new connections on its ephemeral ports from every other node "

@@ -19,6 +19,7 @@ from typing import Any
 
 from .code import CodeFacts
 from .gpu import OLDER_COLLECTOR, DriverView, GpuDevice, GpuFacts, GpuLink, GpuProcess, Hca, HcaPort, NcclConf
+from .imports import MissingImport, TrainingImports
 from .launch import LaunchParse
 from .network import Address, Firewall, GlooBind, Interface, NetworkFacts, Route
 from .processes import PortHolders, Process, PtraceFacts, training_processes
@@ -29,9 +30,9 @@ from .torchinfo import CudaDevice, TorchFacts, Wheel
 
 __all__ = ["OLDER_COLLECTOR", "Address", "Clock", "CodeFacts", "CpuFacts", "CudaDevice", "DriverView", "Facts",
            "Firewall", "GlooBind", "GpuDevice", "GpuFacts", "GpuLink", "GpuProcess", "Hca", "HcaPort", "Interface",
-           "LaunchParse", "MemoryFacts", "Missing", "NcclConf", "NetworkFacts", "OsFacts", "PortHolders", "Process",
-           "PtraceFacts", "PythonFacts", "Route", "Sent", "ShardFile", "ShardManifest", "TorchFacts", "Unreadable",
-           "Wheel"]
+           "LaunchParse", "MemoryFacts", "Missing", "MissingImport", "NcclConf", "NetworkFacts", "OsFacts",
+           "PortHolders", "Process", "PtraceFacts", "PythonFacts", "Route", "Sent", "ShardFile", "ShardManifest",
+           "TorchFacts", "TrainingImports", "Unreadable", "Wheel"]
 
 
 def _hash_algorithms(wire: Mapping[str, Any]) -> tuple[str, ...]:
@@ -55,6 +56,7 @@ class Facts:
     code: CodeFacts | Missing                  # Missing, not failed: no code folder was given
     shards: ShardManifest | Missing            # Missing, not failed: no data folder was given
     launch: LaunchParse | Missing              # the master's only, with a training command
+    imports: TrainingImports | Missing         # every node's, with a training command
     hash_algorithms: tuple[str, ...] | Missing  # the digests the node can compute, best first
     clock: Clock | Missing                     # measured by the master, not the node
     reached_at: str | Missing                  # the address the master reached it at
@@ -74,6 +76,7 @@ class Facts:
             ptrace=section(wire, "ptrace", PtraceFacts.from_json),
             code=section(wire, "code", CodeFacts.from_json), shards=section(wire, "shards", ShardManifest.from_json),
             launch=section(wire, "launch", LaunchParse.from_json),
+            imports=section(wire, "imports", TrainingImports.from_json),
             hash_algorithms=section(wire, "hash_algorithms", _hash_algorithms),
             clock=section(wire, "clock", Clock.from_json),
             reached_at=reached if isinstance(reached, str) else Missing("the address it was reached at is not known"))

@@ -1,0 +1,236 @@
+"""What the training command imports, and which of it this Python cannot find: run in a child
+of the training Python, from the folder the launch starts in, with sys.path as the rank will have
+it, so the project's own packages resolve as they will for the rank.
+
+Nothing of the user's is run: each file is read with `ast`, and each name is found the way
+`import` finds it without importing it (a top-level name with importlib.util.find_spec; a
+submodule with the path finder over its package's folders, so no package's __init__ runs).
+
+The imports followed are the entry's (the script, or the module and the packages `-m` imports
+first) and those of the project's own modules it imports (files under the start folder, not in
+site-packages), at module level: a function's imports run only when it is called. An import
+inside `try: ... except ImportError` (or ModuleNotFoundError, Exception, a bare except) is
+optional; one under `if TYPE_CHECKING:` never runs.
+
+Run as `python -c SOURCE` in the start folder with {"entry": PATH or MODULE, "module": bool} on
+stdin; prints one JSON object. Standard library only, Python 3.8+, importable for its tests."""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+
+MAX_FILES = 500                  # project files followed; the rest are counted, not read
+OPTIONAL_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+SITE_DIRS = ("site-packages", "dist-packages")
+
+
+def find(name: str):
+    """The spec `import name` would use, or None; never runs a package's code."""
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    for at in range(1, len(parts)):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:at + 1]),
+                                                            list(spec.submodule_search_locations))
+        except (ImportError, ValueError):
+            return None
+    return spec
+
+
+def _catches_import_errors(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    names = {k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else "" for k in kinds}
+    return bool(names & OPTIONAL_ERRORS)
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(tree: ast.Module, package: str | None):
+    """(module name, line, optional, names imported from it) for each import that runs when the
+    file is imported. `package`: the file's package, for relative imports (None: a script)."""
+    out = []
+
+    def visit(body, optional):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.Import):
+                out.extend((a.name, node.lineno, optional, ()) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.module == "__future__":
+                    continue
+                if node.level:
+                    if not package:
+                        continue        # a script's relative import fails whatever is installed
+                    try:
+                        base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                    except ImportError:
+                        continue
+                else:
+                    base = node.module or ""
+                out.append((base, node.lineno, optional, tuple(a.name for a in node.names if a.name != "*")))
+            elif isinstance(node, ast.If):
+                if not _type_checking(node.test):
+                    visit(node.body, optional)
+                visit(node.orelse, optional)
+            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                guarded = optional or any(_catches_import_errors(h) for h in node.handlers)
+                visit(node.body, guarded)
+                for handler in node.handlers:
+                    visit(handler.body, guarded)
+                visit(node.orelse, guarded)
+                visit(node.finalbody, optional)
+            elif isinstance(node, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)):
+                visit(node.body, optional)
+                visit(getattr(node, "orelse", []), optional)
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, optional)      # a class body runs at import
+    visit(tree.body, False)
+    return out
+
+
+def _own(origin: str | None, root: str) -> bool:
+    """A file of the project itself: under the start folder and not an installed package."""
+    if not origin or not origin.endswith(".py"):
+        return False
+    path = os.path.realpath(origin)
+    return path.startswith(root + os.sep) and not any(d in path.split(os.sep) for d in SITE_DIRS)
+
+
+def scan(entry: str, module: bool, root: str) -> dict:
+    root = os.path.realpath(root)
+    out: dict = {"python": sys.executable, "entry": entry, "module": module, "root": root,
+                 "files": [], "unreadable": [], "missing": [], "optional_missing": [], "own": {},
+                 "external": [], "torch": find("torch") is not None}
+    queue: list = []                 # (file, its module name or None, its package or None)
+    if module:
+        # `-m a.b.c` imports a and a.b (their __init__) before it runs a/b/c.py (or its __main__).
+        parts = entry.split(".")
+        for at in range(1, len(parts) + 1):
+            name = ".".join(parts[:at])
+            spec = find(name)
+            if spec is None or not spec.origin:
+                out["entry_error"] = f"no module named {name!r} from {root}"
+                return out
+            if at == 1 and _own(spec.origin, root):
+                out["own"][name] = os.path.relpath(os.path.realpath(spec.origin), root)
+            if spec.submodule_search_locations is not None and spec.origin.endswith("__init__.py"):
+                queue.append((spec.origin, name, name))
+            else:
+                queue.append((spec.origin, name, name.rpartition(".")[0] or None))
+        spec = find(entry)
+        if spec is not None and spec.submodule_search_locations is not None:
+            main = find(entry + ".__main__")
+            if main is None or not main.origin:
+                out["entry_error"] = f"{entry} is a package without a __main__ module: it cannot be run with -m"
+                return out
+            queue.append((main.origin, entry + ".__main__", entry))
+    else:
+        if not os.path.isfile(entry):
+            out["entry_error"] = f"the script {entry} does not exist here"
+            return out
+        queue.append((entry, None, None))
+
+    seen, reported = set(), set()
+    while queue:
+        path, name, package = queue.pop(0)
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        label = os.path.relpath(real, root) if real.startswith(root + os.sep) else real
+        if len(out["files"]) >= MAX_FILES:
+            out["not_followed"] = out.get("not_followed", 0) + 1
+            continue
+        try:
+            with open(real, "rb") as f:
+                tree = ast.parse(f.read(), filename=real)
+        except (OSError, SyntaxError, ValueError) as exc:
+            out["unreadable"].append(f"{label}: {type(exc).__name__}")
+            continue
+        out["files"].append(label)
+        for wanted, line, optional, names in imports_of(tree, package):
+            if not wanted:
+                continue
+            spec = find(wanted)
+            if spec is None:
+                if wanted not in reported:
+                    reported.add(wanted)
+                    key = "optional_missing" if optional else "missing"
+                    out[key].append({"module": wanted, "file": label, "line": line})
+                continue
+            candidates = [(wanted, spec)]
+            if spec.submodule_search_locations is not None:
+                # `from package import x`: x is a submodule (followed) or a name in the package.
+                for n in names:
+                    sub = find(f"{wanted}.{n}")
+                    if sub is not None:
+                        candidates.append((f"{wanted}.{n}", sub))
+            for full, found in candidates:
+                if _own(found.origin, root):
+                    parts = full.split(".")
+                    top_spec = find(parts[0])
+                    if top_spec is not None and top_spec.origin:
+                        out["own"].setdefault(parts[0], os.path.relpath(os.path.realpath(top_spec.origin), root))
+                    # Importing a.b.c runs a's and a.b's __init__ first.
+                    for at in range(1, len(parts)):
+                        parent = ".".join(parts[:at])
+                        parent_spec = find(parent)
+                        if parent_spec is not None and _own(parent_spec.origin, root):
+                            queue.append((parent_spec.origin, parent, parent))
+                    is_package = found.submodule_search_locations is not None
+                    queue.append((found.origin, full, full if is_package else full.rpartition(".")[0] or None))
+                else:
+                    top = full.split(".")[0]
+                    stdlib = top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ())
+                    if not stdlib and top not in out["external"]:
+                        out["external"].append(top)
+    out["distributions"] = _distributions(out["external"])
+    return out
+
+
+def _distributions(tops):
+    """The pip name of each installed top-level module, where the metadata says (3.10+)."""
+    try:
+        from importlib.metadata import packages_distributions
+    except ImportError:
+        return {}
+    try:
+        known = packages_distributions()
+    except Exception:   # a broken metadata file must not lose the scan
+        return {}
+    return {top: known[top][0] for top in tops if known.get(top)}
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    entry, module = request["entry"], request["module"]
+    # As `python SCRIPT` and `python -m MODULE` begin: the script's folder, or the start folder
+    # (this process's), first on sys.path; the project is what lies under it.
+    root = os.getcwd() if module else os.path.dirname(os.path.abspath(entry))
+    if getattr(sys.flags, "safe_path", False):
+        pass                    # PYTHONSAFEPATH: the rank puts no folder first either
+    elif sys.path and sys.path[0] == "":
+        sys.path[0] = root      # `python -c` put the current folder there
+    else:
+        sys.path.insert(0, root)
+    print(json.dumps(scan(entry, module, root)))
+
+
+if __name__ == "__main__":
+    main()
