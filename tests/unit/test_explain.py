@@ -56,6 +56,7 @@ def test_each_recorded_failure_gets_its_exact_verdict(name):
 
 CORPUS_EXPECTED = {
     "getfuture": (Kind.EXITED, [0, 1, 2, 3], [], Reason.UNSUPPORTED, Certainty.CERTAIN),
+    "large-timeout": (Kind.NETWORK_STALL, [0, 1, 2, 3], [], Reason.TIMED_OUT, Certainty.LIKELY),
     "port-busy": (Kind.EXITED, [], [], Reason.PORT_IN_USE, Certainty.CERTAIN),
     "refused": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_CONNECT, Certainty.CERTAIN),
     "swallowed": (Kind.EXITED, [], [], Reason.SCRIPT_OPTIONS, Certainty.CERTAIN),
