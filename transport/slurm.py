@@ -95,8 +95,8 @@ def read_job(job_id: str) -> SlurmJob:
     record = _fields(_scontrol("show", "job", "-o", job_id).strip().splitlines()[0])
     state = record.get("JobState", "")
     if state != "RUNNING":
-        raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: preflight runs inside a "
-                         "running allocation (salloc -N N, or from an sbatch script)")
+        raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
+                         "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)")
     names = tuple(_scontrol("show", "hostnames", record.get("NodeList", "")).split())
     info = {}
     for line in _scontrol("show", "node", "-o", ",".join(names)).strip().splitlines():

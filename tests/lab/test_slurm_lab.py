@@ -43,11 +43,12 @@ def slurm_env(lab) -> dict:
     return {**env, **lab_slurm.environment(lab.state)}
 
 
-def in_allocation(lab, tmp_path: Path, *args: str, before: str = "") -> tuple[int, dict, str, list[str]]:
+def in_allocation(lab, tmp_path: Path, *args: str, before: str = "",
+                  report_json: bool = True) -> tuple[int, dict, str, list[str]]:
     """`ddp-preflight --slurm ARGS --json` inside `salloc -N 2`: (exit code, report, stderr, the
     job's steps still listed by squeue once preflight returned)."""
     out, err, steps = tmp_path / "report.json", tmp_path / "stderr.txt", tmp_path / "steps.txt"
-    command = " ".join(shlex.quote(a) for a in [*CLI, "--slurm", "--json", *args])
+    command = " ".join(shlex.quote(a) for a in [*CLI, "--slurm", *(["--json"] if report_json else []), *args])
     script = (f"{before}\n{command} >{out} 2>{err}; code=$?\n"
               f"squeue -h -s -j $SLURM_JOB_ID -o '%i %j' >{steps}\nexit $code\n")
     done = subprocess.run(["salloc", "-N", "2", "--quiet", "bash", "-c", script], env=slurm_env(lab),
@@ -55,7 +56,7 @@ def in_allocation(lab, tmp_path: Path, *args: str, before: str = "") -> tuple[in
     stderr = err.read_text() if err.exists() else done.stderr
     assert "Traceback" not in stderr, stderr
     text = out.read_text() if out.exists() else ""
-    report = json.loads(text) if text.strip() else {}
+    report = json.loads(text) if text.strip() and report_json else {}
     return done.returncode, report, stderr, steps.read_text().split("\n") if steps.exists() else []
 
 
@@ -174,3 +175,71 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+REPO = Path(__file__).resolve().parents[2]
+HANG = REPO / "examples" / "hang_train.py"
+
+
+def test_launch_through_srun_names_a_rank_that_left_the_loop_and_stops_the_step(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    code, report, stderr, steps = in_allocation(
+        lab, tmp_path, "--no-probes", "--launch", "--nproc-per-node", "2", "--stop-on-hang",
+        "--log-dir", str(tmp_path / "run"), "--", str(HANG), "--steps", "500", "--fault", "leave",
+        "--rank", "2", "--at", "5", report_json=False)
+    assert code == 1, stderr[-3000:]
+    assert "hangwatch: DEADLOCK: rank 2 left the loop: idle at hang_train.py:" in stderr, stderr[-3000:]
+    assert "training stopped (hangwatch named a hang (--stop-on-hang)" in stderr, stderr[-3000:]
+    assert steps == [""], steps
+    assert leftovers(lab) == {}
+    assert [p for n in lab.nodes for p in lab.processes(n.name) if b"hang_train.py" in _cmd(p)] == []
+
+
+def test_hangwatch_attach_slurm_job_names_the_rank_of_an_sbatch_run(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    master = lab.node("master").ipv4
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "srun -N2 --ntasks-per-node 1 sh -c 'exec env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 "
+        f"{sys.executable} -m torch.distributed.run --nnodes 2 --nproc-per-node 1 --node-rank $SLURM_NODEID "
+        f"--master-addr {master} --master-port 29517 {HANG} --steps 100000 --fault leave --rank 1 --at 20'\n")
+    env = slurm_env(lab)
+    job = subprocess.run(["sbatch", "--parsable", "-N", "2", "-o", str(tmp_path / "job.out"), str(script)],
+                         env=env, capture_output=True, text=True, timeout=30).stdout.strip()
+    assert job.isdigit(), job
+    try:
+        for _ in range(300):       # the scheduler starts it within a moment: until then it is PENDING
+            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                                   text=True).stdout.strip()
+            if state == "RUNNING":
+                break
+            subprocess.run(["sleep", "0.1"])
+        done = subprocess.run([sys.executable, "-m", "cli.hangwatch", "attach", "--slurm-job", job, "--json",
+                               "--exit-on-hang", "--for", "120", "--incident-dir", str(tmp_path / "incidents")],
+                              env=env, capture_output=True, text=True, timeout=180, cwd=REPO)
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert done.returncode == 1, (done.stdout[-3000:], done.stderr[-3000:])
+        said = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        diagnoses = [e["text"] for e in said if e["event"] == "diagnosis"]
+        assert len(diagnoses) == 1 and diagnoses[0].startswith("DEADLOCK: rank 1 left the loop: idle at hang_train.py:"), \
+            diagnoses
+        # hangwatch's own step is gone; the job's is untouched until it is cancelled.
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"], env=env, capture_output=True,
+                               text=True).stdout.split()
+        assert sorted(steps) == [f"{job}.0", f"{job}.batch"], steps
+    finally:
+        subprocess.run(["scancel", job], env=env, timeout=30)
+    for _ in range(150):
+        if not subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True, text=True).stdout.strip():
+            break
+        subprocess.run(["sleep", "0.2"])
+    assert leftovers(lab) == {}
+    assert [p for n in lab.nodes for p in lab.processes(n.name) if b"hang_train.py" in _cmd(p)] == []
+
+
+def _cmd(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
