@@ -30,6 +30,10 @@ SHIM = "docs/checks/collectives.md#the-get_future-shim"
 
 
 def check_collectives(ctx: Context) -> Iterator[Verdict]:
+    # --scan's findings about the code itself stand whether or not the job could run.
+    alone = _group_only_under_cuda(ctx, (ctx.probes.get("collectives") or {}).get("scan") or {})
+    if alone:
+        yield alone
     data, early = probe_data(ctx, "collectives")
     if early:
         yield early
@@ -129,6 +133,7 @@ def _failure_result(op: str, rows: list[dict], others: list[dict], backend: str,
         if not any(r["mode"] != "async_future" for r in others):
             where += "; blocking calls and wait() work"
     hits = _scan_hits(op, modes, scan)
+    wrapped = _scan_hits(op, modes, scan, wrapped=True)
     seed = " (seed 000)" if future_only and op.startswith("reduce_scatter") and not wrong else ""
     verb = "returns wrong results" if wrong else "fails"
     summary = f"{name} {verb} on {backend} ({where}): {message}{seed}{under}"
@@ -141,6 +146,12 @@ def _failure_result(op: str, rows: list[dict], others: list[dict], backend: str,
             (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
         summary += (f"; all_gather calls that fail if their sizes differ: {shown}" if maybe
                     else f"; the training code calls it at {shown}")
+    elif wrapped:
+        shown = ", ".join(f"{h['file']}:{h['line']}" for h in wrapped[:3]) + \
+            (f" and {len(wrapped) - 3} more" if len(wrapped) > 3 else "")
+        how = sorted({h["wrapped"] for h in wrapped})
+        summary += (f"; --scan found it called only through {' and '.join(how)}, which falls back when "
+                    f"the future is missing ({shown}): not used unwrapped in {scan['path']}")
     elif "sites" in scan:
         summary += f"; --scan found no call to it in {scan['path']}"
     # Only .get_future() missing: blocking calls and wait() work, so it fails the run only if the
@@ -149,7 +160,12 @@ def _failure_result(op: str, rows: list[dict], others: list[dict], backend: str,
         summary += "; code that calls .get_future() on it crashes: --scan PATH finds such calls"
     status = Status.FAIL if (wrong or (hits and not maybe) or (op in COMMON and not future_only)) else Status.WARN
     fix = wrong_numbers(op, modes, dtypes, backend) if wrong else workaround(op, modes, dtypes, backend)
-    details = {**base, "op": op, "failure": _what_failed(first), "failures": rows, "call_sites": hits}
+    details = {**base, "op": op, "failure": _what_failed(first), "failures": rows, "call_sites": hits,
+               "wrapped_call_sites": wrapped}
+    if "sites" in scan and not hits and (op not in COMMON or future_only):
+        # The scanned code never calls it the way it fails (DDP itself may call the common ones,
+        # which no scan sees): what the backend lacks, for the record, not a finding to fix.
+        return Verdict(Status.PASS, None, summary, None, {**details, "workaround": fix})
     return Verdict(status, None, summary, fix, details)
 
 
@@ -185,10 +201,31 @@ def wrong_numbers(op: str, modes: list[str], dtypes: list[str], backend: str) ->
             "it to the backend's developers with the --json output")
 
 
-def _scan_hits(op: str, modes: list[str], scan: dict) -> list[dict]:
+def _scan_hits(op: str, modes: list[str], scan: dict, *, wrapped: bool = False) -> list[dict]:
+    """The call sites that use op in a failing mode: unwrapped ones (default), or those a shim
+    or a try/except around .get_future() already makes safe."""
     sites = scan.get("sites") or []
     wanted = "all_gather" if op == "all_gather_uneven" else op
-    return [s for s in sites if s["op"] == wanted and s["mode"] in modes]
+    return [s for s in sites if s["op"] == wanted and s["mode"] in modes and bool(s.get("wrapped")) is wrapped]
+
+
+def _group_only_under_cuda(ctx: Context, scan: dict) -> Verdict | None:
+    """A CPU run of code that calls init_process_group only under a CUDA condition (nanochat's
+    compute_init): every rank would train alone, in no group, until hangwatch notices."""
+    inits = scan.get("inits") or []
+    if ctx.options.device != "cpu" or not inits or not all(i.get("cuda_only") for i in inits):
+        return None
+    first = inits[0]
+    where = f"{first['file']}:{first['line']}"
+    otherwise = " and ".join(first.get("otherwise") or [])
+    branch = f"elif {otherwise}:" if otherwise else "else:"
+    return Verdict(Status.WARN, None,
+                   f"the training code creates its process group only under CUDA ({where}, inside "
+                   f"`if {first['guard']}:` at line {first['guard_line']}): on this CPU run no rank joins a "
+                   "group and each trains alone (seed 000's compute_init)",
+                   f"in {first['file']}, after that branch: {branch} "
+                   f"dist.init_process_group(backend=\"{ctx.options.backend}\")   # seed 000's first patch",
+                   {"scan_path": scan.get("path"), "inits": inits})
 
 
 def _init_failed(init: list[dict], world: int) -> bool:

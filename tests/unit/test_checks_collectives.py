@@ -421,3 +421,139 @@ if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
     record(sys.argv[2] if len(sys.argv) > 2 else "lab")
 elif __name__ == "__main__" and sys.argv[1:2] == ["record16"]:
     record(sys.argv[2] if len(sys.argv) > 2 else "lab", {"clean": ("collectives",)}, ARTIFACT_16, nproc=8)
+
+
+# --- --scan: shims, unused operations, a group created only under CUDA ----------------------------
+
+SHIMMED = '''\
+import torch.distributed as dist
+
+
+class _AsyncWorkWrapper:
+    def __init__(self, work):
+        self._work = work
+
+    def wait(self):
+        self._work.wait()
+
+
+def _async_op(work):
+    try:
+        return work.get_future()           # NCCL
+    except RuntimeError:
+        return _AsyncWorkWrapper(work)     # Gloo: "Work::getFuture not implemented."
+
+
+def step(out, inp, shards):
+    fut = _async_op(dist.reduce_scatter_tensor(out, inp, async_op=True))
+    work = dist.reduce_scatter(out, shards, async_op=True)
+    try:
+        fut2 = work.get_future()
+    except RuntimeError:
+        fut2 = _AsyncWorkWrapper(work)
+    return fut, fut2
+'''
+
+UNGUARDED = '''\
+import torch.distributed as dist
+
+
+def future_of(work):
+    return work.get_future()
+
+
+def step(out, inp):
+    return future_of(dist.reduce_scatter_tensor(out, inp, async_op=True))
+'''
+
+# nanochat's compute_init as it ships (karpathy/nanochat, nanochat/common.py), cut to its shape.
+COMPUTE_INIT = '''\
+import torch
+import torch.distributed as dist
+
+
+def compute_init(device_type="cuda"):
+    is_ddp_requested, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
+    if is_ddp_requested and device_type == "cuda":
+        device = torch.device("cuda", ddp_local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl", device_id=device)
+        dist.barrier()
+    else:
+        device = torch.device(device_type)
+    return is_ddp_requested, ddp_rank, ddp_local_rank, ddp_world_size, device
+'''
+
+
+def scanned_run(recorded, tmp_path, files: dict[str, str], name="clean", device="cpu", probes=None):
+    for file, text in files.items():
+        (tmp_path / file).write_text(text)
+    probes = copy.deepcopy(recorded[name]["probes"] if probes is None else probes)
+    probes["collectives"]["scan"] = scan(str(tmp_path))
+    art = recorded[name]
+    nodes = tuple(NodeFacts(n["node"], n["facts"], n["error"], n["fix"]) for n in art["nodes"])
+    ctx = Context(nodes, Options(master_addr=art["master_addr"], scan=str(tmp_path), device=device), probes)
+    return list(run_checks(ctx, [BY_ID["collectives"]])), probes["collectives"]["scan"]
+
+
+def test_calls_through_seed_000s_shim_or_a_guarded_future_are_wrapped_not_failing(recorded, tmp_path):
+    results, found = scanned_run(recorded, tmp_path, {"train.py": SHIMMED})
+
+    assert found["shims"] == {"_async_op": True}
+    assert [(s["line"], s["op"], s["mode"], s.get("wrapped")) for s in found["sites"]] == [
+        (20, "reduce_scatter_tensor", "async_future", "_async_op"),
+        (21, "reduce_scatter", "async_future", "try/except")]
+    ops = by_op(results)
+    rs = ops["reduce_scatter_tensor"]
+    # Gloo has no future, the code asks for it only through the fallback: information, no fix.
+    assert (rs.status, rs.fix) == (Status.PASS, None)
+    assert rs.summary.endswith(f"; --scan found it called only through _async_op, which falls back when the "
+                               f"future is missing (train.py:20): not used unwrapped in {tmp_path}")
+    assert [s["line"] for s in rs.details["wrapped_call_sites"]] == [20] and rs.details["call_sites"] == []
+    assert ops["reduce_scatter"].status is Status.PASS and "try/except" in ops["reduce_scatter"].summary
+    # Operations the code never calls are information too: nothing left for --strict to refuse.
+    assert {r.status for r in results} == {Status.PASS}
+    assert refusal(Report(tuple(results)), True) == []
+
+
+def test_a_helper_that_asks_for_the_future_without_a_fallback_is_a_failing_call(recorded, tmp_path):
+    results, found = scanned_run(recorded, tmp_path, {"train.py": UNGUARDED})
+
+    assert found["shims"] == {"future_of": False}
+    assert [(s["line"], s["mode"], s.get("wrapped")) for s in found["sites"]] == [(9, "async_future", None)]
+    rs = by_op(results)["reduce_scatter_tensor"]
+    assert rs.status is Status.FAIL and "the training code calls it at train.py:9" in rs.summary
+
+
+def test_a_group_created_only_under_cuda_is_named_on_a_cpu_run(recorded, tmp_path):
+    results, found = scanned_run(recorded, tmp_path, {"common.py": COMPUTE_INIT})
+
+    assert found["inits"] == [{"line": 10, "call": "dist.init_process_group", "cuda_only": True,
+                               "guard": "is_ddp_requested and device_type == 'cuda'", "guard_line": 7,
+                               "otherwise": ["is_ddp_requested"], "file": "common.py",
+                               "text": 'dist.init_process_group(backend="nccl", device_id=device)'}]
+    alone = [r for r in results if "process group only under CUDA" in r.summary]
+    assert [(r.status, r.summary, r.fix) for r in alone] == [(
+        Status.WARN,
+        "the training code creates its process group only under CUDA (common.py:10, inside "
+        "`if is_ddp_requested and device_type == 'cuda':` at line 7): on this CPU run no rank joins a group "
+        "and each trains alone (seed 000's compute_init)",
+        'in common.py, after that branch: elif is_ddp_requested: dist.init_process_group(backend="gloo")   '
+        "# seed 000's first patch")]
+
+
+def test_the_cuda_only_group_is_named_even_when_the_job_could_not_run(recorded, tmp_path):
+    probes = {"collectives": {"skipped": "the master was not reached"}}
+    results, _ = scanned_run(recorded, tmp_path, {"common.py": COMPUTE_INIT}, probes=probes)
+    assert [r.status for r in results] == [Status.WARN, Status.SKIP]
+
+
+@pytest.mark.parametrize("patched, device", [
+    # Seed 000's patch: a CPU branch beside the CUDA one.
+    (COMPUTE_INIT.replace('    else:\n        device = torch.device(device_type)\n',
+                          '    elif is_ddp_requested:\n        dist.init_process_group(backend="gloo")\n'), "cpu"),
+    (COMPUTE_INIT, "cuda"),           # a CUDA run creates it
+])
+def test_a_group_created_on_cpu_too_or_a_cuda_run_is_not_named(recorded, tmp_path, patched, device):
+    results, found = scanned_run(recorded, tmp_path, {"common.py": patched}, device=device)
+    assert not [r for r in results if "only under CUDA" in r.summary]
