@@ -19,6 +19,7 @@ from . import (
     launch_args,
     nccl,
     network,
+    path_mtu,
     ports,
     processes,
     reachability,
@@ -62,10 +63,13 @@ CHECKS: tuple[Check, ...] = (
           ports.check_master_reachable, needs=("network",)),
     Check("ephemeral-ports", "every node accepts new connections on its ephemeral ports from every other node "
           "(Gloo's listeners), in both directions", ports.check_ephemeral_ports, needs=("network",)),
+    Check("path-mtu", "the largest packet that passes between every pair of nodes, don't-fragment, against "
+          "their interfaces' MTU (a hop that drops large packets hangs the first large collective)",
+          path_mtu.check_path_mtu, needs=("path-mtu",)),
     Check("collectives", "the collectives training uses work over the real backend (a measured matrix)",
           collectives.check_collectives, needs=("collectives",)),
     Check("bandwidth", "all_reduce latency and bus bandwidth between the nodes; communication time per step",
-          bandwidth.check_bandwidth, needs=("bandwidth",)),
+          bandwidth.check_bandwidth, needs=("bandwidth", "path-mtu")),
     Check("compute-balance", "a short matmul benchmark per node: the straggler every step waits for",
           bandwidth.check_compute_balance, needs=("compute",)),
 )

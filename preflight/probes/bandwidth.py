@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from node import protocol
 
+from ..checks.path_mtu import blackholes, lost_words
 from ..facts import Missing
 from ..model import NodeFacts, Options
 from . import torchjob
@@ -35,13 +36,20 @@ def plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list[int]) -> P
     return collective_plan(nodes, options, usable)
 
 
-def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | None = None) -> dict:
+    """`seen`: the path-MTU probe's data, when it ran first."""
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     ranks = plan(nodes, options, usable)
     if ranks.skipped:
         return {"skipped": ranks.skipped}
     if master_port_held(nodes):
         return {"skipped": f"the master port {options.master_port} is held on {nodes[0].node} (see master-port)"}
+    names = {nodes[i].node for i in usable}
+    lost = [p for p in blackholes(seen or {}) if p["src"] in names and p["dst"] in names]
+    if lost:
+        # Its large all_reduce would hang until the job's bound: say what hangs it instead.
+        return {"skipped": f"{lost_words(lost[0])}; a large all_reduce would hang there (see path-mtu)",
+                "path_mtu": lost}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)

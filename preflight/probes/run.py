@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 
 from ..model import NodeFacts, Options
-from . import bandwidth, collectives, compute, network
+from . import bandwidth, collectives, compute, network, path_mtu
 
-PROBES = {
+PROBES: dict[str, Callable[..., dict]] = {
     "network": network.probe,
     "collectives": collectives.probe,
     "bandwidth": bandwidth.probe,
     "compute": compute.probe,
+    "path-mtu": path_mtu.probe,
 }
+# A probe that reads another's data runs after it and gets it: the bandwidth job moves large
+# messages, and a pair whose path drops them would hang it until its bound.
+READS = {"bandwidth": "path-mtu"}
 
 
 def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
-    out = {}
-    for name in names:
+    out: dict = {}
+    for name in sorted(names, key=lambda n: n in READS):
         try:
-            out[name] = PROBES[name](cluster, nodes, options)
+            seen = {"seen": out.get(READS[name])} if name in READS else {}
+            out[name] = PROBES[name](cluster, nodes, options, **seen)
         except Exception as exc:   # a broken probe must not lose the report
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             out[name] = {"error": f"{type(exc).__name__}: {exc} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"}
