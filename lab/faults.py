@@ -5,6 +5,7 @@ to clear it. Each record is plain data, so a crashed process can still be cleane
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -25,6 +26,7 @@ VPN_IFACE = "tailscale0"
 WIFI_IFACE = "wlp3s0"         # the seed worker's wireless interface name
 DEFAULT_WIFI_RATE = "50mbit"
 DEFAULT_BUSY_PORT = "29500"
+DEFAULT_JUMBO_MTU = "9000"
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,21 @@ def _port_busy(state: LabState, node: Node, param: str | None) -> list[dict]:
                    + (" (something else holds it)" if proc.poll() is not None else ""))
 
 
+def _mtu_blackhole(state: LabState, node: Node, param: str | None) -> list[dict]:
+    mtu = param or DEFAULT_JUMBO_MTU
+    if not mtu.isdigit() or not 1500 < int(mtu) <= 65535:
+        raise LabError(f"mtu-blackhole@{node.name}:{mtu}: the MTU must be a number from 1501 to 65535 "
+                       "(the switch's ports stay at 1500)")
+    link = json.loads(run(["ip", "-n", node.netns, "-j", "-d", "link", "show", "dev", node.iface]).stdout)[0]
+    undo = [{"kind": "link_mtu", "netns": node.netns, "dev": node.iface, "mtu": link["mtu"],
+             "gso_max_segs": link.get("gso_max_segs", 65535)}]
+    # Jumbo frames on the node, its switch port left at 1500: the bridge drops every larger frame
+    # and sends no ICMP. One TCP segment per packet, as on a real wire: veth passes a GSO
+    # super-packet of any size through the bridge, and TCP's bulk transfers would slip past.
+    ip_batch([f"link set dev {node.iface} mtu {mtu} gso_max_segs 1"], netns=node.netns)
+    return undo
+
+
 def _shards(state: LabState, node: Node, param: str | None) -> list[dict]:
     make_mismatched(state.path / "dataset", state.node_dir(node.name) / "data", state.shard_count)
     return [{"kind": "shards", "node": node.name}]
@@ -161,6 +178,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "binds loopback", _loopback_host),
     FaultKind("port-busy", "002", "a leftover train.py process holds the master port "
               "(default 29500)", _port_busy, DEFAULT_BUSY_PORT),
+    FaultKind("mtu-blackhole", "none: issue 17", "sets the node's LAN interface to MTU 9000 (or PARAM) "
+              "while its switch port stays at 1500: larger packets vanish without an ICMP reply", _mtu_blackhole,
+              DEFAULT_JUMBO_MTU),
     FaultKind("shards", "001, 004", "the node's data folder holds fewer shards than the "
               "master's, and one of them differs", _shards),
 ]}

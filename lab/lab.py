@@ -307,7 +307,7 @@ def _teardown(state: LabState) -> DownReport:
             report.stopped.extend(pids)
     for fault in reversed(state.faults):
         for record in reversed(fault.undo):
-            if record["kind"] not in ("hosts", "shards", "rename", "qdisc"):
+            if record["kind"] not in ("hosts", "shards", "rename", "qdisc", "link_mtu"):
                 _undo(state, record, report.problems)   # the rest goes with the namespaces
     for record in reversed(state.undo):
         _undo(state, record, report.problems)
@@ -359,6 +359,9 @@ def _undo(state: LabState, record: dict, problems: list[str]) -> None:
         elif kind == "qdisc":
             run(["tc", "-n", record["netns"], "qdisc", "del", "dev", record["dev"], "root"],
                 check=False)
+        elif kind == "link_mtu":
+            ip_batch([f"link set dev {record['dev']} mtu {record['mtu']} gso_max_segs {record['gso_max_segs']}"],
+                     netns=record["netns"])
         elif kind == "rename":
             node = state.node(record["node"])
             ip_batch(_rename_commands(record["from"], record["to"], node), netns=node.netns)

@@ -1,0 +1,118 @@
+"""Jumbo frames on the nodes behind the lab's 1500-byte switch (mtu-blackhole): a real large
+Gloo all_reduce hangs while a small one passes, and preflight names path-mtu on the exact pairs
+before any job could hang on it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from preflight.probes import bandwidth
+
+from .ddp import ssh
+from .test_preflight_lab import by, preflight
+
+JOB = Path(__file__).parent / "large_allreduce.py"
+LARGE = 64 << 20
+
+
+def link(lab, netns: str, dev: str) -> tuple[int, int]:
+    """(mtu, gso_max_segs) of a link, read with ip -d."""
+    from lab.system import run
+    info = json.loads(run(["ip", "-n", netns, "-j", "-d", "link", "show", "dev", dev]).stdout)[0]
+    return info["mtu"], info["gso_max_segs"]
+
+
+def all_reduce(lab, port: int, pg_timeout: float = 15) -> dict[str, dict[str, dict]]:
+    """Each node's steps of large_allreduce.py (small, then 64 MiB), by node and step."""
+    master = lab.node("master").ipv4
+
+    def one(rank: int) -> tuple[str, dict[str, dict]]:
+        node = ("master", "worker1")[rank]
+        command = (f"GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PG_TIMEOUT={pg_timeout} LARGE_BYTES={LARGE} "
+                   f"RANK={rank} WORLD_SIZE=2 MASTER_ADDR={master} MASTER_PORT={port} "
+                   f"{shlex.quote(sys.executable)} {shlex.quote(str(JOB))}")
+        done = ssh(lab, node, command, timeout=pg_timeout * 4 + 60)
+        steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"step"')]
+        return node, {s["step"]: s for s in steps}
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(one, range(2)))
+
+
+def test_the_fault_sets_jumbo_frames_on_the_node_and_leaves_its_switch_port_at_1500(clean_lab):
+    lab = clean_lab
+    node = lab.node("worker1")
+    assert link(lab, node.netns, "eth0") == (1500, 65535)
+    lab.add_fault("mtu-blackhole@worker1:4000")
+    assert link(lab, node.netns, "eth0") == (4000, 1)
+    assert link(lab, lab.state.switch_netns, node.switch_port)[0] == 1500
+    lab.clear_faults(["mtu-blackhole@worker1"])
+    assert link(lab, node.netns, "eth0") == (1500, 65535)
+
+
+def test_a_clean_lab_passes_path_mtu_on_every_pair_and_the_large_all_reduce_completes(clean_lab):
+    _, report = preflight(clean_lab, "--only", "path-mtu", expect=0)
+    got = {(r["node"], r["status"], r["summary"]) for r in report["results"]}
+    assert got == {
+        ("master", "pass", "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)"),
+        ("worker1", "pass", "don't-fragment packets from worker1's eth0 reach master at full size (1500 bytes)")}
+    steps = all_reduce(clean_lab, port=29560)
+    assert all(s["small"]["ok"] and s["large"]["ok"] for s in steps.values()), steps
+
+
+def test_jumbo_frames_behind_a_1500_hop_hang_a_large_all_reduce_and_preflight_names_both_directions_first(clean_lab):
+    lab = clean_lab
+    lab.add_fault("mtu-blackhole@master")
+    lab.add_fault("mtu-blackhole@worker1")
+
+    started = time.monotonic()
+    _, report = preflight(lab, "--only", "path-mtu,bandwidth", expect=1)
+    took = time.monotonic() - started
+    print(f"\npreflight --only path-mtu,bandwidth with the fault: {took:.1f} s")
+    # Named without waiting out the bandwidth job's bound first: that job never started.
+    assert took < bandwidth.TIMEOUT, took
+    fix = ("on {a}: sudo ip link set dev eth0 mtu 1500; on {b}: sudo ip link set dev eth0 mtu 1500   # what "
+           "passes between {a} and {b}; or make every hop between them (switch port, VLAN, tunnel) carry "
+           "9000-byte packets")
+    summary = ("{a} -> {b}: packets over 1500 bytes are lost without an ICMP reply (eth0 MTU 9000 on both ends): "
+               "TCP sends 9000-byte packets that way, so connections open and small collectives work but the first "
+               "large one hangs")
+    assert {(r["node"], r["status"], r["summary"], r["fix"]) for r in by(report, "path-mtu")} == {
+        (a, "fail", summary.format(a=a, b=b), fix.format(a=a, b=b))
+        for a, b in (("master", "worker1"), ("worker1", "master"))}
+    skipped = by(report, "bandwidth")
+    assert [(r["status"], r["summary"], r["fix"]) for r in skipped] == [
+        ("skip", "not probed: master -> worker1: packets over 1500 bytes are lost without an ICMP reply (eth0 MTU "
+                 "9000 on both ends); a large all_reduce would hang there (see path-mtu)", None)]
+    for r in by(report, "path-mtu"):
+        print(f"path-mtu {r['node']}: {r['details']['pair']['seconds']} s for its pair, "
+              f"probe stage {r['details']['probe_seconds']} s")
+
+    # The real thing: the small all_reduce passes, the 64 MiB one hangs until TCP gives up
+    # retransmitting its full-size segments (ETIMEDOUT from Gloo's writev).
+    steps = all_reduce(lab, port=29561)
+    print(f"all_reduce steps: {steps}")
+    assert all(s["small"]["ok"] for s in steps.values()), steps
+    assert not any(s["large"]["ok"] for s in steps.values()), steps
+    assert any("Connection timed out" in s["large"]["error"] for s in steps.values()), steps
+
+
+def test_jumbo_frames_on_one_end_only_warn_and_tcp_stays_under_the_other_ends_mtu(clean_lab):
+    lab = clean_lab
+    lab.add_fault("mtu-blackhole@worker1")
+    _, report = preflight(lab, "--only", "path-mtu", expect=0)
+    assert {(r["node"], r["status"], r["summary"], r["fix"]) for r in by(report, "path-mtu")} == {
+        ("worker1", "warn", "worker1 -> master: packets over 1500 bytes are lost without an ICMP reply (worker1's "
+                            "eth0 MTU 9000, master's eth0 MTU 1500): TCP to master stays at 1500 bytes (master's MTU), "
+                            "so Gloo works; anything larger worker1 sends that way is lost",
+         "on worker1: sudo ip link set dev eth0 mtu 1500   # what passes between worker1 and master; or make every "
+         "hop between them (switch port, VLAN, tunnel) carry 9000-byte packets"),
+        ("master", "pass", "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)", None)}
+    # What the warning says: the large all_reduce goes through.
+    steps = all_reduce(lab, port=29562)
+    assert all(s["small"]["ok"] and s["large"]["ok"] for s in steps.values()), steps
