@@ -62,7 +62,8 @@ CHECKS: tuple[Check, ...] = (
     Check("master-reachable", "every worker opens a TCP connection to the master's address and port",
           ports.check_master_reachable, needs=("network",)),
     Check("ephemeral-ports", "every node accepts new connections on its ephemeral ports from every other node "
-          "(Gloo's listeners), in both directions", ports.check_ephemeral_ports, needs=("network",)),
+          "(Gloo's listeners), in both directions, and from itself with several ranks per node",
+          ports.check_ephemeral_ports, needs=("network",)),
     Check("path-mtu", "the largest packet that passes between every pair of nodes, don't-fragment, against "
           "their interfaces' MTU (a hop that drops large packets hangs the first large collective)",
           path_mtu.check_path_mtu, needs=("path-mtu",)),

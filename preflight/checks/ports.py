@@ -1,4 +1,6 @@
-"""master-reachable and ephemeral-ports: judged from what the network probe saw."""
+"""master-reachable and ephemeral-ports: judged from what the network probe saw. Every path is
+judged on its own: into a node from the other nodes, and from a node to itself (its ranks
+connect to each other on its own address when it runs more than one)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
         yield early
         return
     master = data["master"]
+    if not master:
+        yield Verdict(Status.SKIP, ctx.master.node, "one node: no worker dials the master")
+        return
     if "error" in master:
         yield Verdict(Status.SKIP, ctx.master.node,
                       f"not probed: the probe could not listen on the master port ({master['error']}); see master-port")
@@ -72,48 +77,87 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
     for dst, listener in data["listeners"].items():
         if dst in data["errors"] or "ports" not in listener:
             continue
-        into = [p for p in data["pairs"] if p["dst"] == dst and p["kind"] != "master"]
-        blocked: dict = {}
-        for pair in into:
-            bad = (pair["kind"] == "listener" and pair["outcome"] != "open") or \
-                  (pair["kind"] == "closed" and pair["outcome"] in ("filtered", "rejected"))
-            if bad:
-                blocked.setdefault(pair["src"], pair)
-        low, high = listener["range"]
-        details = {"address": listener["address"], "range": [low, high], "pairs": into,
-                   "turned_away": listener.get("rejected", 0)}
-        if not blocked:
-            sources = sorted({p["src"] for p in into})
-            yield Verdict(Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
-                          f"from {', '.join(sources)}", None, details)
-            continue
-        gloo_uses, broken = [], []
-        for src, pair in blocked.items():
-            src_address = data["listeners"].get(src, {}).get("address")
-            order = _lower(listener["address"], src_address) if src_address else None
-            if pair["outcome"] == "unreachable" or order is None:
-                broken.append(src)       # no path, or two address families: Gloo fails either way
-            elif order:
-                gloo_uses.append(src)    # the lower address listens, the higher connects (gloo Device::isInitiator)
-        what = "; ".join(f"from {src}: {MEANING.get(p['outcome'], p['outcome'])}" for src, p in sorted(blocked.items()))
-        node = by_name.get(dst)
-        subnet = _subnet(node, listener["address"]) if node else listener["address"]
-        fix = (f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}   "
-               f"# or nftables: sudo nft insert rule inet filter input ip{'6' if ':' in subnet else ''} saddr {subnet} "
-               f"tcp dport {low}-{high} accept")
-        if broken:
-            yield Verdict(Status.FAIL, dst,
-                          f"{dst}'s ephemeral ports at {listener['address']} cannot be reached {what}: Gloo cannot "
-                          "connect these nodes in either direction (see address-family and interface-choice)",
-                          f"on {dst}: export GLOO_SOCKET_IFNAME=<the interface that reaches the others>", details)
-        elif gloo_uses:
-            yield Verdict(Status.FAIL, dst,
-                          f"new connections to {dst}'s ephemeral ports are blocked {what}. {dst} has the lower address, "
-                          f"so it listens and {', '.join(sorted(gloo_uses))} {'connects' if len(gloo_uses) == 1 else 'connect'}: "
-                          "Gloo's process-group creation "
-                          "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
-        else:
-            yield Verdict(Status.WARN, dst,
-                          f"new connections to {dst}'s ephemeral ports are blocked {what}. Gloo happens to connect "
-                          f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
-                          "new addresses can need this direction", fix, details)
+        into = [p for p in data["pairs"] if p["dst"] == dst and p["src"] != dst and p["kind"] != "master"]
+        if into:           # one node: no other node dials it
+            yield _from_others(dst, listener, into, data, by_name.get(dst))
+        own = [p for p in data["pairs"] if p["dst"] == dst and p["src"] == dst and p["kind"] != "master"]
+        if own:            # more than one rank per node
+            yield _own_path(dst, listener, own, data.get("nproc_per_node", 2))
+
+
+def _from_others(dst: str, listener: dict, into: list[dict], data: dict, node: NodeFacts | None) -> Verdict:
+    """The other nodes dialling this node's ephemeral ports, judged in Gloo's direction."""
+    blocked: dict = {}
+    for pair in into:
+        if _blocks(pair):
+            blocked.setdefault(pair["src"], pair)
+    low, high = listener["range"]
+    details = {"address": listener["address"], "range": [low, high], "pairs": into,
+               "turned_away": listener.get("rejected", 0)}
+    if not blocked:
+        sources = sorted({p["src"] for p in into})
+        return Verdict(Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
+                       f"from {', '.join(sources)}", None, details)
+    gloo_uses, broken = [], []
+    for src, pair in blocked.items():
+        src_address = data["listeners"].get(src, {}).get("address")
+        order = _lower(listener["address"], src_address) if src_address else None
+        if pair["outcome"] == "unreachable" or order is None:
+            broken.append(src)       # no path, or two address families: Gloo fails either way
+        elif order:
+            gloo_uses.append(src)    # the lower address listens, the higher connects (gloo Device::isInitiator)
+    what = "; ".join(f"from {src}: {MEANING.get(p['outcome'], p['outcome'])}" for src, p in sorted(blocked.items()))
+    subnet = _subnet(node, listener["address"]) if node else listener["address"]
+    fix = (f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}   "
+           f"# or nftables: sudo nft insert rule inet filter input ip{'6' if ':' in subnet else ''} saddr {subnet} "
+           f"tcp dport {low}-{high} accept")
+    if broken:
+        return Verdict(Status.FAIL, dst,
+                       f"{dst}'s ephemeral ports at {listener['address']} cannot be reached {what}: Gloo cannot "
+                       "connect these nodes in either direction (see address-family and interface-choice)",
+                       f"on {dst}: export GLOO_SOCKET_IFNAME=<the interface that reaches the others>", details)
+    if gloo_uses:
+        return Verdict(Status.FAIL, dst,
+                       f"new connections to {dst}'s ephemeral ports are blocked {what}. {dst} has the lower address, "
+                       f"so it listens and {', '.join(sorted(gloo_uses))} "
+                       f"{'connects' if len(gloo_uses) == 1 else 'connect'}: Gloo's process-group creation "
+                       "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
+    return Verdict(Status.WARN, dst,
+                   f"new connections to {dst}'s ephemeral ports are blocked {what}. Gloo happens to connect "
+                   f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
+                   "new addresses can need this direction", fix, details)
+
+
+def _blocks(pair: dict) -> bool:
+    """An attempt that shows the path blocked: a listening port not opened, or the free port
+    dropped or rejected instead of refused."""
+    return (pair["kind"] == "listener" and pair["outcome"] != "open") or \
+           (pair["kind"] == "closed" and pair["outcome"] in ("filtered", "rejected"))
+
+
+def _own_path(name: str, listener: dict, pairs: list[dict], ranks: int) -> Verdict:
+    """The node dialling its own Gloo address, as its ranks do with each other. The connection
+    never leaves the host, and Linux delivers it on lo even to the node's LAN address, so only
+    the host's own input rules can block it: a firewall whose drop comes before any accept for
+    lo (or for the node's own address)."""
+    address, (low, high) = listener["address"], listener["range"]
+    path = f"{name} -> itself at {address}:{low}-{high}"
+    details = {"path": "self", "address": address, "range": [low, high], "pairs": pairs,
+               "ranks_per_node": ranks}
+    blocked = [p for p in pairs if _blocks(p)]
+    if not blocked:
+        return Verdict(Status.PASS, name, f"{path}: new connections open (its {ranks} ranks connect to each other "
+                       "there)", None, details)
+    first = blocked[0]
+    what = MEANING.get(first["outcome"], first["outcome"]) + (f" ({first['detail']})" if first.get("detail") else "")
+    summary = (f"{path}: new connections are {what}; its {ranks} ranks connect to each other there, so Gloo's "
+               "process-group creation hangs, then fails in connectFullMesh ('Connect timeout')")
+    if first["outcome"] not in ("filtered", "rejected", "refused"):
+        return Verdict(Status.FAIL, name, summary, None, details)
+    # The path never leaves the host: only its own input rules can stop it.
+    ip = "ip6" if ":" in address else "ip"
+    fix = (f"on {name}: sudo nft insert rule inet filter input iif lo accept   # its traffic to itself, to "
+           f"{address} too, arrives on lo; or for that address alone: sudo nft insert rule inet filter input "
+           f"{ip} saddr {address} {ip} daddr {address} accept; with ufw: sudo ufw allow in on lo")
+    return Verdict(Status.FAIL, name, f"{summary}. The path never leaves {name}: its own firewall "
+                   f"{'drops' if first['outcome'] == 'filtered' else 'rejects'} it", fix, details)

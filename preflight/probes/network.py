@@ -1,8 +1,10 @@
 """The network probe: can every node open new TCP connections to every other node's
-ephemeral ports (where Gloo listens), and to the master's port (the rendezvous)?
+ephemeral ports (where Gloo listens), to its own (with more than one rank per node, its ranks
+connect to each other there), and to the master's port (the rendezvous)?
 
-Listeners bind only the address under test (what Gloo will bind), live only for the probe,
-and answer only connections that present this run's random token."""
+Listeners bind only the address under test (what the ranks will bind: the address on the
+interface preflight chose, which launch pins), live only for the probe, and answer only
+connections that present this run's random token."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import threading
 
 from node import protocol
 
-from ..checks.network import route_to_master
-from ..facts import Missing
-from ..model import NodeFacts, Options
+from ..checks.network import route_to_master, toward_master
+from ..facts import Interface, Missing
+from ..model import Context, NodeFacts, Options
 
 CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow
 READY_TIMEOUT = 20.0
@@ -23,11 +25,28 @@ READY_TIMEOUT = 20.0
 DEFAULT_EPHEMERAL_PORTS = [32768, 60999]     # Linux's, when the node's could not be read
 
 
-def _bind_address(node: NodeFacts) -> str | None:
-    """What Gloo will bind there; else the address the master reached the node at."""
+def rank_address(node: NodeFacts, options: Options) -> tuple[str | None, str | None]:
+    """The address the ranks will bind there, and its interface: the address Gloo takes on the
+    interface preflight chose (GLOO_SOCKET_IFNAME, as the probes' torchrun jobs and launch pin
+    it); else what Gloo binds unpinned; else the address the master reached the node at. A node
+    whose unpinned bind is wrong (another family, loopback) is address-family's finding: probing
+    the address it will use once pinned keeps a firewall there from hiding behind it."""
+    iface = toward_master(Context((node,), options), node)     # the choice torchjob.node_env pins
+    pinned = _gloo_address(iface) if iface is not None and iface.name != "lo" else None
+    if pinned:
+        return pinned, iface.name if iface else None
     network = node.parsed.network
     bind = network if isinstance(network, Missing) else network.gloo_bind
-    return (None if isinstance(bind, Missing) else bind.address) or _reached_at(node)
+    if not isinstance(bind, Missing) and bind.address:
+        return bind.address, bind.interface
+    return _reached_at(node), None
+
+
+def _gloo_address(iface: Interface) -> str | None:
+    """The address Gloo binds on a named interface: its first IPv4, else a global IPv6 (the
+    rule node/facts/network.gloo_bind applies to GLOO_SOCKET_IFNAME)."""
+    ordered = sorted(iface.addresses, key=lambda a: (a.family, a.scope == "link"))
+    return ordered[0].address if ordered else None
 
 
 def _reached_at(node: NodeFacts) -> str | None:
@@ -58,28 +77,33 @@ class _Ready:
 
 def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
-    if len(usable) < 2 or 0 not in usable:
+    # With more than one rank per node, the ranks of a node connect to each other on its own
+    # address: a path to probe even on one node.
+    own = options.nproc_per_node > 1
+    if 0 not in usable or (len(usable) < 2 and not own):
         return {"skipped": "needs the master and at least one more reachable node"}
     token = secrets.token_hex(16)
     names = {i: nodes[i].node for i in usable}
-    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}}
+    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node}
 
     # 1. Listeners: two kernel-chosen ephemeral ports (as Gloo's) and one closed port per node,
     #    and the master port on the master.
     jobs, ready = {}, {}
     for i in usable:
-        address = _bind_address(nodes[i])
+        address, interface = rank_address(nodes[i], options)
         port_range = _ephemeral_ports(nodes[i])
         ready[i] = _Ready()
         spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
                 "range": port_range, "duration": 60}
         jobs[i] = _agent(cluster, i, spec, 70, ready[i])
-        out["listeners"][names[i]] = {"address": address, "range": port_range}
+        out["listeners"][names[i]] = {"address": address, "interface": interface, "range": port_range}
     master_route = route_to_master(nodes[0])
     master_ip = (None if isinstance(master_route, Missing) else master_route.address) or _reached_at(nodes[0])
     master_ready = _Ready()
-    master_job = _agent(cluster, 0, {"mode": "listen", "address": master_ip, "ports": [options.master_port],
-                                     "closed": 0, "token": token, "duration": 60}, 70, master_ready)
+    master_job = None
+    if len(usable) > 1:       # workers dial the master port; one node has none
+        master_job = _agent(cluster, 0, {"mode": "listen", "address": master_ip, "ports": [options.master_port],
+                                         "closed": 0, "token": token, "duration": 60}, 70, master_ready)
     try:
         for i in usable:
             if not ready[i].event.wait(READY_TIMEOUT):
@@ -88,23 +112,25 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                 out["errors"][names[i]] = ready[i].data["error"]
             else:
                 out["listeners"][names[i]].update(ready[i].data)
-        master_ready.event.wait(READY_TIMEOUT)
-        out["master"] = {"address": options.master_addr, "ip": master_ip, "port": options.master_port,
-                         **(master_ready.data or {"error": "the listener did not start"})}
+        if master_job is not None:
+            master_ready.event.wait(READY_TIMEOUT)
+            out["master"] = {"address": options.master_addr, "ip": master_ip, "port": options.master_port,
+                             **(master_ready.data or {"error": "the listener did not start"})}
 
-        # 2. Every node connects to every other node's ports, and workers to the master port.
+        # 2. Every node connects to every other node's ports (and to its own, when it runs more
+        #    than one rank), and workers to the master port: all of a node's dials at once.
         connectors = {}
         for i in usable:
             targets = []
             for j in usable:
                 listener = out["listeners"][names[j]]
-                if j == i or "ports" not in listener:
+                if (j == i and not own) or "ports" not in listener:
                     continue
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener"}
                             for p in listener["ports"]]
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "closed"}
                             for p in listener.get("closed", [])]
-            if i != 0 and "error" not in out["master"]:
+            if i != 0 and out["master"] and "error" not in out["master"]:
                 # As the worker will dial it: the name or address it is given, resolved there.
                 targets.append({"dst": names[0], "address": options.master_addr or master_ip,
                                 "port": options.master_port, "kind": "master"})
@@ -120,13 +146,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
             out["pairs"] += [{"src": names[i], **r} for r in lines[-1]]
     finally:
         # 3. Stop every listener; each reports what it accepted and what it turned away.
-        for job in [*jobs.values(), master_job]:
+        for job in [*jobs.values(), *([master_job] if master_job else [])]:
             job.stop()
         for i, job in jobs.items():
             stats = job.wait(15).json_lines(protocol.RESULT)
             if stats:
                 out["listeners"][names[i]].update(stats[-1])
-        master_stats = master_job.wait(15).json_lines(protocol.RESULT)
+        master_stats = master_job.wait(15).json_lines(protocol.RESULT) if master_job else None
         if master_stats:
             out["master"].update(master_stats[-1])
     return out

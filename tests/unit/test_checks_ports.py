@@ -5,6 +5,7 @@ import json
 
 from preflight.checks import BY_ID, run_checks
 from preflight.model import Context, NodeFacts, Options, Status
+from preflight.probes.network import rank_address
 
 from .facts_fixtures import _recorded
 
@@ -70,3 +71,96 @@ def test_an_unreachable_master_port_fails_with_the_rule_to_add():
     result = results(art, probes)[("master-reachable", "worker1")]
     assert result.status is Status.FAIL and "rendezvous will time out" in result.summary
     assert "port 29500" in result.fix
+
+
+def listed(art, probes=None, checks=PORT_CHECKS):
+    """Every result as (check, node, status), sorted: a node can have two ephemeral-ports results."""
+    return sorted((r.check, r.node, r.status.value) for r in run_checks(ctx_of(art, probes), checks))
+
+
+def own_path(art, node, probes=None):
+    return next(r for r in run_checks(ctx_of(art, probes), PORT_CHECKS)
+                if r.node == node and r.details.get("path") == "self")
+
+
+def test_a_firewall_without_a_loopback_exemption_fails_the_master_to_itself():
+    # Recorded: firewall-self@master, --nproc-per-node 2. Between the nodes only the master's
+    # inbound side is dropped (a warning: it has the higher address); to itself it is a failure.
+    art = load("lab_probe_self_firewall")
+    assert listed(art) == [("ephemeral-ports", "master", "fail"), ("ephemeral-ports", "master", "warn"),
+                           ("ephemeral-ports", "worker1", "pass"), ("ephemeral-ports", "worker1", "pass"),
+                           ("master-reachable", "worker1", "pass")]
+    result = own_path(art, "master")
+    assert result.summary == (
+        "master -> itself at 10.213.4.200:32768-60999: new connections are silently dropped (a firewall); its 2 "
+        "ranks connect to each other there, so Gloo's process-group creation hangs, then fails in connectFullMesh "
+        "('Connect timeout'). The path never leaves master: its own firewall drops it")
+    assert result.fix == (
+        "on master: sudo nft insert rule inet filter input iif lo accept   # its traffic to itself, to "
+        "10.213.4.200 too, arrives on lo; or for that address alone: sudo nft insert rule inet filter input ip "
+        "saddr 10.213.4.200 ip daddr 10.213.4.200 accept; with ufw: sudo ufw allow in on lo")
+    assert {(p["src"], p["dst"]) for p in result.details["pairs"]} == {("master", "master")}
+    assert own_path(art, "worker1").summary == ("worker1 -> itself at 10.213.4.11:32768-60999: new connections "
+                                                "open (its 2 ranks connect to each other there)")
+
+
+def test_a_reject_rule_on_the_node_to_itself_is_named_as_such():
+    art = load("lab_probe_self_firewall")
+    probes = copy.deepcopy(art["probes"])
+    for pair in probes["network"]["pairs"]:
+        if pair["src"] == pair["dst"] == "master":
+            pair["outcome"] = "refused"     # derived: a REJECT rule with a TCP reset
+    result = own_path(art, "master", probes)
+    assert result.status is Status.FAIL and result.summary.endswith("its own firewall rejects it")
+    assert "iif lo accept" in result.fix
+
+
+def test_a_node_to_itself_that_fails_without_a_firewall_offers_no_firewall_fix():
+    art = load("lab_probe_self_firewall")
+    probes = copy.deepcopy(art["probes"])
+    for pair in probes["network"]["pairs"]:
+        if pair["src"] == pair["dst"] == "master":
+            pair.update(outcome="unreachable", detail="EADDRNOTAVAIL: Cannot assign requested address")  # derived
+    result = own_path(art, "master", probes)
+    assert result.status is Status.FAIL and result.fix is None
+    assert "unreachable (no route, or another address family) (EADDRNOTAVAIL" in result.summary
+
+
+def test_one_node_with_two_ranks_judges_only_the_node_to_itself():
+    art = load("lab_probe_self_firewall")
+    probes = copy.deepcopy(art["probes"])
+    network = probes["network"]
+    network["listeners"] = {"master": network["listeners"]["master"]}
+    network["pairs"] = [p for p in network["pairs"] if p["src"] == p["dst"] == "master"]
+    network["master"] = {}          # as the probe leaves it: no worker dials the master port
+    got = run_checks(ctx_of(art, probes), PORT_CHECKS)
+    assert sorted((r.check, r.node, r.status.value) for r in got) == [
+        ("ephemeral-ports", "master", "fail"), ("master-reachable", "master", "skip")]
+    assert next(r for r in got if r.check == "master-reachable").summary == "one node: no worker dials the master"
+
+
+def test_two_faults_on_one_node_are_two_results_each_with_its_own_fix():
+    # Recorded: vpn-ipv6@worker1 and firewall@worker1. Gloo would bind the VPN's IPv6 address
+    # (address-family's finding); the probe listened where the ranks bind once pinned, eth0's
+    # IPv4, and found the firewall there too.
+    art = load("lab_probe_two_faults")
+    checks = [BY_ID["address-family"], *PORT_CHECKS]
+    got = [r for r in run_checks(ctx_of(art), checks) if r.status is not Status.PASS]
+    assert sorted((r.check, r.node, r.status.value) for r in got) == [
+        ("address-family", "worker1", "fail"), ("ephemeral-ports", "worker1", "fail")]
+    family, ports = sorted(got, key=lambda r: r.check)
+    assert family.fix is not None and family.fix.startswith("export GLOO_SOCKET_IFNAME=eth0")
+    assert ports.details["address"] == "10.213.4.11"
+    assert "from master: silently dropped" in ports.summary and "master connects" in ports.summary
+    assert ports.fix is not None and ports.fix.startswith("on worker1: sudo ufw allow from 10.213.4.0/24 proto tcp")
+
+
+def test_the_probe_listens_where_the_ranks_bind_once_the_interface_is_pinned():
+    # worker1's hostname resolves to the VPN's IPv6 address (what Gloo binds unpinned); the
+    # interface preflight chose toward the master is eth0, whose IPv4 address the ranks bind.
+    art = load("lab_probe_two_faults")
+    ctx = ctx_of(art)
+    worker = ctx.nodes[1]
+    assert worker.parsed.network.gloo_bind.address == "fd7a:115c:a1e0::11"
+    assert rank_address(worker, ctx.options) == ("10.213.4.11", "eth0")
+    assert rank_address(ctx.master, ctx.options) == ("10.213.4.200", "eth0")

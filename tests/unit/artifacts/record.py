@@ -1,5 +1,5 @@
 """Re-record the facts artifacts from a running lab (root):
-python tests/unit/artifacts/record.py NAME [PROBE,...]
+[DDP_PREFLIGHT_LAB=LAB] [DDP_PREFLIGHT_NPROC=N] python tests/unit/artifacts/record.py NAME [PROBE,...]
 
 Writes NAME.json: the real facts each lab node reported, as the checks receive them."""
 
@@ -17,14 +17,15 @@ from preflight.cluster import Cluster, Target, gather  # noqa: E402
 
 lab = Lab.open(os.environ.get("DDP_PREFLIGHT_LAB", "lab"))
 targets = [Target(n.name, sys.executable, str(lab.state.data_dir)) for n in lab.nodes]
-request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": 1,
+nproc = int(os.environ.get("DDP_PREFLIGHT_NPROC", "1"))     # ranks per node the probes plan for
+request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": nproc,
            "launch_args": ["-m", "scripts.base_train", "--run=x", "--depth", "4"]}
 probe_names = sys.argv[2].split(",") if len(sys.argv) > 2 else []
 with Cluster(targets, str(lab.ssh_config)) as cluster:
     nodes, master_addr = gather(cluster, request)
-    options = Options(master_addr=master_addr, data_dir=str(lab.state.data_dir))
+    options = Options(master_addr=master_addr, data_dir=str(lab.state.data_dir), nproc_per_node=nproc)
     probes = run_probes(probe_names, cluster, tuple(nodes), options) if probe_names else {}
-out = {"faults": lab.status()["nodes"], "master_addr": master_addr, "probes": probes,
+out = {"faults": lab.status()["nodes"], "master_addr": master_addr, "nproc_per_node": nproc, "probes": probes,
        "nodes": [{"node": n.node, "facts": dict(n.facts), "error": n.error, "fix": n.fix} for n in nodes]}
 path = Path(__file__).parent / f"{sys.argv[1]}.json"
 path.write_text(json.dumps(out, indent=1, default=str) + "\n")
