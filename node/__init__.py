@@ -1,6 +1,6 @@
 """Everything that runs ON a node, and the protocol both sides speak.
 
-Standard library only (torch, xxhash, blake3 and psutil are used where the node's training
+Standard library only (torch, xxhash and blake3 are used where the node's training
 environment has them, and only inside the modules that need them), Python 3.8 or newer: a node
 needs nothing installed but its training Python.
 
