@@ -112,7 +112,7 @@ class _Channel(Process):
 
     def __init__(self, step: SlurmStep, task: str, number: int):
         self.step, self.task, self.number = step, task, number
-        self.output: queue.Queue[bytes] = queue.Queue()
+        self.output: queue.Queue[bytes | None] = queue.Queue()     # None: the step ended
         self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
         self._stderr_done = threading.Event()
         self._exit: int | None = None
@@ -137,7 +137,7 @@ class _Channel(Process):
 
     def lost(self) -> None:
         """The step ended under it: no more frames will come."""
-        self.output.put(b"")
+        self.output.put(None)
         self._stderr_done.set()
         self._ended.set()
 
@@ -160,7 +160,11 @@ class _Channel(Process):
             self.step.send(self.task, self.number, "eof")
 
     def read(self) -> bytes:
-        return self.output.get()
+        data = self.output.get()
+        if data is None:
+            self.output.put(None)
+            raise ConnectionError(self.step.why_ended())
+        return data
 
     def wait(self, timeout: float | None = None) -> int | None:
         if not self._ended.wait(timeout):
@@ -332,8 +336,17 @@ class SlurmStep:
                 proc.wait()
         self._ended.wait(5)
 
-    def stderr_lines(self) -> list[str]:
-        return list(self._stderr)
+    def why_ended(self) -> str:
+        """Why the step ended under running programs, in Slurm's words when it said any."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                pass
+        said = [line for line in self._stderr if "CANCELLED" in line or "error" in line]
+        code = self.proc.returncode if self.proc is not None else None
+        return (f"the srun step ended (exit code {code})" if code is not None else "the srun step ended") + \
+            (f": {said[-1].strip()}" if said else "")
 
 
 class SlurmNode(Node):

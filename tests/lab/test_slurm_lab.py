@@ -243,3 +243,25 @@ def _cmd(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_scancel_of_the_step_mid_run_stops_everything_and_says_so(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    out = tmp_path / "launch.out"
+    command = " ".join(shlex.quote(a) for a in [*CLI, "--slurm", "--no-probes", "--launch", "--log-dir",
+                                                str(tmp_path / "run"), "--", str(HANG), "--steps", "100000"])
+    # Once training runs (a step line came back), cancel preflight's own step, as an admin would.
+    script = (f"{command} >{out} 2>&1 & P=$!\n"
+              f"until grep -q 'step 5 ' {out} || ! kill -0 $P 2>/dev/null; do sleep 0.2; done\n"
+              "S=$(squeue -h -s -j $SLURM_JOB_ID -o '%i %j' | awk '$2==\"ddp-preflight\"{print $1}')\n"
+              "scancel $S; wait $P; echo \"exit $?\"\n"
+              "squeue -h -s -j $SLURM_JOB_ID -o '%i %j'\n")
+    done = subprocess.run(["salloc", "-N", "2", "--quiet", "bash", "-c", script], env=slurm_env(lab),
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    said = out.read_text()
+    assert "Traceback" not in said, said[-3000:]
+    assert "step 5 " in said, said[-3000:]
+    assert done.stdout.split("\n") == ["exit 1", ""], (done.stdout, said[-3000:])
+    assert "ddp-preflight: training failed on " in said and "the srun step ended" in said, said[-3000:]
+    assert leftovers(lab) == {}
+    assert [p for n in lab.nodes for p in lab.processes(n.name) if b"hang_train.py" in _cmd(p)] == []
