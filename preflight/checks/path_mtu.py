@@ -108,9 +108,13 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
                           f"anything larger {src} sends that way is lost",
                           _fix(pair, size, [src]), details)
     for src, ok in fine.items():
-        parts = [f"{p['dst']} at full size ({p['passed']} bytes)" if p["outcome"] == "fits" else
-                 f"{p['dst']} up to {p['passed']} bytes, as a hop said with ICMP 'fragmentation needed' "
-                 "(TCP adapts to it)" for p in ok]
+        full: dict[int, list[str]] = {}
+        for p in ok:
+            if p["outcome"] == "fits":
+                full.setdefault(p["passed"], []).append(p["dst"])
+        parts = [f"{', '.join(dsts)} at full size ({size} bytes)" for size, dsts in full.items()]
+        parts += [f"{p['dst']} up to {p['passed']} bytes, as a hop said with ICMP 'fragmentation needed' "
+                  "(TCP adapts to it)" for p in ok if p["outcome"] != "fits"]
         yield Verdict(Status.PASS, src, f"don't-fragment packets from {src}'s "
                       f"{ok[0].get('src_interface') or 'interface'} reach {', '.join(parts)}", None,
                       {"pairs": [dict(p) for p in ok], "probe_seconds": data.get("seconds")})

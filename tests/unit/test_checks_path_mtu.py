@@ -89,3 +89,12 @@ def test_a_probe_that_did_not_run_is_a_skip_or_an_error_never_a_pass():
     probes["path-mtu"]["pairs"] = []
     assert results(art, probes) == [
         ("path-mtu", "worker1", Status.ERROR, "worker1: the path-MTU probe did not run: the echo did not start", None)]
+
+
+def test_the_destinations_that_pass_at_one_size_are_named_in_one_clause():
+    art = load("lab_path_mtu_clean")
+    probes = copy.deepcopy(art["probes"])
+    pairs = probes["path-mtu"]["pairs"]
+    pairs.append({**pairs[0], "dst": "worker2"})        # derived: a third node, reached the same way
+    got = {r[1]: r for r in results(art, probes)}
+    assert got["master"][3] == "don't-fragment packets from master's eth0 reach worker1, worker2 at full size (1500 bytes)"
