@@ -22,6 +22,7 @@ from .state import LabState, Node
 from .system import ip_batch, process_start_ticks, run
 
 FIREWALL_TABLE = "ddp_lab_firewall"
+FIREWALL_SELF_TABLE = "filter"     # the Debian default's name: preflight's nft fix pastes as printed
 VPN_IFACE = "tailscale0"
 WIFI_IFACE = "wlp3s0"         # the seed worker's wireless interface name
 DEFAULT_WIFI_RATE = "50mbit"
@@ -44,23 +45,35 @@ def ephemeral_range(node: Node) -> tuple[int, int]:
     return int(text[0]), int(text[1])
 
 
-def _firewall(state: LabState, node: Node, param: str | None) -> list[dict]:
+def _drop_ephemeral(node: Node, table: str, exempt_lo: bool) -> list[dict]:
     low, high = ephemeral_range(node)
-    # Like a default ufw: answers and ssh pass, new inbound connections to the ephemeral
-    # range (where Gloo listens) are dropped silently, not refused.
+    # Answers and ssh pass, new inbound connections to the ephemeral range (where Gloo
+    # listens) are dropped silently, not refused.
     rules = f"""
-table inet {FIREWALL_TABLE} {{
+table inet {table} {{
   chain input {{
     type filter hook input priority filter; policy accept;
     ct state established,related accept
-    iifname "lo" accept
+    {'iifname "lo" accept' if exempt_lo else ''}
     tcp dport 22 accept
     tcp dport {low}-{high} ct state new drop
   }}
 }}
 """
     run(["ip", "netns", "exec", node.netns, "nft", "-f", "-"], input=rules)
-    return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": FIREWALL_TABLE}]
+    return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": table}]
+
+
+def _firewall(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # Like a default ufw, which accepts everything on lo first.
+    return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True)
+
+
+def _firewall_self(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A hand-written ruleset without `iif lo accept`: the node's own connections to its
+    # ephemeral ports arrive on lo (to its LAN address too) and are dropped like anyone's,
+    # so two ranks on this node cannot connect to each other.
+    return _drop_ephemeral(node, FIREWALL_SELF_TABLE, exempt_lo=False)
 
 
 def _vpn_ipv6(state: LabState, node: Node, param: str | None) -> list[dict]:
@@ -170,6 +183,9 @@ def _shards(state: LabState, node: Node, param: str | None) -> list[dict]:
 FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("firewall", "002", "nftables drops new inbound TCP to the node's ephemeral ports "
               "(ssh and established traffic pass), like a default ufw", _firewall),
+    FaultKind("firewall-self", "002, ranks on one node", "like firewall, without exempting lo: the node's own new "
+              "connections to its ephemeral ports (to its LAN address too) are dropped, so its ranks cannot "
+              "connect to each other", _firewall_self),
     FaultKind("vpn-ipv6", "004", f"adds {VPN_IFACE} with only an IPv6 address and makes the "
               "hostname resolve to it, so Gloo binds IPv6 there", _vpn_ipv6),
     FaultKind("wifi", "001, 004", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "

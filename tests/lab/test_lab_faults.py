@@ -2,7 +2,7 @@
 
 import json
 
-from lab.faults import FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
+from lab.faults import FIREWALL_SELF_TABLE, FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
 
 
 def py(lab, node, code, *args, timeout=30):
@@ -51,6 +51,28 @@ def test_firewall_drops_new_inbound_ephemeral_connections_but_not_ssh(clean_lab)
         assert connect_outcome(lab, "worker1", lab.node("master").ipv4, 22) == "open"
         lab.clear_faults(["firewall@worker1"])
         assert connect_outcome(lab, "master", worker.ipv4, 40000) == "open"
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+def test_firewall_self_drops_the_nodes_own_connections_to_its_lan_address_and_firewall_does_not(clean_lab):
+    lab = clean_lab
+    worker = lab.node("worker1")
+    listener = listen_in(lab, "worker1", 40000)
+    try:
+        lab.add_fault("firewall@worker1")      # exempts lo: a connection to its own address arrives there
+        assert connect_outcome(lab, "worker1", worker.ipv4, 40000) == "open"
+        lab.clear_faults(["firewall@worker1"])
+        lab.add_fault("firewall-self@worker1")
+        rules = lab.exec("worker1", ["nft", "list", "table", "inet", FIREWALL_SELF_TABLE]).stdout
+        assert "32768-60999" in rules and "drop" in rules and '"lo"' not in rules
+        assert connect_outcome(lab, "worker1", worker.ipv4, 40000) == "filtered"
+        assert connect_outcome(lab, "master", worker.ipv4, 40000) == "filtered"
+        assert connect_outcome(lab, "master", worker.ipv4, 22) == "open"
+        lab.clear_faults(["firewall-self@worker1"])
+        assert connect_outcome(lab, "worker1", worker.ipv4, 40000) == "open"
+        assert lab.exec("worker1", ["nft", "list", "ruleset"]).stdout.strip() == ""
     finally:
         listener.kill()
         listener.wait()

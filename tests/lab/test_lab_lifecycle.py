@@ -45,7 +45,7 @@ def test_down_leaves_nothing_behind_even_with_every_fault(lab):
     # `lab` (the session's) is up too: the snapshot includes it, and it must survive.
     before = snapshot()
     name = "d" + secrets.token_hex(3)
-    faults = ["firewall@worker1", "vpn-ipv6@worker1", "wifi@worker2", "loopback-host@worker2",
+    faults = ["firewall@worker1", "firewall-self@master", "vpn-ipv6@worker1", "wifi@worker2", "loopback-host@worker2",
               "port-busy@master", "shards@worker1"]
     other, built = Lab.up(name, nodes=3, faults=faults)
     assert built

@@ -61,11 +61,14 @@ def test_a_dropped_master_port_fails_master_reachable(clean_lab):
         clean_lab.exec("master", ["nft", "delete", "table", "inet", "probe_test"])
 
 
-def test_an_ipv6_only_listener_is_unreachable_from_the_ipv4_master(clean_lab):
+def test_an_ipv6_only_bind_is_address_familys_finding_and_the_pinned_address_is_probed(clean_lab):
+    # Gloo would bind the VPN's IPv6 address unpinned: address-family says so, with the pin. The
+    # probe listens where the ranks will bind once pinned (eth0's IPv4), which is open.
     clean_lab.add_fault("vpn-ipv6@worker1")
-    _, report = preflight(clean_lab, *ONLY, expect=1)
-    result = by(report, "ephemeral-ports", "worker1")
-    assert result["status"] == "fail" and "unreachable" in result["summary"]
+    _, report = preflight(clean_lab, "--only", "address-family,master-reachable,ephemeral-ports", expect=1)
+    assert failing(report) == {("address-family", "worker1")}
+    ports = by(report, "ephemeral-ports", "worker1")
+    assert ports["status"] == "pass" and ports["details"]["address"] == clean_lab.node("worker1").ipv4
 
 
 def test_a_stranger_without_the_token_is_turned_away_and_counted(clean_lab):
@@ -96,3 +99,92 @@ def test_a_stranger_without_the_token_is_turned_away_and_counted(clean_lab):
     thread.join()
     assert seen.get("answer") == "b''"                  # closed without the OK
     assert by(report, "ephemeral-ports", "worker1")["details"]["turned_away"] >= 1
+
+
+def results_of(report):
+    """Every result as (check, node, status), in order: a node can have two ephemeral-ports results."""
+    return sorted((r["check"], r["node"], r["status"]) for r in report["results"])
+
+
+def failing(report):
+    return {(r["check"], r["node"]) for r in report["results"] if r["status"] in ("fail", "error")}
+
+
+def test_with_two_ranks_per_node_every_node_to_itself_is_probed_and_passes(clean_lab):
+    _, report = preflight(clean_lab, *ONLY, "--nproc-per-node", "2", expect=0)
+    assert results_of(report) == [("ephemeral-ports", "master", "pass"), ("ephemeral-ports", "master", "pass"),
+                                  ("ephemeral-ports", "worker1", "pass"), ("ephemeral-ports", "worker1", "pass"),
+                                  ("master-reachable", "worker1", "pass")]
+    own = [r for r in report["results"] if r["details"].get("path") == "self"]
+    assert {r["node"] for r in own} == {"master", "worker1"}
+    for r in own:
+        assert {(p["src"], p["dst"], p["kind"], p["outcome"]) for p in r["details"]["pairs"]} == {
+            (r["node"], r["node"], "listener", "open"), (r["node"], r["node"], "closed", "refused")}
+
+
+def test_a_firewall_without_a_loopback_exemption_fails_the_master_to_itself(clean_lab):
+    # The master has the lab's highest address: Gloo never listens there for another node, so
+    # the drop between nodes is a warning; its two ranks still dial each other there, over lo.
+    clean_lab.add_fault("firewall-self@master")
+    _, report = preflight(clean_lab, *ONLY, "--nproc-per-node", "2", expect=1)
+    assert failing(report) == {("ephemeral-ports", "master")}
+    assert results_of(report) == [("ephemeral-ports", "master", "fail"), ("ephemeral-ports", "master", "warn"),
+                                  ("ephemeral-ports", "worker1", "pass"), ("ephemeral-ports", "worker1", "pass"),
+                                  ("master-reachable", "worker1", "pass")]
+    result = next(r for r in report["results"] if r["status"] == "fail")
+    ip = clean_lab.node("master").ipv4
+    low, high = by(report, "ephemeral-ports", "worker1")["details"]["range"]
+    assert result["summary"] == (
+        f"master -> itself at {ip}:{low}-{high}: new connections are silently dropped (a firewall); its 2 ranks "
+        "connect to each other there, so Gloo's process-group creation hangs, then fails in connectFullMesh "
+        "('Connect timeout'). The path never leaves master: its own firewall drops it")
+    assert result["fix"].startswith("on master: sudo nft insert rule inet filter input iif lo accept   #")
+    # The fix, pasted as printed (the lab's ruleset is the Debian-named `inet filter`), opens the path.
+    command = result["fix"].removeprefix("on master: sudo ").split("   #")[0].split()
+    clean_lab.exec("master", command, check=True)
+    _, fixed = preflight(clean_lab, *ONLY, "--nproc-per-node", "2", expect=0)
+    assert failing(fixed) == set()
+
+
+def test_with_one_rank_per_node_the_node_to_itself_is_not_probed(clean_lab):
+    clean_lab.add_fault("firewall-self@master")
+    _, report = preflight(clean_lab, *ONLY, expect=0)
+    assert results_of(report) == [("ephemeral-ports", "master", "warn"), ("ephemeral-ports", "worker1", "pass"),
+                                  ("master-reachable", "worker1", "pass")]
+
+
+def test_one_node_with_two_ranks_probes_the_node_to_itself(clean_lab):
+    clean_lab.add_fault("firewall-self@master")
+    _, report = preflight(clean_lab, *ONLY, "--nproc-per-node", "2", hosts=("master",), expect=1)
+    assert results_of(report) == [("ephemeral-ports", "master", "fail"), ("master-reachable", "master", "skip")]
+    assert by(report, "ephemeral-ports", "master")["summary"].startswith(
+        f"master -> itself at {clean_lab.node('master').ipv4}:")
+
+
+def test_a_real_two_by_two_torchrun_fails_and_the_collectives_result_names_the_path(clean_lab):
+    # The collectives probe is a real torchrun, 2 nodes x 2 ranks over Gloo: rank 1 on the master
+    # cannot dial rank 0 on the master's own address.
+    clean_lab.add_fault("firewall-self@master")
+    _, report = preflight(clean_lab, "--only", "ephemeral-ports,collectives", "--nproc-per-node", "2", expect=1)
+    assert failing(report) == {("ephemeral-ports", "master"), ("collectives", None)}
+    collectives = next(r for r in report["results"] if r["check"] == "collectives")
+    own = next(r for r in report["results"] if r["details"].get("path") == "self")
+    assert "likely cause: ephemeral-ports on master: master -> itself at" in collectives["summary"]
+    assert collectives["fix"] == own["fix"]
+
+
+def test_two_faults_on_one_node_are_two_results_each_with_its_own_fix(clean_lab):
+    # An IPv6-only VPN address that Gloo would bind, and a firewall on the LAN address it binds
+    # once pinned: the first must not hide the second.
+    clean_lab.add_fault("vpn-ipv6@worker1")
+    clean_lab.add_fault("firewall@worker1")
+    _, report = preflight(clean_lab, "--only", "address-family,interface-choice,master-reachable,ephemeral-ports",
+                          expect=1)
+    assert failing(report) == {("address-family", "worker1"), ("ephemeral-ports", "worker1")}
+    family, ports = by(report, "address-family", "worker1"), by(report, "ephemeral-ports", "worker1")
+    assert family["fix"].startswith("export GLOO_SOCKET_IFNAME=eth0")
+    assert ports["details"]["address"] == clean_lab.node("worker1").ipv4
+    assert "from master: silently dropped" in ports["summary"]
+    assert ports["fix"].startswith("on worker1: sudo ufw allow from ") and "32768:60999" in ports["fix"]
+    # The warning is interface-choice's view of the same bind, with the same fix as address-family.
+    assert by(report, "interface-choice", "worker1")["status"] == "warn"
