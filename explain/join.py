@@ -41,7 +41,7 @@ def last_entered(seen: RankSeen) -> Entered | None:
         summary = flight.get("summary")
         if summary:
             return Entered(seen.rank, summary["seq"], summary.get("op"), summary.get("completed"),
-                           flight.get("frame"), Quote(flight["path"], None, f"rank {seen.rank}: last collective "
+                           flight.get("frame") or seen.frame, Quote(flight["path"], None, f"rank {seen.rank}: last collective "
                                                                            f"#{summary['seq']} {summary.get('op')}"))
         best, completed = None, None
         for entry in flight["entries"]:
@@ -65,7 +65,7 @@ def last_entered(seen: RankSeen) -> Entered | None:
         if best is None:
             return None
         op = str(best.get("profiling_name") or "").split(":")[-1] or None
-        frame = _own_frame(best.get("frames"))
+        frame = _own_frame(best.get("frames")) or seen.frame
         return Entered(seen.rank, best["collective_seq_id"], op, completed if completed is not None and
                        completed >= 0 else None, frame,
                        Quote(flight["path"], None, f"rank {seen.rank}: collective #{best['collective_seq_id']} {op} "

@@ -87,6 +87,8 @@ def read_bundle(gathered: Gathered, path: str) -> None:
         if not isinstance(e, dict):
             continue
         seen = gathered.rank(e.get("node"), e.get("rank"))
+        if isinstance(e.get("frame"), str) and seen.frame is None:
+            seen.frame = e["frame"]
         if e.get("exit") and seen.exit is None:
             seen.exit = e["exit"]
             seen.exit_quotes.append(Quote(path, None, f"rank {e.get('rank')}: {e['exit']}"))

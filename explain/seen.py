@@ -38,7 +38,7 @@ class RankSeen:
     completed: int | None = None
     watchdog_quotes: list[Quote] = field(default_factory=list)
     flight: dict | None = None              # its Flight Recorder: {"entries": [...], "path": str}
-    last_step: int | None = None
+    frame: str | None = None                # where a live watcher saw it ("train.py:88": an incident bundle)
 
     @property
     def label(self) -> str:

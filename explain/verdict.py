@@ -363,8 +363,8 @@ def _evidence(g: Gathered, root: _Root) -> list[Evidence]:
         out.append(Evidence(
             node=seen.node or "", pid=0 if seen.rank is not None else key, rank=seen.rank,
             state=S.EXITED if ended else (S.COLLECTIVE if place else S.UNKNOWN), reason=reason,
-            op=place.op if place else None, frame=(exception.where if exception else None) or (place.frame if place
-                                                                                             else None),
+            op=place.op if place else None,
+            frame=(exception.where if exception else None) or (place.frame if place else None) or seen.frame,
             function=info.function if info else None, exit=seen.exit, exception=exception,
             seq=place.seq if place else None, seq_op=place.op if place else None,
             completed=place.completed if place else None, quote=str(quote) if quote else None,

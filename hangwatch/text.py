@@ -478,7 +478,8 @@ def never_entered(d: Diagnosis) -> str:
     parts = []
     for key in d.culprits:
         e = by[key]
-        last = f" (its last: #{e.seq}{' ' + e.seq_op if e.seq_op else ''})" if e.seq is not None else ""
+        last = f" (its last: #{e.seq}{' ' + e.seq_op if e.seq_op else ''}" if e.seq is not None else ""
+        last += (f"{'; ' if last else ' ('}it was at {e.frame})" if e.frame else ")" if last else "")
         parts.append(f"{e.label} never entered {op} #{top}{last}")
     return (f"{'; '.join(parts)}, which {who(e.key for e in issued)} issued" + (f" at {frame}" if frame else "")
             + (f"; {d.unknown_why}" if d.unknown_why else ""))

@@ -188,6 +188,9 @@ class Launch:
                 pass     # a broken viewer must not stop the reading of a node's output
 
     def _marker(self, node: NodePlan, data: dict) -> None:
+        if data.get("kind") in ("flight", "error_file"):
+            self._keep(node, data)
+            return
         with self._lock:
             state = self.nodes[node.node]
             if data.get("kind") == "error":
@@ -218,6 +221,19 @@ class Launch:
         for r in ended:
             status = ExitStatus(code=r.exit) if r.exit is not None else ExitStatus(signal=r.signal)
             self._tell(self.on_rank_end, r.node, r.rank, r.pid, status)
+
+    def _keep(self, node: NodePlan, data: dict) -> None:
+        """A rank's evidence into the log folder, for `ddp-preflight explain`: its Flight Recorder
+        (flight-rank-N.json) and its torchelastic error file (error-rank-N.json), secrets redacted."""
+        if not self._logs or not isinstance(data.get("local_rank"), int):
+            return
+        rank = self._global(node, data)
+        if data["kind"] == "flight" and isinstance(data.get("trace"), dict):
+            self._logs.write_json(f"flight-rank-{rank}.json", redact_json(
+                {"rank": rank, "node": node.node, "pid": data.get("pid"), "flight": data["trace"]}))
+        elif data["kind"] == "error_file" and isinstance(data.get("document"), dict):
+            self._logs.write_json(f"error-rank-{rank}.json", redact_json(
+                {"rank": rank, "node": node.node, **data["document"]}))
 
     def _global(self, node: NodePlan, entry: dict) -> int:
         """A marker's rank entry's global rank (static rendezvous: node rank x ranks per node + local)."""

@@ -237,6 +237,57 @@ def _read_own(name, folder, uid, remove=False):
     return b"".join(chunks)
 
 
+# -- what the launch program keeps ---------------------------------------------------------------
+
+KEPT_ENTRIES = 64        # the last collectives of a dump kept in the run's log folder (enough to join by sequence)
+
+
+def collect(folder, pids, wait=3.0):
+    """Every listed rank's whole Flight Recorder (torch's JSON, its last KEPT_ENTRIES entries), asked
+    at once through rank_bootstrap.py's thread in the launch program's own folder: {pid: trace}.
+    Ranks that do not answer within `wait` seconds (gone, or no thread) are left out."""
+    fd = open_folder(folder, os.getuid())
+    if not isinstance(fd, int):
+        return {}
+    try:
+        asked = []
+        for pid in pids:
+            if not _exists("%d.ready" % pid, fd):
+                continue
+            try:
+                os.close(os.open("%d.request" % pid, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                                 dir_fd=fd))
+            except FileExistsError:
+                pass
+            except OSError:
+                continue
+            asked.append(pid)
+        found = {}
+        deadline = time.monotonic() + wait
+        while asked and time.monotonic() < deadline:
+            for pid in list(asked):
+                if not _exists("%d.json" % pid, fd):
+                    continue
+                asked.remove(pid)
+                raw = _read_own("%d.json" % pid, fd, os.getuid(), remove=True)
+                try:
+                    trace = json.loads(raw) if not isinstance(raw, dict) else raw
+                except ValueError:
+                    continue
+                found[pid] = trimmed(trace)
+            time.sleep(0.05)
+        return found
+    finally:
+        os.close(fd)
+
+
+def trimmed(trace):
+    """A dump with its last KEPT_ENTRIES entries (its status and groups kept whole)."""
+    if isinstance(trace, dict) and isinstance(trace.get("entries"), list):
+        return {**trace, "entries": trace["entries"][-KEPT_ENTRIES:]}
+    return trace
+
+
 # -- reading a dump -------------------------------------------------------------------------------
 
 PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))

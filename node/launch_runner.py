@@ -19,8 +19,13 @@ Marked stdout lines, MARKER + JSON:
   {"kind": "stopping", "t": epoch s, "ranks": [{"local_rank", "rank", "pid"}], "failed": [local ranks]}
                                                             torchrun begins to stop the ranks still
                                                             running (one ended, or it was signalled)
+  {"kind": "flight", "local_rank", "rank", "pid", "trace": torch's Flight Recorder JSON (its last entries)}
+                                                            each rank still running, right after "stopping"
+  {"kind": "error_file", "local_rank", "rank", "document": torchelastic's error file}
+                                                            each rank that left one, before "exits"
   {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}"""
 
+import json
 import os
 import pkgutil
 import sys
@@ -65,12 +70,42 @@ def watch_ranks():
                 if running:
                     say("stopping", t=time.time(), ranks=running,
                         failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
+                    keep_flight(running)
             except Exception:
                 pass        # a line that cannot be written (the master gone) must not keep the ranks running
             return close(self, *args, **kwargs)
 
         api.SubprocessContext._close = _close
     return contexts, True
+
+
+def keep_flight(running):
+    """Before torchrun stops the ranks still running (one ended, or the run is stopped): each one's
+    Flight Recorder, one marked line per rank, for the run's log folder (explain joins them by
+    sequence number). Bounded: the ranks that do not answer within a few seconds are left out."""
+    folder = os.environ.get(flight.FOLDER_VARIABLE)
+    if not folder:
+        return
+    dumps = flight.collect(folder, [r["pid"] for r in running])
+    for r in running:
+        if r["pid"] in dumps:
+            say("flight", local_rank=r["local_rank"], rank=r["rank"], pid=r["pid"], trace=dumps[r["pid"]])
+
+
+def keep_error_files(contexts, logs):
+    """Each rank's torchelastic error file (torchrun gives every rank its own under its --log-dir;
+    rank_bootstrap.py writes it when the script raises), one marked line each."""
+    for context in contexts[-1:]:
+        for lr in sorted(context.subprocess_handlers):
+            for root, _dirs, files in os.walk(logs):
+                if "error.json" in files and os.path.basename(root) == str(lr):
+                    try:
+                        with open(os.path.join(root, "error.json")) as f:
+                            document = json.load(f)
+                    except (OSError, ValueError):
+                        continue
+                    say("error_file", local_rank=lr, rank=rank_of(context, lr), document=document)
+                    break
 
 
 def rank_of(context, local_rank):
@@ -162,6 +197,10 @@ def main(spec, work):
             text = (str(exc).strip().splitlines() or [""])[-1][:400]
             say("error", message=f"torchrun failed: {type(exc).__name__}: {text}", fix=None)
     finally:
+        try:
+            keep_error_files(contexts, logs)
+        except Exception:
+            pass         # the run's end must be said whatever its evidence
         say("exits", code=code, ranks=exits(contexts))
     sys.stdout.flush()
     os._exit(code)       # torchrun's log tailing threads must not hold the exit

@@ -116,6 +116,25 @@ def record_ending(folder, how, exc=None, code=None):
         pass
 
 
+def record_error_file(exc):
+    """torchelastic's error file for this rank (TORCHELASTIC_ERROR_FILE, which torchrun sets per rank),
+    as its @record decorator writes it, for a script that does not use @record: torchrun's summary
+    then shows the traceback, and ddp-preflight --launch keeps it in the run's log folder. A file
+    already there (the script's own @record) is left as it is. Never raises."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    try:
+        import traceback
+        callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        data = {"message": {"message": "%s: %s" % (type(exc).__name__, exc),
+                            "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}}
+        with os.fdopen(os.open(path, CREATE, 0o600), "w") as f:
+            f.write(json.dumps(data))
+    except Exception:
+        pass
+
+
 def exit_code(exc):
     """The exit code a SystemExit gives, as the interpreter computes it."""
     if exc.code is None:
@@ -201,6 +220,8 @@ if __name__ == "__main__":
         exc.__traceback__ = _scripts_own(exc.__traceback__)
         if _folder:
             record_ending(_folder, "raised", exc)
+        if not isinstance(exc, KeyboardInterrupt):
+            record_error_file(exc)
         raise
     else:
         if _folder:

@@ -1,0 +1,60 @@
+"""`ddp-preflight explain` on what a real `--launch` left: the evidence is kept by default (every
+rank's Flight Recorder when the run is stopped, torchelastic's error file of a rank that raised),
+with no change to the training script, and explain names the rank from it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .test_launch_lab import REPO, assert_nothing_left, command, counts
+
+HANG = REPO / "examples" / "hang_train.py"
+
+
+def launched(lab, tmp_path, *script_args):
+    argv = command(lab, tmp_path, "--no-probes", "--stop-on-hang")
+    argv = argv[:argv.index("--") + 1] + [str(HANG), *script_args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
+    return tmp_path / "run"
+
+
+def explained(folder):
+    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", str(folder), "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert run.returncode == 1, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_a_rank_that_leaves_the_loop_is_named_from_the_ranks_sequence_numbers(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    folder = launched(clean_lab, tmp_path, "--steps", "500", "--fault", "leave", "--rank", "2", "--at", "6")
+    assert sorted(p.name for p in folder.glob("flight-rank-*.json")) == [f"flight-rank-{r}.json" for r in range(4)]
+    data = explained(folder)
+    d = data["diagnosis"]
+    assert (d["kind"], d["culprits"], d["candidates"], d["reason"], d["certainty"]) == \
+        ("deadlock", [2], [], "behind", "certain")
+    seqs = {e["rank"]: e["seq"] for e in d["evidence"]}
+    top = seqs[0]
+    assert seqs == {0: top, 1: top, 2: top - 1, 3: top}
+    assert d["summary"].startswith(f"rank 2 never entered all_reduce #{top} (its last: #{top - 1} all_reduce; it was "
+                                   "at hang_train.py:"), d["summary"]
+    assert ", which ranks 0,1,3 issued at hang_train.py:" in d["summary"], d["summary"]
+    # The remedies of uneven data, from the one causes catalogue hangwatch uses too.
+    assert all(w in d["causes"][0] for w in ("drop_last=True", "Join", "all_reduce per step", "equal shards"))
+    assert [q["path"].rsplit("/", 1)[1] for q in data["quotes"]][:1] == ["flight-rank-2.json"]
+    assert_nothing_left(clean_lab, before)
+
+
+def test_a_rank_that_raises_leaves_its_error_file_in_the_log_folder(clean_lab, tmp_path):
+    before = counts(clean_lab)
+    folder = launched(clean_lab, tmp_path, "--steps", "60", "--fault", "raise", "--rank", "3", "--at", "5")
+    error = json.loads((folder / "error-rank-3.json").read_text())
+    assert (error["rank"], error["node"], error["message"]["message"]) == (3, "worker1", "RuntimeError: bad batch at step 5")
+    assert "hang_train.py" in error["message"]["extraInfo"]["py_callstack"]
+    d = explained(folder)["diagnosis"]
+    assert (d["kind"], d["culprits"], d["reason"], d["certainty"]) == ("exited", [3], "raised", "certain")
+    assert_nothing_left(clean_lab, before)
