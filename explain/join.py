@@ -65,11 +65,12 @@ def last_entered(seen: RankSeen) -> Entered | None:
         if best is None:
             return None
         op = str(best.get("profiling_name") or "").split(":")[-1] or None
-        frame = _own_frame(best.get("frames")) or seen.frame
+        own = _own_frame(best.get("frames"))       # what the dump itself says (its quote says no more)
+        frame = own or seen.frame
         return Entered(seen.rank, best["collective_seq_id"], op, completed if completed is not None and
                        completed >= 0 else None, frame,
                        Quote(flight["path"], None, f"rank {seen.rank}: collective #{best['collective_seq_id']} {op} "
-                                                   f"{best.get('state')}" + (f" at {frame}" if frame else "")))
+                                                   f"{best.get('state')}" + (f" at {own}" if own else "")))
     if seen.watchdog is not None and seen.watchdog.seq is not None:
         return Entered(seen.rank, seen.watchdog.seq, seen.watchdog.op, seen.completed, None, seen.watchdog_quotes[0])
     return None

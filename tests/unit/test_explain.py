@@ -155,3 +155,27 @@ def test_stdin_json_and_exit_codes():
     clean = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-"], input=b"step 1 loss 2.0\n",
                            capture_output=True, cwd=root)
     assert clean.returncode == 0 and clean.stdout.startswith(b"no failure found")
+
+
+def test_a_launch_folder_joins_the_ranks_flight_recorders_by_sequence_number():
+    # A real --launch of a rank that leaves the loop at step 6, stopped by --stop-on-hang: every
+    # rank's Flight Recorder kept, and hangwatch's bundle with where each rank was.
+    e, d = verdict(CORPUS / "launch-leave")
+    assert (d.kind, list(d.culprits), list(d.candidates), d.reason, d.certainty) == \
+        (Kind.DEADLOCK, [2], [], Reason.BEHIND, Certainty.CERTAIN)
+    assert d.summary == ("rank 2 never entered all_reduce #12 (its last: #11 all_reduce; it was at hang_train.py:212), "
+                         "which ranks 0,1,3 issued at hang_train.py:140")
+    assert str(e.quotes[0]) == f"{CORPUS / 'launch-leave' / 'flight-rank-2.json'}: rank 2: collective #11 all_reduce scheduled"
+    # The dumps alone name the same rank, without the lines only the live watcher saw.
+    _, alone = verdict(*sorted((CORPUS / "launch-leave").glob("flight-rank-*.json")))
+    assert (alone.kind, list(alone.culprits), alone.reason) == (Kind.DEADLOCK, [2], Reason.BEHIND)
+    assert alone.summary == "rank 2 never entered all_reduce #12 (its last: #11 all_reduce), which ranks 0,1,3 issued"
+
+
+def test_uneven_data_gets_the_standard_remedies_from_the_one_catalogue_hangwatch_uses():
+    from hangwatch.causes import CAUSES, UNEVEN_DATA
+    for words in ("equal shards", "drop_last=True", "Join context manager", "one all_reduce per step"):
+        assert words in UNEVEN_DATA
+    assert UNEVEN_DATA in CAUSES[Reason.LEFT_LOOP] and UNEVEN_DATA in CAUSES[Reason.BEHIND][0]
+    _, d = verdict(CORPUS / "launch-leave")
+    assert list(d.causes) == list(CAUSES[Reason.BEHIND])
