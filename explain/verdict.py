@@ -250,14 +250,16 @@ def _rendezvous(g: Gathered, said: list[NodeSaid], ranks: list[RankSeen]) -> _Ro
     client_nodes = sorted({n.node for n in said if n.node and n.said.detail.get("side") == "client"} |
                           {r.node for r in ranks if r.node and r.said and r.said.detail.get("side") == "client"})
     quotes = _quotes(said) + _quotes(ranks)
+    waiting = (f"the store waited {waited['seconds']} s and {waited['joined']} of {waited['world']} torchruns joined"
+               if waited else None)
     if client_nodes:
+        said_by_client = next((d["said"] for d in details if d.get("said")), "it timed out")
         return _Root(Kind.RENDEZVOUS_STALL, Reason.CANNOT_REACH_STORE, nodes=client_nodes, store=store,
-                     culprits=sorted(_key(r, g) for r in ranks), quotes=quotes, named_by_words=False)
-    why = (f"the store waited {waited['seconds']} s and {waited['joined']} of {waited['world']} joined" if waited
-           else "the rendezvous timed out")
+                     culprits=sorted(_key(r, g) for r in ranks), quotes=quotes,
+                     unknown_why=said_by_client + (f"; {waiting}" if waiting else ""))
     return _Root(Kind.RENDEZVOUS_STALL, Reason.NEVER_CHECKED_IN, certainty=Certainty.UNSURE, store=store,
-                 nodes=sorted({n.node for n in said if n.node}), unknown_why=why, quotes=quotes,
-                 named_by_words=False)
+                 nodes=sorted({n.node for n in said if n.node}), unknown_why=waiting or "the rendezvous timed out",
+                 quotes=quotes)
 
 
 def _unsupported_fix(g: Gathered) -> str | None:

@@ -46,7 +46,7 @@ CONNECT = re.compile(r"connectFullMesh failed with .*?(?P<why>Connect timeout|Co
 IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
 PORT = re.compile(r"port: (?P<port>\d+)")
 WAITING_CLIENTS = re.compile(r"Timed out after (?P<seconds>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<world>\d+)")
-CLIENT_TIMEOUT = re.compile(r"client socket has timed out after (?P<seconds>[\d.]+)s? while trying to connect to "
+CLIENT_TIMEOUT = re.compile(r"client socket has timed out after (?P<seconds>[\d.]+)(?:ms|s)? while trying to connect to "
                             r"\((?P<host>[^,]+), (?P<port>\d+)\)")
 RENDEZVOUS = re.compile(r"RendezvousTimeoutError|rendezvous .*timed out", re.IGNORECASE)
 NOT_IMPLEMENTED = re.compile(r"(?P<call>[\w:]+) not implemented|does not support (?P<what>[\w ]+?)(?:\.|,|$)"
@@ -85,7 +85,8 @@ def said_by(type: str, message: str) -> Said | None:
                                                  "world": int(found["world"]), "side": "store"})
     found = CLIENT_TIMEOUT.search(text)
     if found:
-        return Said(Failure.RENDEZVOUS_TIMEOUT, {"store": f"{found['host']}:{found['port']}", "side": "client"})
+        return Said(Failure.RENDEZVOUS_TIMEOUT, {"store": f"{found['host']}:{found['port']}", "side": "client",
+                                                 "said": found.group(0)})
     if RENDEZVOUS.search(text):
         return Said(Failure.RENDEZVOUS_TIMEOUT, {})
     found = DUPLICATE_GPU.search(text)

@@ -440,6 +440,8 @@ NAMED = {
     Reason.LOST_PEER: "{basis}, and no rank's own failure is in what was read: a node or the link went away, or "
                       "the logs of the rank that left are not among the inputs",
     Reason.BEHIND: "{who} never reached the collective the others waited in: {basis}",
+    Reason.CANNOT_REACH_STORE: "torchrun on {nodes} could not reach the rendezvous store{port}: {basis}",
+    Reason.NEVER_CHECKED_IN: "torchrun on {nodes} waited for nodes that never joined its rendezvous{port}: {basis}",
 }
 
 
@@ -453,6 +455,8 @@ def named(d: Diagnosis) -> str:
     many = len(d.named) > 1
     words = NAMED[d.reason] if d.reason in NAMED else "{who}: {exception}"
     port = f" {d.store}" if d.store else ""
+    if d.reason in (Reason.CANNOT_REACH_STORE, Reason.NEVER_CHECKED_IN):
+        port = f" at {d.store}" if d.store else ""
     text = words.format(who=who(d.named) or ", ".join(d.nodes) or "every rank", their="their" if many else "its",
                         was="were" if many else "was", nodes=", ".join(d.nodes) or "a node", port=port,
                         exception=exception, basis=(first.notes[0] if first is not None and first.notes

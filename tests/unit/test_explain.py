@@ -59,6 +59,7 @@ CORPUS_EXPECTED = {
     "large-timeout": (Kind.NETWORK_STALL, [0, 1, 2, 3], [], Reason.TIMED_OUT, Certainty.LIKELY),
     "port-busy": (Kind.EXITED, [], [], Reason.PORT_IN_USE, Certainty.CERTAIN),
     "refused": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_CONNECT, Certainty.CERTAIN),
+    "rendezvous-timeout": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_REACH_STORE, Certainty.CERTAIN),
     "swallowed": (Kind.EXITED, [], [], Reason.SCRIPT_OPTIONS, Certainty.CERTAIN),
 }
 
@@ -179,3 +180,30 @@ def test_uneven_data_gets_the_standard_remedies_from_the_one_catalogue_hangwatch
     assert UNEVEN_DATA in CAUSES[Reason.LEFT_LOOP] and UNEVEN_DATA in CAUSES[Reason.BEHIND][0]
     _, d = verdict(CORPUS / "launch-leave")
     assert list(d.causes) == list(CAUSES[Reason.BEHIND])
+
+
+def test_a_rendezvous_timeout_names_the_node_that_cannot_reach_the_store_and_the_store_alone_is_unsure():
+    _, d = verdict(CORPUS / "rendezvous-timeout")
+    assert (list(d.nodes), d.store) == (["worker1"], "10.213.3.200:29534")
+    _, d = verdict(CORPUS / "rendezvous-timeout" / "master.log")
+    assert (d.kind, d.reason, d.certainty, list(d.culprits)) == \
+        (Kind.RENDEZVOUS_STALL, Reason.NEVER_CHECKED_IN, Certainty.UNSURE, [])
+    assert d.summary == ("torchrun on master waited for nodes that never joined its rendezvous: the store waited 11 s "
+                         "and 1 of 2 torchruns joined")
+
+
+def test_the_error_file_a_launched_rank_leaves_is_read_as_its_own_record(tmp_path):
+    # rank_bootstrap.py writes torchelastic's error file for a script that raises (no @record).
+    script = tmp_path / "train.py"
+    script.write_text("def step(n):\n    raise ValueError(f'bad shard {n}')\n\nstep(7)\n")
+    error = tmp_path / "error-rank-5.json"
+    bootstrap = Path(__file__).parents[2] / "node" / "rank_bootstrap.py"
+    run = subprocess.run([sys.executable, str(bootstrap), str(script)], capture_output=True, text=True,
+                         env={"TORCHELASTIC_ERROR_FILE": str(error), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 1 and "ValueError: bad shard 7" in run.stderr
+    assert json.loads(error.read_text())["message"]["message"] == "ValueError: bad shard 7"
+    _, d = verdict(error)
+    assert (d.kind, list(d.culprits), d.reason) == (Kind.EXITED, [5], Reason.RAISED)
+    seen = d.evidence[0].exception
+    assert seen is not None and (seen.type, seen.message, seen.where, seen.source) == \
+        ("ValueError", "bad shard 7", "train.py:2", "record")

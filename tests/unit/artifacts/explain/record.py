@@ -47,11 +47,28 @@ SCENARIOS = {
     "large-timeout": base.Scenario(explain("--fault", "large", "--mb", "256", "--timeout", "3"),
                                    fault="wifi@worker1:500kbit", timeout=150, pin_interface=False),
     "uneven": base.Scenario(explain("--fault", "uneven", "--rank", "3", "--steps", "60"), timeout=45),
+    # worker1's torchrun dials the store on another port: master's store waits for it (10 s: --rdzv-conf)
+    "rendezvous-timeout": base.Scenario(explain(), timeout=40),
 }
+RENDEZVOUS_WRONG_PORT = base.PORT + 1
+
+
+def torchrun(lab, node_rank, scenario):
+    """../logs/record.py's command; for rendezvous-timeout, a short rendezvous and a wrong port on worker1."""
+    argv = ORIGINAL_TORCHRUN(lab, node_rank, scenario)
+    if scenario is SCENARIOS["rendezvous-timeout"]:
+        at = argv.index("--master-port")
+        if node_rank == 1:
+            argv[at + 1] = str(RENDEZVOUS_WRONG_PORT)
+        argv[at:at] = ["--rdzv-conf", "timeout=10"]
+    return argv
+
+
+ORIGINAL_TORCHRUN = base.torchrun
 
 
 def main(names: list[str]) -> None:
-    base.HERE, base.SCENARIOS = HERE, SCENARIOS
+    base.HERE, base.SCENARIOS, base.torchrun = HERE, SCENARIOS, torchrun
     base.LAB = os.environ.get("DDP_LAB", "expl1")
     lab = base.Lab.open(base.LAB)
     for name in names or list(SCENARIOS):
