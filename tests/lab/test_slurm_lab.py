@@ -43,8 +43,8 @@ def slurm_env(lab) -> dict:
     return {**env, **lab_slurm.environment(lab.state)}
 
 
-def in_allocation(lab, tmp_path: Path, *args: str, before: str = "",
-                  report_json: bool = True) -> tuple[int, dict, str, list[str]]:
+def in_allocation(lab, tmp_path: Path, *args: str, before: str = "", report_json: bool = True,
+                  cwd: Path | None = None) -> tuple[int, dict, str, list[str]]:
     """`ddp-preflight --slurm ARGS --json` inside `salloc -N 2`: (exit code, report, stderr, the
     job's steps still listed by squeue once preflight returned)."""
     out, err, steps = tmp_path / "report.json", tmp_path / "stderr.txt", tmp_path / "steps.txt"
@@ -52,7 +52,7 @@ def in_allocation(lab, tmp_path: Path, *args: str, before: str = "",
     script = (f"{before}\n{command} >{out} 2>{err}; code=$?\n"
               f"squeue -h -s -j $SLURM_JOB_ID -o '%i %j' >{steps}\nexit $code\n")
     done = subprocess.run(["salloc", "-N", "2", "--quiet", "bash", "-c", script], env=slurm_env(lab),
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=cwd or tmp_path)
     stderr = err.read_text() if err.exists() else done.stderr
     assert "Traceback" not in stderr, stderr
     text = out.read_text() if out.exists() else ""
@@ -93,7 +93,8 @@ def test_preflight_inside_salloc_is_clean_through_one_srun_step(clean_slurm_lab,
     code_dir.mkdir()
     (code_dir / "train.py").write_text("print('train')\n")
     code, report, stderr, steps = in_allocation(lab, tmp_path, "--data-dir", str(lab.state.data_dir),
-                                                "--code-dir", str(code_dir), "--", "train.py")
+                                                "--code-dir", str(code_dir), "--", "train.py",
+                                                cwd=code_dir)     # the user starts it from the code's folder
     assert code == 0, (stderr, report)
     assert report["ok"] is True and report["nodes"] == ["master", "worker1"]
     gpu = [(r["check"], r["node"], r["status"]) for r in report["results"] if r["check"] in GPU_CHECKS]
