@@ -222,9 +222,18 @@ def _named_by_victims(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Ce
     victims = sorted(v.ending.key for v in reads if v.ending.peer_key == key)
     basis = (f"its peers' errors name it: {', '.join(_label(v) for v in victims)} lost "
              f"{'its' if len(victims) == 1 else 'their'} connection to it",)
-    if r.role is Role.CLEAN:
-        return [replace(r, basis=basis)], [], Certainty.CERTAIN
-    return [replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)], [], Certainty.CERTAIN
+    return [_went_first(r, basis)], [], Certainty.CERTAIN
+
+
+def _went_first(r: Read, basis: tuple[str, ...]) -> Read:
+    """The rank that other evidence says went first, as its own end reads: a clean exit or its own
+    failure as it was; an error code or SIGABRT that could have been a lost peer's is its own
+    failure (it went first); an end not seen, or a launcher's stop, says only that it was leaving."""
+    if r.role in (Role.CLEAN, Role.OWN):
+        return replace(r, basis=basis)
+    if r.role is Role.EITHER and r.ending.status is not None:
+        return replace(r, role=Role.OWN, certain=True, basis=basis)
+    return replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)
 
 
 def _label(key: int) -> str:
@@ -243,9 +252,7 @@ def _closed_first_of(reads: Sequence[Read], any_role: bool = False) -> tuple[lis
     r = first[0]
     basis = (f"it closed its connections with ranks {','.join(map(str, sorted(r.ending.closed_first)))} before they "
              "closed theirs (the kernel's TIME_WAIT on its side)",)
-    if r.role in (Role.CLEAN, Role.OWN):
-        return [replace(r, basis=basis)], [], Certainty.CERTAIN
-    return [replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)], [], Certainty.CERTAIN
+    return [_went_first(r, basis)], [], Certainty.CERTAIN
 
 
 def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]:

@@ -343,6 +343,8 @@ def _ended(e: Evidence) -> str:
     exception = (f"{seen.type}: {_first_line(seen.message)}" + (f" at {seen.where}" if seen.where else "")
                  if seen is not None else "an exception")
     form = ENDED.get(e.reason or Reason.FAILED, ENDED[Reason.FAILED])
+    if e.reason is Reason.FAILED and e.notes:       # what says it went first: its own failure
+        form = "failed first ({signal}): {basis}"
     return form.format(exception=exception, exit=e.exit or "its code unread", signal=signal_name(e.exit),
                        basis=e.notes[0] if e.notes else "its own end unseen")
 

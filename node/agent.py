@@ -152,9 +152,16 @@ class Agent:
     def watch_exits(self):
         """The moment each rank exits, through a pidfd (Linux 5.3+): the order of exits names the
         rank that went first, even when its peers follow within milliseconds. The exit code is
-        read while the rank is a zombie, before torchrun reaps it."""
+        read while the rank is a zombie or, when torchrun reaped it first, from the kernel's own
+        exit record (exitcodes.py)."""
         import select
+
+        from .exitcodes import ExitCodes
         poller, fds, reported = select.poll(), {}, set()
+        # The kernel's exit records: a rank's code even when its parent reaped it before we read
+        # its zombie (exitcodes.py). Without them (no CAP_NET_ADMIN, no taskstats): the zombie alone.
+        codes = ExitCodes()
+        codes.start()
         while not self.stop.is_set():
             for pid in list(self.ranks.known):
                 if pid not in fds.values() and pid not in reported:
@@ -164,19 +171,24 @@ class Agent:
                         continue
                     fds[fd] = pid
                     poller.register(fd, select.POLLIN)
-            for fd, _ in poller.poll(200):
+            ended = poller.poll(200)
+            codes.drain()               # every poll: the socket holds every process's exits
+            for fd, _ in ended:
                 pid = fds.pop(fd)
                 reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
                 poller.unregister(fd)
                 os.close(fd)
                 st = proc.stat(pid)
                 code = st.exit_status if st is not None and st.state in "ZX" else None
+                if code is None:
+                    code = codes.status(pid)
                 at = time.time()
                 self.ended_at = time.monotonic()
                 closed = self.closed_since(pid)
                 with self.keeping:
                     kept = self.keeper.ended(pid)
                 self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": closed, **kept})
+        codes.close()
 
     def closed_since(self, gone):
         """For each other live rank: how many fewer TCP sockets it holds than the most it held (a

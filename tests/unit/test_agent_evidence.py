@@ -252,7 +252,7 @@ HELPER_BETWEEN_STOPS = """
 import os, signal, subprocess, sys
 os.kill(os.getpid(), signal.SIGSTOP)
 # Between the two stops: a helper that spins 0.3 s and is waited for (a per-batch subprocess).
-subprocess.run([sys.executable, '-c', 'import time\\nt = time.time()\\nwhile time.time() - t < 0.3: pass'])
+subprocess.run([sys.executable, '-c', 'import time\\nwhile time.process_time() < 0.3: pass'])
 os.kill(os.getpid(), signal.SIGSTOP)
 signal.pause()
 """

@@ -3,6 +3,7 @@ TCP connections on this machine, read by the real agent (node/agent.py) in this 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,6 +12,10 @@ import time
 from pathlib import Path
 
 from node import agent as agent_module
+from node import proc
+from node.exitcodes import ExitCodes
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HOLDER = """
 import socket, sys, time, os
@@ -189,3 +194,40 @@ time.sleep(60)
         sender.wait()
         peer.close()
         server.close()
+
+
+
+REAPER = """
+import subprocess, sys
+rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+rank.wait()                       # reaped the moment it ends, as torchrun's poll does
+print(rank.pid, flush=True)
+"""
+
+
+def test_the_kernels_exit_record_gives_a_code_after_the_parent_reaped_the_rank():
+    """The zombie is gone before anyone looks (its parent waited on it): the code is still known."""
+    codes = ExitCodes()
+    assert codes.start() is None
+    try:
+        done = subprocess.run([sys.executable, "-c", REAPER], capture_output=True, text=True, check=True)
+        pid = int(done.stdout)
+        assert proc.stat(pid) is None
+        assert codes.status(pid) == 3 << 8
+    finally:
+        codes.close()
+
+
+def test_the_kernels_exit_record_reaches_an_agent_in_another_network_namespace(tmp_path: Path):
+    """As on the lab's nodes: the kernel sends exit records in the first namespace only."""
+    name = f"ec{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        script = ("import subprocess, sys\nfrom node.exitcodes import ExitCodes\nc = ExitCodes()\n"
+                  "print(c.start())\nprint(c.status(int(subprocess.run([sys.executable, '-c', sys.argv[1]], "
+                  "capture_output=True, text=True).stdout)))")
+        done = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c", script, REAPER],
+                              capture_output=True, text=True, cwd=ROOT, check=True)
+        assert done.stdout.split() == ["None", str(3 << 8)], done
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)

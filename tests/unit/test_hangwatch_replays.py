@@ -21,13 +21,13 @@ def _verdict(name, tmp_path):
 def test_an_uncaught_exception_is_the_rank_that_closed_its_connections_first(tmp_path):
     # Rank 1 raised RuntimeError: exit code 1, as a lost peer gives too; torchrun stopped rank 0
     # beside it while it was tearing down. The kernel's TIME_WAIT says rank 1 closed first with
-    # every other rank.
+    # every other rank: its code 1 is then its own failure.
     header, d, after = _verdict("raise", tmp_path)
     assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
-        ("exited", [header["rank"]], [], "leaving", "certain") and header["rank"] == 1
-    assert d.summary.startswith("rank 1 on master left first: it closed its connections with ranks 0,2,3 before "
-                                "they closed theirs (the kernel's TIME_WAIT on its side); then its process ended "
-                                "(exit code 1); then rank 0 (stopped by its launcher, +0.14 s)"), d.summary
+        ("exited", [header["rank"]], [], "failed", "certain") and header["rank"] == 1
+    assert d.summary.startswith("rank 1 on master failed first (exit code 1): it closed its connections with ranks "
+                                "0,2,3 before they closed theirs (the kernel's TIME_WAIT on its side); then rank 0 "
+                                "(stopped by its launcher, +0.14 s)"), d.summary
 
 
 def test_a_rank_stopped_by_sigstop_is_named_from_the_kernels_state(tmp_path):
