@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
               "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
-              "       ddp-preflight lab up|down|status|exec|fault|faults ...",
+              "       ddp-preflight lab up|down|status|exec|fault|faults ...\n"
+              "       ddp-preflight explain PATH ... [--json]",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
         epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lab"]:
         from .lab import main as lab_main
         return lab_main(argv[1:])
+    if argv[:1] == ["explain"]:
+        from .explain import main as explain_main
+        return explain_main(argv[1:])
     launch_args: list[str] = []
     if "--" in argv:
         at = argv.index("--")
