@@ -117,6 +117,7 @@ def test_no_fault_is_reported_against_a_node_without_it(results):
 
     assert flagged == {
         ("code-parity", None),                  # skip: no code facts were recorded
+        ("training-imports", "master"), ("training-imports", "worker1"),   # skip: recorded before the check
         ("address-family", "worker1"),
         ("interface-choice", "worker1"),
         ("master-port", "master"),
@@ -127,6 +128,7 @@ def test_no_fault_is_reported_against_a_node_without_it(results):
         ("gpu-memory-held", None), ("gpu-health", None), ("nccl-env", None),
     }
     assert one(results, "code-parity", None).status is Status.SKIP
+    assert {one(results, "training-imports", n).status for n in ("master", "worker1")} == {Status.SKIP}
 
 
 def test_the_faults_come_from_the_facts_not_the_node_names():
