@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from ..facts import Missing
 from ..model import Context, NodeFacts, Status, Verdict
 from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes, symptom_of
-from .common import probe_data
+from .common import env_fix, probe_data
 from .gpu import clock_reasons, sight, slowdown_query
 from .network import toward_master
 
@@ -140,9 +140,10 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.WARN, name,
                       f"{predicted}: the link, not compute, will bound the run{compute}. The slowest link is "
                       f"{_describe(name, link)}: every step's all_reduce crosses it (seeds 001, 004). {figures}",
-                      f"connect {name} by wire, then on {name}: export GLOO_SOCKET_IFNAME=<its wired interface>   "
-                      "# or all-reduce less often: accumulate gradients over several micro-batches inside "
-                      "model.no_sync()", details)
+                      f"connect {name} by wire, then "
+                      + env_fix(ctx, name, [("GLOO_SOCKET_IFNAME", "<its wired interface>")],
+                                note="or all-reduce less often: accumulate gradients over several micro-batches "
+                                     "inside model.no_sync()"), details)
         return
     less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"
     yield Verdict(Status.WARN, slow[0] if slow else None,
@@ -215,17 +216,18 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
                       f"{name} is {role}: {figures['gflops']:.0f} GFLOP/s ({_threads(figures)}) against {fastest_node}'s "
                       f"{top:.0f} GFLOP/s ({_threads(measured[fastest_node])}): every synchronous step's compute takes "
                       f"about {slowdown:.1f}x as long as at {fastest_node}'s pace{others}",
-                      _straggler_fix(name, figures, measured[fastest_node], by_name.get(name), ctx.options.nproc_per_node),
+                      _straggler_fix(ctx, name, figures, measured[fastest_node], by_name.get(name)),
                       {**details, "straggler": name, "slowdown": round(slowdown, 2)})
 
 
-def _straggler_fix(name: str, slow: dict, fast: dict, node: NodeFacts | None, nproc: int) -> str:
+def _straggler_fix(ctx: Context, name: str, slow: dict, fast: dict, node: NodeFacts | None) -> str:
+    nproc = ctx.options.nproc_per_node
     cpu = node.parsed.cpu if node is not None else Missing("not one of the nodes")
     cores = (None if isinstance(cpu, Missing) else cpu.physical_cores) or slow.get("cpus") or 1
     best = max(1, cores // max(1, nproc))
     if slow["threads"] < fast["threads"] and slow["threads"] < best:
-        return (f"export OMP_NUM_THREADS={best}   # on {name}, where training starts "
-                f"({cores} cores, {nproc} process(es) per node)")
+        return env_fix(ctx, name, [("OMP_NUM_THREADS", str(best))],
+                       note=f"{cores} cores, {nproc} process(es) per node")
     return (f"DDP gives every rank the same batch, so {name} cannot do less: replace it with a faster machine, "
             "or leave it out of the host list")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..facts import OLDER_COLLECTOR, CudaDevice, DriverView, GpuDevice, GpuFacts, GpuLink, GpuProcess, Missing
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import describe_process, env_of
+from .common import describe_process, env_fix, env_of
 
 MIB = 2**20
 # GPU memory in use with no process to show for it, above which someone else's work is assumed:
@@ -173,7 +173,7 @@ def check_gpu_visible(ctx: Context) -> Iterator[Verdict]:
             continue
         hidden = seen.physical is not None and seen.physical > seen.count and cuda_visible is not None
         yield Verdict(Status.FAIL, node.node, _too_few(node, position, ranks, seen, cuda_visible if hidden else None),
-                      _fix_too_few(node, ranks, seen, min(known) if known else 0, hidden), details)
+                      _fix_too_few(ctx, node, ranks, seen, min(known) if known else 0, hidden), details)
 
 
 def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by: str | None) -> str:
@@ -198,9 +198,9 @@ def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by:
             f"{device}' (or 'invalid device ordinal' when it picks cuda:LOCAL_RANK)")
 
 
-def _fix_too_few(node: NodeFacts, ranks: int, seen: Sight, fewest: int, hidden: bool) -> str | None:
+def _fix_too_few(ctx: Context, node: NodeFacts, ranks: int, seen: Sight, fewest: int, hidden: bool) -> str | None:
     if hidden and seen.physical is not None and seen.physical >= ranks:
-        return f"export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(ranks))}   # on {node.node}"
+        return env_fix(ctx, node.node, [("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(ranks)))])
     if seen.count and fewest:
         return f"--nproc-per-node {fewest}   # the GPUs of the node with the fewest"
     return None         # no GPU at all there: device-dtype says what to do
@@ -252,7 +252,8 @@ def check_gpu_memory_held(ctx: Context) -> Iterator[Verdict]:
         else:
             free = _free_gpus(driver, holders)
             if len(free) >= max(1, ctx.options.nproc_per_node):
-                fix = f"export CUDA_VISIBLE_DEVICES={','.join(free)}   # on {node.node}: the GPUs no one else uses"
+                fix = env_fix(ctx, node.node, [("CUDA_VISIBLE_DEVICES", ",".join(free))],
+                              note="the GPUs no one else uses")
         orphans = any(p.orphan for p in leftovers)
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
                       f"GPU memory already held on {node.node}: " + "; ".join(lines), fix, details)

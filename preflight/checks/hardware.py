@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..facts import GpuFacts, Missing
+from ..facts import CpuFacts, GpuFacts, Missing
 from ..model import Context, NodeFacts, Status, Verdict
 from .common import env_fix, env_of
 
@@ -58,14 +58,16 @@ def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.WARN, node.node,
                           f"bf16 on {node.node}'s CPU, which has no bf16 instructions (no avx512_bf16 or AMX): "
                           "much slower than float32 (seed 001)",
-                          env_fix(ctx, node.node, [(next(v for v in DTYPE_VARS if env.get(v)), "float32")]), details)
+                          env_fix(ctx, node.node, [(next(v for v in DTYPE_VARS if env.get(v)), "float32")],
+                                  every_node=True), details)
         elif device == "cpu" and gpu and not hidden and not (dtype and "32" in dtype):
             yield Verdict(Status.WARN, node.node,
                           f"{node.node} has {gpu} but trains on CPU: code that asks torch.cuda.is_available() "
                           "picks bf16 and flash attention anyway (seeds 001, 004)",
-                          env_fix(ctx, node.node, [("NANOCHAT_DTYPE", "float32"), ("NANOCHAT_FORCE_SDPA", "1")])
-                          + "   # your code's switches; or " + env_fix(ctx, node.node, [("CUDA_VISIBLE_DEVICES", "")])
-                          + " to hide the GPU", details)
+                          env_fix(ctx, node.node, [("NANOCHAT_DTYPE", "float32"), ("NANOCHAT_FORCE_SDPA", "1")],
+                                  every_node=True, note="your code's switches; or " + env_fix(
+                                      ctx, node.node, [("CUDA_VISIBLE_DEVICES", "")], every_node=True, where=False)
+                                  + " to hide the GPU"), details)
         elif device == "cuda" and backend == "gloo":
             yield Verdict(Status.WARN, node.node, "CUDA tensors over Gloo are copied through the CPU: use NCCL",
                           "--backend nccl", details)
@@ -75,8 +77,17 @@ def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
                           + (f"; {gpu} present and hidden" if gpu and hidden else ""), None, details)
 
 
+def _threads_advised(cpu: CpuFacts, procs: int) -> int:
+    """Threads per rank that use the node's cores without oversubscribing them."""
+    cores = min(cpu.physical_cores, cpu.usable_cores or cpu.physical_cores)
+    return max(1, cores // procs)
+
+
 def check_omp_threads(ctx: Context) -> Iterator[Verdict]:
     procs = max(1, ctx.options.nproc_per_node)
+    # Every node's advice: said once for all (--env OMP_NUM_THREADS=N) where it is the same.
+    advice = {n.node: _threads_advised(cpu, procs) for n in ctx.reachable
+              if not isinstance(cpu := n.parsed.cpu, Missing)}
     for node in ctx.reachable:
         cpu = node.parsed.cpu
         if isinstance(cpu, Missing):
@@ -84,11 +95,11 @@ def check_omp_threads(ctx: Context) -> Iterator[Verdict]:
             continue
         cores = min(cpu.physical_cores, cpu.usable_cores or cpu.physical_cores)
         raw = env_of(node).get("OMP_NUM_THREADS")
-        best = max(1, cores // procs)
+        best = advice[node.node]
         details = {"physical_cores": cpu.physical_cores, "usable_cores": cpu.usable_cores,
                    "logical_cores": cpu.logical_cores, "omp_num_threads": raw, "nproc_per_node": procs,
                    "recommended": best}
-        fix = f"export OMP_NUM_THREADS={best}   # on {node.node}"
+        fix = env_fix(ctx, node.node, [("OMP_NUM_THREADS", str(best))], every_node=len(set(advice.values())) == 1)
         if raw is None:
             if procs > 1 and ctx.options.device == "cpu" and best > 1:
                 yield Verdict(Status.WARN, node.node,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..facts import DriverView, GpuFacts, Hca, Missing, NcclConf, TorchFacts
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import env_of, on_node, python_of
+from .common import env_fix, env_of, on_node, python_of
 from .gpu import Finding, cpu_run, driver_of
 from .network import toward_master
 
@@ -190,27 +190,27 @@ def _ifname_findings(ctx: Context, node: NodeFacts) -> list[Finding]:
     names = _up_names(node)
     matched = nccl_matches(spec, names)
     route = toward_master(ctx, node)
-    fix = f"export NCCL_SOCKET_IFNAME={_pin(route.name, names)}   # on {node.node}" if route else None
+    fix = env_fix(ctx, node.node, [("NCCL_SOCKET_IFNAME", _pin(route.name, names))]) if route else None
     if matched:
         return []
     return [Finding(Status.FAIL, f"NCCL_SOCKET_IFNAME={spec} selects no interface with an address on {node.node} "
                     f"(it has {', '.join(names) or 'none'}): NCCL stops at init with 'no socket interface found'", fix)]
 
 
-def _hca_findings(node: NodeFacts) -> list[Finding]:
+def _hca_findings(ctx: Context, node: NodeFacts) -> list[Finding]:
     spec, hcas = setting(node, "NCCL_IB_HCA"), _infiniband(node)
     if not spec or hcas is None:
         return []
     names = [h.name for h in hcas]
     if nccl_matches(spec, names):
         return []
-    fix = (f"export NCCL_IB_HCA={','.join(names)}   # on {node.node}" if names
+    fix = (env_fix(ctx, node.node, [("NCCL_IB_HCA", ",".join(names))]) if names
            else f"unset NCCL_IB_HCA   # on {node.node}: it has no HCA")
     return [Finding(Status.WARN, f"NCCL_IB_HCA={spec} names no HCA on {node.node} (it has "
                     f"{', '.join(names) or 'none'}): NCCL leaves InfiniBand out there", fix)]
 
 
-def _cross_node_findings(node: NodeFacts, master: NodeFacts) -> list[Finding]:
+def _cross_node_findings(ctx: Context, node: NodeFacts, master: NodeFacts) -> list[Finding]:
     found = []
     ours, theirs = network(node), network(master)
     if ours and theirs and ours.kind != theirs.kind:
@@ -218,7 +218,8 @@ def _cross_node_findings(node: NodeFacts, master: NodeFacts) -> list[Finding]:
         found.append(Finding(Status.FAIL, f"NCCL will use {WORDS.get(ours.kind, ours.kind)} on {node.node} ({ours.why}) "
                              f"but {WORDS.get(theirs.kind, theirs.kind)} on the master ({theirs.why}): ranks on different "
                              "networks do not connect, init hangs (NVIDIA/nccl#234)",
-                             f"export NCCL_IB_DISABLE=1   # on every node, for TCP everywhere; or give {lacking} a working HCA"))
+                             env_fix(ctx, None, [("NCCL_IB_DISABLE", "1")],
+                                     note=f"for TCP everywhere; or give {lacking} a working HCA")))
     for name in INTRA_NODE:
         if setting(node, name) != setting(master, name):
             found.append(Finding(Status.WARN, f"{name}={setting(node, name)} on {node.node}, "
@@ -237,9 +238,9 @@ def check_nccl_env(ctx: Context) -> Iterator[Verdict]:
         return
     multi = len(ctx.reachable) > 1 and ctx.master.error is None
     for node in ctx.reachable:
-        findings = _ifname_findings(ctx, node) + _hca_findings(node)
+        findings = _ifname_findings(ctx, node) + _hca_findings(ctx, node)
         if multi and node is not ctx.master:
-            findings += _cross_node_findings(node, ctx.master)
+            findings += _cross_node_findings(ctx, node, ctx.master)
         net = network(node)
         variables = {k: v for k, v in env_of(node).items() if k.startswith("NCCL_")}
         conf = _nccl_conf(node)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from ..facts import Interface, Missing, Route
 from ..model import Context, NodeFacts, Status, Verdict
+from .common import env_fix
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
 
@@ -35,15 +36,24 @@ def _is_loopback(address: str | None) -> bool:
         return False
 
 
-def _pin(ctx: Context, iface: str) -> str:
-    return pin_interface(ctx.options.backend, iface)
+def ifname_var(backend: str) -> str:
+    """The variable that pins the interface a backend's ranks bind."""
+    return "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
+
+
+def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> str:
+    """The fix that makes `node`'s ranks bind the interface that reaches the others (address-family,
+    interface-choice), for every node at once where each reaches the master on the same name."""
+    var = ifname_var(ctx.options.backend if iface else "gloo")
+    names = {i.name if (i := toward_master(ctx, n)) else None for n in ctx.reachable}
+    return env_fix(ctx, node.node, [(var, iface.name if iface else "<the LAN interface>")],
+                   every_node=iface is not None and names == {iface.name}, note=note)
 
 
 def pin_interface(backend: str, iface: str | None) -> str:
-    """The fix that makes a node's ranks bind the interface that reaches the others (address-family,
-    interface-choice; `ddp-preflight explain` on the ss_family error)."""
-    var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
-    return f"export {var}={iface or '<the LAN interface>'}"
+    """The pin in words: interface-choice's pass says it, and `ddp-preflight explain`'s fix on the
+    ss_family error, which reads a run after the fact, with no options of its own to say --env."""
+    return f"export {ifname_var(backend)}={iface or '<the LAN interface>'}"
 
 
 def _reference_family(ctx: Context) -> int | None:
@@ -68,18 +78,17 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.ERROR, node.node, f"{node.node}: {bind.reason}")
             continue
         iface = toward_master(ctx, node)
-        pin = _pin(ctx, iface.name) if iface else pin_interface("gloo", None)
         where = f"{bind.address} on {bind.interface or '?'}"
         why = {"GLOO_SOCKET_IFNAME": "set by GLOO_SOCKET_IFNAME",
                "hostname": f"its hostname {bind.hostname} resolves to it",
                "fallback": f"its hostname {bind.hostname} resolves to nothing bindable"}[bind.source]
         details = {"bind": bind.to_json(), "reference_family": reference}
         if bind.error:
-            yield Verdict(Status.FAIL, node.node, f"{node.node}: {bind.error}", pin, details)
+            yield Verdict(Status.FAIL, node.node, f"{node.node}: {bind.error}", _pin(ctx, node, iface), details)
         elif multi and _is_loopback(bind.address):
             yield Verdict(Status.FAIL, node.node,
                           f"Gloo on {node.node} will bind loopback {where} ({why}); other nodes cannot reach it",
-                          f"{pin}   # on {node.node}; or map {bind.hostname} to its LAN address in /etc/hosts",
+                          _pin(ctx, node, iface, f"or map {bind.hostname} to its LAN address in /etc/hosts"),
                           details)
         elif multi and reference and bind.family != reference:
             yield Verdict(Status.FAIL, node.node,
@@ -87,7 +96,7 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
                           f"master is reached over {FAMILY[reference]}: process-group creation fails with "
                           f"'ss1.ss_family == ss2.ss_family. {10 if bind.family == 6 else 2} vs "
                           f"{10 if reference == 6 else 2}'",
-                          f"{pin}   # on {node.node}", details)
+                          _pin(ctx, node, iface), details)
         else:
             yield Verdict(Status.PASS, node.node,
                           f"Gloo binds {FAMILY.get(bind.family or 0, '?')} {where} ({why})", None, details)
@@ -123,12 +132,11 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
         name, kind = iface.name, iface.kind
         who = "the master is reached" if node is ctx.master else f"{node.node} reaches the master"
         speed = f", {iface.speed_mbit} Mbit/s" if iface.speed_mbit else ""
-        env = {("NCCL_SOCKET_IFNAME" if ctx.options.backend == "nccl" else "GLOO_SOCKET_IFNAME"): name}
+        env = {ifname_var(ctx.options.backend): name}
         details = {"interface": name, "kind": kind, "speed_mbit": iface.speed_mbit,
                    "env": env, "route": _route_json(route)}
         network = node.parsed.network
         bind = None if isinstance(network, Missing) or isinstance(network.gloo_bind, Missing) else network.gloo_bind
-        pin = _pin(ctx, name)
         if ctx.options.backend == "gloo" and bind and bind.interface and bind.interface != name:
             same_family = bind.family == (6 if ":" in (address or "") else 4)
             yield Verdict(Status.FAIL if same_family else Status.WARN, node.node,
@@ -136,14 +144,15 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           f"{bind.interface} ({bind.address or 'no address'})"
                           + ("" if same_family else "; see address-family")
                           + (f"; and {name} is {KIND_WARNINGS[kind]}" if kind in KIND_WARNINGS else ""),
-                          f"{pin}   # on {node.node}", details)
+                          _pin(ctx, node, iface), details)
         elif kind in KIND_WARNINGS:
             yield Verdict(Status.WARN, node.node,
                           f"{who} over {name}, {KIND_WARNINGS[kind]}",
-                          f"{pin}   # on {node.node}, if this link is the one to use", details)
+                          _pin(ctx, node, iface, "if this link is the one to use"), details)
         else:
             yield Verdict(Status.PASS, node.node,
-                          f"{who} via {name} ({kind}{speed}); pin it with {pin}", None, details)
+                          f"{who} via {name} ({kind}{speed}); pin it with {pin_interface(ctx.options.backend, name)}", None,
+                          details)
 
 
 def _route_json(route: Route | Missing) -> dict:

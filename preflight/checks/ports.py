@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from ..facts import Missing
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import probe_data
+from .common import env_fix, probe_data
 
 MEANING = {
     "filtered": "silently dropped (a firewall)",
@@ -79,13 +79,14 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
             continue
         into = [p for p in data["pairs"] if p["dst"] == dst and p["src"] != dst and p["kind"] != "master"]
         if into:           # one node: no other node dials it
-            yield _from_others(dst, listener, into, data, by_name.get(dst))
+            yield _from_others(ctx, dst, listener, into, data, by_name.get(dst))
         own = [p for p in data["pairs"] if p["dst"] == dst and p["src"] == dst and p["kind"] != "master"]
         if own:            # more than one rank per node
             yield _own_path(dst, listener, own, data.get("nproc_per_node", 2))
 
 
-def _from_others(dst: str, listener: dict, into: list[dict], data: dict, node: NodeFacts | None) -> Verdict:
+def _from_others(ctx: Context, dst: str, listener: dict, into: list[dict], data: dict,
+                 node: NodeFacts | None) -> Verdict:
     """The other nodes dialling this node's ephemeral ports, judged in Gloo's direction."""
     blocked: dict = {}
     for pair in into:
@@ -115,7 +116,8 @@ def _from_others(dst: str, listener: dict, into: list[dict], data: dict, node: N
         return Verdict(Status.FAIL, dst,
                        f"{dst}'s ephemeral ports at {listener['address']} cannot be reached {what}: Gloo cannot "
                        "connect these nodes in either direction (see address-family and interface-choice)",
-                       f"on {dst}: export GLOO_SOCKET_IFNAME=<the interface that reaches the others>", details)
+                       env_fix(ctx, dst, [("GLOO_SOCKET_IFNAME", "<the interface that reaches the others>")]),
+                       details)
     if gloo_uses:
         return Verdict(Status.FAIL, dst,
                        f"new connections to {dst}'s ephemeral ports are blocked {what}. {dst} has the lower address, "

@@ -227,6 +227,9 @@ def test_someone_elses_process_is_named_but_never_killed():
     two = g.holding(g.second_gpu(g.h100()), notebook)
     [moved] = run(g.context(("h100", two), nproc_per_node=1), "gpu-memory-held")
     assert moved.fix == "export CUDA_VISIBLE_DEVICES=1   # on h100: the GPUs no one else uses"
+    # Under --launch the flag for that node: an export there would not reach the launched ranks.
+    [launched] = run(g.context(("h100", two), nproc_per_node=1, launch=True), "gpu-memory-held")
+    assert launched.fix == "--env h100:CUDA_VISIBLE_DEVICES=1   # the GPUs no one else uses"
 
 
 def test_memory_used_by_processes_this_node_cannot_see_is_a_warning_without_a_fix():
@@ -348,7 +351,11 @@ def test_infiniband_on_the_master_only_fails_on_the_node_without_it():
     assert result.summary == ("NCCL will use TCP sockets on worker1 (no active InfiniBand or RoCE HCA) but InfiniBand "
                               "on the master (HCA mlx5_0): ranks on different networks do not connect, init hangs "
                               "(NVIDIA/nccl#234)")
-    assert result.fix == "export NCCL_IB_DISABLE=1   # on every node, for TCP everywhere; or give worker1 a working HCA"
+    assert result.fix == "export NCCL_IB_DISABLE=1   # on every node: for TCP everywhere; or give worker1 a working HCA"
+    # Under --launch the flag sets it once for every node's ranks.
+    launched = one(run(ff.context(with_hca(ff.clean(), "master"), device="cuda", backend="nccl", launch=True),
+                       "nccl-env"), "nccl-env", "worker1")
+    assert launched.fix == "--env NCCL_IB_DISABLE=1   # for TCP everywhere; or give worker1 a working HCA"
     # With InfiniBand turned off everywhere, both nodes speak TCP.
     off = ff.env(ff.env(with_hca(ff.clean(), "master"), "master", NCCL_IB_DISABLE="1"), "worker1", NCCL_IB_DISABLE="1")
     assert {r.status for r in run(lab(off), "nccl-env")} == {Status.PASS}

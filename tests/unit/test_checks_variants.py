@@ -374,9 +374,13 @@ def test_a_gpu_beside_a_cpu_run_warns_with_the_seeds_switches():
     assert result.status is Status.WARN
     assert "NVIDIA GeForce RTX 4070" in result.summary
     assert "seeds 001, 004" in result.summary
-    # Set for the training through ddp-preflight: an `export` on the node would not reach --launch.
-    assert result.fix == ("--env master:NANOCHAT_DTYPE=float32 --env master:NANOCHAT_FORCE_SDPA=1   # your code's "
-                          "switches; or --env master:CUDA_VISIBLE_DEVICES= to hide the GPU")
+    # Without --launch the user starts torchrun on master: only an export there reaches it.
+    assert result.fix == ("export NANOCHAT_DTYPE=float32 NANOCHAT_FORCE_SDPA=1   # on master: your code's "
+                          "switches; or export CUDA_VISIBLE_DEVICES= to hide the GPU")
+    # Under --launch, flags that set them for the launched ranks (one dtype for every node's ranks).
+    launched = one(run(ff.with_gpu(clean(), "master"), "device-dtype", launch=True), "device-dtype", "master")
+    assert launched.fix == ("--env NANOCHAT_DTYPE=float32 --env NANOCHAT_FORCE_SDPA=1   # your code's "
+                            "switches; or --env CUDA_VISIBLE_DEVICES= to hide the GPU")
     assert one(results, "device-dtype", "worker1").status is Status.PASS
 
 
@@ -403,8 +407,11 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns():
     result = one(results, "device-dtype", "worker1")
     assert result.status is Status.WARN
     assert "no bf16 instructions" in result.summary
-    # worker1's own environment sets it: --env worker1: wins over it, for preflight and --launch alike.
-    assert result.fix == "--env worker1:NANOCHAT_DTYPE=float32"
+    # worker1's own environment sets it, and the user starts torchrun there: an export reaches it ...
+    assert result.fix == "export NANOCHAT_DTYPE=float32   # on worker1"
+    # ... and under --launch the flag, which wins over worker1's own environment.
+    launched = one(run(art, "device-dtype", launch=True), "device-dtype", "worker1")
+    assert launched.fix == "--env NANOCHAT_DTYPE=float32"
     assert one(results, "device-dtype", "master").status is Status.PASS
 
 
