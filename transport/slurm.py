@@ -19,7 +19,9 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
 
 from node import relay
 
@@ -55,13 +57,33 @@ class SlurmNodeInfo:
 
 
 @dataclass(frozen=True)
+class SlurmShare:
+    """What the job holds on one node, as `scontrol show job -d` lists it."""
+    cpus: int               # CPUs of the job there (its CPU_IDs)
+    gpus: int               # gres/gpu of the job there (GRES=gpu:2(IDX:0-1)); 0: none
+    gres: str = ""          # as Slurm printed it, e.g. gpu:2(IDX:0-1)
+
+
+@dataclass(frozen=True)
 class SlurmJob:
     job_id: str
     state: str
     nodes: tuple[str, ...]
     info: dict[str, SlurmNodeInfo] = field(default_factory=dict)
-    time_limit: str = ""
-    end_time: str = ""
+    time_limit: str = ""    # as Slurm prints it: 00:30:00, 1-00:00:00, UNLIMITED
+    end_time: str = ""      # as Slurm prints it (local time), or Unknown
+    shares: dict[str, SlurmShare] = field(default_factory=dict)    # node -> what the job holds there
+    num_tasks: int = 0          # NumTasks
+    tasks_per_node: int = 0     # --ntasks-per-node; 0: not given
+    cpus_per_task: int = 1      # CPUs/Task
+    tres_per_node: str = ""     # what was asked per node, e.g. gres:gpu:2 (--gpus-per-node, --gres)
+    ends_at: float | None = None    # EndTime in epoch seconds; None: no time limit
+    read_at: float = 0.0            # epoch seconds when scontrol was read
+
+    @property
+    def seconds_left(self) -> float | None:
+        """The job's time left when it was read; None: no time limit."""
+        return None if self.ends_at is None else self.ends_at - self.read_at
 
 
 def _scontrol(*args: str, timeout: float = 30) -> str:
@@ -89,22 +111,74 @@ def _fields(line: str) -> dict[str, str]:
 
 
 def read_job(job_id: str) -> SlurmJob:
-    """The job's nodes and each node's state, from Slurm (raises SlurmError)."""
+    """The job's nodes, each node's state and what the job holds there, and its time left, from
+    Slurm (raises SlurmError)."""
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise SlurmError(f"--slurm-job {job_id!r}: a job id is a number (squeue --me lists yours)")
-    record = _fields(_scontrol("show", "job", "-o", job_id).strip().splitlines()[0])
+    read_at = time.time()
+    job_line = _scontrol("show", "job", "-d", "-o", job_id).strip().splitlines()[0]
+    record = _fields(job_line)
     state = record.get("JobState", "")
     if state != "RUNNING":
         raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
                          "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)")
-    names = tuple(_scontrol("show", "hostnames", record.get("NodeList", "")).split())
+
+    def expand(hostlist: str) -> list[str]:
+        return _scontrol("show", "hostnames", hostlist).split() if "[" in hostlist else hostlist.split(",")
+
+    names = tuple(expand(record.get("NodeList", "")))
     info = {}
     for line in _scontrol("show", "node", "-o", ",".join(names)).strip().splitlines():
         node = _fields(line)
         reason = re.sub(r"\s*\[[^\]]*\]$", "", node.get("Reason", ""))
         info[node.get("NodeName", "")] = SlurmNodeInfo(node.get("NodeName", ""), node.get("NodeAddr", ""),
                                                        node.get("State", ""), reason)
-    return SlurmJob(job_id, state, names, info, record.get("TimeLimit", ""), record.get("EndTime", ""))
+    return parse_job(job_line, names, info, expand, read_at)
+
+
+def _count(text: str) -> int:
+    """`0-1,4` -> 3: a CPU_IDs or IDX list."""
+    total = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit():
+            total += int(high) - int(low) + 1 if high.isdigit() else 1
+    return total
+
+
+def _gpus(gres: str) -> int:
+    """gres/gpu in a node's GRES as `-d` prints it: gpu:2(IDX:0-1), gpu:a100:1(IDX:0),mps:..."""
+    return sum(int(m.group(1)) for m in re.finditer(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)", gres))
+
+
+def _int(text: str, default: int) -> int:
+    return int(text) if text.isdigit() else default
+
+
+def parse_job(line: str, nodes: tuple[str, ...], info: dict[str, SlurmNodeInfo],
+              expand: Callable[[str], list[str]], read_at: float, tz: tzinfo | None = None) -> SlurmJob:
+    """The job as `scontrol show job -d -o ID` prints it (one line), read at `read_at`. `expand`
+    turns a hostlist (node[01-02]) into names; `tz`: the zone scontrol printed times in (its
+    local time when None)."""
+    record = _fields(line)
+    shares = {}
+    # -d adds one `Nodes=LIST CPU_IDs=... Mem=... GRES=...` group per set of nodes alike.
+    for m in re.finditer(r"(?:^|\s)Nodes=(\S+) CPU_IDs=(\S*) Mem=\S* GRES=(\S*)", line):
+        for name in expand(m.group(1)):
+            shares[name] = SlurmShare(_count(m.group(2)), _gpus(m.group(3)), m.group(3))
+    end = record.get("EndTime", "")
+    try:
+        ends_at: float | None = datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=tz).timestamp()
+    except ValueError:
+        ends_at = None          # Unknown: no time limit
+    if record.get("TimeLimit", "") == "UNLIMITED":
+        ends_at = None
+    return SlurmJob(record.get("JobId", ""), record.get("JobState", ""), nodes, info,
+                    time_limit=record.get("TimeLimit", ""), end_time=end, shares=shares,
+                    num_tasks=_int(record.get("NumTasks", ""), 0),
+                    tasks_per_node=_int(record.get("NtasksPerN:B:S:C", "").split(":")[0], 0),
+                    cpus_per_task=_int(record.get("CPUs/Task", ""), 1),
+                    tres_per_node=record.get("TresPerNode", ""), ends_at=ends_at, read_at=read_at)
 
 
 class _Channel(Process):
