@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm", action="store_true",
                    help="hosts from $SLURM_JOB_NODELIST; inside an allocation ($SLURM_JOB_ID) reached through srun")
     p.add_argument("--slurm-job", metavar="ID", help="the nodes of this running Slurm job, reached through srun")
+    p.add_argument("--min-time-left", type=float, metavar="MINUTES",
+                   help="inside a Slurm job, warn when it has less time left than this (default 10)")
     p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
     p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     p.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
@@ -165,6 +167,10 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         master_port, nproc = int(pick("master_port", 29500)), int(pick("nproc_per_node", slots or 1))
     except (TypeError, ValueError):
         raise UsageError("master_port and nproc_per_node must be whole numbers") from None
+    try:
+        min_time_left = 60 * float(pick("min_time_left", 10))
+    except (TypeError, ValueError):
+        raise UsageError("min_time_left must be a number of minutes") from None
     targets_data = [config.for_node(h, "data_dir") for h in hosts]
     options = Options(
         backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
@@ -173,6 +179,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         # A data folder given only per node (config [nodes.X]) still means: compare shards.
         data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None),
         env=training_env, launch=launch is not None,
+        min_time_left=min_time_left,
         # Each node's own folder ([nodes.X] data_dir), unless --data-dir names one for all.
         data_dirs={} if args.data_dir else {h: d for h, d in zip(hosts, targets_data, strict=True) if d},
         pythons={h: p for h in hosts or [socket.gethostname()]

@@ -50,7 +50,8 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
     options = replace(options, master_addr=master_addr)
     needed = sorted({p for c in checks for p in c.needs})
     probes = run_probes(needed, cluster, nodes, options) if needed else {}
-    report = Report(tuple(run_checks(Context(nodes, options, probes), checks)), tuple(n.node for n in nodes))
+    ctx = Context(nodes, options, probes, cluster.slurm_job)
+    report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
     return Preflight(report, nodes, options)
 
 

@@ -33,6 +33,7 @@ class Cluster:
 
     def __init__(self, targets: list[Target], ssh_config: str | None, slurm_job: SlurmJob | None = None):
         self.targets = list(targets)
+        self.slurm_job = slurm_job      # Slurm's view of the job, for the checks that read it
         self.nodes: list[Node]
         if slurm_job is not None and targets:
             # Inside a Slurm job: every node through one srun step (transport/slurm.py), not ssh.

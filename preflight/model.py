@@ -9,10 +9,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .facts import Facts
 from .training_env import TrainingEnv
+
+if TYPE_CHECKING:
+    from transport.slurm import SlurmJob
 
 
 class Status(str, enum.Enum):
@@ -92,6 +95,7 @@ class Options:
     data_dir: str | None = None
     launch_args: tuple[str, ...] = ()    # the training command after `--`, if given
     clock_tolerance: float = 2.0         # seconds
+    min_time_left: float = 600.0         # seconds a Slurm job should have left (--min-time-left)
     params: int | None = None            # model parameters, to predict communication per step
     scan: str | None = None              # training code to scan for collectives that fail
     env: TrainingEnv = TrainingEnv()     # the training's variables on top of each node's own (--env, config)
@@ -111,6 +115,7 @@ class Context:
     nodes: tuple[NodeFacts, ...]
     options: Options = Options()
     probes: Mapping[str, Any] = field(default_factory=dict)   # probe name -> what it measured
+    slurm: SlurmJob | None = None        # the Slurm job preflight reaches the nodes through, as Slurm shows it
 
     @property
     def master(self) -> NodeFacts:

@@ -23,6 +23,7 @@ from . import (
     ports,
     processes,
     reachability,
+    slurm,
     versions,
 )
 
@@ -59,6 +60,9 @@ CHECKS: tuple[Check, ...] = (
     Check("launch-args", "torchrun's options and the script's options do not collide", launch_args.check_launch_args),
     Check("training-imports", "each node's training Python has torch and finds every module the training command "
           "imports, from where the launch starts", imports.check_training_imports),
+    Check("slurm-allocation", "inside a Slurm job: every node is the job's, with a CPU for each rank and, on GPU "
+          "runs, a GPU for each rank (GRES)", slurm.check_slurm_allocation),
+    Check("slurm-time-left", "inside a Slurm job: the time left before Slurm ends it", slurm.check_slurm_time_left),
     Check("master-reachable", "every worker opens a TCP connection to the master's address and port",
           ports.check_master_reachable, needs=("network",)),
     Check("ephemeral-ports", "every node accepts new connections on its ephemeral ports from every other node "

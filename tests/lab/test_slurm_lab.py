@@ -16,6 +16,7 @@ import pytest
 
 from lab import Lab
 from lab import slurm as lab_slurm
+from preflight.checks.slurm import duration
 
 CLI = [sys.executable, "-m", "preflight"]
 GPU_CHECKS = ("gpu-visible", "nccl-parity", "gpu-memory-held", "gpu-health", "nccl-env")
@@ -44,14 +45,14 @@ def slurm_env(lab) -> dict:
 
 
 def in_allocation(lab, tmp_path: Path, *args: str, before: str = "", report_json: bool = True,
-                  cwd: Path | None = None) -> tuple[int, dict, str, list[str]]:
+                  cwd: Path | None = None, salloc: tuple[str, ...] = ()) -> tuple[int, dict, str, list[str]]:
     """`ddp-preflight --slurm ARGS --json` inside `salloc -N 2`: (exit code, report, stderr, the
     job's steps still listed by squeue once preflight returned)."""
     out, err, steps = tmp_path / "report.json", tmp_path / "stderr.txt", tmp_path / "steps.txt"
     command = " ".join(shlex.quote(a) for a in [*CLI, "--slurm", *(["--json"] if report_json else []), *args])
     script = (f"{before}\n{command} >{out} 2>{err}; code=$?\n"
               f"squeue -h -s -j $SLURM_JOB_ID -o '%i %j' >{steps}\nexit $code\n")
-    done = subprocess.run(["salloc", "-N", "2", "--quiet", "bash", "-c", script], env=slurm_env(lab),
+    done = subprocess.run(["salloc", "-N", "2", *salloc, "--quiet", "bash", "-c", script], env=slurm_env(lab),
                           capture_output=True, text=True, timeout=300, cwd=cwd or tmp_path)
     stderr = err.read_text() if err.exists() else done.stderr
     assert "Traceback" not in stderr, stderr
@@ -109,6 +110,31 @@ def test_preflight_inside_salloc_is_clean_through_one_srun_step(clean_slurm_lab,
     # Reached through Slurm: each node at its NodeAddr, and the step is gone once preflight is.
     reached = by(report, "node-reachable", "worker1")[0]["summary"]
     assert reached.startswith(f"reached at {lab.node('worker1').ipv4} as worker1"), reached
+    assert steps == [""], steps
+    assert leftovers(lab) == {}
+
+
+def test_slurms_view_salloc_n2_holds_a_cpu_per_node_for_two_ranks_and_five_minutes(clean_slurm_lab, tmp_path):
+    lab = clean_slurm_lab
+    seen = tmp_path / "job.txt"
+    code, report, stderr, steps = in_allocation(
+        lab, tmp_path, "--only", "slurm-allocation,slurm-time-left", "--nproc-per-node", "2",
+        before=f"squeue -h -j $SLURM_JOB_ID -o '%i %e' >{seen}", salloc=("--time", "5"))
+    assert code == 0, (stderr, report)      # warnings only
+    job, end_time = seen.read_text().split()
+    fix = ("salloc -N 2 --ntasks-per-node 1 --cpus-per-task 2   # or sbatch with the same options; "
+           "or fewer ranks: --nproc-per-node 1")
+    # salloc -N 2 holds one CPU on each node (CR_CPU); 2 ranks per node take turns on it.
+    assert [(r["check"], r["status"], r["node"], r["summary"], r["fix"]) for r in report["results"]
+            if r["check"] == "slurm-allocation"] == [
+        ("slurm-allocation", "warn", node, f"1 CPU of Slurm job {job} on {node} for 2 ranks: the ranks take turns on it",
+         fix) for node in ("master", "worker1")]
+    (left,) = by(report, "slurm-time-left")
+    seconds = left["details"]["seconds_left"]
+    assert 0 < seconds <= 300 and left["details"]["end_time"] == end_time, left
+    assert (left["status"], left["node"], left["summary"]) == (
+        "warn", None, f"Slurm job {job} ends in {duration(seconds)} (at {end_time}, 00:05:00 limit): under 10 min, "
+                      "Slurm will stop the training then")
     assert steps == [""], steps
     assert leftovers(lab) == {}
 

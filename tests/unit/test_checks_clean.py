@@ -50,8 +50,9 @@ def test_only_the_two_checks_without_input_and_the_gpu_checks_skip():
     skipped = {r.check: r for r in results if r.status is Status.SKIP}
     # code-parity: the recorder passed no --code-dir, so no node has code facts to compare.
     # launch-args, training-imports: no training command after --.
-    # The GPU checks: a CPU run, once each for the cluster.
-    assert set(skipped) == {"code-parity", "launch-args", "training-imports"} | GPU_CHECKS
+    # The GPU checks: a CPU run, once each for the cluster. The Slurm checks: not inside a job.
+    assert set(skipped) == {"code-parity", "launch-args", "training-imports", "slurm-allocation",
+                            "slurm-time-left"} | GPU_CHECKS
     for check in GPU_CHECKS:
         assert [(r.node, r.summary) for r in results if r.check == check] == [(None, "not a GPU run (--device cpu)")]
     assert skipped["code-parity"].node is None

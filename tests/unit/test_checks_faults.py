@@ -126,6 +126,7 @@ def test_no_fault_is_reported_against_a_node_without_it(results):
         ("launch-args", "master"),
         ("gpu-visible", None), ("nccl-parity", None),          # skip: a CPU run
         ("gpu-memory-held", None), ("gpu-health", None), ("nccl-env", None),
+        ("slurm-allocation", None), ("slurm-time-left", None),   # skip: not inside a Slurm job
     }
     assert one(results, "code-parity", None).status is Status.SKIP
     assert {one(results, "training-imports", n).status for n in ("master", "worker1")} == {Status.SKIP}

@@ -142,9 +142,9 @@ def test_junit_has_one_testcase_per_result_and_counts_right(faulted_report):
     counts = {s: sum(r.status is s for r in faulted_report.results) for s in Status}
 
     assert len(cases) == len(faulted_report.results) == int(suite.get("tests"))
-    # The seeded faults; code-parity, the five GPU checks (a CPU run) and training-imports on both
-    # nodes (the recording predates its facts) skip.
-    assert counts[Status.FAIL] == 5 and counts[Status.SKIP] == 8
+    # The seeded faults; code-parity, the five GPU checks (a CPU run), training-imports on both
+    # nodes (the recording predates its facts) and the two Slurm checks (no Slurm job) skip.
+    assert counts[Status.FAIL] == 5 and counts[Status.SKIP] == 10
     assert len(suite.findall("testcase/failure")) == counts[Status.FAIL] == int(suite.get("failures"))
     assert len(suite.findall("testcase/error")) == counts[Status.ERROR] == int(suite.get("errors"))
     assert len(suite.findall("testcase/skipped")) == counts[Status.SKIP] == int(suite.get("skipped"))
@@ -183,7 +183,7 @@ def test_text_says_not_ready_on_failure_and_shows_the_fix(faulted_report):
     out = text.render(faulted_report, color=False)
 
     # training-imports skips on both nodes: the recording predates its facts.
-    assert "NOT READY: 20 passed, 1 warnings, 5 failed, 0 errors, 8 skipped on 2 node(s)" in out
+    assert "NOT READY: 20 passed, 1 warnings, 5 failed, 0 errors, 10 skipped on 2 node(s)" in out
     # Fixes come below the table, numbered, one per line, so they paste whole.
     fixes = out.split("fixes:\n", 1)[1].splitlines()
     assert any(line.strip().endswith("kill 16882   # on master; or choose another port with --master-port")
