@@ -15,9 +15,9 @@ CLI = [sys.executable, "-m", "preflight"]
 GPU_CHECKS = ("gpu-visible", "nccl-parity", "gpu-memory-held", "gpu-health", "nccl-env")
 
 
-def preflight(lab, *args, hosts=("master", "worker1"), ssh_config=None, expect=None):
+def preflight(lab, *args, hosts=("master", "worker1"), ssh_config=None, expect=None, cwd=None):
     done = subprocess.run([*CLI, *hosts, "--json", "--ssh-config", str(ssh_config or lab.ssh_config),
-                           *args], capture_output=True, text=True, timeout=120)
+                           *args], capture_output=True, text=True, timeout=120, cwd=cwd)
     assert "Traceback" not in done.stderr, done.stderr
     report = json.loads(done.stdout) if done.stdout.strip() else None
     if expect is not None:
@@ -44,8 +44,9 @@ def code_dir(tmp_path):
 
 
 def test_a_clean_lab_passes_every_check(clean_lab, code_dir):
+    # From the code's folder, as its user runs it: there, train.py is the script (training-imports).
     _, report = preflight(clean_lab, "--data-dir", str(clean_lab.state.data_dir),
-                          "--code-dir", str(code_dir), "--", "train.py", "--depth", "4", expect=0)
+                          "--code-dir", str(code_dir), "--", "train.py", "--depth", "4", expect=0, cwd=code_dir)
     assert report["ok"] is True and report["nodes"] == ["master", "worker1"]
     # The GPU checks skip a CPU run, once each.
     gpu = [r for r in report["results"] if r["check"] in GPU_CHECKS]
