@@ -1,34 +1,24 @@
-"""The ranks' collectives lined up by sequence number (Flight Recorder dumps, NCCL's watchdog): the
-last collective each rank entered, and the ranks that never entered the one the others issued."""
+"""The ranks' collectives lined up by sequence number, from what a run left (Flight Recorder dumps,
+NCCL's watchdog): the last collective each rank entered; the join itself is hangwatch's
+(hangwatch/sequence.py), the one the live verdicts and the dashboard use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangwatch import sequence
 from hangwatch.tracebacks import own_code, short_name
 
 from .seen import Quote, RankSeen
 
 
 @dataclass(frozen=True)
-class Entered:
-    """Where one rank is in its default group's sequence of collectives."""
-    rank: int
-    seq: int                     # the last collective it entered
-    op: str | None               # "all_reduce"
-    completed: int | None        # the last one it saw complete
-    frame: str | None            # the training's own line that issued it: "train.py:88"
+class Entered(sequence.Entered):
+    """Where one rank is in its default group's sequence of collectives, and the line that says so."""
     quote: Quote
 
 
-@dataclass(frozen=True)
-class Joined:
-    entered: tuple[Entered, ...]
-    behind: tuple[int, ...]      # ranks that never entered the highest collective the others issued
-    ahead: tuple[int, ...]       # ranks that issued it
-    seq: int | None              # that collective
-    op: str | None
-    frame: str | None            # where the ranks ahead issued it
+Joined = sequence.Joined[Entered]
 
 
 def last_entered(seen: RankSeen) -> Entered | None:
@@ -88,13 +78,4 @@ def _own_frame(frames) -> str | None:
 
 
 def join(ranks: list[RankSeen], world: int | None = None) -> Joined | None:
-    entered = [e for e in (last_entered(r) for r in ranks) if e is not None]
-    if len(entered) < 2:
-        return None
-    top = max(e.seq for e in entered)
-    ahead = [e for e in entered if e.seq == top]
-    behind = tuple(sorted(e.rank for e in entered if e.seq < top))
-    first = ahead[0]
-    frame = next((e.frame for e in ahead if e.frame), None)
-    return Joined(tuple(sorted(entered, key=lambda e: e.rank)), behind, tuple(sorted(e.rank for e in ahead)),
-                  top, first.op, frame)
+    return sequence.join(e for e in (last_entered(r) for r in ranks) if e is not None)

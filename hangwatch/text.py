@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal as signals
 from collections.abc import Iterable, Sequence
 
+from . import sequence
 from .model import Diagnosis, Evidence, Kind, Reason
 from .model import RankStatus as S
 
@@ -474,18 +475,48 @@ def named(d: Diagnosis) -> str:
 
 
 def never_entered(d: Diagnosis) -> str:
-    """"rank 2 never entered all_reduce #1235, which ranks 0,1,3 issued at train.py:88"."""
-    by = _by_key(d)
-    ahead = [e for e in d.evidence if e.seq is not None and e.key not in d.culprits]
-    top = max((e.seq for e in ahead if e.seq is not None), default=None)
-    issued = [e for e in ahead if e.seq == top]
-    op = next((e.seq_op for e in issued if e.seq_op), "the collective")
-    frame = next((e.frame for e in issued if e.frame), None)
+    """"rank 2 never entered all_reduce #1235, which ranks 0,1,3 issued at train.py:88": the verdict's
+    ranks joined by sequence number (sequence.join)."""
+    found = sequence.join(sequence.entered_from(d.evidence))
+    return (joined(found) if found is not None else "") + (f"; {d.unknown_why}" if d.unknown_why else "")
+
+
+def joined(j: sequence.Joined) -> str:
+    """The ranks lined up by sequence number, in words: "rank 2 never entered all_reduce #12 (its
+    last: #11 all_reduce; it was at train.py:80), which ranks 0,1,3 issued at train.py:88"; ranks
+    behind at the same place are said once ("ranks 4-7 never entered ... (their last: ...)");
+    with none behind, "ranks 0-63 all entered all_reduce #12 at train.py:88: none is behind"."""
+    op = j.op or "the collective"
+    issued_at = f" at {j.frame}" if j.frame else ""
+    if not j.behind:
+        return f"{ranks(j.ahead)} all entered {op} #{j.seq}{issued_at}: none is behind"
+    places: dict[tuple, list[int]] = {}
+    for e in j.entered:
+        if e.rank in j.behind:
+            places.setdefault((e.seq, e.op, e.frame), []).append(e.rank)
     parts = []
-    for key in d.culprits:
-        e = by[key]
-        last = f" (its last: #{e.seq}{' ' + e.seq_op if e.seq_op else ''}" if e.seq is not None else ""
-        last += (f"{'; ' if last else ' ('}it was at {e.frame})" if e.frame else ")" if last else "")
-        parts.append(f"{e.label} never entered {op} #{top}{last}")
-    return (f"{'; '.join(parts)}, which {who(e.key for e in issued)} issued" + (f" at {frame}" if frame else "")
-            + (f"; {d.unknown_why}" if d.unknown_why else ""))
+    for (seq, last_op, frame), behind in places.items():
+        one = len(behind) == 1
+        last = f" ({'its' if one else 'their'} last: #{seq}{' ' + last_op if last_op else ''}"
+        last += f"; {'it was' if one else 'they were'} at {frame})" if frame else ")"
+        parts.append(f"{ranks(behind)} never entered {op} #{j.seq}{last}")
+    return f"{'; '.join(parts)}, which {ranks(j.ahead)} issued{issued_at}"
+
+
+def ranks(numbers: Iterable[int]) -> str:
+    """"rank 3", "ranks 0,1,3", "ranks 0-31,33-63"."""
+    numbers = sorted(set(numbers))
+    return ("rank " if len(numbers) == 1 else "ranks ") + ranges(numbers)
+
+
+def ranges(numbers: Iterable[int]) -> str:
+    """Rank numbers compressed: runs of three or more as first-last ("0-31,33-63"), shorter runs
+    listed ("0,1,3"), so 64 ranks read in one line."""
+    numbers = sorted(set(numbers))
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)) for run in runs)
