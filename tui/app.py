@@ -13,8 +13,9 @@ from textual.widgets import Footer
 from textual.worker import Worker, get_current_worker
 
 from hangwatch.model import Snapshot, Source
+from hangwatch.stacks import stacks_view
 
-from .screens import LogScreen, QuitScreen, StackScreen
+from .screens import LogScreen, QuitScreen, StackScreen, StacksScreen
 from .widgets import ClusterHeader, DiagnosisPanel, PreflightPanel, RanksTable
 
 
@@ -44,6 +45,7 @@ class DashboardApp(App[str]):
     """
     BINDINGS = [
         Binding("s", "stack", "stack"),
+        Binding("g", "stacks", "all stacks"),
         Binding("l", "log", "log"),
         Binding("d", "dump", "dump stacks"),
         Binding("b", "bundle", "bundle"),
@@ -123,6 +125,12 @@ class DashboardApp(App[str]):
         rank = self._selected_rank()
         if rank:
             self.push_screen(StackScreen(rank))
+
+    def action_stacks(self) -> None:
+        if self.snapshot is None:
+            self.notify("no snapshot yet", severity="warning")
+            return
+        self.push_screen(StacksScreen(stacks_view(self.snapshot.ranks, self.snapshot.diagnosis)))
 
     def action_log(self) -> None:
         rank = self._selected_rank()

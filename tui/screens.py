@@ -1,4 +1,5 @@
-"""Modal views over the dashboard: a rank's stack, a rank's log, and the question on quit."""
+"""Modal views over the dashboard: a rank's stack, every rank's stack grouped, a rank's log, and the
+question on quit."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from hangwatch.model import RankView, Source
+from hangwatch.stacks import StacksView
 from preflight.report.terminal import visible
 
 from . import format as fmt
@@ -51,6 +53,51 @@ def render_stack(rank: RankView) -> Text:
     for line in fmt.stack_lines(rank.stack):
         # The training code's own line stands out from torch's frames around it.
         text.append(line + "\n", "bold" if line.startswith(f"{rank.frame}  ") else "")
+    text.rstrip()
+    return text
+
+
+class StacksScreen(ModalScreen[None]):
+    """Every rank's stack from the last snapshot, ranks with the same stack as one group (the
+    largest first), the groups that differ from it marked `!`; above them, when a hang is named
+    and the Flight Recorder's numbers are known, the ranks lined up by sequence number."""
+
+    DEFAULT_CSS = MODAL_CSS.format(name="StacksScreen")
+    BINDINGS = [Binding("escape,q,g", "dismiss", "close")]
+
+    def __init__(self, view: StacksView):
+        super().__init__()
+        self.view = view
+
+    def compose(self) -> ComposeResult:
+        view = self.view
+        stacks = sum(1 for g in view.groups if g.stack is not None)
+        with Vertical() as box:
+            box.border_title = (f"every rank's stack: {view.ranks} rank{'s' if view.ranks != 1 else ''}, "
+                                f"{stacks} different stack{'s' if stacks != 1 else ''}")
+            box.border_subtitle = "innermost first · ! differs from the most ranks · esc closes"
+            with VerticalScroll():
+                yield Static(render_groups(view), id="stacks")
+
+
+def render_groups(view: StacksView) -> Text:
+    text = Text()
+    if view.joined:
+        text.append("Flight Recorder: ", "bold")
+        text.append(view.joined + "\n\n")
+    if not view.groups:
+        text.append("no ranks yet")
+    for group in view.groups:
+        count = f"{len(group.ranks)} rank{'s' if len(group.ranks) != 1 else ''}"
+        if group.stack is None:
+            text.append(f"  {group.who} ({count}): no stack yet, press d to take every rank's stack now\n\n")
+            continue
+        if group.differs:
+            text.append(f"! {group.who} ({count}): differs\n", "bold")
+        else:
+            text.append(f"  {group.who} ({count})\n", "bold")
+        lines = fmt.stack_lines(group.stack) or ["(empty: the process is between Python frames)"]
+        text.append("".join(f"    {line}\n" for line in lines) + "\n")
     text.rstrip()
     return text
 

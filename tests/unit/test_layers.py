@@ -20,7 +20,7 @@ MAY = {
     "lab": {"node"},
     "launch": {"node", "transport", "preflight", "hangwatch"},
     "explain": {"node", "preflight", "hangwatch"},      # reads what a run left: pure, over files
-    "tui": {"hangwatch.model", "hangwatch.text", "preflight.report"},    # renders: never collects
+    "tui": {"hangwatch.model", "hangwatch.text", "hangwatch.stacks", "preflight.report"},    # renders: never collects
     "cli": set(OURS),
 }
 # Entry points (`python -m preflight`, `python -m hangwatch`) hand over to cli/: nothing else.

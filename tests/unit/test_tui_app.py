@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from hangwatch.model import Snapshot
 from tui.app import DashboardApp
 from tui.replay import ReplaySource, widen
-from tui.screens import LogScreen, QuitScreen, StackScreen
+from tui.screens import LogScreen, QuitScreen, StackScreen, StacksScreen
 from tui.widgets import PreflightPanel, RanksTable
 
 SNAPSHOTS = Path(__file__).parent / "artifacts" / "snapshots"
@@ -110,6 +110,46 @@ def test_s_on_a_rank_without_a_stack_says_to_press_d():
             assert isinstance(app.screen, StackScreen) and app.screen.rank.rank == 3
             assert "no stack yet: press d" in str(app.screen.query_one("#stack", Static).render())
     run(scenario())
+
+
+def test_g_shows_every_ranks_stack_grouped_the_odd_rank_marked_and_the_ranks_joined():
+    from .wide_snapshots import deadlock_of_64
+
+    async def scenario():
+        app = DashboardApp(ReplaySource([deadlock_of_64(odd=33)]), refresh=60)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await shown(app, pilot)
+            await pilot.press("g")
+            assert isinstance(app.screen, StacksScreen)
+            lines = str(app.screen.query_one("#stacks", Static).render()).splitlines()
+            await pilot.press("escape")
+            assert not isinstance(app.screen, StacksScreen)
+            return lines
+    assert run(scenario()) == [
+        "Flight Recorder: rank 33 never entered all_reduce #12 (its last: #11 all_reduce; it was at hang.py:11), "
+        "which ranks 0-32,34-63 issued at hang.py:6",
+        "",
+        "  ranks 0-32,34-63 (63 ranks)",
+        "    torch/distributed/distributed_c10d.py:3252  all_reduce",
+        "    torch/distributed/c10d_logger.py:83  _exception_logger.<locals>.wrapper",
+        "    hang.py:6  train_step",
+        "    hang.py:10  <module>",
+        "",
+        "! rank 33 (1 rank): differs",
+        "    hang.py:11  <module>"]
+
+
+def test_g_without_a_hang_shows_the_groups_alone_and_ranks_without_a_stack_last():
+    async def scenario():
+        app = DashboardApp(ReplaySource([recorded("healthy")]), refresh=60)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await shown(app, pilot)
+            await pilot.press("g")
+            return str(app.screen.query_one("#stacks", Static).render()).splitlines()
+    lines = run(scenario())
+    assert lines[0] == "  ranks 0-2 (3 ranks)"
+    assert lines[-1] == "  rank 3 (1 rank): no stack yet, press d to take every rank's stack now"
+    assert not any(line.startswith(("!", "Flight Recorder")) for line in lines)
 
 
 def test_d_asks_the_source_for_every_stack_and_says_so():

@@ -1,6 +1,7 @@
 """SVG snapshots of the main screen: a healthy run and a deadlock, in a roomy terminal and in
-80x24. Review a change with `pytest tests/unit/test_tui_snapshots.py --snapshot-update` and the
-report pytest-textual-snapshot writes on failure."""
+80x24; and every rank's stack grouped (g) on 64 ranks. Review a change with
+`pytest tests/unit/test_tui_snapshots.py --snapshot-update` and the report pytest-textual-snapshot
+writes on failure."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from hangwatch.model import Snapshot
 from tui.app import DashboardApp
 from tui.replay import ReplaySource
+
+from .wide_snapshots import deadlock_of_64
 
 SNAPSHOTS = Path(__file__).parent / "artifacts" / "snapshots"
 
@@ -46,3 +49,16 @@ def test_deadlock(snap_compare):
 
 def test_deadlock_in_80x24(snap_compare):
     assert snap_compare(dashboard("deadlock"), terminal_size=(80, 24), run_before=first_snapshot)
+
+
+def test_every_ranks_stack_grouped_on_64_ranks(snap_compare):
+    # g on the recorded deadlock widened to 64 ranks with one odd rank (33): two groups, the odd
+    # one marked, and the ranks lined up by their Flight Recorder's numbers above them.
+    app = DashboardApp(ReplaySource([deadlock_of_64(odd=33)]), refresh=3600)
+
+    async def press_g(pilot) -> None:
+        await first_snapshot(pilot)
+        await pilot.press("g")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=press_g)
