@@ -33,6 +33,7 @@ class LaunchedRank:
     why: str | None = None             # who stopped it, when it did not end by itself
     error: ExceptionInfo | None = None  # the exception its output shows, if any
     stopped_by: str | None = None      # "torchrun": its launcher began stopping it (the launch program said so)
+    error_after_stop: bool = False     # its error's lines came after ddp-preflight began stopping the run
 
     @property
     def ok(self) -> bool:
@@ -45,7 +46,7 @@ class LaunchedRank:
     def outcome(self) -> str:
         """'exit code 1', 'signal 15 (stopped by ddp-preflight)', or why it is not known."""
         if self.exit is not None:
-            return f"exit code {self.exit}"
+            return f"exit code {self.exit}" + (f", {self.why}" if self.why else "")
         if self.signal is not None:
             text = f"signal {self.signal} ({_signal_name(self.signal)})"
             return f"{text}, {self.why}" if self.why else text
@@ -125,6 +126,10 @@ def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
             # The launch program saw torchrun begin to stop it; without its word (an older torch), a
             # rank of its node that failed is why torchrun stopped the others.
             r.why = "stopped by torchrun" + (f" when rank {failed[0].rank} failed" if failed else "")
+        elif r.ended and r.error is not None and r.error.lost_peer and r.error_after_stop:
+            # It lost a peer that ddp-preflight's stop had ended (the nodes are stopped one by one):
+            # the error came after the stop began, so it is the stop's victim, not a failure.
+            r.why = f"lost its peer when {STOPPED_BY_US.replace('stopped by ', '')} stopped the run"
         elif r.ended:
             r.why = None                   # it failed by itself
         elif not node.launched or (node.watched and r.pid is None):

@@ -176,6 +176,8 @@ class Launch:
                 seen = self._readers.setdefault(rank.rank, Reader()).feed(line.text)
                 if seen is not None:
                     rank.error = seen
+                    # Read on the master after its own stop began: a lost peer then is the stop's.
+                    rank.error_after_stop = self.stop_reason is not None
             self._tails.setdefault((node.node, line.rank), collections.deque(maxlen=TAIL)).append(line.text)
         if seen is not None and rank is not None:
             self._tell(self.on_exception, node.node, rank.rank, seen)

@@ -127,3 +127,37 @@ def test_the_headline_is_hangwatchs_verdict_when_it_names_a_rank():
     assert text.splitlines()[0] == ("training failed: rank 1 on master raised RuntimeError: bad batch at step 5 at "
                                     "train.py:172; every node was stopped")
     assert result.to_json()["verdict"]["culprits"] == [1] and result.to_json()["verdict"]["reason"] == "raised"
+
+
+# As a rank on master printed it under load, when ddp-preflight's stop reached worker1 first (make test, lab).
+LOST_PEER = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "/tmp/cleanclone/examples/hang_train.py", line 206, in main
+[rank1]:     loss = train_step(model, optimizer, next(data))
+[rank1]:   File "/tmp/cleanclone/examples/hang_train.py", line 140, in train_step
+[rank1]:     loss.backward()
+[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.213.1.11]:2478.
+"""
+
+
+def _lost_peer():
+    from hangwatch.tracebacks import Reader
+    reader, seen = Reader(), None
+    for line in LOST_PEER.splitlines():
+        seen = reader.feed(line) or seen
+    return seen
+
+
+def test_a_lost_peer_after_ddp_preflights_own_stop_is_the_stops_victim_and_before_it_a_failure():
+    error = _lost_peer()
+    assert error is not None and error.lost_peer
+    after, before = ranks_of("master", (1, None), (1, None))
+    after.error, after.error_after_stop = error, True
+    before.error, before.error_after_stop = error, False
+    explain([after, before], NodeState("master", status="stopped", stopped=True, launched=True, watched=True))
+    assert after.outcome() == "exit code 1, lost its peer when ddp-preflight stopped the run"
+    assert before.why is None and before.outcome() == "exit code 1"
+    result = LaunchResult([after], [NodeState("master", status="stopped", stopped=True)],
+                          "quit from the dashboard", None, 1.0)
+    assert result.failed_ranks() == []
+    assert render(result, 29500, "master").splitlines()[0] == \
+        "training stopped (quit from the dashboard): every node was stopped"
