@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .exit import Exit
+from .exit import Exit, internal_error
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,11 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddp-preflight: error: {exc}", file=sys.stderr)
         return Exit.USAGE
     except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
-        print(f"ddp-preflight: internal error: {type(exc).__name__}: {exc} (please report it; "
-              "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
-        if os.environ.get("DDP_PREFLIGHT_DEBUG"):
-            raise
-        return Exit.USAGE
+        return internal_error("ddp-preflight", exc)
 
 
 class UsageError(Exception):

@@ -9,3 +9,16 @@ class Exit(enum.IntEnum):
                        # or the run was stopped; preflight refused the launch
     USAGE = 2          # usage or internal error (one line on stderr, never a traceback)
     INTERRUPTED = 130  # Ctrl-C before anything could be said
+
+
+def internal_error(prog: str, exc: Exception) -> int:
+    """A bug: one line and exit 2, never a traceback that looks like a finding
+    (DDP_PREFLIGHT_DEBUG=1 raises it again, from the caller's except block)."""
+    import os
+    import sys
+
+    print(f"{prog}: internal error: {type(exc).__name__}: {exc} (please report it; "
+          "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
+    if os.environ.get("DDP_PREFLIGHT_DEBUG"):
+        raise exc
+    return Exit.USAGE

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from .exit import Exit
+from .exit import Exit, internal_error
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,11 +30,7 @@ def main(argv: list[str]) -> int:
     except InputError as exc:
         print(f"ddp-preflight explain: error: {exc}", file=sys.stderr)
         return Exit.USAGE
-    except Exception as exc:    # a bug: one line and exit 2, never a traceback that looks like a finding
-        print(f"ddp-preflight explain: internal error: {type(exc).__name__}: {exc} (please report it; "
-              "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
-        if os.environ.get("DDP_PREFLIGHT_DEBUG"):
-            raise
-        return Exit.USAGE
+    except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
+        return internal_error("ddp-preflight explain", exc)
     sys.stdout.write(as_json(explanation) + "\n" if args.json else as_text(explanation))
     return Exit.OK if explanation.diagnosis is None else Exit.FOUND

@@ -92,7 +92,6 @@ class ExitCodes:
         self.sock: Optional[socket.socket] = None
         self.family = 0
         self.seen: "OrderedDict[int, int]" = OrderedDict()
-        self.lost = False          # the kernel dropped records (the buffer overflowed): some exits unknown
 
     def start(self) -> Optional[str]:
         """Listen; None when listening, else why not (the agent goes on without)."""
@@ -122,11 +121,14 @@ class ExitCodes:
             except BlockingIOError:
                 return
             except OSError as exc:
-                if exc.errno == errno.ENOBUFS:
-                    self.lost = True
+                if exc.errno == errno.ENOBUFS:      # the kernel dropped records: those exits stay unknown
                     continue
                 return
-            for pid, status in exits_in(data, self.family):
+            try:
+                found = list(exits_in(data, self.family))
+            except struct.error:        # a record shorter than its header says: skip it, keep listening
+                continue
+            for pid, status in found:
                 self.seen[pid] = status
                 self.seen.move_to_end(pid)
                 while len(self.seen) > KEPT:

@@ -65,7 +65,10 @@ def _agent(cluster, i: int, spec: dict, timeout: float, on_line=None):
     return cluster.job(i, {"program": "netprobe", **spec}, timeout=timeout, on_line=on_line)
 
 
-class _Ready:
+class Ready:
+    """A node program's READY line, as its on_line callback: `event` is set once it came, with
+    `data` (its JSON: the port it listens on, or an error)."""
+
     def __init__(self):
         self.event, self.data = threading.Event(), None
 
@@ -92,14 +95,14 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     for i in usable:
         address, interface = rank_address(nodes[i], options)
         port_range = _ephemeral_ports(nodes[i])
-        ready[i] = _Ready()
+        ready[i] = Ready()
         spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
                 "range": port_range, "duration": 60}
         jobs[i] = _agent(cluster, i, spec, 70, ready[i])
         out["listeners"][names[i]] = {"address": address, "interface": interface, "range": port_range}
     master_route = route_to_master(nodes[0])
     master_ip = (None if isinstance(master_route, Missing) else master_route.address) or _reached_at(nodes[0])
-    master_ready = _Ready()
+    master_ready = Ready()
     master_job = None
     if len(usable) > 1:       # workers dial the master port; one node has none
         master_job = _agent(cluster, 0, {"mode": "listen", "address": master_ip, "ports": [options.master_port],

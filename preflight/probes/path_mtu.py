@@ -6,9 +6,7 @@ first large one; this finds it in well under a second a pair, all pairs at once.
 
 from __future__ import annotations
 
-import json
 import secrets
-import threading
 import time
 
 from node import protocol
@@ -16,6 +14,7 @@ from node import protocol
 from ..checks.network import toward_master
 from ..facts import Missing
 from ..model import Context, NodeFacts, Options
+from .network import Ready
 
 READY_TIMEOUT = 20.0
 PAIR_TIMEOUT = 5.0       # one direction's search, at most (it takes about 0.4 s when sizes are lost)
@@ -38,17 +37,6 @@ def endpoint(node: NodeFacts, options: Options) -> tuple[str | None, str | None]
     return (None if isinstance(reached, Missing) else reached), None
 
 
-class _Ready:
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.data: dict = {}
-
-    def __call__(self, line: str) -> None:
-        if line.startswith(protocol.READY):
-            self.data = json.loads(line[len(protocol.READY):])
-            self.event.set()
-
-
 def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     if len(usable) < 2:
@@ -69,7 +57,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     # 1. An echo on every node, on the ranks' address (a port the kernel picks, as Gloo's).
     echoes, ready = {}, {}
     for i, (address, interface) in ends.items():
-        ready[i] = _Ready()
+        ready[i] = Ready()
         echoes[i] = cluster.job(i, {"program": "pathmtu", "mode": "echo", "address": address, "interface": interface,
                                     "token": token, "duration": 40}, timeout=50, on_line=ready[i])
     try:
