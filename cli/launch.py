@@ -23,7 +23,7 @@ from preflight.model import Report, Status
 from .exit import Exit
 
 RUNS = Path("ddp-preflight-runs")    # where each run's log folder goes without --log-dir
-STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the supervisors' grace is 2 s)
+STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the freeze, up to 8 s; the supervisors' grace, 5 s)
 SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTERM on the master",
                   signal.SIGHUP: "the master's terminal closed (SIGHUP)"}
 

@@ -205,11 +205,16 @@ def _peers(state: State, t: Track) -> list[Track]:
 
 
 def _stopped_by(state: State, t: Track) -> str | None:
-    """The launcher that began stopping its node before it ended (the latest such)."""
+    """The launcher that began stopping its node before it ended: ddp-preflight, when it had begun
+    stopping every node (node None; the root of any stop after it), else torchrun on its node (the
+    latest such). torchrun's stop is on the rank's own node's clock; ddp-preflight's on this
+    machine's, so the rank must have ended after it by more than its node's clock margin."""
     if t.exit_t is None:
         return None
-    stops = [(at, by) for node, at, by in state.launcher_stops if (node is None or node == t.view.node) and at <= t.exit_t]
-    return max(stops)[1] if stops else None
+    apart = margin(state, t.view.node)
+    stops = [(node is None, at, by) for node, at, by in state.launcher_stops
+             if (node is None and at <= t.exit_t - apart) or node == t.view.node and at <= t.exit_t]
+    return max(stops)[2] if stops else None
 
 
 def judge(state: State, now: float, wall: float, run: int | None = None) -> Diagnosis | None:

@@ -12,7 +12,9 @@ Each ending is read by its mechanism, from the strongest evidence at hand:
    under the same launcher on its node ended (torchrun stops a node's ranks when one ends), is that
    stop; with no failure before it, someone stopped the run; any other signal (SIGKILL, SIGSEGV)
    and any exit code but 0 and 1 are the rank's own; code 1, SIGABRT and a code nobody could read
-   are what both a rank's own error and a lost peer give: it cannot tell which.
+   are what both a rank's own error and a lost peer give: it cannot tell which;
+4. ddp-preflight's own stop of every node: an end after it began (by more than the node's clock
+   margin) that is not clean is that stop's, whatever else it shows (read()).
 
 The culprits are the endings that no other ending explains: each rank's own failure; a clean exit
 while its peers still ran, when a failure followed it (they lost it); failing both, the endings
@@ -92,8 +94,24 @@ class Read:
     basis: tuple[str, ...] = ()        # what the judging read beyond the end itself (how it knew)
 
 
+OUTSIDE = "ddp-preflight"     # a launcher that stops every node of the run from outside (Ctrl-C, a quit,
+                              # --stop-on-hang, a failed node): whatever ends after it began is its doing
+
+
 def read(ending: Ending, endings: Sequence[Ending]) -> Read:
-    """What one ending was, given the others of its run (for a sibling that ended before it)."""
+    """What one ending was, given the others of its run (for a sibling that ended before it). A
+    rank that ended after ddp-preflight began stopping every node, and not cleanly, ended by that
+    stop: killed by it, its peer killed by it (a lost peer), or a failure of its own that came
+    after the run was already being stopped (a handler of SIGTERM that raises). Its own evidence
+    stays on it; it is never the run's failure."""
+    found = _read(ending, endings)
+    if ending.stopped_by == OUTSIDE and found.role in (Role.OWN, Role.EITHER, Role.TEARDOWN):
+        return replace(found, role=Role.VICTIM, reason=Reason.STOPPED_BY_LAUNCHER, certain=True,
+                       basis=("it ended after ddp-preflight began stopping every node",))
+    return found
+
+
+def _read(ending: Ending, endings: Sequence[Ending]) -> Read:
     record, status, seen = ending.record or {}, ending.status, ending.exception
     how = record.get("how")
     if seen is None and how == "raised" and record.get("type"):
@@ -199,10 +217,11 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
 def _stopped_first(reads: Sequence[Read], failures: Sequence[Read]) -> bool:
     """The first end was a stop (from outside, or a launcher's own stop with no rank failed before
     it) and no failure came before it: the run was stopped, not failed."""
-    stops = [r for r in reads if r.role is Role.STOPPED or (r.reason is Reason.STOPPED_BY_LAUNCHER and r.certain)]
+    stops = [r for r in reads if r.role is Role.STOPPED or (r.reason is Reason.STOPPED_BY_LAUNCHER and r.certain)
+             or r.ending.stopped_by == OUTSIDE]
     if not stops:
         return False
-    real = [f for f in failures if f.reason is not Reason.STOPPED_BY_LAUNCHER]
+    real = [f for f in failures if f.reason is not Reason.STOPPED_BY_LAUNCHER and f.ending.stopped_by != OUTSIDE]
     if any(f.ending.at is None for f in real):
         return False          # a failure whose time nobody knows may have come first
     return not any(before(f.ending, stops[0].ending) for f in real)

@@ -27,6 +27,8 @@ from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
 
 NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
+FREEZE_WAIT = 8.0                # seconds a stop waits for every node's ranks to be frozen (each keeps
+                                 # its ranks' Flight Recorders first, within 3 s), before it stops them
 DEFAULT_LEASE = 60.0             # seconds a node keeps training without hearing from the master
 TAIL = 500                       # lines kept per rank (and per node) for the dashboard's log view
 
@@ -70,6 +72,8 @@ class Launch:
         self._notes: dict[str, str] = {}             # what the summary adds, by what it is about
         self._jobs: dict[str, RunningJob] = {}
         self._lock = threading.RLock()
+        self._frozen_changed = threading.Condition(self._lock)
+        self._frozen: set[str] = set()               # nodes whose ranks are frozen for the stop
         self._done = threading.Event()
         self._result: LaunchResult | None = None
         self._tails: dict[tuple[str, int | None], collections.deque] = {}
@@ -105,22 +109,47 @@ class Launch:
                              name=f"launch-{node.node}").start()
 
     def stop(self, reason: str = "stopped") -> None:
-        """Stop every node still running; the first reason given is the one reported."""
+        """Stop every node still running; the first reason given is the one reported. Returns at
+        once; the stop goes on in a thread of its own, in two steps: every node first keeps its
+        ranks' Flight Recorders and freezes its ranks ("prepare-stop"), then, once all are frozen
+        (or FREEZE_WAIT passed), every node is stopped. No rank sees a peer die before its own stop
+        reaches it: each ends by the stop's signal, not as a failure on a lost peer."""
         stopping_at = time.time()
         with self._lock:
             first = self.stop_reason is None
             if first:
                 self.stop_reason = reason
+            asked = []
             for name, job in self._jobs.items():
                 state = self.nodes[name]
                 if state.ended_at is None and not state.stopped:
                     state.stopped = True
-                    try:
-                        job.stop()
-                    except Exception:
-                        pass    # the channel is already gone: its supervisor stops the group itself
+                    asked.append((name, job))
         if first:
             self._tell(self.on_stopping, None, stopping_at, "ddp-preflight")
+        if asked:
+            threading.Thread(target=self._stop_nodes, args=(asked,), daemon=True, name="launch-stop").start()
+
+    def _stop_nodes(self, asked: list[tuple[str, RunningJob]]) -> None:
+        frozen = []
+        for name, job in asked:
+            try:
+                if job.send({"cmd": "prepare-stop"}):
+                    frozen.append(name)
+            except Exception:
+                pass        # the channel is gone: its supervisor stops the group itself
+        deadline = time.monotonic() + FREEZE_WAIT
+        with self._frozen_changed:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or all(n in self._frozen or self.nodes[n].ended_at is not None for n in frozen):
+                    break
+                self._frozen_changed.wait(left)
+        for _name, job in asked:
+            try:
+                job.stop()
+            except Exception:
+                pass    # the channel is already gone: its supervisor stops the group itself
 
     def wait(self, timeout: float | None = None) -> LaunchResult | None:
         """The result once every node has ended; None if `timeout` passed first."""
@@ -201,6 +230,10 @@ class Launch:
             if data.get("kind") == "started":
                 state.launched, state.watched = True, bool(data.get("watched"))
                 return
+            if data.get("kind") == "frozen":
+                self._frozen.add(node.node)
+                self._frozen_changed.notify_all()
+                return
             stopping = data.get("kind") == "stopping" and isinstance(data.get("t"), (int, float))
             if stopping:
                 # torchrun began stopping the node's ranks still running (one of them ended).
@@ -269,6 +302,7 @@ class Launch:
         """Called with the lock held, once per node."""
         state = self.nodes[node.node]
         state.ended_at = time.time()
+        self._frozen_changed.notify_all()        # a stop waiting for it to freeze waits no more
         failed = state.status in ("failed", "error")
         if failed and self.first_failure is None and not state.stopped and self.stop_reason is None:
             self.first_failure = node.node

@@ -23,12 +23,26 @@ Marked stdout lines, MARKER + JSON:
                                                             each rank still running, right after "stopping"
   {"kind": "error_file", "local_rank", "rank", "document": torchelastic's error file}
                                                             each rank that left one, before "exits"
-  {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}"""
+  {"kind": "frozen", "ranks": [{"local_rank", "rank", "pid"}]}
+                                                            after SIGUSR2 (the master's "prepare-stop",
+                                                            through the supervisor): each running rank's
+                                                            Flight Recorder was kept, then the rank was
+                                                            frozen (SIGSTOP) until torchrun stops it
+  {"kind": "exits", "code": int, "ranks": [{"local_rank", "rank", "pid", "exit", "signal"}]}
+
+A stop by ddp-preflight comes in two steps, so that no rank sees a peer die before its own stop
+reaches it (it would fail on the lost peer, and read as a failure, not a stop): SIGUSR2 first, on
+every node (each rank's Flight Recorder kept, then every rank frozen), then the stop itself
+(SIGTERM from the supervisor): torchrun's close sends its SIGTERM to the frozen ranks and this
+program lets them go on (SIGCONT): a rank with SIGTERM's default action dies at once, frozen or
+not; one with a handler of its own runs it."""
 
 import json
 import os
 import pkgutil
+import signal
 import sys
+import threading
 import time
 
 from . import flight, protocol
@@ -38,6 +52,56 @@ from .protocol import LAUNCH as MARKER
 
 def say(kind, **data):
     protocol.emit(MARKER, {"kind": kind, **data})
+
+
+class Stop:
+    """The master's two-step stop: the ranks frozen, their Flight Recorders kept (prepare), then
+    let go once torchrun has signalled them (release)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.contexts = []
+        self.frozen = []          # pids frozen by prepare
+        self.kept = False         # the Flight Recorders were kept
+
+    def asked(self, *_):
+        threading.Thread(target=self.prepare, name="prepare-stop", daemon=True).start()
+
+    def prepare(self):
+        with self.lock:
+            running = running_ranks(self.contexts)
+            try:
+                keep_flight(running)
+            except Exception:
+                pass        # its evidence must not hold the stop
+            self.kept = True
+            for r in running:
+                try:
+                    os.kill(r["pid"], signal.SIGSTOP)
+                    self.frozen.append(r["pid"])
+                except OSError:
+                    pass    # it ended meanwhile: its exit says how
+            say("frozen", ranks=[r for r in running if r["pid"] in self.frozen])
+
+    def release(self, pids):
+        """torchrun is about to signal these: SIGTERM, then SIGCONT to those frozen."""
+        for pid in pids:
+            if pid in self.frozen:
+                for sig in (signal.SIGTERM, signal.SIGCONT):
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+
+
+STOP = Stop()
+
+
+def running_ranks(contexts):
+    """The ranks still running (their local rank, global rank, pid) in torchrun's worker group."""
+    return [{"local_rank": lr, "rank": rank_of(context, lr), "pid": h.proc.pid}
+            for context in contexts[-1:] for lr, h in sorted(context.subprocess_handlers.items())
+            if h.proc.poll() is None]
 
 
 def watch_ranks():
@@ -53,6 +117,7 @@ def watch_ranks():
     def _start(self):
         start(self)
         contexts.append(self)
+        STOP.contexts = contexts
         say("ranks", ranks=[{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
                             for lr, h in sorted(self.subprocess_handlers.items())])
 
@@ -64,13 +129,16 @@ def watch_ranks():
             # torch calls close() up to three times (its poll, _stop_workers, run's end): only a
             # close that stops a running rank says so.
             try:
-                handlers = sorted(self.subprocess_handlers.items())
-                running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
-                           for lr, h in handlers if h.proc.poll() is None]
-                if running:
-                    say("stopping", t=time.time(), ranks=running,
-                        failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
-                    keep_flight(running)
+                with STOP.lock:       # a prepare under way ends first
+                    handlers = sorted(self.subprocess_handlers.items())
+                    running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
+                               for lr, h in handlers if h.proc.poll() is None]
+                    if running:
+                        say("stopping", t=time.time(), ranks=running,
+                            failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
+                        if not STOP.kept:
+                            keep_flight(running)
+                        STOP.release([r["pid"] for r in running])
             except Exception:
                 pass        # a line that cannot be written (the master gone) must not keep the ranks running
             return close(self, *args, **kwargs)
@@ -152,6 +220,8 @@ def has_nccl():
 
 
 def main(spec, work):
+    signal.signal(signal.SIGUSR2, STOP.asked)       # then let a prepare that came early in (the supervisor
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})   # started this program with it held)
     os.dup2(1, 2)       # one stream, in order: the launcher reads the channel's stdout
     sys.stdout.reconfigure(line_buffering=True)      # every rank's line as it comes
     try:

@@ -6,12 +6,12 @@ spec: {"program": "supervise", "job": <a node program's spec>, "env": {...}, "ti
 The job runs as a child (this package from the zip, its spec on its stdin: never in argv), with
 `env` on top of the node's environment, in this program's private folder. Its stdout and stderr
 are the channel's. The master's line (control.py) stops it: EOF is a stop, silence longer than
-the lease means the master is gone. Then, and at the bound, and when the job ends by itself, the
-whole job is ended (SIGTERM, then SIGKILL after a grace): its process group, and every process
-it started, also those in sessions of their own (torchrun starts each rank in one): the
-supervisor keeps a list of them while the job runs, so a rank left behind when torchrun itself
-is gone is still found. The private folder goes with this program (boot.py). The last line is
-the outcome: JOB + JobOutcome."""
+the lease means the master is gone; a launch job also takes "prepare-stop" before it (asked()).
+Then, and at the bound, and when the job ends by itself, the whole job is ended (SIGTERM, then
+SIGKILL after a grace): its process group, and every process it started, also those in sessions
+of their own (torchrun starts each rank in one): the supervisor keeps a list of them while the
+job runs, so a rank left behind when torchrun itself is gone is still found. The private folder
+goes with this program (boot.py). The last line is the outcome: JOB + JobOutcome."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ import time
 from . import proc, protocol
 from .control import Control
 
-GRACE = 2.0      # seconds between SIGTERM and SIGKILL
+GRACE = 5.0      # seconds between SIGTERM and SIGKILL: torchrun stops its ranks and the launch
+                 # program says their exits (at load average 5, 2 s cut that off)
 LOOK_EVERY = 1.0  # seconds between two listings of the job's processes
+
+PREPARES = {"launch"}       # the jobs that take the master's "prepare-stop" (SIGUSR2): node/launch_runner.py
 
 CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from node.programs import child; child()"
 
@@ -110,8 +113,15 @@ def _group_alive(pgid: int) -> bool:
 
 def start_child(job: dict, work, env: dict, cwd=None) -> subprocess.Popen:
     """A node program as a process of its own, in a new session (its own process group)."""
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, work.zip_path], stdin=subprocess.PIPE,
-                            env=env, cwd=cwd or None, start_new_session=True)
+    # A job that takes "prepare-stop" starts with SIGUSR2 blocked (the mask goes through exec), so a
+    # prepare that comes before its handler is set waits for it instead of ending it.
+    held = {signal.SIGUSR2} if job.get("program") in PREPARES else set()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, work.zip_path], stdin=subprocess.PIPE,
+                                env=env, cwd=cwd or None, start_new_session=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
     assert proc.stdin is not None
     try:
         proc.stdin.write(json.dumps({**job, "work": work.folder}).encode())
@@ -119,6 +129,16 @@ def start_child(job: dict, work, env: dict, cwd=None) -> subprocess.Popen:
     except OSError:
         pass       # it died at once: its exit code says so
     return proc
+
+
+def asked(command: dict, job: dict, pid: int) -> None:
+    """A command on the master's line: "prepare-stop" goes to a launch job as SIGUSR2 (its ranks'
+    evidence kept and the ranks frozen, before the stop itself); to any other job, nothing."""
+    if command.get("cmd") == "prepare-stop" and job.get("program") in PREPARES:
+        try:
+            os.kill(pid, signal.SIGUSR2)
+        except ProcessLookupError:
+            pass
 
 
 def main(spec: dict, work) -> int:
@@ -133,7 +153,8 @@ def main(spec: dict, work) -> int:
     tree = Tree(job.pid)
     looking = threading.Event()
     threading.Thread(target=tree.watch, args=(looking,), name="tree", daemon=True).start()
-    control = Control(spec.get("lease"), on_gone=lambda why: end_job(job.pid, tree)).start()
+    control = Control(spec.get("lease"), on_gone=lambda why: end_job(job.pid, tree),
+                      on_command=lambda command: asked(command, spec["job"], job.pid)).start()
     timed_out = False
     try:
         job.wait(timeout=float(spec.get("timeout") or 60))

@@ -222,6 +222,10 @@ class RunningJob:
         return JobResult(self.node, done.exit, done.signal, done.timed_out, done.seconds,
                          "\n".join(own + result.tail), result.stderr, error, done.stopped, own)
 
+    def send(self, command: dict) -> bool:
+        """A command on the supervisor's control line ("prepare-stop": node/supervisor.asked)."""
+        return self.program.send(command)
+
     def stop(self) -> None:
         self.program.stop()
 

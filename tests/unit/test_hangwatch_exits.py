@@ -6,6 +6,7 @@ launcher's stop, the clock readings that put every node on the master's clock.""
 
 from __future__ import annotations
 
+from hangwatch.tracebacks import Reader
 from hangwatch.watch import Watcher, WatchTarget
 from transport import LocalNode
 
@@ -28,12 +29,14 @@ def _closed(first: list[tuple[int, int]]) -> list[list[str]]:
     return [[_endpoints(a, where[a])[rank[b]], _endpoints(b, where[b])[rank[a]]] for a, b in first]
 
 
-def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, master="10.0.0.1:29500", closures=()):
+def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, master="10.0.0.1:29500", closures=(),
+           stopped=None, errors=()):
     """Four ranks (master: 0,1; worker1: 2,3) running under one torchrun per node, then these exits
     as the agents' pidfds saw them: (node, pid, t, wait status, and optionally the message's other
     fields: {"closed": {pid: n}}, {"ending": {...}}). ahead: {node: seconds its clock is ahead of
     the master's} (its stamps carry it); clocks: each node's clock read (a 2 ms round trip) as the
-    agent answers it. The verdicts said."""
+    agent answers it; stopped: when ddp-preflight began stopping every node (this machine's clock);
+    errors: (node, rank, output) the launcher read from a rank. The verdicts said."""
     events, now, ahead = [], [0.0], ahead or {}
     watcher = Watcher([WatchTarget(LocalNode(n, "python")) for n in ("master", "worker1")],
                       clock=lambda: now[0], wall=lambda: 1.0 + now[0], on_event=events.append,
@@ -49,6 +52,12 @@ def _exits(tmp_path, exits, ahead=None, clocks=True, ranks=RANKS, world=4, maste
         watcher.receive(node, {"type": "sample", "t": 1.0 + ahead.get(node, 0.0),
                                "ranks": [{"pid": p, "cpu": 90.0, "endpoints": _endpoints(p, node)} for p, _ in found],
                                "gone": []})
+    if stopped is not None:
+        watcher.launcher_stopping(None, stopped, "ddp-preflight")
+    for node, rank, output in errors:
+        reader = Reader()
+        [info] = [seen for line in output.splitlines() if (seen := reader.feed(line)) is not None]
+        watcher.rank_error(node, rank, info)
     for node, pid, t, code, *more in exits:
         now[0] += 0.1
         watcher.receive(node, {"type": "exit", "pid": pid, "t": t + ahead.get(node, 0.0), "code": code,
@@ -348,3 +357,47 @@ def test_a_recorded_launch_names_the_rank_that_raised_from_its_output(tmp_path):
         ("exited", (3,), (), "raised", "certain"), verdict.summary
     assert verdict.summary.startswith("rank 3 on worker1 raised RuntimeError: bad batch at step 5 at hang_train.py:")
     assert sorted(e.rank for e in verdict.evidence if e.reason == "lost-peer") == [0, 1, 2]
+
+
+# As a rank on master printed it under load, when ddp-preflight's stop reached worker1 first (CI, Ctrl-C test).
+LOST_PEER = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/check/work/main/examples/train_ddp.py", line 88, in main
+[rank0]:     dist.all_reduce(grad)
+[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:40340.
+"""
+OWN = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "/check/work/main/examples/train_ddp.py", line 90, in main
+[rank1]:     raise RuntimeError("bad batch at step 5")
+[rank1]: RuntimeError: bad batch at step 5
+"""
+
+
+def test_whatever_ends_after_ddp_preflight_began_stopping_every_node_is_that_stop_not_a_failure(tmp_path):
+    # CI (Ctrl-C under load): worker1's ranks died of the SIGTERM first; master's lost them (exit
+    # code 1, Gloo's "Connection closed by peer") before their own SIGTERM came. The run was stopped.
+    exits = [("worker1", 102, 10.05, 15), ("worker1", 103, 10.06, 15),
+             ("master", 100, 10.30, 256), ("master", 101, 10.35, 256)]
+    lost = [("master", 0, LOST_PEER), ("master", 1, LOST_PEER.replace("rank0", "rank1"))]
+    assert _exits(tmp_path, exits, stopped=10.0, errors=lost) == []
+    # Every rank's code 1 and no output read yet: the same.
+    assert _exits(tmp_path, [(n, p, t, 256) for n, p, t, _ in exits], stopped=10.0) == []
+    # A failure of its own after the stop began (a handler of SIGTERM that raises): the stop's too.
+    assert _exits(tmp_path, exits, stopped=10.0, errors=[("master", 1, OWN)]) == []
+    # The same ends without ddp-preflight's stop: rank 1's own failure, and master's lost peers are
+    # not a stop.
+    found = _exits(tmp_path, exits, errors=[("master", 1, OWN)])
+    assert _said(found) == ("exited", [1], [], "raised", "certain"), found[0].summary
+    # A failure before the stop (the stop's cause: --launch stops every node when a rank fails) is named.
+    before = [("worker1", 103, 9.50, 768), ("worker1", 102, 9.55, 15),
+              ("master", 100, 10.30, 256), ("master", 101, 10.35, 15)]
+    found = _exits(tmp_path, before, stopped=10.0, errors=lost[:1])
+    assert _said(found) == ("exited", [3], [], "exit-code", "likely"), found[0].summary
+    # An end within its node's clock margin of the stop is not known to have come after it: worker1's
+    # clock 3 s behind and never read (put on the master's by its stamps' gaps, to within 0.1 s),
+    # rank 2's code 1 at 10.05 may have come before the stop at 10.0; the SIGTERMs after it are the stop's.
+    close = [("worker1", 102, 10.05, 256), ("master", 100, 10.30, 15), ("master", 101, 10.31, 15),
+             ("worker1", 103, 10.40, 15)]
+    found = _exits(tmp_path, close, stopped=10.0, clocks=False, ahead={"worker1": -3.0})
+    assert _said(found) == ("exited", [2], [], "failed", "likely"), found[0].summary
+    # Read within a millisecond (the clock read), it came after the stop: the stop's.
+    assert _exits(tmp_path, close, stopped=10.0, ahead={"worker1": -3.0}) == []

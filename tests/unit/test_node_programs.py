@@ -266,6 +266,67 @@ def test_the_launch_program_says_nothing_is_stopped_when_every_rank_returns_and_
     assert stopping["ranks"] == ranks and stopping["failed"] == []
 
 
+
+def _state(pid: int) -> str:
+    """The kernel's state letter of a process (T: stopped), or '' when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def test_a_stop_prepared_freezes_every_rank_and_the_stop_then_ends_each_by_its_sigterm(tmp_path):
+    # ddp-preflight's two-step stop: "prepare-stop" freezes the ranks (SIGSTOP) and says so; the
+    # stop (EOF) then has torchrun send its SIGTERM, which a frozen rank dies of at once.
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
+            "torchrun": ["--nproc-per-node", "2", "--master-port", str(_free_port()), "--max-restarts", "0",
+                         str(script), "--"]}
+    lines: list[str] = []
+    job = local().job(spec, timeout=120, on_line=lines.append)
+    try:
+        wait_for(lambda: len([m for m in map(PID.search, lines) if m]) == 2 or job.program.done, 130,
+                 "the job neither started its ranks nor ended")
+        pids = sorted(int(m.group(1)) for m in map(PID.search, lines) if m)
+        assert job.send({"cmd": "prepare-stop"})
+        wait_for(lambda: any(line.startswith(protocol.LAUNCH) and '"frozen"' in line for line in lines)
+                 or job.program.done, 60, "no frozen marker")
+        assert [_state(pid) for pid in pids] == ["T", "T"]
+    finally:
+        job.stop()
+    result = job.wait(60)
+    said = result.json_lines(protocol.LAUNCH)
+    [frozen] = [m["ranks"] for m in said if m["kind"] == "frozen"]
+    assert sorted(r["pid"] for r in frozen) == pids
+    [exits] = [m for m in said if m["kind"] == "exits"]
+    assert [(r["exit"], r["signal"]) for r in exits["ranks"]] == [(None, signal.SIGTERM), (None, signal.SIGTERM)]
+    assert [m["kind"] for m in said] == ["started", "ranks", "frozen", "stopping", "exits"]
+
+
+def test_a_stop_prepared_before_the_launch_program_is_ready_waits_for_it(tmp_path):
+    # Asked at once, before the program has set its handler (SIGUSR2 would end it): it starts with
+    # the signal held, answers when ready (no rank yet: none frozen), and the run goes on until stopped.
+    script = tmp_path / "train.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
+            "torchrun": ["--nproc-per-node", "1", "--master-port", str(_free_port()), "--max-restarts", "0",
+                         str(script), "--"]}
+    lines: list[str] = []
+    job = local().job(spec, timeout=120, on_line=lines.append)
+    try:
+        assert job.send({"cmd": "prepare-stop"})
+        wait_for(lambda: any(PID.search(line) for line in lines) or job.program.done, 130,
+                 "the job neither started its rank nor ended")
+    finally:
+        job.stop()
+    result = job.wait(60)
+    said = result.json_lines(protocol.LAUNCH)
+    assert [m["ranks"] for m in said if m["kind"] == "frozen"] == [[]]
+    [exits] = [m for m in said if m["kind"] == "exits"]
+    assert [(r["exit"], r["signal"]) for r in exits["ranks"]] == [(None, signal.SIGTERM)]
+    assert result.signal is None, result
+
 UNWRITABLE_STOPPING = """\
 import os, sys, tempfile, time
 from node import launch_runner
