@@ -100,6 +100,12 @@ def check_omp_threads(ctx: Context) -> Iterator[Verdict]:
                    "logical_cores": cpu.logical_cores, "omp_num_threads": raw, "nproc_per_node": procs,
                    "recommended": best}
         fix = env_fix(ctx, node.node, [("OMP_NUM_THREADS", str(best))], every_node=len(set(advice.values())) == 1)
+        if raw is None and ctx.options.launch and ctx.options.device == "cpu":
+            # launch/plan.py sets the advice for the ranks it starts (a node's own value passes through).
+            yield Verdict(Status.PASS, node.node,
+                          f"OMP_NUM_THREADS is not set: --launch sets it to {best} for each of {procs} process(es) "
+                          f"on {cores} cores", None, details)
+            continue
         if raw is None:
             if procs > 1 and ctx.options.device == "cpu" and best > 1:
                 yield Verdict(Status.WARN, node.node,

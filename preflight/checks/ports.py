@@ -44,8 +44,8 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
                           f"cannot reach the master at {where}: {MEANING.get(pair['outcome'], pair['outcome'])}"
                           + (f" ({pair['detail']})" if pair.get("detail") else "")
                           + "; rendezvous will time out",
-                          f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}   # or: sudo nft add rule "
-                          f"inet filter input tcp dport {port} accept", details)
+                          f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}   # or: sudo nft insert rule "
+                          f"{_chain(ctx.master)} tcp dport {port} accept", details)
 
 
 def _lower(a: str, b: str) -> bool | None:
@@ -82,7 +82,7 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
             yield _from_others(ctx, dst, listener, into, data, by_name.get(dst))
         own = [p for p in data["pairs"] if p["dst"] == dst and p["src"] == dst and p["kind"] != "master"]
         if own:            # more than one rank per node
-            yield _own_path(dst, listener, own, data.get("nproc_per_node", 2))
+            yield _own_path(dst, listener, own, data.get("nproc_per_node", 2), by_name.get(dst))
 
 
 def _from_others(ctx: Context, dst: str, listener: dict, into: list[dict], data: dict,
@@ -110,7 +110,7 @@ def _from_others(ctx: Context, dst: str, listener: dict, into: list[dict], data:
     what = "; ".join(f"from {src}: {MEANING.get(p['outcome'], p['outcome'])}" for src, p in sorted(blocked.items()))
     subnet = _subnet(node, listener["address"]) if node else listener["address"]
     fix = (f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}   "
-           f"# or nftables: sudo nft insert rule inet filter input ip{'6' if ':' in subnet else ''} saddr {subnet} "
+           f"# or nftables: sudo nft insert rule {_chain(node)} ip{'6' if ':' in subnet else ''} saddr {subnet} "
            f"tcp dport {low}-{high} accept")
     if broken:
         return Verdict(Status.FAIL, dst,
@@ -137,7 +137,16 @@ def _blocks(pair: dict) -> bool:
            (pair["kind"] == "closed" and pair["outcome"] in ("filtered", "rejected"))
 
 
-def _own_path(name: str, listener: dict, pairs: list[dict], ranks: int) -> Verdict:
+def _chain(node: NodeFacts | None) -> str:
+    """The node's nftables input chain for an accept rule ("inet filter input" unless its ruleset,
+    read as root, names another)."""
+    net = node.parsed.network if node is not None else None
+    if net is None or isinstance(net, Missing) or isinstance(net.firewall, Missing):
+        return "inet filter input"
+    return net.firewall.input_chain
+
+
+def _own_path(name: str, listener: dict, pairs: list[dict], ranks: int, node: NodeFacts | None) -> Verdict:
     """The node dialling its own Gloo address, as its ranks do with each other. The connection
     never leaves the host, and Linux delivers it on lo even to the node's LAN address, so only
     the host's own input rules can block it: a firewall whose drop comes before any accept for
@@ -158,8 +167,9 @@ def _own_path(name: str, listener: dict, pairs: list[dict], ranks: int) -> Verdi
         return Verdict(Status.FAIL, name, summary, None, details)
     # The path never leaves the host: only its own input rules can stop it.
     ip = "ip6" if ":" in address else "ip"
-    fix = (f"on {name}: sudo nft insert rule inet filter input iif lo accept   # its traffic to itself, to "
-           f"{address} too, arrives on lo; or for that address alone: sudo nft insert rule inet filter input "
+    chain = _chain(node)
+    fix = (f"on {name}: sudo nft insert rule {chain} iif lo accept   # its traffic to itself, to "
+           f"{address} too, arrives on lo; or for that address alone: sudo nft insert rule {chain} "
            f"{ip} saddr {address} {ip} daddr {address} accept; with ufw: sudo ufw allow in on lo")
     return Verdict(Status.FAIL, name, f"{summary}. The path never leaves {name}: its own firewall "
                    f"{'drops' if first['outcome'] == 'filtered' else 'rejects'} it", fix, details)

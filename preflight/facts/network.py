@@ -3,6 +3,7 @@ firewall (node/facts/network.py)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -76,11 +77,46 @@ class Firewall:
     tool: str | None = None      # "nftables"
     input_drops: int = 0         # drop or reject rules in the ruleset
     input_policy_drop: bool = False
+    input_chains: tuple[str, ...] = ()   # nftables' chains on the input hook ("inet filter input"), those that
+                                         # drop or reject first
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Firewall:
         return cls(flag(wire, "readable"), text(wire, "tool"), whole(wire, "input_drops") or 0,
-                   flag(wire, "input_policy_drop"))
+                   flag(wire, "input_policy_drop"), input_chains(text(wire, "rules") or ""))
+
+    @property
+    def input_chain(self) -> str:
+        """Where an accept rule goes ("FAMILY TABLE CHAIN" for `nft insert rule`): the input chain
+        that drops, as the ruleset names it; Debian's and most distributions' default when the
+        ruleset was not read."""
+        return self.input_chains[0] if self.input_chains else "inet filter input"
+
+
+def input_chains(rules: str) -> tuple[str, ...]:
+    """The chains of an `nft list ruleset` on the input hook, as "family table chain", those with
+    a drop or reject (a rule or the policy) first."""
+    found: list[tuple[bool, str]] = []
+    table = chain = None
+    body: list[str] = []
+
+    def close() -> None:
+        joined = "\n".join(body)
+        if table and chain and re.search(r"\bhook input\b", joined):
+            found.append((not re.search(r"\b(drop|reject)\b", joined), f"{table} {chain}"))
+
+    for line in rules.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "table" and words[-1] == "{":
+            close()
+            table, chain = " ".join(words[1:3]) if len(words) == 4 else f"ip {words[1]}", None
+        elif len(words) == 3 and words[0] == "chain" and words[2] == "{":
+            close()
+            chain, body = words[1], []
+        elif chain is not None:
+            body.append(line)
+    close()
+    return tuple(name for _, name in sorted(found, key=lambda f: f[0]))
 
 
 def _port_range(wire: Mapping[str, Any]) -> tuple[int, int] | None:

@@ -100,6 +100,18 @@ def test_a_firewall_without_a_loopback_exemption_fails_the_master_to_itself():
         "10.213.4.200 too, arrives on lo; or for that address alone: sudo nft insert rule inet filter input ip "
         "saddr 10.213.4.200 ip daddr 10.213.4.200 accept; with ufw: sudo ufw allow in on lo")
     assert {(p["src"], p["dst"]) for p in result.details["pairs"]} == {("master", "master")}
+    # The rule goes in the chain that drops, as the node's ruleset names it (here a table of the
+    # host's own beside Debian's empty `inet filter`), not in a chain the drop never passes through.
+    other = copy.deepcopy(art)
+    other["nodes"][0]["facts"]["network"]["firewall"]["rules"] = (
+        "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n}\n"
+        "table inet host_guard {\n\tchain inbound {\n\t\ttype filter hook input priority filter + 10; policy accept;\n"
+        "\t\ttcp dport 32768-60999 ct state new drop\n\t}\n\tchain outbound {\n\t\ttype filter hook output "
+        "priority filter; policy accept;\n\t}\n}\n")
+    assert own_path(other, "master").fix == (
+        "on master: sudo nft insert rule inet host_guard inbound iif lo accept   # its traffic to itself, to "
+        "10.213.4.200 too, arrives on lo; or for that address alone: sudo nft insert rule inet host_guard inbound ip "
+        "saddr 10.213.4.200 ip daddr 10.213.4.200 accept; with ufw: sudo ufw allow in on lo")
     assert own_path(art, "worker1").summary == ("worker1 -> itself at 10.213.4.11:32768-60999: new connections "
                                                 "open (its 2 ranks connect to each other there)")
 

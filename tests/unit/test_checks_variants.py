@@ -465,6 +465,19 @@ def test_unset_with_several_processes_warns_when_the_cores_allow_more_than_one_t
     assert master.summary == "1 thread for each of 2 process(es) on 2 cores"
 
 
+def test_unset_under_launch_passes_with_the_value_the_launch_sets():
+    # --launch sets OMP_NUM_THREADS to the advice for the ranks it starts (launch/plan.py): no warning,
+    # no fix, and the value said is the one the ranks get.
+    art = ff.cores(clean(), "worker1", physical=8, logical=16)
+    result = one(run(art, "omp-threads", nproc_per_node=2, launch=True), "omp-threads", "worker1")
+    assert (result.status, result.fix) == (Status.PASS, None)
+    assert result.summary == "OMP_NUM_THREADS is not set: --launch sets it to 4 for each of 2 process(es) on 8 cores"
+    # A node's own value is the ranks' (the launch passes it through): judged as it is.
+    art = ff.env(ff.cores(clean(), "worker1", physical=8, logical=16), "worker1", OMP_NUM_THREADS="8")
+    result = one(run(art, "omp-threads", nproc_per_node=2, launch=True), "omp-threads", "worker1")
+    assert result.status is Status.WARN and result.summary.startswith("8 threads x 2 processes = 16 on 8 physical")
+
+
 def test_unset_with_one_process_passes():
     result = one(run(ff.cores(clean(), "worker1", physical=8), "omp-threads"), "omp-threads", "worker1")
 
