@@ -106,6 +106,7 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
         gathered.world = data.get("world_size") or gathered.world
         gathered.nproc_per_node = data.get("nproc_per_node") or gathered.nproc_per_node
         gathered.node_order = [str(n.get("node")) for n in data.get("nodes") or [] if isinstance(n, dict)]
+        gathered.launched = True
         return
     gathered.stop_reason = data.get("stop_reason")
     for r in data.get("ranks") or []:

@@ -64,6 +64,7 @@ class Gathered:
     nproc_per_node: int | None = None
     node_order: list[str] = field(default_factory=list)      # nodes by node rank (a launch's plan)
     stop_reason: str | None = None                           # a launch's: why it was stopped
+    launched: bool = False                                   # a ddp-preflight --launch run (its plan.json was read)
     read: list[str] = field(default_factory=list)            # inputs read
     skipped: list[str] = field(default_factory=list)         # inputs not read, with why
 

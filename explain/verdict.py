@@ -15,7 +15,7 @@ from hangwatch.failures import Failure, family_name
 from hangwatch.model import Certainty, Diagnosis, Evidence, Kind, Reason, Seen
 from hangwatch.model import RankStatus as S
 from preflight.checks.launch_args import separate
-from preflight.checks.network import pin_interface
+from preflight.checks.network import ifname_var, pin_interface
 from preflight.checks.processes import who_holds
 
 from . import inputs, logs, records
@@ -237,10 +237,21 @@ def _address_family(g: Gathered, ranks: list[RankSeen]) -> _Root:
     nodes = sorted({r.node for r in ranks if _key(r, g) in odd and r.node})
     root = _Root(Kind.EXITED, Reason.ADDRESS_FAMILY, culprits=odd, notes=notes, nodes=nodes,
                  quotes=_quotes([r for r in ranks if _key(r, g) in odd] or ranks),
-                 fix=pin_interface("gloo", None) + "   # on " + (", ".join(nodes) or "every node"))
+                 fix=_pin(g, nodes))
     if not odd:
         root.candidates, root.certainty = sorted(own), Certainty.UNSURE
     return root
+
+
+def _pin(g: Gathered, nodes: list[str]) -> str:
+    """The interface pin on these nodes in the form that reaches the next run: ddp-preflight
+    --launch's --env NODE:NAME=VALUE for a launched run (an export never reaches it), else the
+    export on each node before torchrun."""
+    if g.launched:
+        var = ifname_var("gloo")
+        return " ".join(f"--env {n}:{var}=<the LAN interface>" for n in nodes) if nodes else \
+            f"--env {var}=<the LAN interface>"
+    return pin_interface("gloo", None) + "   # on " + (", ".join(nodes) or "every node")
 
 
 def _rendezvous(g: Gathered, said: list[NodeSaid], ranks: list[RankSeen]) -> _Root:

@@ -5,6 +5,7 @@ the ranks named, why, and the lines it rests on (file:line)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,17 @@ def test_the_address_family_names_the_odd_node_and_preflights_fix():
     assert e.fix == "export GLOO_SOCKET_IFNAME=<the LAN interface>   # on worker1"
     assert str(e.quotes[0]).startswith(f"{LOGS / 'vpn-ipv6' / 'worker1.log'}:26: [default0]:RuntimeError: [enforce "
                                        "fail at")
+
+
+def test_the_address_familys_fix_for_a_launched_run_is_the_flag_that_reaches_it(tmp_path):
+    # The same node logs in a --launch log folder (its plan.json, here the launch-leave run's, same
+    # nodes): an export would never reach the next launched run; --env NODE:NAME=VALUE does.
+    for log in ("master.log", "worker1.log"):
+        shutil.copy(LOGS / "vpn-ipv6" / log, tmp_path / log)
+    shutil.copy(CORPUS / "launch-leave" / "plan.json", tmp_path / "plan.json")
+    e, d = verdict(tmp_path)
+    assert (list(d.culprits), d.reason) == ([2, 3], Reason.ADDRESS_FAMILY)
+    assert e.fix == "--env worker1:GLOO_SOCKET_IFNAME=<the LAN interface>"
 
 
 def test_a_refused_connection_says_which_node_must_accept_from_which():
