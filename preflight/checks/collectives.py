@@ -273,6 +273,19 @@ def _init_failure(ctx: Context, data: dict, base: dict) -> Verdict:
     if pinned and not _init_failed(pinned["init"], data["world"]):
         what += (f". With the interface preflight chose ({_env_words(pinned['env'])}) the group forms: "
                  "the matrix was measured that way")
+    elif pinned:
+        # The pin did not make it form: say how it failed then, and what else explains that.
+        again = [r for r in pinned["init"] if not r.get("ok")]
+        if again:
+            r = next((r for r in again if r.get("timed_out")), again[0])
+            how = (f"did not finish within {bound:g} s on {r['node']}" if r.get("timed_out") else
+                   f"failed on {r['node']}: {_message(r)}")
+        else:
+            how = f"ended before any rank reported ({_job_reason(pinned['jobs'])})"
+        others = [c for c in causes if c["check"] not in ("interface-choice", "address-family")]
+        then, _ = because(others, NOT_KNOWN)
+        what += (f". With the interface preflight chose ({_env_words(pinned['env'])}) process-group creation "
+                 f"{how}{then}")
     details = {**base, "init": init, "jobs": data["jobs"], "env": data.get("env"), "likely_causes": causes}
     if pinned:
         details["pinned"] = pinned

@@ -557,3 +557,23 @@ def test_the_cuda_only_group_is_named_even_when_the_job_could_not_run(recorded, 
 def test_a_group_created_on_cpu_too_or_a_cuda_run_is_not_named(recorded, tmp_path, patched, device):
     results, found = scanned_run(recorded, tmp_path, {"common.py": patched}, device=device)
     assert not [r for r in results if "only under CUDA" in r.summary]
+
+
+def test_when_the_pinned_retry_fails_too_its_failure_and_its_own_cause_are_said(recorded):
+    # Derived from two recordings: vpn-ipv6@worker1's first attempt (the address family), and as
+    # its pinned retry the firewall@worker1 run's (the bound, every rank), with that run's network
+    # probe (ephemeral-ports sees the drop). Both faults on worker1, one hiding the other.
+    probes = copy.deepcopy(recorded["vpn-ipv6@worker1"]["probes"])
+    firewall = recorded["firewall@worker1"]["probes"]
+    data = probes["collectives"]
+    data["pinned"] = {"env": data["pinned"]["env"], "init": firewall["collectives"]["init"],
+                      "jobs": firewall["collectives"]["jobs"], "init_failed": None}
+    data.update(matrix=[], broken=None, stopped=None)
+    probes["network"] = firewall["network"]
+    [result] = run(recorded, "vpn-ipv6@worker1", probes)
+    assert result.status is Status.FAIL
+    first, _, then = result.summary.partition(". With the interface preflight chose ")
+    assert "ss1.ss_family == ss2.ss_family. 10 vs 2" in first and "likely cause: address-family on worker1" in first
+    assert then.startswith(f"(GLOO_SOCKET_IFNAME=eth0 on every node) process-group creation did not finish within "
+                           f"{data['bound']:g} s on master; likely cause: ephemeral-ports on worker1: "), then
+    assert result.fix.startswith("export GLOO_SOCKET_IFNAME=eth0")
