@@ -20,8 +20,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Two workers: the lab tests one after another on one lab, the unit tests beside them
+# (tests/conftest.py). `pytest` alone runs everything in one process, as before.
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 test-unit: setup
 	$(PY) -m pytest -m 'not lab'
