@@ -15,7 +15,6 @@ import ast
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,8 @@ import pytest
 
 from node import flight, rank_bootstrap
 from transport import LocalNode
+
+from .ports import free_port
 
 BOOTSTRAP = Path(rank_bootstrap.__file__)
 ARTIFACTS = Path(__file__).parent / "artifacts" / "gpu-h100"
@@ -47,10 +48,6 @@ def as_python_and_bootstrapped(args, cwd, env=None):
     return run([sys.executable, "-u", *args], cwd, env), run([sys.executable, "-u", str(BOOTSTRAP), *args], cwd, env)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def private_folder(path: Path) -> Path:

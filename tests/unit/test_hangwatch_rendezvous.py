@@ -17,6 +17,7 @@ from hangwatch.reducer import ALONE_AFTER
 from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
 from node import agent, store
 
+from .ports import free_port as _free_port
 from .test_hangwatch_watch import AGENT, replay
 
 RANK3 = 4975                      # rank 3's pid in skip-init.jsonl (worker1)
@@ -174,10 +175,6 @@ def test_the_agent_reads_rendezvous_where_the_watcher_does():
                    for dump in r["msg"]["stacks"].values())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 JOINS_LATE = """

@@ -21,6 +21,8 @@ from transport import LocalNode
 from transport.lines import MAX_LINE, LineSplitter
 from transport.node import HEARTBEATS
 
+from .ports import free_port as _free_port
+
 ROOT = Path(__file__).parents[2]
 PIDS = re.compile(r"\bpids (\d+) (\d+)")
 PID = re.compile(r"\bpid (\d+)")
@@ -196,10 +198,6 @@ def test_a_rank_in_a_session_of_its_own_that_ignores_sigterm_is_still_ended(tmp_
     wait_for(lambda: gone(rank), 10, "the rank that ignores SIGTERM outlived its job")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 STOPPED_RANKS = """\
@@ -289,6 +287,7 @@ def test_a_stop_prepared_freezes_every_rank_and_the_stop_then_ends_each_by_its_s
         wait_for(lambda: len([m for m in map(PID.search, lines) if m]) == 2 or job.program.done, 130,
                  "the job neither started its ranks nor ended")
         pids = sorted(int(m.group(1)) for m in map(PID.search, lines) if m)
+        assert len(pids) == 2, f"the ranks did not start: {lines[-20:]}"
         assert job.send({"cmd": "prepare-stop"})
         wait_for(lambda: any(line.startswith(protocol.LAUNCH) and '"frozen"' in line for line in lines)
                  or job.program.done, 60, "no frozen marker")

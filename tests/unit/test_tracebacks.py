@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,6 +34,8 @@ from hangwatch.tracebacks import (
     strip_prefix,
 )
 from node import rank_bootstrap
+
+from .ports import free_port
 
 LOGS = Path(__file__).parent / "artifacts" / "logs"
 BOOTSTRAP = Path(rank_bootstrap.__file__)
@@ -451,10 +452,6 @@ def test_from_record_of_a_script_that_raised(tmp_path):
     assert from_record({**record, "how": "exit", "code": 3}) is None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_from_record_of_a_gloo_rank_that_lost_its_peer(tmp_path):
