@@ -128,19 +128,20 @@ def watch_ranks():
             # Said before torchrun signals them: a rank that ends after this was stopped by it.
             # torch calls close() up to three times (its poll, _stop_workers, run's end): only a
             # close that stops a running rank says so.
-            try:
-                with STOP.lock:       # a prepare under way ends first
-                    handlers = sorted(self.subprocess_handlers.items())
-                    running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
-                               for lr, h in handlers if h.proc.poll() is None]
+            with STOP.lock:       # a prepare under way ends first
+                handlers = sorted(self.subprocess_handlers.items())
+                running = [{"local_rank": lr, "rank": rank_of(self, lr), "pid": h.proc.pid}
+                           for lr, h in handlers if h.proc.poll() is None]
+                try:
                     if running:
                         say("stopping", t=time.time(), ranks=running,
                             failed=[lr for lr, h in handlers if h.proc.poll() not in (None, 0)])
                         if not STOP.kept:
                             keep_flight(running)
-                        STOP.release([r["pid"] for r in running])
-            except Exception:
-                pass        # a line that cannot be written (the master gone) must not keep the ranks running
+                except Exception:
+                    pass    # a line that cannot be written (the master gone) must not keep the ranks running
+                finally:
+                    STOP.release([r["pid"] for r in running])     # frozen ones too, whatever happened
             return close(self, *args, **kwargs)
 
         api.SubprocessContext._close = _close
