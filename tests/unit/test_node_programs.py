@@ -273,16 +273,21 @@ def _state(pid: int) -> str:
         return ""
 
 
-def test_a_stop_prepared_freezes_every_rank_and_the_stop_then_ends_each_by_its_sigterm(tmp_path):
-    # ddp-preflight's two-step stop: "prepare-stop" freezes the ranks (SIGSTOP) and says so; the
-    # stop (EOF) then has torchrun send its SIGTERM, which a frozen rank dies of at once.
+def _sleeping_ranks(tmp_path, ranks: int, lines: list[str]):
+    """The launch program with ranks that print their pid and sleep; its lines go into `lines`."""
     script = tmp_path / "train.py"
     script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
     spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
-            "torchrun": ["--nproc-per-node", "2", "--master-port", str(_free_port()), "--max-restarts", "0",
+            "torchrun": ["--nproc-per-node", str(ranks), "--master-port", str(_free_port()), "--max-restarts", "0",
                          str(script), "--"]}
+    return local().job(spec, timeout=120, on_line=lines.append)
+
+
+def test_a_stop_prepared_freezes_every_rank_and_the_stop_then_ends_each_by_its_sigterm(tmp_path):
+    # ddp-preflight's two-step stop: "prepare-stop" freezes the ranks (SIGSTOP) and says so; the
+    # stop (EOF) then has torchrun send its SIGTERM, which a frozen rank dies of at once.
     lines: list[str] = []
-    job = local().job(spec, timeout=120, on_line=lines.append)
+    job = _sleeping_ranks(tmp_path, 2, lines)
     try:
         wait_for(lambda: len([m for m in map(PID.search, lines) if m]) == 2 or job.program.done, 130,
                  "the job neither started its ranks nor ended")
@@ -306,13 +311,8 @@ def test_a_stop_prepared_freezes_every_rank_and_the_stop_then_ends_each_by_its_s
 def test_a_stop_prepared_before_the_launch_program_is_ready_waits_for_it(tmp_path):
     # Asked at once, before the program has set its handler (SIGUSR2 would end it): it starts with
     # the signal held, answers when ready (no rank yet: none frozen), and the run goes on until stopped.
-    script = tmp_path / "train.py"
-    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
-    spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
-            "torchrun": ["--nproc-per-node", "1", "--master-port", str(_free_port()), "--max-restarts", "0",
-                         str(script), "--"]}
     lines: list[str] = []
-    job = local().job(spec, timeout=120, on_line=lines.append)
+    job = _sleeping_ranks(tmp_path, 1, lines)
     try:
         assert job.send({"cmd": "prepare-stop"})
         wait_for(lambda: any(PID.search(line) for line in lines) or job.program.done, 130,
