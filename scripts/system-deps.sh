@@ -9,11 +9,14 @@ declare -A need=(
   # `lab up --slurm`: a real Slurm (22.05 on Debian 12) and its authentication
   [/usr/sbin/slurmctld]=slurm-wlm [/usr/sbin/slurmd]=slurm-wlm [srun]=slurm-wlm
   [/usr/sbin/munged]=munge
+  [/usr/sbin/useradd]=passwd          # the hostile-user tests make a second, unprivileged user
 )
 missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done
+# `python3 -m venv` (make setup) needs ensurepip, which Debian ships apart from python3.
+python3 -c 'import ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 [ ${#missing[@]} -eq 0 ] && exit 0
 pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
 if [ "$(id -u)" -ne 0 ]; then
