@@ -17,7 +17,9 @@ def internal_error(prog: str, exc: Exception) -> int:
     import os
     import sys
 
-    print(f"{prog}: internal error: {type(exc).__name__}: {exc} (please report it; "
+    from node.terminal import shown  # an error may quote a node's words: shown, never obeyed
+
+    print(f"{prog}: internal error: {type(exc).__name__}: {shown(str(exc))} (please report it; "
           "DDP_PREFLIGHT_DEBUG=1 shows the traceback)", file=sys.stderr)
     if os.environ.get("DDP_PREFLIGHT_DEBUG"):
         raise exc

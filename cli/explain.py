@@ -25,10 +25,12 @@ def main(argv: list[str]) -> int:
     from explain import explain
     from explain.inputs import InputError
     from explain.render import as_json, as_text
+    from node.terminal import shown
     try:
         explanation = explain(args.paths)
     except InputError as exc:
-        print(f"ddp-preflight explain: error: {exc}", file=sys.stderr)
+        # It may quote the input (a file's name, a line of it): shown, never obeyed.
+        print(f"ddp-preflight explain: error: {shown(str(exc))}", file=sys.stderr)
         return Exit.USAGE
     except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
         return internal_error("ddp-preflight explain", exc)

@@ -15,8 +15,9 @@ from pathlib import Path
 from launch.outcome import render
 from launch.plan import Command, PlanError, build_plan
 from launch.run import Launch
-from node.private import make_folder
+from node.private import hold, why_refused
 from node.redact import redact_argv, redact_env, redact_text
+from node.terminal import shown, shown_text
 from preflight.api import Preflight
 from preflight.model import Report, Status
 
@@ -29,7 +30,9 @@ SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTER
 
 
 def say(text: str) -> None:
-    print(f"ddp-preflight: {text}", file=sys.stderr, flush=True)
+    """One line of the launcher's own: what it quotes of a node or a rank (a preflight summary, a
+    hangwatch verdict, an error) is shown, never obeyed (node/terminal.py), and its secrets out."""
+    print(f"ddp-preflight: {shown(redact_text(text))}", file=sys.stderr, flush=True)
 
 
 def refusal(report: Report, strict: bool) -> list:
@@ -58,6 +61,11 @@ def log_dir_problem(log_dir: str | None) -> str | None:
     """Why the run's logs could not be written where they would go, as one line with the fix;
     None when they can. Asked before any node is contacted."""
     folder = Path(log_dir) if log_dir else RUNS
+    # A link or a folder another user could change on the way (node/private.py): refused, never followed.
+    refused = why_refused(folder if log_dir else default_log_dir())
+    if refused is not None:
+        fix = "give --log-dir a folder" if log_dir else "run from a folder, or give --log-dir a folder,"
+        return f"cannot write the logs in {folder}: {refused}: {fix} that no other user can change"
     existing = folder
     try:
         while not existing.exists():     # the folder the missing ones would be created in
@@ -93,7 +101,7 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         return Exit.FOUND
     log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
     try:
-        make_folder(log_dir)
+        hold(log_dir)       # open for the run: its files and incidents/ are written relative to it
     except OSError as exc:
         say(f"cannot create the log folder {log_dir}: {exc.strerror} (choose another with --log-dir)")
         return Exit.USAGE
@@ -166,7 +174,7 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         return Exit.FOUND
     if not result.ok:
         launch.add_verdict(watcher.verdict())      # who failed first, and why: hangwatch's verdict on the ends
-    sys.stderr.write("ddp-preflight: " + redact_text(render(result, plan.master_port, plan.nodes[0].node)))
+    sys.stderr.write("ddp-preflight: " + shown_text(redact_text(render(result, plan.master_port, plan.nodes[0].node))))
     sys.stderr.flush()
     return result.exit_code
 

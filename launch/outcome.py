@@ -10,12 +10,13 @@ headline renders it."""
 from __future__ import annotations
 
 import signal as signals
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from hangwatch.model import Diagnosis
 from hangwatch.text import headline
 from hangwatch.tracebacks import ExceptionInfo
 from node.protocol import ExitStatus
+from node.terminal import shown, shown_data, shown_text
 
 STOPPED_BY_US = "stopped by ddp-preflight"
 
@@ -144,9 +145,13 @@ def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
 
 
 def render(result: LaunchResult, port: int, master: str) -> str:
-    """The end-of-run summary: a headline, one line per rank, node problems, where the logs are."""
+    """The end-of-run summary: a headline, one line per rank, node problems, where the logs are.
+    What the ranks and nodes said (an exception's message, a function's name, a node's error) is
+    shown, never obeyed: every string of the result goes through node/terminal.py first."""
+    verdict = result.verdict          # its headline is rendered from the raw fields, then shown as one line
+    result, master = shown_data(replace(result, verdict=None)), shown(master)
     lines = []
-    shown = None         # the node whose error the headline already says
+    told = None          # the node whose error the headline already says
     n = len(result.ranks)
     if result.ok:
         lines.append(f"training finished: all {n} ranks exited with code 0 ({result.seconds:.1f} s)")
@@ -155,16 +160,16 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         first = [r for r in failed if r.node == result.first_failure] or failed
         first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
         stopped = "; every node was stopped" if result.stop_reason else ""
-        if result.verdict is not None and result.verdict.named:
+        if verdict is not None and verdict.named:
             # hangwatch's verdict: the ranks no other end explains, and why.
-            lines.append(f"training failed: {headline(result.verdict)}" + stopped)
+            lines.append(f"training failed: {shown(headline(verdict))}" + stopped)
         elif first:
             lines.append(f"training failed: rank {first[0].rank} on {first[0].node} ended with {first[0].outcome()}"
                          + stopped)
         elif first_node is not None and first_node.error:
             lines.append(f"training failed on {first_node.node}: {first_node.error}"
                          + (f" (fix: {first_node.fix})" if first_node.fix else "") + stopped)
-            shown = first_node.node
+            told = first_node.node
         elif first_node is not None:
             lines.append(f"training failed: torchrun on {first_node.node} ended with "
                          f"{'exit code %s' % first_node.exit if first_node.exit is not None else 'signal %s' % first_node.signal}"
@@ -176,7 +181,7 @@ def render(result: LaunchResult, port: int, master: str) -> str:
             lines.append(f"training failed on {', '.join(x.node for x in bad) or 'a node'}")
     lines += [f"  {note}" for note in result.notes]      # right under the headline: it may qualify it
     for node in result.nodes:
-        if node.error and node.node != shown:
+        if node.error and node.node != told:
             lines.append(f"  {node.node}: {node.error}" + (f" (fix: {node.fix})" if node.fix else ""))
     for r in result.ranks:
         lines.append(f"  rank {r.rank} on {r.node}: {r.outcome()}")
@@ -186,4 +191,4 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         lines.append(f"  port {port} on {master} is still held: see `ddp-preflight {master} --only master-port`")
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}" + (f" (incomplete: {result.logs_error})" if result.logs_error else ""))
-    return "\n".join(lines) + "\n"
+    return shown_text("\n".join(lines) + "\n")

@@ -1,5 +1,6 @@
 """Every node's output, as lines that say which node and which rank wrote them, and the run's
-log folder on the master: one log file per node, the plan and the result, private to the user.
+log folder on the master: one log file per node, the plan and the result, private to the user,
+each written relative to the folder's descriptor (node/private.py), never through a link.
 
 torchrun's `--tee 3` prefixes each rank's lines with its role and local rank ("[default0]:");
 the global rank is node_rank x nproc_per_node + local_rank (static rendezvous). Lines without
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from node.private import make_folder, open_file
-from preflight.report.terminal import visible
+from node.private import Folder, folder
+from node.terminal import shown, visible
 
 TEE_PREFIX = re.compile(r"^\[([A-Za-z_]\D*?)(\d+)\]:(.*)$")
 STEP = re.compile(r"^\s*step\b\s*[:=#]?\s*(\d+)", re.IGNORECASE)     # nanochat: "step 00004/05000 ..."
@@ -35,8 +36,12 @@ class Line:
         return f"[{who}] {self.text}"
 
     def shown(self) -> str:
-        """The line for a terminal: the rank's escape sequences shown, not obeyed (its log keeps them)."""
-        return visible(self.prefixed())
+        """The line for a terminal: the rank's escape sequences shown, not obeyed (its log keeps
+        them). The prefix is the launcher's and stays in front: a carriage return in the rank's
+        text keeps what the terminal would have shown of that text, never a line without its
+        prefix ("[master r1] ..." cannot become a line that seems to be the launcher's)."""
+        who = f"{self.node} r{self.rank}" if self.rank is not None else self.node
+        return f"[{shown(who)}] {visible(self.text)}"
 
     @property
     def step(self) -> int | None:
@@ -62,14 +67,19 @@ def safe_name(node: str) -> str:
 class NodeLogs:
     """The run's log folder: `<node>.log` with every line of that node, prefixed as on the
     terminal and as the rank wrote it; plan.json and result.json. The logs are not the run: the
-    first error (a full disk, a folder gone) stops all writing, is kept in `failure` ("No space
-    left on device") and told once to `on_failure`; nothing here raises."""
+    first error (a full disk, a folder gone, a link another user put on the way) stops all
+    writing, is kept in `failure` ("No space left on device") and told once to `on_failure`;
+    nothing here raises.
+
+    The folder is opened once (from the run folder the launcher holds, node/private.py's hold())
+    and every file is made relative to it: a symlink swapped in mid-run redirects nothing."""
 
     def __init__(self, folder: Path, on_failure: Callable[[str], None] | None = None):
         self.folder = Path(folder)
         self.on_failure = on_failure
         self.failure: str | None = None
         self._files: dict[str, TextIO] = {}
+        self._place: Folder | None = None
         self._lock = threading.Lock()
 
     def path(self, node: str) -> Path:
@@ -79,19 +89,27 @@ class NodeLogs:
         def append() -> None:
             f = self._files.get(node)
             if f is None:
-                make_folder(self.folder)
-                f = self._files[node] = open_file(self.path(node), append=True)
+                f = self._files[node] = self._folder().open_file(self.path(node).name, append=True)
             f.write(text + "\n")
         self._guarded(append)
 
     def write_json(self, name: str, document: dict) -> None:
         def write() -> None:
-            with open_file(make_folder(self.folder) / name) as f:
+            with self._folder().open_file(name) as f:
                 f.write(json.dumps(document, indent=2) + "\n")
         self._guarded(write)
 
     def close(self) -> None:
         self._guarded(self._close_files)
+        with self._lock:
+            if self._place is not None:
+                self._place.close()     # a late result.json opens it again, from the held run folder
+                self._place = None
+
+    def _folder(self) -> Folder:
+        if self._place is None:
+            self._place = folder(self.folder)
+        return self._place
 
     def _guarded(self, action: Callable[[], None]) -> None:
         with self._lock:

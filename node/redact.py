@@ -1,17 +1,30 @@
-"""Secrets redacted by their name and by their value, in everything that is shown or written.
+"""Secrets redacted, in everything that is shown or written: one set of rules.
 
-Pure, standard library only: the agent redacts the environments it reads before they leave a
-node, and the master redacts what it prints and writes, by the same rules.
+Pure, standard library only: the agent and the facts collector redact the environments they
+read before they leave a node, and the master redacts what it prints and writes, by the same
+rules. Where in doubt, a value is hidden: a hidden harmless value costs a look at the node, a
+shown secret cannot be taken back.
 
 The rules, in the user's words:
+- an environment (`--env`, a node's, a rank's) shows a value only for a name known to be safe:
+  the settings that decide how training binds, threads and picks its devices (PATH-like folders,
+  CUDA_*, NCCL_*, GLOO_*, OMP_*, TORCH_*, MASTER_*, WORLD_SIZE, RANK, ...: `SAFE_NAMES`,
+  `SAFE_PREFIXES`), and not even then when the name says secret; every other value is
+  `<redacted>`;
 - a variable, option or JSON key whose name has a secret word as one of its parts: HF_TOKEN,
-  WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, MY_PASS, PGPASSWORD, --api-key, apiKey; not KEYBOARD,
-  TOKENIZERS_PARALLELISM, AUTHOR or PWD (the current folder);
-- a value that carries a credential whatever its name: a URL's user and password (kept: the
-  scheme and the host, `postgres://<redacted>@db:5432/x`), an Authorization or Cookie header, a
-  Bearer token, and NAME=VALUE pairs with a secret name inside a value (a query string's
-  `token=...`, a connection string's `AccountKey=...`);
-- in a command line, the word after a secret option (`--token X`) and `--password=X`."""
+  WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, MY_PASS, PGPASSWORD, SSHPASS, GITHUB_PAT, --api-key,
+  apiKey; not KEYBOARD, TOKENIZERS_PARALLELISM, AUTHOR, BYPASS or PWD (the current folder). A
+  JSON value under such a key is hidden whatever it is (text, number, list, object);
+- a value that carries a credential whatever its name: the token shapes of common services
+  (GitHub's ghp_/gho_/ghs_/github_pat_, Slack's xox?-, AWS's AKIA..., Hugging Face's hf_,
+  OpenAI's sk-, GitLab's glpat-, ...), a webhook URL's secret path (Slack, Discord, Teams, any
+  .../hooks/...: the scheme and host kept), a URL's user and password (kept: the scheme and the
+  host, `postgres://<redacted>@db:5432/x`), an Authorization or Cookie header, a Bearer token,
+  NAME=VALUE pairs with a secret name (a query string's `token=...`);
+- in a command line, the value after a secret option however it is written (`--token X`,
+  `--password=X`, `--password -xSECRET`: a password option's value may start with '-'), and the
+  password of the programs whose `-p` is one (sshpass -p X, mysql -pX); `-p` elsewhere is a port
+  or a path and is shown."""
 
 from __future__ import annotations
 
@@ -19,68 +32,203 @@ import re
 
 REDACTED = "<redacted>"
 
+# -- by name -------------------------------------------------------------------------------------
+
 # A name's parts: split at _ - . and where lower case turns upper (apiKey); digits apart.
 NAME_PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-SECRET_PARTS = frozenset({
+# Words that name a value which is itself the secret: an option with one always takes a value.
+VALUE_PARTS = frozenset({
     "TOKEN", "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD", "PASSWORDS", "PASSPHRASE", "PWD",
-    "KEY", "APIKEY", "AUTH", "AUTHORIZATION", "CREDENTIAL", "CREDENTIALS", "CREDS", "COOKIE",
-    "COOKIES", "SESSION", "SIGNATURE"})
-# Parts written as one word with a prefix: PGPASSWORD, ACCESSTOKEN, CLIENTSECRET, OPENAIAPIKEY.
-# (KEY alone is not a suffix: MONKEY, HOCKEY.)
-SECRET_SUFFIXES = ("PASSWORD", "PASSWD", "PASSPHRASE", "TOKEN", "SECRET", "APIKEY", "ACCESSKEY", "PRIVATEKEY")
+    "PASSCODE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT"})
+SECRET_PARTS = VALUE_PARTS | frozenset({
+    "AUTH", "AUTHORIZATION", "COOKIE", "COOKIES", "SESSION", "SIGNATURE"})
+# Parts written as one word with a prefix: PGPASSWORD, ACCESSTOKEN, CLIENTSECRET, OPENAIAPIKEY,
+# SSHPASS. (KEY alone is not a suffix: MONKEY, HOCKEY; nor PASS in the English words below.)
+SECRET_SUFFIXES = ("PASSWORD", "PASSWD", "PASSPHRASE", "TOKEN", "SECRET", "APIKEY", "ACCESSKEY", "PRIVATEKEY",
+                   "PASS")
+NOT_A_PASS = frozenset({"BYPASS", "COMPASS", "ENCOMPASS", "SURPASS", "TRESPASS", "OVERPASS", "UNDERPASS",
+                        "MULTIPASS", "ONEPASS", "TWOPASS", "SINGLEPASS", "FIRSTPASS", "SECONDPASS"})
+# An option that starts so is a switch, not a holder of a value: --no-auth, --use-auth-token.
+SWITCH_WORDS = frozenset({"NO", "USE", "DISABLE", "ENABLE", "WITH", "WITHOUT", "SKIP", "ASK", "PROMPT",
+                          "REQUIRE", "ALLOW", "IGNORE", "FORCE", "SHOW", "PRINT", "CHECK", "VERIFY"})
 
-URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#]*@")     # up to the host's last @
+
+def _secret_part(part: str) -> bool:
+    return part in SECRET_PARTS or (part.endswith(SECRET_SUFFIXES) and part not in NOT_A_PASS)
+
+
+def secret_name(name: str) -> bool:
+    """Does this name say it holds a secret? (HF_TOKEN, MY_PASS, SSHPASS, GH_PAT, --api-key: yes.)"""
+    parts = [p.upper() for p in NAME_PARTS.findall(name)]
+    if parts == ["PWD"]:             # the shell's current folder, not a password
+        return False
+    return any(_secret_part(p) for p in parts)
+
+
+def takes_secret_value(option: str) -> bool:
+    """A secret option whose next word is its value even when that word starts with '-'
+    (`--password -xSECRET`): a password, token or key option that is not a switch (`--no-auth`)."""
+    parts = [p.upper() for p in NAME_PARTS.findall(option)]
+    if not parts or parts[0] in SWITCH_WORDS:
+        return False
+    return any(p in VALUE_PARTS or (p.endswith(SECRET_SUFFIXES) and p not in NOT_A_PASS) for p in parts)
+
+
+# -- which environment values may be shown -------------------------------------------------------------
+
+SAFE_NAMES = frozenset({
+    "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "LD_PRELOAD", "CPATH", "PYTHONPATH", "MANPATH", "PKG_CONFIG_PATH",
+    "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "PWD", "OLDPWD", "HOSTNAME", "TMPDIR",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_EXE", "CONDA_PYTHON_EXE", "CONDA_SHLVL",
+    "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
+    "TOKENIZERS_PARALLELISM", "DTYPE", "COMPUTE_DTYPE", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+})
+SAFE_PREFIXES = (
+    "CUDA_", "NCCL_", "GLOO_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "TORCHELASTIC_", "TORCHINDUCTOR_",
+    "TORCHDYNAMO_", "PYTORCH_", "MASTER_", "NVIDIA_", "CUDNN_", "CUBLAS_", "NANOCHAT_", "TP_", "DTYPE",
+    "COMPUTE_DTYPE", "PYTHON", "LC_", "SLURM_", "UCX_", "FI_", "HIP_", "ROCR_", "HSA_", "MIOPEN_", "XLA_",
+    "HANGWATCH_", "DDP_PREFLIGHT_",
+)
+
+
+def safe_name(name: str) -> bool:
+    """May this variable's value be shown? Only a setting known to be harmless, never a name that
+    says secret (TORCH_SOMETHING_TOKEN is hidden)."""
+    return (name in SAFE_NAMES or name.startswith(SAFE_PREFIXES)) and not secret_name(name)
+
+
+# -- by value ------------------------------------------------------------------------------------
+
+# The token shapes of common services, anywhere in a text.
+TOKEN_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:"
+    r"gh[pousr]_[A-Za-z0-9]{20,}"                           # GitHub: personal, OAuth, user, server, refresh
+    r"|github_pat_[A-Za-z0-9_]{20,}"                         # GitHub: fine-grained personal
+    r"|xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"   # Slack
+    r"|(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![0-9A-Z])"       # AWS access key ids
+    r"|hf_(?=[A-Za-z]*\d)[A-Za-z0-9]{30,}"                  # Hugging Face
+    r"|sk-(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,}"              # OpenAI, Anthropic (sk-ant-, sk-proj-)
+    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"                # Stripe
+    r"|gl(?:pat|dt|ptt|rt|cbt|oas|ft|imt|soat)-[A-Za-z0-9_-]{20,}"   # GitLab
+    r"|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}"         # npm, PyPI
+    r"|AIza[0-9A-Za-z_-]{35}|ya29\.[0-9A-Za-z_-]{20,}"      # Google API key, OAuth access token
+    r"|dop_v1_[a-f0-9]{64}"                                 # DigitalOcean
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"   # a JWT
+    r"|\d{6,12}:AA[A-Za-z0-9_-]{30,}"                       # a Telegram bot's token
+    r")")
+PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S)
+# A URL: its scheme and host (with any user:password@), then its path, query and fragment.
+URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#'\"]*)([/?#][^\s'\"]*)?")
+# Whose path is itself the secret: a webhook (Slack, Discord, Teams, Google Chat, Zapier, IFTTT;
+# and any URL with a hooks/webhook folder: Mattermost, Rocket.Chat, a CI's).
+WEBHOOK_HOSTS = ("hooks.slack.com", "discord.com", "discordapp.com", "webhook.office.com", "outlook.office.com",
+                 "chat.googleapis.com", "hooks.zapier.com", "maker.ifttt.com", "api.telegram.org")
+WEBHOOK_FOLDERS = frozenset({"hooks", "hook", "webhook", "webhooks", "webhookb2", "trigger"})
 HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|x-api-key|x-auth-token)(\s*:\s*)"
                     r"(?:(bearer|basic|token|digest|negotiate)\s+)?[^\s'\"]+")
 COOKIE_HEADER = re.compile(r"(?i)\b((?:set-)?cookie)(\s*:\s*)[^\r\n'\"]+")
 BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*")
+# A secret option and its value in a text (a command line quoted in a message): `--token X`.
+OPTION_IN_TEXT = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w.\-]*)([ \t]+)(\S+)")
 PAIR = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=([^\s;&,]+)")
 OPTION = re.compile(r"--?[A-Za-z][\w.\-]*")
-
-def secret_name(name: str) -> bool:
-    """Does this name say it holds a secret? (HF_TOKEN, MY_PASS, --api-key, PGPASSWORD: yes.)"""
-    parts = [p.upper() for p in NAME_PARTS.findall(name)]
-    if parts == ["PWD"]:             # the shell's current folder, not a password
-        return False
-    return any(p in SECRET_PARTS or p.endswith(SECRET_SUFFIXES) for p in parts)
+# The programs whose -p is a password: sshpass (`-p X`, `-pX`, before the command it runs, whose
+# own -p is its own), the MySQL clients (`-pX` only: a bare -p asks, and the next word is a database).
+PASSWORD_P = frozenset({"sshpass", "mysql", "mysqldump", "mysqladmin", "mariadb"})
+SSHPASS_IN_TEXT = re.compile(r"\b(sshpass(?:\s+-[^p\s]\S*)*\s+-p)(\s*)(\S+)")
+MYSQL_IN_TEXT = re.compile(r"\b((?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p)(?=\S)(\S+)")
 
 
 def redact_text(text: str) -> str:
     """The credentials inside a value or a line, whatever the variable holding it is called."""
-    text = URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = PRIVATE_KEY.sub(REDACTED, text)
+    text = TOKEN_SHAPES.sub(REDACTED, text)
+    text = URL.sub(_url, text)
     text = HEADER.sub(lambda m: m.group(1) + m.group(2) + (f"{m.group(3)} " if m.group(3) else "") + REDACTED, text)
     text = COOKIE_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = SSHPASS_IN_TEXT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = MYSQL_IN_TEXT.sub(lambda m: m.group(1) + REDACTED, text)
+    text = OPTION_IN_TEXT.sub(_option_in_text, text)
     return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1)) else m.group(0), text)
 
 
+def _url(found: re.Match) -> str:
+    scheme, authority, rest = found.group(1), found.group(2), found.group(3) or ""
+    if "@" in authority:             # user:password@host: up to the host's last @
+        authority = f"{REDACTED}@{authority.rsplit('@', 1)[1]}"
+    host = authority.rsplit("@", 1)[-1].split(":", 1)[0].lower()
+    folders = {part.lower() for part in rest.split("?", 1)[0].split("/")}
+    if rest and (host.endswith(WEBHOOK_HOSTS) or folders & WEBHOOK_FOLDERS):
+        rest = "/" + REDACTED
+    return scheme + authority + rest
+
+
+def _option_in_text(found: re.Match) -> str:
+    option, space, value = found.groups()
+    if value == REDACTED or not secret_name(option):
+        return found.group(0)
+    if takes_secret_value(option) or not value.startswith("-"):
+        return f"{option}{space}{REDACTED}"
+    return found.group(0)
+
+
 def redact_env(env: dict) -> dict:
-    """An environment to show: secret names' values hidden, credentials in the others too."""
-    return {name: REDACTED if secret_name(name) else redact_text(value) for name, value in env.items()}
+    """An environment to show: a value only for a name known safe (its credentials hidden too),
+    `<redacted>` for every other."""
+    return {name: redact_text(value) if safe_name(name) and isinstance(value, str) else REDACTED
+            for name, value in env.items()}
 
 
 def redact_argv(argv: list) -> list:
-    """A command line to show: `--token X` and `--password=X` hidden, credentials in any word too.
-    A secret option followed by another option is a flag (--no-auth), and hides nothing."""
-    out = []
-    hide_next = False
+    """A command line to show: the value after a secret option (`--token X`, `--password=X`,
+    `--password -xSECRET`), sshpass's and mysql's -p, and credentials in any word. A secret
+    switch followed by another option (`--no-auth --steps 3`) hides nothing."""
+    out: list = []
+    hide_next = None          # "any": the next word whatever it is; "value": unless it is an option
+    password_p = None         # the program seen whose -p is a password
     for word in argv:
-        if hide_next and not word.startswith("-"):
+        word = str(word)
+        if hide_next == "any" or (hide_next == "value" and not word.startswith("-")):
             out.append(REDACTED)
-            hide_next = False
+            hide_next = None
             continue
-        hide_next = bool(OPTION.fullmatch(word)) and secret_name(word)
+        hide_next = None
+        program = word.rsplit("/", 1)[-1]
+        if program in PASSWORD_P:
+            password_p = program
+        elif password_p and word.startswith("-p") and not word.startswith("--"):
+            if word == "-p" and password_p == "sshpass":
+                hide_next = "any"
+            elif word != "-p":
+                word = "-p" + REDACTED
+            out.append(word)
+            continue
+        elif password_p == "sshpass" and not word.startswith("-"):
+            password_p = None     # the command sshpass runs: its -p is its own (ssh -p PORT)
+        option, equals, _ = word.partition("=")
+        if equals and OPTION.fullmatch(option) and secret_name(option):
+            out.append(f"{option}={REDACTED}")           # the whole value, whatever it holds
+            continue
+        if OPTION.fullmatch(word) and secret_name(word):
+            hide_next = "any" if takes_secret_value(word) else "value"
         out.append(redact_text(word))
     return out
 
 
 def redact_json(value):
-    """A JSON document to write: a secret key's text hidden, every other text through redact_text."""
+    """A JSON document to write: under a secret key, any value (text, number, list, object) hidden;
+    every other text through redact_text. A null or a boolean says nothing and stays."""
     if isinstance(value, dict):
-        return {key: REDACTED if isinstance(item, str) and secret_name(str(key)) else redact_json(item)
+        return {key: REDACTED if secret_name(str(key)) and value_says_something(item) else redact_json(item)
                 for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact_json(item) for item in value]
     if isinstance(value, str):
         return redact_text(value)
     return value
+
+
+def value_says_something(value) -> bool:
+    return value is not None and not isinstance(value, bool)

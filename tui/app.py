@@ -8,12 +8,14 @@ from __future__ import annotations
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer
 from textual.worker import Worker, get_current_worker
 
 from hangwatch.model import Snapshot, Source
 from hangwatch.stacks import stacks_view
+from node.terminal import shown
 
 from .screens import LogScreen, QuitScreen, StackScreen, StacksScreen
 from .widgets import ClusterHeader, DiagnosisPanel, PreflightPanel, RanksTable
@@ -95,9 +97,13 @@ class DashboardApp(App[str]):
             self.post_message(SnapshotTaken(snapshot))
 
     def on_snapshot_taken(self, message: SnapshotTaken) -> None:
+        try:
+            header = self.query_one(ClusterHeader)
+        except NoMatches:                    # a snapshot that arrives as the app closes: its widgets are gone
+            return
         snapshot = self.snapshot = message.snapshot
         self._failing = False
-        self.query_one(ClusterHeader).show(snapshot)
+        header.show(snapshot)
         self.query_one(DiagnosisPanel).show(snapshot)
         ranks = self.query_one(RanksTable)
         ranks.show(snapshot)
@@ -110,7 +116,7 @@ class DashboardApp(App[str]):
 
     def on_snapshot_failed(self, message: SnapshotFailed) -> None:
         if not self._failing:                # once per outage, not once per second
-            self.notify(f"could not read the run: {message.reason}", severity="error")
+            self.notify(shown(f"could not read the run: {message.reason}"), severity="error", markup=False)
         self._failing = True
 
     # --- bindings --------------------------------------------------------------------------
@@ -145,7 +151,8 @@ class DashboardApp(App[str]):
         try:
             self.source.dump_stacks()
         except Exception as exc:
-            self.call_from_thread(self.notify, f"could not take the stacks: {exc}", severity="error")
+            self.call_from_thread(self.notify, shown(f"could not take the stacks: {exc}"), severity="error",
+                                  markup=False)
             return
         self.call_from_thread(self.notify, "taking every rank's stack: the next refresh shows them")
 
@@ -157,10 +164,11 @@ class DashboardApp(App[str]):
         try:
             path = self.source.write_bundle()
         except Exception as exc:
-            self.call_from_thread(self.notify, f"could not write the bundle: {exc}", severity="error")
+            self.call_from_thread(self.notify, shown(f"could not write the bundle: {exc}"), severity="error",
+                                  markup=False)
             return
         if path:
-            self.call_from_thread(self.notify, f"bundle written: {path}", timeout=10)
+            self.call_from_thread(self.notify, shown(f"bundle written: {path}"), timeout=10, markup=False)
         else:
             self.call_from_thread(self.notify, "no bundle written: this source cannot write one",
                                   severity="warning")

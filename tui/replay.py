@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.model import NodeStatus, NodeView, Snapshot, Source
+from node.terminal import shown
 
 
 class ReplaySource(Source):
@@ -122,7 +123,7 @@ def main(argv: list[str]) -> int:
     try:
         source = ReplaySource.from_files(*argv)
     except (OSError, ValueError, KeyError, TypeError) as exc:      # JSONDecodeError is a ValueError
-        print(f"cannot replay {' '.join(argv)}: {exc}", file=sys.stderr)
+        print(shown(f"cannot replay {' '.join(argv)}: {exc}"), file=sys.stderr)     # it may quote the file
         return 2
     run_dashboard(source)
     return 0

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from hangwatch.model import RankView, Source
 from hangwatch.stacks import StacksView
-from preflight.report.terminal import visible
+from node.terminal import shown, visible
 
 from . import format as fmt
 
@@ -38,7 +38,7 @@ class StackScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         rank = self.rank
         with Vertical() as box:
-            box.border_title = f"{rank.label} on {rank.node} (PID {rank.pid}): {fmt.state_label(rank)}"
+            box.border_title = Text(shown(f"{rank.label} on {rank.node} (PID {rank.pid}): {fmt.state_label(rank)}"))
             box.border_subtitle = "innermost first · esc closes"
             with VerticalScroll():
                 yield Static(render_stack(rank), id="stack")
@@ -52,7 +52,7 @@ def render_stack(rank: RankView) -> Text:
     text = Text()
     for line in fmt.stack_lines(rank.stack):
         # The training code's own line stands out from torch's frames around it.
-        text.append(line + "\n", "bold" if line.startswith(f"{rank.frame}  ") else "")
+        text.append(shown(line) + "\n", "bold" if line.startswith(f"{rank.frame}  ") else "")
     text.rstrip()
     return text
 
@@ -84,20 +84,20 @@ def render_groups(view: StacksView) -> Text:
     text = Text()
     if view.joined:
         text.append("Flight Recorder: ", "bold")
-        text.append(view.joined + "\n\n")
+        text.append(shown(view.joined) + "\n\n")
     if not view.groups:
         text.append("no ranks yet")
     for group in view.groups:
         count = f"{len(group.ranks)} rank{'s' if len(group.ranks) != 1 else ''}"
         if group.stack is None:
-            text.append(f"  {group.who} ({count}): no stack yet, press d to take every rank's stack now\n\n")
+            text.append(f"  {shown(group.who)} ({count}): no stack yet, press d to take every rank's stack now\n\n")
             continue
         if group.differs:
-            text.append(f"! {group.who} ({count}): differs\n", "bold")
+            text.append(f"! {shown(group.who)} ({count}): differs\n", "bold")
         else:
-            text.append(f"  {group.who} ({count})\n", "bold")
+            text.append(f"  {shown(group.who)} ({count})\n", "bold")
         lines = fmt.stack_lines(group.stack) or ["(empty: the process is between Python frames)"]
-        text.append("".join(f"    {line}\n" for line in lines) + "\n")
+        text.append("".join(f"    {shown(line)}\n" for line in lines) + "\n")
     text.rstrip()
     return text
 
@@ -115,7 +115,7 @@ class LogScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
-            box.border_title = f"output of {self.rank.label} on {self.rank.node}"
+            box.border_title = Text(shown(f"output of {self.rank.label} on {self.rank.node}"))
             box.border_subtitle = "esc closes"
             with VerticalScroll():
                 yield Static("reading…", id="log")
@@ -130,7 +130,7 @@ class LogScreen(ModalScreen[None]):
             # The rank's own text: its escape sequences are shown, never sent to the terminal.
             text = Text("\n".join(map(visible, lines))) if lines else Text("no output from this rank yet")
         except Exception as exc:            # the log is a nicety: say why, keep the dashboard
-            text = Text(f"could not read the log: {exc}")
+            text = Text(shown(f"could not read the log: {exc}"))
         self.app.call_from_thread(self._show, text)
 
     def _show(self, text: Text) -> None:

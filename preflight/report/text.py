@@ -1,6 +1,9 @@
 """The text report: a table of check, node, status and summary, then the fixes.
 
-Fixes are printed below the table, one per line and never wrapped, so they can be pasted."""
+Fixes are printed below the table, one per line and never wrapped, so they can be pasted.
+A summary or a fix may quote what a node holds (a file name, another user's process's command
+line): each cell is plain text (never rich markup: "[/x]" is shown, not parsed) and its control
+characters are written out (node/terminal.py), never sent to the terminal."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import io
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from node.terminal import shown
 
 from ..model import Report, Status
 
@@ -34,7 +39,8 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
         if r.fix and r.status.severity >= 1:      # warnings, failures and errors
             fixes.append(r)
             mark = str(len(fixes))
-        table.add_row(r.check, r.node or "-", Text(r.status.value, style=STYLE[r.status]), mark, r.summary)
+        table.add_row(Text(shown(r.check)), Text(shown(r.node or "-")), Text(r.status.value, style=STYLE[r.status]),
+                      mark, Text(shown(r.summary)))
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
                       color_system="standard" if color else None, highlight=False)
@@ -42,7 +48,7 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     if fixes:
         console.print(Text("fixes:", style="bold"))
         for number, r in enumerate(fixes, 1):
-            console.print(Text.assemble(f"{number:>3}. ", (r.fix or "", "cyan")), soft_wrap=True)
+            console.print(Text.assemble(f"{number:>3}. ", (shown(r.fix or ""), "cyan")), soft_wrap=True)
     counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
     verdict = Text("OK" if report.ok else "NOT READY", style="bold green" if report.ok else "bold red")
     line = Text.assemble(verdict, f": {counts[Status.PASS]} passed, {counts[Status.WARN]} warnings, "

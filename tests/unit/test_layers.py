@@ -20,7 +20,8 @@ MAY = {
     "lab": {"node"},
     "launch": {"node", "transport", "preflight", "hangwatch"},
     "explain": {"node", "preflight", "hangwatch"},      # reads what a run left: pure, over files
-    "tui": {"hangwatch.model", "hangwatch.text", "hangwatch.stacks", "preflight.report"},    # renders: never collects
+    # renders: never collects; node.terminal: every string shown, never obeyed (one sanitizer)
+    "tui": {"hangwatch.model", "hangwatch.text", "hangwatch.stacks", "preflight.report", "node.terminal"},
     "cli": set(OURS),
 }
 # Entry points (`python -m preflight`, `python -m hangwatch`) hand over to cli/: nothing else.

@@ -13,7 +13,7 @@ import pytest
 
 from node import protocol
 from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text, secret_name
-from preflight.report.terminal import visible
+from node.terminal import visible
 from transport import LocalNode
 
 
@@ -32,16 +32,24 @@ def test_harmless_names_are_kept(name):
     assert not secret_name(name)
 
 
-def test_an_environment_loses_secret_names_values_and_credentials_in_any_value():
+def test_an_environment_shows_values_only_for_names_known_safe():
+    # By allow-list (issue 23, attack 11): a name the rules do not know is hidden, whatever it holds
+    # (DATABASE_URL, KEYBOARD); a safe name's value still loses the credentials inside it.
     env = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI", "HF_TOKEN": "hf_abc", "WANDB_API_KEY": "0123abcd",
            "PASSWORD": "hunter2", "MY_PASS": "x", "DATABASE_URL": "postgres://u:p@db:5432/x",
            "MIRROR": "https://user:pass@host/simple", "SIGNED": "https://s3/b/o?X-Amz-Signature=abc&x=1",
-           "GLOO_SOCKET_IFNAME": "eth0", "KEYBOARD": "us", "TOKENIZERS_PARALLELISM": "false"}
+           "GLOO_SOCKET_IFNAME": "eth0", "KEYBOARD": "us", "TOKENIZERS_PARALLELISM": "false",
+           "TORCH_HUB_TOKEN": "t0k", "MASTER_ADDR": "10.0.0.1", "PYTHONPATH": "https://u:p@h/x"}
     assert redact_env(env) == {
         "AWS_SECRET_ACCESS_KEY": REDACTED, "HF_TOKEN": REDACTED, "WANDB_API_KEY": REDACTED, "PASSWORD": REDACTED,
-        "MY_PASS": REDACTED, "DATABASE_URL": "postgres://<redacted>@db:5432/x",
-        "MIRROR": "https://<redacted>@host/simple", "SIGNED": "https://s3/b/o?X-Amz-Signature=<redacted>&x=1",
-        "GLOO_SOCKET_IFNAME": "eth0", "KEYBOARD": "us", "TOKENIZERS_PARALLELISM": "false"}
+        "MY_PASS": REDACTED, "DATABASE_URL": REDACTED, "MIRROR": REDACTED, "SIGNED": REDACTED,
+        "GLOO_SOCKET_IFNAME": "eth0", "KEYBOARD": REDACTED, "TOKENIZERS_PARALLELISM": "false",
+        "TORCH_HUB_TOKEN": REDACTED, "MASTER_ADDR": "10.0.0.1", "PYTHONPATH": "https://<redacted>@h/x"}
+
+
+def test_credentials_in_any_value_whatever_its_name():
+    assert redact_text("postgres://u:p@db:5432/x") == "postgres://<redacted>@db:5432/x"
+    assert redact_text("https://s3/b/o?X-Amz-Signature=abc&x=1") == "https://s3/b/o?X-Amz-Signature=<redacted>&x=1"
 
 
 def test_a_url_keeps_its_scheme_and_host_and_loses_its_user_and_password():
@@ -104,9 +112,10 @@ def test_the_agent_as_shipped_redacts_a_real_processs_environment():
         rank.wait()
     assert found is not None, "the agent did not report the rank"
     assert found["env"]["HF_TOKEN"] == REDACTED
-    assert found["env"]["DATABASE_URL"] == "postgres://<redacted>@db:5432/x" and found["env"]["RANK"] == "0"
+    assert found["env"]["DATABASE_URL"] == REDACTED and found["env"]["RANK"] == "0"     # by allow-list
 
 
 def test_the_agent_module_on_the_master_uses_the_same_rules():
     from node.agent import redact_env as redact
-    assert redact({"MY_PASS": "x", "URL": "https://a:b@h/"}) == {"MY_PASS": REDACTED, "URL": "https://<redacted>@h/"}
+    assert redact({"MY_PASS": "x", "URL": "https://a:b@h/", "NCCL_DEBUG": "INFO"}) == {
+        "MY_PASS": REDACTED, "URL": REDACTED, "NCCL_DEBUG": "INFO"}

@@ -1,4 +1,5 @@
-"""The cluster at a glance: the run's backend, master and size, and each node."""
+"""The cluster at a glance: the run's backend, master and size, and each node. Names and
+messages are shown, never obeyed (node/terminal.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from hangwatch.model import Snapshot
+from node.terminal import shown_data
 
 # A node's status said out loud only when it is not the normal one.
 NODE_STYLE = {"connecting": "yellow", "lost": "bold red", "error": "bold red"}
@@ -26,7 +28,7 @@ class ClusterHeader(Static):
 
 
 def render_cluster(snapshot: Snapshot) -> Text:
-    run, nodes = snapshot.run, snapshot.nodes
+    run, nodes = shown_data(snapshot.run), shown_data(snapshot.nodes)
     text = Text()
     if run:
         text.append(run.get("backend") or "?", "bold")

@@ -1,4 +1,6 @@
-"""The hang: what kind, since when, which rank and why; incident bundles and notices."""
+"""The hang: what kind, since when, which rank and why; incident bundles and notices. What the
+ranks and nodes said is shown, never obeyed (node/terminal.py); the verdict's lines are rendered
+from the raw fields (text.py takes a message's first line) and shown as one line each."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from textual.widgets import Static
 
 from hangwatch.model import Snapshot
 from hangwatch.text import evidence_line
+from node.terminal import shown, shown_data
 
 from .. import format as fmt
 
@@ -59,32 +62,32 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
     text = Text()
     diagnosis = snapshot.diagnosis
     if diagnosis:
-        text.append(diagnosis.summary + "\n", "bold")
+        text.append(shown(diagnosis.summary) + "\n", "bold")
         where = {r.rank: r for r in snapshot.ranks}
         named = list(diagnosis.named)
         for rank in named[:SHOWN_GUILTY]:
-            view = where.get(rank)
+            view = shown_data(where.get(rank))
             place = f" on {view.node} at {view.frame or '?'} ({view.function or '?'})" if view else ""
             text.append(f"{'!' if diagnosis.culprits else '?'} rank {rank}{place}\n", "bold red")
         rest = named[SHOWN_GUILTY:]
         if rest:
             text.append(f"! and {len(rest)} more: ranks {','.join(str(r) for r in rest)}\n", "bold red")
     else:
-        states = Counter(r.state for r in snapshot.ranks)
+        states = Counter(shown(r.state) for r in snapshot.ranks)
         text.append(", ".join(f"{n} {state}" for state, n in states.most_common()) or "no ranks found yet")
         text.append("\n")
     for message in snapshot.messages:
         text.append("note: ", "bold yellow")
-        text.append(message + "\n")
+        text.append(shown(message) + "\n")
     if diagnosis:
         for i, cause in enumerate(diagnosis.causes):
             text.append("likely: " if i == 0 else "    or: ", "bold")
-            text.append(cause + "\n")
+            text.append(shown(cause) + "\n")
     for path in snapshot.incidents:
         text.append("bundle: ", "bold")
-        text.append(path + "\n")
+        text.append(shown(path) + "\n")
     for seen in diagnosis.evidence if diagnosis else ():
         text.append("seen: ", "dim")
-        text.append(evidence_line(seen) + "\n")
+        text.append(shown(evidence_line(seen)) + "\n")
     text.rstrip()
     return text

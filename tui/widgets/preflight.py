@@ -1,5 +1,6 @@
 """The preflight report: the results worth a look (all of them on request), and the selected
-one's summary, fix and details."""
+one's summary, fix and details. What a node said is shown as plain text (never markup), its
+control characters written out (node/terminal.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 from rich.text import Text
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
+
+from node.terminal import shown, shown_data
 
 from .. import format as fmt
 
@@ -54,10 +57,10 @@ class PreflightPanel(Horizontal):
         table.clear()
         for result in self._rows:
             status = result["status"]
-            table.add_row(Text(fmt.STATUS_LABEL.get(status, status), STATUS_STYLE.get(status, "")),
-                          result["check"], fmt.node_text(result.get("node")))
-        shown = "all" if self.show_all else "problems"
-        self.border_title = f"preflight: {fmt.preflight_counts(results)} · showing {shown}"
+            table.add_row(Text(shown(fmt.STATUS_LABEL.get(status, status)), STATUS_STYLE.get(status, "")),
+                          Text(shown(result["check"])), Text(shown(fmt.node_text(result.get("node")))))
+        showing = "all" if self.show_all else "problems"
+        self.border_title = Text(shown(f"preflight: {fmt.preflight_counts(results)} · showing {showing}"))
         if self._rows:
             table.move_cursor(row=min(chosen, len(self._rows) - 1))
         self._detail(table.cursor_row if self._rows else None)
@@ -79,6 +82,7 @@ class PreflightPanel(Horizontal):
 
 
 def render_result(result: dict) -> Text:
+    result = shown_data(result)
     status = result["status"]
     text = Text()
     text.append(f"{fmt.STATUS_LABEL.get(status, status)} ", STATUS_STYLE.get(status, ""))
@@ -89,6 +93,6 @@ def render_result(result: dict) -> Text:
         text.append(result["fix"] + "\n")
     for key, value in (result.get("details") or {}).items():
         text.append(f"{key}: ", "dim")
-        text.append((value if isinstance(value, str) else json.dumps(value)) + "\n")
+        text.append(shown(value if isinstance(value, str) else json.dumps(value)) + "\n")
     text.rstrip()
     return text

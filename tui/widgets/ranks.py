@@ -9,7 +9,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from hangwatch.model import RankView, Snapshot
-from preflight.report.terminal import visible
+from node.terminal import shown, visible
 
 from .. import format as fmt
 
@@ -90,8 +90,8 @@ def cells(rank: RankView, guilty: bool) -> list[Cell]:
     # "!" marks the guilty rank where colour does not show (NO_COLOR, a monochrome terminal).
     label = ("!" if guilty else " ") + (str(rank.rank) if rank.rank is not None else "?")
     # The rank's own text: its escape sequences are shown, never sent to the terminal.
-    row = [label, rank.node, str(rank.pid), fmt.cpu_text(rank), fmt.state_label(rank),
-           rank.frame or fmt.NA, fmt.step_text(rank), visible(rank.last_line or "")]
+    row = [label, shown(rank.node), str(rank.pid), fmt.cpu_text(rank), shown(fmt.state_label(rank)),
+           shown(rank.frame or fmt.NA), fmt.step_text(rank), visible(rank.last_line or "")]
     if guilty:
         return [(text, GUILTY_STYLE) for text in row]
     styles = [""] * len(row)
