@@ -10,7 +10,6 @@ once the lease runs out: nothing of the run outlives it on any node."""
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -184,10 +183,14 @@ class Launch:
 
     # -- the nodes' threads ---------------------------------------------------------------------
     def _line(self, node: NodePlan, raw: str) -> None:
+        # A marked line here is the node's own: transport.Program took it only with the launch
+        # program's signature (a rank's forgery arrives as text, shown as the node's line).
         if raw.startswith(protocol.JOB):
             return                        # the supervisor's outcome: the job's result has it
         if raw.startswith(protocol.LAUNCH):
-            self._marker(node, json.loads(raw[len(protocol.LAUNCH):]))
+            data = protocol.parse(raw, protocol.LAUNCH)
+            if isinstance(data, dict):
+                self._marker(node, data)
             return
         line = parse(node.node, node.node_rank, self.plan.nproc_per_node, raw, time.time())
         if line.rank is None and not line.text.strip():
@@ -263,6 +266,8 @@ class Launch:
         if not self._logs or not isinstance(data.get("local_rank"), int):
             return
         rank = self._global(node, data)
+        if rank not in node.ranks:
+            return          # not a rank of this node's plan: nothing this node can speak for
         if data["kind"] == "flight" and isinstance(data.get("trace"), dict):
             self._logs.write_json(f"flight-rank-{rank}.json", redact_json(
                 {"rank": rank, "node": node.node, "pid": data.get("pid"), "flight": data["trace"]}))

@@ -22,7 +22,8 @@ Marked stdout lines, MARKER + JSON:
   {"kind": "flight", "local_rank", "rank", "pid", "trace": torch's Flight Recorder JSON (its last entries)}
                                                             each rank still running, right after "stopping"
   {"kind": "error_file", "local_rank", "rank", "document": torchelastic's error file}
-                                                            each rank that left one, before "exits"
+                                                            each rank torchrun saw fail that left one,
+                                                            before "exits"
   {"kind": "frozen", "ranks": [{"local_rank", "rank", "pid"}]}
                                                             after SIGUSR2 (the master's "prepare-stop",
                                                             through the supervisor): each running rank's
@@ -35,17 +36,23 @@ reaches it (it would fail on the lost peer, and read as a failure, not a stop): 
 every node (each rank's Flight Recorder kept, then every rank frozen), then the stop itself
 (SIGTERM from the supervisor): torchrun's close sends its SIGTERM to the frozen ranks and this
 program lets them go on (SIGCONT): a rank with SIGTERM's default action dies at once, frozen or
-not; one with a handler of its own runs it."""
+not; one with a handler of its own runs it.
+
+The ranks share this program's stdout: its lines are signed with a key the ranks never see
+(node/signing.py), so a rank cannot write one. Each rank in a line is one of torchrun's processes
+(its pid from torchrun's contexts), with the rank torchrun gave it, never a number read from a
+file a rank wrote."""
 
 import json
 import os
 import pkgutil
 import signal
+import stat
 import sys
 import threading
 import time
 
-from . import flight, protocol
+from . import flight, protocol, signing
 from .private import write_file
 from .protocol import LAUNCH as MARKER
 
@@ -161,20 +168,41 @@ def keep_flight(running):
             say("flight", local_rank=r["local_rank"], rank=r["rank"], pid=r["pid"], trace=dumps[r["pid"]])
 
 
-def keep_error_files(contexts, logs):
-    """Each rank's torchelastic error file (torchrun gives every rank its own under its --log-dir;
-    rank_bootstrap.py writes it when the script raises), one marked line each."""
+ERROR_FILE_LIMIT = 1 << 20      # bytes of a rank's error file read (a traceback is a few KB)
+
+
+def keep_error_files(contexts):
+    """Each failed rank's torchelastic error file (torchrun gives every rank its own under its
+    --log-dir; rank_bootstrap.py writes it when the script raises), one marked line each. Only
+    for a rank torchrun saw fail (as torchrun itself reads them), from the path torchrun gave that
+    rank, under the rank torchrun gave it: a file another rank wrote there, or one of a rank that
+    exited 0, says nothing for it."""
     for context in contexts[-1:]:
-        for lr in sorted(context.subprocess_handlers):
-            for root, _dirs, files in os.walk(logs):
-                if "error.json" in files and os.path.basename(root) == str(lr):
-                    try:
-                        with open(os.path.join(root, "error.json")) as f:
-                            document = json.load(f)
-                    except (OSError, ValueError):
-                        continue
-                    say("error_file", local_rank=lr, rank=rank_of(context, lr), document=document)
-                    break
+        paths = getattr(context, "error_files", None) or {}
+        for lr, handler in sorted(context.subprocess_handlers.items()):
+            if handler.proc.poll() in (None, 0) or not paths.get(lr):
+                continue
+            document = read_error_file(paths[lr])
+            if isinstance(document, dict):
+                say("error_file", local_rank=lr, rank=rank_of(context, lr), document=document)
+
+
+def read_error_file(path):
+    """The JSON of a rank's error file, or None: a regular file only (a FIFO there would block
+    the run's end), never through a symlink, at most ERROR_FILE_LIMIT bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, ERROR_FILE_LIMIT + 1)
+        return json.loads(data.decode("utf-8", "replace")) if len(data) <= ERROR_FILE_LIMIT else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def rank_of(context, local_rank):
@@ -224,6 +252,9 @@ def main(spec, work):
     signal.signal(signal.SIGUSR2, STOP.asked)       # then let a prepare that came early in (the supervisor
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})   # started this program with it held)
     os.dup2(1, 2)       # one stream, in order: the launcher reads the channel's stdout
+    # The ranks get this environment through torchrun: never the key this program signs with
+    # (it came on stdin; this only makes sure no variable of the node's carries one either).
+    os.environ.pop(signing.KEY_VARIABLE, None)
     sys.stdout.reconfigure(line_buffering=True)      # every rank's line as it comes
     try:
         os.chdir(spec["cwd"])
@@ -269,7 +300,7 @@ def main(spec, work):
             say("error", message=f"torchrun failed: {type(exc).__name__}: {text}", fix=None)
     finally:
         try:
-            keep_error_files(contexts, logs)
+            keep_error_files(contexts)
         except Exception:
             pass         # the run's end must be said whatever its evidence
         say("exits", code=code, ranks=exits(contexts))

@@ -1,12 +1,21 @@
 """The programs a node runs, by name: one table. boot.py calls `run(spec, folder, zip_path)`.
 
 Each program is `main(spec, work) -> exit code`, where `work` says where it runs (its private
-folder and the package's zip, for the children it starts)."""
+folder and the package's zip, for the children it starts).
+
+Before it runs, the program takes its key out of the spec (node/signing.py: every marked line it
+writes is signed with it) and makes itself not dumpable: another process of its user (a rank it
+started, among them) can then neither open its /proc/PID/fd/N, nor read its memory or
+environment. An exec gives that back, so the ranks, py-spy and the collectors' tools are as
+they were. (Root reads through it all the same: against a rank that runs as root, the key is
+what holds.)"""
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+
+from . import signing
 
 PROGRAMS = {
     "facts": "node.facts.main",            # preflight's collectors: one FACTS line
@@ -35,8 +44,24 @@ def run(spec: dict, folder: str, zip_path: str) -> int:
         import sys
         sys.stderr.write(f"ddp-preflight node: no program {name!r} (a different version on each side?)\n")
         return 2
+    signing.use_key(spec.pop("key", None))
+    not_dumpable()
     module = importlib.import_module(PROGRAMS[name])
     return module.main(spec, Work(folder, zip_path)) or 0
+
+
+PR_SET_DUMPABLE = 4     # linux/prctl.h
+
+
+def not_dumpable() -> None:
+    """prctl(PR_SET_DUMPABLE, 0): this process's /proc entries become root's, so that no other
+    process of this user opens its file descriptors (its stdout, its stdin from the master) or
+    reads its memory (the key). Defence in depth, where the system lets us: never a failure."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except Exception:
+        pass
 
 
 def child() -> None:

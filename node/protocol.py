@@ -2,7 +2,11 @@
 the master imports this module too. Lines without a marker are the programs' own output (a
 rank's lines under launch), passed on as text.
 
-The job scripts that run inside torchrun's ranks import it from the package's zip as well."""
+The job scripts that run inside torchrun's ranks import it from the package's zip as well.
+
+Every marked line is signed with the program's own key (node/signing.py): the master takes a
+marked line only when its signature holds, so a rank that writes to its launcher's stdout
+cannot speak for the launcher."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import sys
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
+
+from . import signing
 
 PREFIX = "DDP_PREFLIGHT_"
 
@@ -27,6 +33,7 @@ COMPUTE = "DDP_PREFLIGHT_COMPUTE "          # the compute benchmark's figure
 AGENT = "DDP_PREFLIGHT_AGENT "              # hangwatch's agent: hello, rank, sample, stacks, exit
 FILE = "DDP_PREFLIGHT_FILE "                # a file received (its private path)
 PYTHON = "DDP_PREFLIGHT_PYTHON "            # (stderr) what --python is when it cannot run: missing, a folder...
+INTERFERED = "DDP_PREFLIGHT_INTERFERED "    # a probe's store held a value no client of this run wrote
 
 _lock = threading.Lock()
 
@@ -36,11 +43,11 @@ def line(marker: str, data: Any) -> str:
 
 
 def emit(marker: str, data: Any, stream=None) -> None:
-    """One marked line, whole (threads of one program never interleave their lines)."""
+    """One marked line, whole and signed (threads of one program never interleave their lines,
+    and a writer's counts reach the pipe in order)."""
     out = stream or sys.stdout
-    text = line(marker, data) + "\n"
     with _lock:
-        out.write(text)
+        out.write(signing.sign(line(marker, data)) + "\n")
         out.flush()
 
 
@@ -143,6 +150,9 @@ class RankFound:
     env_readable: bool = True
     env: Any = None                  # its environment, secrets redacted (a dict)
     started: Optional[float] = None  # when it started, the node's clock (epoch s)
+    uid: Optional[int] = None        # the user who runs it (its real uid: a setuid program's caller)
+    user: Optional[str] = None       # that user's name on its node ("uid N" without one)
+    given: bool = False              # a --pid of the watch
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,8 @@ class LauncherFound:
     master: Optional[str] = None     # its rendezvous endpoint (MASTER_ADDR:MASTER_PORT)
     nproc_per_node: Optional[int] = None
     started: Optional[float] = None  # the node's clock, epoch s
+    uid: Optional[int] = None        # the user who runs it (its real uid)
+    user: Optional[str] = None       # that user's name on its node
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,16 @@ class Stacks:
     flight: Any = None               # {pid: Flight Recorder record}
     stores: tuple = ()               # StoreAnswer: the stores of ranks waiting in init_process_group
     sockets: Any = None              # {pid: SocketQueues as a dict}, read with the stacks
+    reading: tuple = ()              # the stores (MASTER_ADDR:PORT) being read: a Stores message follows
+
+
+@dataclass(frozen=True)
+class Stores:
+    """What the stores of ranks waiting in init_process_group said, read after the stacks that
+    showed them there (id: those stacks' request), all together under one deadline."""
+    t: float = 0.0
+    id: Optional[int] = None
+    stores: tuple = ()               # StoreAnswer
 
 
 @dataclass(frozen=True)
@@ -224,6 +246,7 @@ class StoreAnswer:
     how: Optional[str] = None        # "list_keys", or "check" (each rank's key, on an older torch)
     error: Optional[str] = None      # why it could not be read
     seconds: Optional[float] = None  # how long the read took
+    silent: bool = False             # it gave no answer within the read's deadline
 
 
 @dataclass(frozen=True)
@@ -270,8 +293,8 @@ class PySpyAnswer:
     refused: Optional[str] = None
 
 
-AGENT_MESSAGES = {"hello": Hello, "rank": RankFound, "sample": Sample, "stacks": Stacks, "exit": RankExit,
-                  "py-spy": PySpyAnswer, "clock": ClockAnswer, "launcher": LauncherFound}
+AGENT_MESSAGES = {"hello": Hello, "rank": RankFound, "sample": Sample, "stacks": Stacks, "stores": Stores,
+                  "exit": RankExit, "py-spy": PySpyAnswer, "clock": ClockAnswer, "launcher": LauncherFound}
 
 
 def agent_message(data: dict):
@@ -297,9 +320,12 @@ def agent_message(data: dict):
         values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}
         values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}
         values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or ())
+        values["reading"] = tuple(str(m) for m in data.get("reading") or ())
         values["sockets"] = {int(pid): SocketQueues(**{k: v for k, v in q.items()
                                                       if k in SocketQueues.__dataclass_fields__})
                              for pid, q in (data.get("sockets") or {}).items() if isinstance(q, dict)}
+    elif cls is Stores:
+        values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or () if isinstance(a, dict))
     elif cls is RankExit:
         values["output"] = tuple(str(line) for line in data.get("output") or ())
         values["closed"] = {int(pid): n for pid, n in (data.get("closed") or {}).items()}

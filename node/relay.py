@@ -12,6 +12,10 @@ Lines, both ways, one frame each: `RELAY <task> <channel> <op> <base64>`.
   empty one is the end of that stream), `exit` (its exit status, after both streams ended).
 A frame the relay writes stays under MAX_FRAME bytes: srun forwards a task's output in messages
 of at most 1024 bytes, so a longer line could be cut and interleaved with another task's.
+Each frame a relay writes is signed with the key of its spec (node/signing.py: a tag after the
+frame): a rank on the node can write to its relay's stdout too, and must not end another
+program's channel ("exit"), speak in it ("out") or claim a node ("hello"). The master drops a
+frame whose tag fails.
 
 The master closing its side (stdin EOF), or SIGTERM from Slurm ending the step: every program
 started here gets EOF on its stdin (node/control.py: a stop), then SIGTERM after GRACE seconds.
@@ -28,10 +32,13 @@ import threading
 import time
 import zipfile
 
+from . import signing
+
 TAG = "RELAY"
 BROADCAST = "*"
 MAX_FRAME = 1000             # bytes of one line this relay writes, newline included
-CHUNK = 600                  # raw bytes per out/err frame: base64 makes 800, plus the header
+CHUNK = 600                  # raw bytes per out/err frame: base64 makes 800, plus the header and the
+                             # signature's tag (about 50)
 GRACE = 10.0                 # seconds a program has to stop on its own once the master is gone
 
 
@@ -62,8 +69,9 @@ class Relay:
         self._boot = None
 
     def say(self, channel, op, data=b""):
-        line = frame(self.task, channel, op, data)
-        with self._lock:
+        text = frame(self.task, channel, op, data)[:-1].decode()
+        with self._lock:       # signed under the lock: this relay's counts reach the master in order
+            line = (signing.sign(text) + "\n").encode()
             try:
                 os.write(self.out_fd, line)
             except OSError:

@@ -5,7 +5,12 @@ process is started (`_spawn`); everything else is here, once.
 Every program is `python -c <boot>` with the node package and its spec written on its stdin
 (transport/payload.py): no orders, environments or tokens in any node's process list. A program
 that keeps its stdin (a job, hangwatch's agent) gets a heartbeat every second; the node ends what
-it started when they stop for longer than the lease (node/control.py)."""
+it started when they stop for longer than the lease (node/control.py).
+
+Each program gets a fresh key in its spec and signs its marked lines with it (node/signing.py);
+`Program._line`, the one place every program's lines pass, takes a marked line only when its
+signature holds, and passes any other on as the program's text, marked so that no parser takes
+it: a rank that writes to its launcher's stdout never speaks for the launcher."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from node import protocol
+from node import protocol, signing
 from node.control import HEARTBEAT
 
 from .errors import NodeError, explain_python
@@ -28,6 +33,7 @@ OnLine = Callable[[str], None]
 Progress = Callable[[str, list], None]     # (node, [done_bytes, total_bytes, done_files, total_files])
 TAIL_LINES = 200           # a program's own lines kept for its result (the rest went to on_line)
 COLLECT_TIMEOUT = 600.0    # seconds for the facts (hashing a large data folder takes a while)
+FACTS_LEASE = 30.0         # seconds of our silence after which the facts program ends itself (node/facts/main.py)
 
 
 class Process(ABC):
@@ -111,8 +117,10 @@ class Program:
     protocol lines are kept for the result, and only a tail of the rest."""
 
     def __init__(self, node: str, process: Process, on_line: OnLine | None, keep_input: bool,
-                 keep_marked: bool = True):
+                 keep_marked: bool = True, key: str | None = None):
         self.node, self.process, self.on_line = node, process, on_line
+        # No key: no marked line is this program's (each is shown as its text).
+        self._verifier = signing.Verifier(key or signing.new_key())
         self.keep_input, self.keep_marked = keep_input, keep_marked
         self.started = time.monotonic()
         self._marked: list[str] = []
@@ -147,6 +155,11 @@ class Program:
         return self._done.is_set()
 
     def _line(self, line: str) -> None:
+        # Before anything reads it: a marked line is taken only when this program signed it, and
+        # without its tag; any other becomes text that no parser takes for a marked line.
+        if line.startswith(protocol.PREFIX):
+            signed = self._verifier.check(line)
+            line = signed if signed is not None else signing.NOT_SIGNED + line
         if line.startswith(protocol.PREFIX):
             if self.keep_marked:
                 self._marked.append(line)
@@ -271,10 +284,11 @@ class Node(ABC):
         """Run a node program with this spec (and `data` after it on its stdin); with keep_input,
         its stdin stays open (heartbeats, commands) until stop(). A program that streams for
         hours (hangwatch's agent) gives its lines to on_line only: keep_marked=False."""
-        process = self._boot(spec, data)
+        key = signing.new_key()
+        process = self._boot({**spec, "key": key}, data)
         if not keep_input:
             process.close_input()
-        return Program(self.name, process, on_line, keep_input, keep_marked)
+        return Program(self.name, process, on_line, keep_input, keep_marked, key)
 
     def job(self, job: dict, *, env: dict | None = None, timeout: float = 60, lease: float | None = None,
             cwd: str | None = None, on_line: OnLine | None = None) -> RunningJob:
@@ -314,8 +328,12 @@ class Node(ABC):
 
         try:
             sent = time.time()
-            program = self.start({**request, "program": "facts"}, on_line=on_line)
+            # Its stdin stays open (heartbeats): the facts die with this process (node/facts/main.py).
+            program = self.start({"lease": FACTS_LEASE, **request, "program": "facts"}, on_line=on_line,
+                                 keep_input=True)
             result = program.wait(COLLECT_TIMEOUT)
+            if result is not None:
+                program.stop()
         except Exception as exc:
             raise NodeError(f"{self.name}: the collector did not start: {exc}",
                             "try: " + self.try_command(f"{self.python} -c 'import torch'")) from None

@@ -15,170 +15,25 @@ import collections
 import json
 import os
 import queue
-import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
 
-from node import relay
+from node import relay, signing
 
 from .errors import NodeError
 from .lines import LineSplitter
 from .node import Node, Process
 from .payload import boot_argv, stdin_payload
 
+# The job as Slurm sees it, and whether this user may use it (transport/slurm_job.py).
+from .slurm_job import SlurmError, SlurmJob, SlurmNodeInfo, SlurmShare, parse_job, read_job
+from .slurm_job import _fields as _fields  # noqa: F401  (read by the parsing tests)
+
+__all__ = ["SlurmError", "SlurmJob", "SlurmNode", "SlurmNodeInfo", "SlurmShare", "SlurmStep", "parse_job", "read_job"]
+
 HELLO_TIMEOUT = 60.0       # seconds for every relay to say hello once srun has started
 IN_CHUNK = 48 * 1024       # raw bytes per frame to a relay (its lines have no length limit)
-
-
-class SlurmError(Exception):
-    """The job cannot be used at all (one line, with the fix)."""
-
-
-@dataclass(frozen=True)
-class SlurmNodeInfo:
-    name: str
-    address: str            # NodeAddr: what the other nodes dial
-    state: str              # e.g. MIXED, IDLE+DRAIN, DOWN+NOT_RESPONDING
-    reason: str = ""        # the admin's or Slurm's reason for a down or drained node
-
-    @property
-    def unusable(self) -> str | None:
-        """Why nothing can run there, in Slurm's words, or None."""
-        flags = set(self.state.split("+"))
-        if "DRAIN" in flags or "DRAINING" in flags or "DRAINED" in flags:
-            return "drained"
-        if flags & {"DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN"}:
-            return "down"
-        return None
-
-
-@dataclass(frozen=True)
-class SlurmShare:
-    """What the job holds on one node, as `scontrol show job -d` lists it."""
-    cpus: int               # CPUs of the job there (its CPU_IDs)
-    gpus: int               # gres/gpu of the job there (GRES=gpu:2(IDX:0-1)); 0: none
-    gres: str = ""          # as Slurm printed it, e.g. gpu:2(IDX:0-1)
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    job_id: str
-    state: str
-    nodes: tuple[str, ...]
-    info: dict[str, SlurmNodeInfo] = field(default_factory=dict)
-    time_limit: str = ""    # as Slurm prints it: 00:30:00, 1-00:00:00, UNLIMITED
-    end_time: str = ""      # as Slurm prints it (local time), or Unknown
-    shares: dict[str, SlurmShare] = field(default_factory=dict)    # node -> what the job holds there
-    num_tasks: int = 0          # NumTasks
-    tasks_per_node: int = 0     # --ntasks-per-node; 0: not given
-    cpus_per_task: int = 1      # CPUs/Task
-    tres_per_node: str = ""     # what was asked per node, e.g. gres:gpu:2 (--gpus-per-node, --gres)
-    ends_at: float | None = None    # EndTime in epoch seconds; None: no time limit
-    read_at: float = 0.0            # epoch seconds when scontrol was read
-
-    @property
-    def seconds_left(self) -> float | None:
-        """The job's time left when it was read; None: no time limit."""
-        return None if self.ends_at is None else self.ends_at - self.read_at
-
-
-def _scontrol(*args: str, timeout: float = 30) -> str:
-    try:
-        done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise SlurmError("scontrol is not installed here: Slurm's client commands are needed "
-                         "(run this on a node of the cluster, or apt-get install slurm-client)") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"scontrol {' '.join(args)} did not answer within {timeout:.0f} s: "
-                         "is slurmctld reachable (scontrol ping)?") from None
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise SlurmError(f"scontrol {' '.join(args)}: {said}")
-    return done.stdout
-
-
-def _fields(line: str) -> dict[str, str]:
-    """`Key=value Key=value` as scontrol -o prints one record; a value runs to the next key."""
-    out: dict[str, str] = {}
-    for match in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_/:]*=|$)",
-                             line.strip()):
-        out.setdefault(match.group(1), match.group(2).strip())
-    return out
-
-
-def read_job(job_id: str) -> SlurmJob:
-    """The job's nodes, each node's state and what the job holds there, and its time left, from
-    Slurm (raises SlurmError)."""
-    if not re.fullmatch(r"\d+(_\d+)?", job_id):
-        raise SlurmError(f"--slurm-job {job_id!r}: a job id is a number (squeue --me lists yours)")
-    read_at = time.time()
-    job_line = _scontrol("show", "job", "-d", "-o", job_id).strip().splitlines()[0]
-    record = _fields(job_line)
-    state = record.get("JobState", "")
-    if state != "RUNNING":
-        raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
-                         "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)")
-
-    def expand(hostlist: str) -> list[str]:
-        return _scontrol("show", "hostnames", hostlist).split() if "[" in hostlist else hostlist.split(",")
-
-    names = tuple(expand(record.get("NodeList", "")))
-    info = {}
-    for line in _scontrol("show", "node", "-o", ",".join(names)).strip().splitlines():
-        node = _fields(line)
-        reason = re.sub(r"\s*\[[^\]]*\]$", "", node.get("Reason", ""))
-        info[node.get("NodeName", "")] = SlurmNodeInfo(node.get("NodeName", ""), node.get("NodeAddr", ""),
-                                                       node.get("State", ""), reason)
-    return parse_job(job_line, names, info, expand, read_at)
-
-
-def _count(text: str) -> int:
-    """`0-1,4` -> 3: a CPU_IDs or IDX list."""
-    total = 0
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        if low.isdigit():
-            total += int(high) - int(low) + 1 if high.isdigit() else 1
-    return total
-
-
-def _gpus(gres: str) -> int:
-    """gres/gpu in a node's GRES as `-d` prints it: gpu:2(IDX:0-1), gpu:a100:1(IDX:0),mps:..."""
-    return sum(int(m.group(1)) for m in re.finditer(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)", gres))
-
-
-def _int(text: str, default: int) -> int:
-    return int(text) if text.isdigit() else default
-
-
-def parse_job(line: str, nodes: tuple[str, ...], info: dict[str, SlurmNodeInfo],
-              expand: Callable[[str], list[str]], read_at: float, tz: tzinfo | None = None) -> SlurmJob:
-    """The job as `scontrol show job -d -o ID` prints it (one line), read at `read_at`. `expand`
-    turns a hostlist (node[01-02]) into names; `tz`: the zone scontrol printed times in (its
-    local time when None)."""
-    record = _fields(line)
-    shares = {}
-    # -d adds one `Nodes=LIST CPU_IDs=... Mem=... GRES=...` group per set of nodes alike.
-    for m in re.finditer(r"(?:^|\s)Nodes=(\S+) CPU_IDs=(\S*) Mem=\S* GRES=(\S*)", line):
-        for name in expand(m.group(1)):
-            shares[name] = SlurmShare(_count(m.group(2)), _gpus(m.group(3)), m.group(3))
-    end = record.get("EndTime", "")
-    try:
-        ends_at: float | None = datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=tz).timestamp()
-    except ValueError:
-        ends_at = None          # Unknown: no time limit
-    if record.get("TimeLimit", "") == "UNLIMITED":
-        ends_at = None
-    return SlurmJob(record.get("JobId", ""), record.get("JobState", ""), nodes, info,
-                    time_limit=record.get("TimeLimit", ""), end_time=end, shares=shares,
-                    num_tasks=_int(record.get("NumTasks", ""), 0),
-                    tasks_per_node=_int(record.get("NtasksPerN:B:S:C", "").split(":")[0], 0),
-                    cpus_per_task=_int(record.get("CPUs/Task", ""), 1),
-                    tres_per_node=record.get("TresPerNode", ""), ends_at=ends_at, read_at=read_at)
 
 
 class _Channel(Process):
@@ -269,7 +124,10 @@ class SlurmStep:
         self._start_lock = threading.Lock()
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._ended = threading.Event()
+        self._stderr_read = threading.Event()       # srun's stderr is read to its end
         self._users = 0
+        self._key = signing.new_key()                 # the relays sign their frames with it
+        self._verifier = signing.Verifier(self._key)
 
     def argv(self) -> list[str]:
         n = str(len(self.usable))
@@ -285,11 +143,16 @@ class SlurmStep:
             env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=env, start_new_session=True)
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(stdin_payload({"program": "relay"}))     # every task reads it
-            self.proc.stdin.flush()
+            # Readers first: when Slurm refuses the step, srun's words and its end are read at
+            # once, and each node's connect says them instead of waiting HELLO_TIMEOUT.
             threading.Thread(target=self._read, name="srun-stdout", daemon=True).start()
             threading.Thread(target=self._read_stderr, name="srun-stderr", daemon=True).start()
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.write(stdin_payload({"program": "relay", "key": self._key}))   # every task reads it
+                self.proc.stdin.flush()
+            except OSError:
+                pass            # a broken pipe: srun has ended already; _read sees it, task_of says why
 
     def task_of(self, name: str, timeout: float = HELLO_TIMEOUT) -> str:
         """The task that runs on this node, once its relay said hello (raises NodeError)."""
@@ -311,6 +174,8 @@ class SlurmStep:
                 self.hello.wait(0.5)
             if name in self.tasks:
                 return self.tasks[name]
+        if self._ended.is_set():
+            self._stderr_read.wait(2)       # srun's last words, read to their end
         said = [line for line in self._stderr if name in line] or list(self._stderr)
         last = said[-1].strip() if said else ""
         if self._ended.is_set():
@@ -354,7 +219,8 @@ class SlurmStep:
         self._end()
 
     def _frame(self, line: str) -> None:
-        found = relay.parse(line)
+        signed = self._verifier.check(line)      # a relay's frame, not a rank's (it can write to its relay's stdout)
+        found = relay.parse(signed) if signed is not None else None
         if found is None:
             return
         task, number, op, data = found
@@ -373,8 +239,11 @@ class SlurmStep:
 
     def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self._stderr.append(raw.decode(errors="replace").rstrip())
+        try:
+            for raw in self.proc.stderr:
+                self._stderr.append(raw.decode(errors="replace").rstrip())
+        finally:
+            self._stderr_read.set()
 
     def _end(self) -> None:
         with self._lock:

@@ -8,12 +8,15 @@ The figure is the best of a few all_reduces at that size: what the link carries 
 process holds up a rank's CPU for a moment (the median is reported beside it)."""
 
 import argparse
-import json
+import datetime
 import os
 import statistics
 import time
 
+from node import protocol, signing
 from node.protocol import BANDWIDTH as MARKER
+
+PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=30)     # torch's default for Gloo, as before
 
 SMALL_BYTES = (8, 1024, 65536)     # latency: one tiny message, a small bucket, a larger one
 LATENCY_ITERATIONS = 15
@@ -33,12 +36,17 @@ def main() -> None:
     import torch  # here, so the probe can import MARKER without torch
     import torch.distributed as dist
 
+    from node.jobs import signed_store
+
     started = time.perf_counter()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local_rank}") if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(args.backend)
+    # torchrun's store, every value signed (a stranger's write ends the job: "interfered").
+    dist.init_process_group(args.backend, store=signed_store.rank_store(PROCESS_GROUP_TIMEOUT),
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+                            timeout=PROCESS_GROUP_TIMEOUT)
     rank, world = dist.get_rank(), dist.get_world_size()
     connected = time.perf_counter()
 
@@ -95,7 +103,7 @@ def main() -> None:
     algbw = nbytes / seconds
     bus = 2 * (world - 1) / world      # nccl-tests' bus factor for all_reduce
     if rank == 0:
-        print(MARKER + json.dumps({
+        protocol.emit(MARKER, {
             "world_size": world, "backend": args.backend, "device": device.type,
             "latency_us": latency_us,
             "bytes": nbytes, "seconds": round(seconds, 5), "median_seconds": round(median, 5),
@@ -105,9 +113,15 @@ def main() -> None:
             "sizes_tried": tried,
             "connect_seconds": round(connected - started, 3),
             "measure_seconds": round(time.perf_counter() - connected, 3),
-        }), flush=True)
+        })
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    signing.key_from_environment()
+    try:
+        main()
+    except BaseException:
+        from node.jobs import signed_store
+        signed_store.stop_if_interfered("rank %s" % os.environ.get("RANK"))
+        raise

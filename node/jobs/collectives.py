@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import sys
 import threading
 import time
 import warnings
@@ -26,6 +25,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from node import protocol, signing
+from node.jobs import signed_store
 from node.protocol import COLLECTIVES as MARKER
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -34,8 +35,7 @@ N = 4      # elements per rank: small, the point is whether it works
 
 
 def emit(**fields):
-    sys.stdout.write(MARKER + json.dumps(fields) + "\n")
-    sys.stdout.flush()
+    protocol.emit(MARKER, fields)
 
 
 def first_line(exc):
@@ -269,18 +269,18 @@ def run_case(op, mode, dtype, rank, world, device):
     return deprecated
 
 
-def agree(store, i, failed, world, timeout):
+def agree(store, i, rank, failed, world, timeout):
     """Whether every rank reached the end of case i, and how many of them failed it.
 
-    Over the rendezvous store, not the backend: it works even when the group does not."""
-    store.add(f"failed/{i}", 1 if failed else 0)
-    if store.add(f"arrived/{i}", 1) == world:
-        store.set(f"done/{i}", "1")
+    Over the rendezvous store, not the backend: it works even when the group does not. Each rank
+    sets a key of its own (signed, as every value: a counter could not be), and reads them all."""
+    keys = [f"case/{i}/{r}" for r in range(world)]
+    store.set(keys[rank], "1" if failed else "0")
     try:
-        store.wait([f"done/{i}"], timeout)
+        store.wait(keys, timeout)
     except Exception:
         return None
-    return store.add(f"failed/{i}", 0)
+    return sum(value == b"1" for value in store.multi_get(keys))
 
 
 def healthy(world, device):
@@ -325,7 +325,9 @@ def main():
     try:
         if device.type == "cuda":
             torch.cuda.set_device(device)     # inside: no GPU is this rank's reported failure
-        dist.init_process_group(args.backend, timeout=timeout)
+        # torchrun's store, every value signed (a stranger's write ends the job: "interfered").
+        dist.init_process_group(args.backend, store=signed_store.rank_store(timeout), rank=rank,
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
         world = dist.get_world_size()
         # A first collective: Gloo connects its pairs here, NCCL builds its communicator.
         t = torch.ones(1, device=device)
@@ -333,6 +335,7 @@ def main():
         watchdog.cancel()
     except Exception as exc:
         watchdog.cancel()
+        signed_store.stop_if_interfered(f"rank {rank}")
         emit(event="init", rank=rank, ok=False, seconds=round(time.monotonic() - started, 3),
              error_type=type(exc).__name__, error=first_line(exc), host=os.uname().nodename)
         os._exit(1)      # no destroy: a half-made group can block in it
@@ -354,9 +357,13 @@ def main():
             outcome = {"status": "wrong", "error": str(exc)}
         except Exception as exc:
             outcome = {"status": "error", "error_type": type(exc).__name__, "error": first_line(exc)}
+        signed_store.stop_if_interfered(f"rank {rank}")      # NCCL reads the store in a first collective
         emit(event="case", rank=rank, i=i, op=op, mode=mode, dtype=dtype,
              seconds=round(time.monotonic() - t0, 4), **outcome)
-        failed = agree(store, i, outcome["status"] != "ok", world, wait)
+        try:
+            failed = agree(store, i, rank, outcome["status"] != "ok", world, wait)
+        except signed_store.Interfered:
+            signed_store.stop_if_interfered(f"rank {rank}")
         if failed is None:
             emit(event="broken", rank=rank, after=i, reason="another rank did not finish this case")
             os._exit(3)
@@ -374,4 +381,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signing.key_from_environment()
     main()

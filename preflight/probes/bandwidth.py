@@ -53,6 +53,9 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)
+    stranger = torchjob.interfered(results, options.master_port)
+    if stranger:
+        return {"error": stranger}
     lines = torchjob.marked(results, protocol.BANDWIDTH)
     if not lines:
         failed = next((r for r in results if not r.ok), results[0])

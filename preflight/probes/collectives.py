@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from node import jobs as node_jobs
-from node import protocol
+from node import protocol, signing
+from node.bounded import Skipped, read_regular
 from node.protocol import COLLECTIVES as MARKER
 
 from ..checks.common import env_of
@@ -24,7 +25,9 @@ from .bandwidth import master_port_held
 from .gpus import collective_plan
 
 # What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
-JOB = "\n".join(Path(f).read_text() for f in (Path(node_jobs.__file__).parent / "collectives.py", protocol.__file__))
+JOB = "\n".join(Path(f).read_text() for f in (Path(node_jobs.__file__).parent / "collectives.py",
+                                              Path(node_jobs.__file__).parent / "signed_store.py",
+                                              protocol.__file__, signing.__file__))
 OP_TIMEOUT = 10.0       # the process group's timeout: each collective, each wait in its creation
 INIT_BOUND = 15.0       # torchrun's rendezvous, then the process group's creation: seconds each
 JOB_TIMEOUT = 60.0      # the node's supervisor kills everything left at this bound
@@ -57,11 +60,17 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     # create the group, quickly, and preflight's interface choice differs, again with that choice:
     # the matrix is then measured as training will run once the interface is pinned.
     first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else configured)
+    stranger = first.pop("interfered")
+    if stranger:            # a process of the job read a stranger's value: no matrix of this run's
+        return {"error": stranger, **scanned}
     out = {**first, "env": {n: {var: v or None} for n, v in zip(names, configured, strict=True)}, "pinned": None}
     if configured != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
         # On purpose over the training's own setting (an --env GLOO_SOCKET_IFNAME included): the
         # job pins preflight's choice per node, to measure the matrix as the fix would run it.
         second = _attempt(cluster, nodes, options, usable, nproc, chosen)
+        stranger = second.pop("interfered")
+        if stranger:
+            return {"error": stranger, **scanned}
         out["pinned"] = {"env": {n: {var: v or None} for n, v in zip(names, chosen, strict=True)},
                          "init": second["init"], "jobs": second["jobs"], "init_failed": second["init_failed"]}
         out.update(matrix=second["matrix"], broken=second["broken"], stopped=second["stopped"])
@@ -82,6 +91,7 @@ def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None) 
     results = torchjob.run(cluster, nodes, options, job, indexes=usable,
                            extra_env={"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"})
     out = assemble([(r.node, r.json_lines(MARKER)) for r in results], {r.node: _job_outcome(r) for r in results})
+    out["interfered"] = torchjob.interfered(results, options.master_port)
     ok = len(out["init"]) == len(usable) * nproc and all(r["ok"] for r in out["init"])
     # How long the failed creation took (the longest rank, or the jobs when no rank reported).
     out["init_failed"] = None if ok else max([r["seconds"] for r in out["init"]] or
@@ -164,6 +174,7 @@ CALLS = {
 ALWAYS_ASYNC = {"isend", "irecv", "batch_isend_irecv"}
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "site-packages", "node_modules", ".tox"}
 MAX_FILES = 5000
+SCAN_FILE_BYTES = 4 << 20     # one source file: a FIFO or a generated giant is named in "unreadable", not read
 
 
 def scan(path: str) -> dict:
@@ -178,8 +189,11 @@ def scan(path: str) -> dict:
     for f in files[:MAX_FILES]:
         name = f.name if f == root else str(f.relative_to(root))
         try:
-            text = f.read_text(errors="replace")
+            text = read_regular(str(f), SCAN_FILE_BYTES).decode(errors="replace")
             tree = ast.parse(text)
+        except Skipped as exc:
+            out["unreadable"].append(f"{name}: {exc}")
+            continue
         except (OSError, SyntaxError, ValueError) as exc:
             out["unreadable"].append(f"{name}: {type(exc).__name__}")
             continue

@@ -3,12 +3,18 @@ training Python, the interface preflight chose, the master's address and port.
 
 The job is one of node/jobs (node/torchjob.py starts torchrun there with it); each node's
 supervisor bounds the job and kills its process group, ranks included, when it ends, times out,
-or the master goes away. Nothing is left on the nodes."""
+or the master goes away. Nothing is left on the nodes.
+
+The job's rendezvous store answers whoever reaches the master's port: each job gets a token of
+its own (on every node's stdin), its values are signed with it (node/jobs/signed_store.py), and
+a value no process of the job wrote makes the probe say "interfered" (`interfered`)."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
+from node import protocol
 from transport import JobResult
 
 from ..checks.network import route_to_master, toward_master  # the choice interface-choice reports
@@ -48,6 +54,7 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
     indexes = indexes if indexes is not None else [i for i in cluster.usable() if nodes[i].error is None]
     route = route_to_master(nodes[0])
     master_ip = (None if isinstance(route, Missing) else route.address) or options.master_addr
+    token = secrets.token_hex(16)      # this job's alone: every value in its store is signed with it
     running = []
     for rank, i in enumerate(indexes):
         torchrun = ["--nnodes", str(len(indexes)), "--nproc-per-node", str(job.nproc_per_node),
@@ -55,7 +62,7 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
                     "--master-port", str(job.port or options.master_port), "--max-restarts", "0"]
         spec = {"program": "torchjob", "job": job.job, "torchrun": torchrun, "args": list(job.args),
                 # The rendezvous store listens on the master's address alone.
-                "bind": master_ip if rank == 0 else None}
+                "bind": master_ip if rank == 0 else None, "store_token": token}
         # extra_env: what a probe sets on purpose over the training's (each caller says why).
         env = {**node_env(nodes[i], options), **(extra_env or {})}
         running.append(cluster.job(i, spec, env=env, timeout=job.timeout))
@@ -68,6 +75,18 @@ def marked(results: list[JobResult], marker: str) -> list[dict]:
     for result in results:
         out += result.json_lines(marker)
     return out
+
+
+def interfered(results: list[JobResult], port: int) -> str | None:
+    """Why the probe cannot say anything, when a process of the job read a value of its store
+    that none of them wrote: one line, with how to find the stranger."""
+    for result in results:
+        for seen in result.json_lines(protocol.INTERFERED):
+            return (f"interfered: the probe's rendezvous store (port {port}) held a value of "
+                    f"{seen.get('key')!r} that no process of this run wrote ({seen.get('by')} on {result.node} "
+                    f"read it), so its figures would not be this run's; find who connects to the port "
+                    f"(ss -tnp 'sport = :{port}' on the master) and run again")
+    return None
 
 
 def tail(result: JobResult, lines: int = 5) -> str:

@@ -68,7 +68,7 @@ def wait_for(predicate, timeout: float, what: str):
 # -- what the package is made of -------------------------------------------------------------
 
 OPTIONAL = {"xxhash", "blake3"}                                     # used where the node has them
-TORCH_MODULES = {"jobs/collectives.py", "jobs/bandwidth.py", "jobs/compute.py", "torchjob.py",
+TORCH_MODULES = {"jobs/collectives.py", "jobs/bandwidth.py", "jobs/compute.py", "jobs/signed_store.py", "torchjob.py",
                  "launch_runner.py", "rank_bootstrap.py", "facts/launch.py", "facts/torchinfo.py"}
 
 
@@ -410,7 +410,7 @@ def test_a_listener_serves_its_token_while_strangers_hold_idle_connections():
 
 def test_the_probes_rendezvous_store_listens_on_the_masters_address_only():
     seen: list[str] = []
-    job = local().job({"program": "torchjob", "job": "bandwidth", "bind": "127.0.0.1",
+    job = local().job({"program": "torchjob", "job": "bandwidth", "bind": "127.0.0.1", "store_token": "ab" * 16,
                        "torchrun": ["--nnodes", "1", "--nproc-per-node", "2", "--node-rank", "0",
                                     "--master-addr", "127.0.0.1", "--master-port", "29631", "--max-restarts", "0"],
                        "args": ["--backend", "gloo", "--device", "cpu"]}, timeout=90,
