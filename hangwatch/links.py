@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from node import protocol
 from transport import Node, Program
+from transport.errors import explain_python
 
 OnMessage = Callable[[str, dict], None]       # (node, message)
 OnClosed = Callable[[str, str | None], None]  # (node, why or None for a clean end)
@@ -52,4 +53,8 @@ class AgentLink:
             lines = result.stderr.strip().splitlines()
             last = lines[-1] if lines else None
             why = result.error or (last if result.exit not in (0, None) else None)
+            if result.exit not in (0, None) and any(line.startswith(protocol.PYTHON) for line in lines):
+                # What --python is, or why it was refused: said as preflight says it, with the fix.
+                error = explain_python(self.name, self.node.python, result.exit, result.stderr, ran=False)
+                why = f"{error.summary.removeprefix(self.name + ': ')}; fix: {error.fix}"
         self.on_closed(self.name, why)

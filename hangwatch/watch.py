@@ -8,15 +8,12 @@ agent messages through `receive`, `closed` and `tick` on a clock they drive."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from node import protocol
+from node import protocol, pyspy
 from transport import Node, NodeError
 
 from . import ended, reducer, stall
@@ -187,6 +184,9 @@ class Watcher(Source):
         another user could have placed first is never used); the agent removes it at its end."""
         target = next(t for t in self.targets if t.name == node)
         binary = local_py_spy()
+        hello = self.state.hello.get(node)
+        if target.node.is_local and hello is not None and hello.py_spy_refused:
+            return      # the agent said which py-spy it refused and why: none is missing
         if target.node.is_local or binary is None:
             self.notice(f"{node}: py-spy is not installed for the training Python there, so stacks are "
                         "missing; fix: pip install py-spy in the training environment on that node (CPU "
@@ -223,5 +223,6 @@ class Watcher(Source):
 
 
 def local_py_spy() -> str | None:
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.is_file() else shutil.which("py-spy")
+    """This machine's py-spy, found and trusted by the one rule the agents use (node/pyspy.py):
+    the copy brought to a node that lacks one is never a file another user could change."""
+    return pyspy.find()[0]

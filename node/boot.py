@@ -6,7 +6,12 @@ then, for the programs that keep it, the control stream (control.py): heartbeats
 So neither the package nor the orders (environments, tokens) ever show in the process list.
 
 The zip goes into a private folder (mkdtemp: 0700, a fresh name, ours alone), which is also the
-program's work folder; it is removed when the program ends, on SIGTERM too."""
+program's work folder; it is removed when the program ends, on SIGTERM too.
+
+Nothing is imported from where another user can write (the caller's folder, another user's user
+site or venv): the master runs `python -s -S -c STAGE0`, STAGE0 keeps only absolute entries of
+sys.path before anything is imported, and the site is opened only once node/trust.py has walked
+what it would read; else the program is refused with one line the master explains."""
 
 import json
 import os
@@ -18,10 +23,16 @@ import tempfile
 MAGIC = b"DDP-PREFLIGHT-NODE"
 VERSION = b"1"
 
-# `python -c STAGE0`: reads this file's text from stdin and runs it. One short line, so that a
-# --python that is not a Python says something readable about it. The buffered reader loops
-# until it has every byte asked for; everything after reads through it too.
-STAGE0 = "import sys; exec(sys.stdin.buffer.read(int(sys.stdin.buffer.read(8))))"
+# `python -s -S -c STAGE0`: reads this file's text from stdin and runs it. One short line, so that
+# a --python that is not a Python says something readable about it. It first drops '' (the
+# caller's folder, which -c puts first) and every relative entry: `import json` below must not
+# find a json.py another user left there. The buffered reader loops until it has every byte
+# asked for; everything after reads through it too.
+STAGE0 = ('import sys; sys.path[:] = [p for p in sys.path if p[:1] == "/"]; '
+          'exec(sys.stdin.buffer.read(int(sys.stdin.buffer.read(8))))')
+# Before STAGE0: no user site (HOME may be another user's under sudo), no site at start-up (its
+# .pth files run code; node/trust.py checks them first).
+FLAGS = ("-s", "-S")
 
 
 def read_exact(stream, size):
@@ -70,8 +81,14 @@ def main():
     signal.signal(signal.SIGTERM, _terminated)
     code = 2
     try:
-        from node.programs import run
-        code = run(spec, folder, path)
+        from node.trust import REFUSED, open_site
+        refused = open_site()
+        if refused is not None:
+            sys.stderr.write(refused.verdict() + "\n")
+            code = REFUSED
+        else:
+            from node.programs import run
+            code = run(spec, folder, path)
     finally:
         try:
             sys.stdout.flush()

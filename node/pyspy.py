@@ -1,18 +1,18 @@
-"""py-spy on a node: found once, here (the agent and the ptrace facts alike), and trusted only
-when no other user can have placed or changed it; a rank's stack as py-spy's JSON."""
+"""py-spy on a node: found once, here (the agent, the ptrace facts and the master's own copy
+alike), and run only when no other user can have placed or changed it, wherever it was found; a
+rank's stack as py-spy's JSON."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from typing import Optional, Tuple
 
 from . import proc
-from .private import not_trusted
+from .trust import walk
 
 # Python frames that stop at a call into C++ that can hide a wait (backward, where DDP's reducer
 # waits for its gradient all_reduce): native frames are worth their ~0.5 s there.
@@ -21,25 +21,43 @@ DUMP_TIMEOUT = 10.0
 
 
 def candidates() -> list:
-    """Where the training environment's own py-spy would be."""
-    return [os.path.join(os.path.dirname(sys.executable), "py-spy"), shutil.which("py-spy"),
-            os.path.expanduser("~/.local/bin/py-spy")]
+    """Where the training environment's own py-spy would be, in order: beside its Python, on the
+    PATH (absolute folders only: an empty entry is the current folder), in this user's
+    ~/.local/bin (its home from the password database; HOME's too where it differs, as sudo may
+    keep another user's: looked at, and refused there like anything another user owns)."""
+    import pwd
+
+    folders = [os.path.dirname(sys.executable)]
+    folders += [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d[:1] == "/"]
+    try:
+        folders.append(os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".local", "bin"))
+    except KeyError:
+        pass
+    folders.append(os.path.expanduser(os.path.join("~", ".local", "bin")))
+    return list(dict.fromkeys(os.path.join(folder, "py-spy") for folder in folders))
 
 
 def find(given: Optional[str] = None) -> Tuple[Optional[str], Optional[str]]:
-    """(the py-spy to run, why the one given was refused or None). The one given (the watcher's,
-    or brought here for this watch) is run only if no other user can have placed or changed it;
-    else the training environment's own, as its Python is trusted."""
-    refused, real = None, None
-    if given:
-        real = os.path.realpath(given)
-        refused = not_trusted(real)
-        if refused is None and os.access(real, os.X_OK):
-            return real, None
-    for path in candidates():
-        if path and os.path.isfile(path) and os.access(path, os.X_OK) and os.path.realpath(path) != real:
-            return path, refused
-    return None, refused
+    """(the py-spy to run, why others were refused or None). The one given (the watcher's, or
+    brought here for this watch) comes first, then the training environment's (candidates());
+    whichever it is, one is run only if no other user can have placed or changed it or a folder
+    above it (trust.walk), and by its resolved path (a link swapped later changes nothing)."""
+    refused, seen = [], set()
+    for at, path in enumerate(([given] if given else []) + candidates()):
+        which = "the py-spy it was given" if given and at == 0 else f"the py-spy at {path}"
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            if given and at == 0 and os.path.lexists(path):
+                refused.append(f"{which}: {path} is not an executable file")
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        why = walk(path)
+        if why is None:
+            return real, "; ".join(refused) or None
+        refused.append(f"{which}: {why.sentence()}")
+    return None, "; ".join(refused) or None
 
 
 def dump(py_spy: str, pid: int, native) -> object:

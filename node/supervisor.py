@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from . import proc, protocol
+from . import proc, protocol, signing, trust
 from .control import Control
 
 GRACE = 5.0      # seconds between SIGTERM and SIGKILL: torchrun stops its ranks and the launch
@@ -112,19 +112,22 @@ def _group_alive(pgid: int) -> bool:
 
 
 def start_child(job: dict, work, env: dict, cwd=None) -> subprocess.Popen:
-    """A node program as a process of its own, in a new session (its own process group)."""
+    """A node program as a process of its own, in a new session (its own process group), started
+    as trust.python_argv starts a Python, in `cwd` or else in this program's private folder: a
+    Python it starts with -m (torchrun's ranks) puts its folder first on sys.path."""
     # A job that takes "prepare-stop" starts with SIGUSR2 blocked (the mask goes through exec), so a
     # prepare that comes before its handler is set waits for it instead of ending it.
     held = {signal.SIGUSR2} if job.get("program") in PREPARES else set()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, work.zip_path], stdin=subprocess.PIPE,
-                                env=env, cwd=cwd or None, start_new_session=True)
+        proc = subprocess.Popen(trust.python_argv(sys.executable, CHILD, work.zip_path), stdin=subprocess.PIPE,
+                                env=env, cwd=cwd or work.folder, start_new_session=True)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
     assert proc.stdin is not None
     try:
-        proc.stdin.write(json.dumps({**job, "work": work.folder}).encode())
+        # The job signs its lines with this program's key (node/signing.py): on its stdin only.
+        proc.stdin.write(json.dumps({**job, "work": work.folder, "key": signing.own_key()}).encode())
         proc.stdin.close()
     except OSError:
         pass       # it died at once: its exit code says so

@@ -101,26 +101,51 @@ def _closed_before_greeting(exc: BaseException) -> bool:
 
 # Runs on the node before the training Python: says what --python is when it is not a program,
 # instead of letting the shell guess (a folder, a missing path, a text file the shell would run
-# as a script). A binary or a #! script (a wrapper that sets variables) is run.
+# as a script). A binary or a #! script (a wrapper that sets variables) is run, once neither it
+# nor any folder above it, as given and with its symlinks resolved, belongs to another user or
+# is writable by one (a sticky folder such as /tmp aside, above the file's own): whoever can
+# change it runs code as this user, root too (node/trust.py checks what the site adds after it).
 PYTHON_VERDICT = protocol.PYTHON
 _RUN_PYTHON = r"""p=$1; shift
 case $p in */*) ;; *) p=$(command -v "$p") || p=$1 ;; esac
 program() { case $(head -c 4 "$p" 2>/dev/null) in
-  "#!"*|"$(printf 'ELF')"|"$(printf 'Ïúíþ')"|"$(printf 'Êþº¾')") return 0 ;;
+  "#!"*|"$(printf '\177ELF')"|"$(printf '\317\372\355\376')"|"$(printf '\312\376\272\276')") return 0 ;;
   *) return 1 ;; esac; }
+others_in() {  # group $1 holds someone besides user $2
+  g=$(getent group "$1" 2>/dev/null || grep "^[^:]*:[^:]*:$1:" /etc/group) || return 0
+  n=$(getent passwd "$2" 2>/dev/null || grep "^[^:]*:[^:]*:$2:" /etc/passwd) || return 0
+  for m in $(echo "${g##*:}" | tr , ' '); do [ "$m" = "${n%%:*}" ] || return 0; done
+  { getent passwd 2>/dev/null || cat /etc/passwd; } | awk -F: -v g="$1" -v u="$2" '$4==g && $3!=u {f=1} END {exit !f}'; }
+walk() {  # $1: an absolute path; prints why it may not be trusted
+  w=$1; d=${1%/*}; me=$(id -u)
+  while :; do
+    if s=$(stat -c '%u %g %a %F' -- "${w:-/}" 2>/dev/null); then
+      set -- $s; a=$((0$3)); k=
+      if [ "$1" != 0 ] && [ "$1" != "$me" ]; then k=owner
+      elif [ "$4" != symbolic ] && { [ $((a & 2)) != 0 ] || { [ $((a & 16)) != 0 ] && others_in "$2" "$1"; }; } &&
+           { [ $((a & 512)) = 0 ] || [ "$w" = "$p" ] || [ "$w" = "$d" ]; }; then k=writable; fi
+      if [ -n "$k" ]; then echo "$k $1 $(id -nu "$1" 2>/dev/null || echo "uid-$1") $(id -nu) $3 ${w:-/}"; return; fi
+    fi
+    [ -z "$w" ] && return; w=${w%/*}
+  done; }
+case $p in /*) ;; *) p=$PWD/$p ;; esac
 if [ -d "$p" ]; then what=folder; [ -x "$p/bin/python" ] && what=environment-folder
 elif [ ! -e "$p" ]; then what=missing
+elif why=$(walk "$p"; q=$p; p=$(readlink -f -- "$p") && [ "$p" != "$q" ] && walk "$p"); [ -n "$why" ]; then
+  what="not-trusted ${why%%
+*}"
 elif [ -r "$p" ] && ! program; then what=not-a-program
 elif [ ! -x "$p" ]; then what=not-executable
 else exec "$p" "$@"
 fi
-cat >/dev/null   # the payload, sent on stdin all the same
+# Not a read of the payload to its end: a program's stdin may stay open (heartbeats) until it ends.
 echo "DDP_PREFLIGHT_PYTHON $what" >&2
 exit 126"""
 
 
 def python_argv(python: str, *args: str) -> list[str]:
-    """The command that runs `python ARGS...` on a node, once it is known to be a program."""
+    """The command that runs `python ARGS...` on a node, once it is known to be a program that
+    no other user can change."""
     return ["sh", "-c", _RUN_PYTHON, "ddp-preflight", python, *args]
 
 
@@ -130,6 +155,8 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
     verdict = next((line[len(PYTHON_VERDICT):] for line in stderr.splitlines() if line.startswith(PYTHON_VERDICT)), None)
     last = (stderr.strip().splitlines() or [""])[-1][:300]
     pick = f"pass --python PATH, or set python under [nodes.{host}] in the config"
+    if verdict and verdict.startswith("not-trusted "):
+        return _not_trusted(host, python, verdict)
     if verdict == "missing":
         return NodeError(f"{host}: the training Python {python} does not exist there", pick)
     if verdict == "environment-folder":
@@ -152,3 +179,23 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
                          f"use a Python 3.8+ environment on {host} (--python PATH)")
     return NodeError(f"{host}: the collector failed with exit code {exit_code}: {last}",
                      f"run '{python} -c \"import torch\"' on {host} to see what is wrong")
+
+
+def _not_trusted(host: str, python: str, verdict: str) -> NodeError:
+    """`not-trusted owner|writable UID OWNER ME MODE PATH`: the interpreter (the sh above) or what
+    its site would read (node/trust.py) can be changed by another user, as OpenSSH's StrictModes
+    refuses a key in a folder others can write."""
+    parts = verdict.split(" ", 6)
+    if len(parts) < 7:
+        return NodeError(f"{host}: the training Python {python} is refused: another user can change it",
+                         "give a Python only root or this user can change: --python PATH")
+    _, why, uid, owner, me, mode, path = parts
+    who = "root" if me == "root" else f"root or {me}"
+    if why == "owner":
+        return NodeError(f"{host}: the training Python {python} is refused: {path} belongs to {owner} (uid {uid}), "
+                         f"who could change what it runs as {me}",
+                         f"connect as {owner} to run {owner}'s Python, or give one only {who} can change: --python PATH")
+    return NodeError(f"{host}: the training Python {python} is refused: {path} is writable by other users "
+                     f"(mode {mode}), who could change what it runs as {me}",
+                     f"give a Python only {who} can change: --python PATH, or chmod go-w {path} once you have "
+                     "checked what it holds")

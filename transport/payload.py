@@ -38,6 +38,6 @@ def stdin_payload(spec: dict) -> bytes:
 
 
 def boot_argv(python: str) -> list[str]:
-    """`python -c STAGE0` (it reads boot.py from stdin), behind a few lines of sh that say what
-    --python is when it cannot run."""
-    return python_argv(python, "-c", boot.STAGE0)
+    """`python -s -S -c STAGE0` (it reads boot.py from stdin), behind a few lines of sh that say
+    what --python is when it cannot run, and refuse one another user can change."""
+    return python_argv(python, *boot.FLAGS, "-c", boot.STAGE0)

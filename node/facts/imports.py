@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+from .. import trust
 from ..placement import placement
 from . import import_scan
 
@@ -51,7 +52,9 @@ def training_imports(request: dict) -> dict | None:
     if not os.path.isdir(folder):
         return {**out, "entry_error": f"the folder {folder} does not exist here"}
     try:
-        done = subprocess.run([sys.executable, "-c", inspect.getsource(import_scan)],
+        # As every Python a node program starts (trust.python_argv): the scan's own imports come
+        # from the interpreter, never from the project's folder it runs in.
+        done = subprocess.run(trust.python_argv(sys.executable, inspect.getsource(import_scan)),
                               input=json.dumps({"entry": entry, "module": module}), cwd=folder,
                               capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
