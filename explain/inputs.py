@@ -1,5 +1,10 @@
 """What each PATH holds: a folder is every file under it; a file is told by its name and its first
-bytes. Nothing is read whole here."""
+bytes. Nothing is read whole here.
+
+What is read is bounded (node/bounded.py): a regular file only (a FIFO, a socket or a device is
+skipped with a note, never opened to wait on), a symlink inside a folder is not followed (a path
+named on the command line is), a JSON document or a pickled dump up to JSON_LIMIT each and
+DOCUMENTS_LIMIT in all; each file not read is said with why ("not read: ...")."""
 
 from __future__ import annotations
 
@@ -9,8 +14,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.bounded import Skipped, kind, open_regular, read_regular, size_text
+
 SNIFF = 4096                # bytes read to tell a file's kind
-JSON_LIMIT = 64 << 20       # a JSON document (error file, dump, bundle) larger than this is not read
+JSON_LIMIT = 64 << 20       # a document (error file, dump, bundle; JSON or a pickle) larger than this is not read
+DOCUMENTS_LIMIT = 256 << 20  # documents read in all: the ones after are said, not read
 FILES_LIMIT = 100_000       # files taken from one folder
 
 
@@ -37,6 +45,7 @@ class InputError(Exception):
 
 def find(paths: list[str]) -> list[Input]:
     found: list[Input] = []
+    budget = [DOCUMENTS_LIMIT]
     for path in paths:
         if path == "-":
             found.append(Input("-", InputKind.LOG))
@@ -44,11 +53,12 @@ def find(paths: list[str]) -> list[Input]:
         p = Path(path)
         if p.is_dir():
             files = sorted(f for f in _walk(p))
-            found += [kind_of(str(f)) for f in files]
+            found += [kind_of(str(f), budget, follow=False) for f in files]
         elif p.is_file():
-            found.append(kind_of(path))
+            found.append(kind_of(path, budget))
         elif p.exists():
-            raise InputError(f"{path} is neither a file nor a folder")
+            raise InputError(f"{path} is {kind(p.stat().st_mode)}, neither a file nor a folder: give a run's log "
+                             "folder or its files")
         else:
             raise InputError(f"{path} does not exist: give a run's log folder, a log file, an error file, a "
                              "Flight Recorder dump, an incident bundle, or - for stdin")
@@ -66,32 +76,52 @@ def _walk(folder: Path):
             yield Path(root) / name
 
 
-def kind_of(path: str) -> Input:
+def kind_of(path: str, budget: list[int] | None = None, follow: bool = True) -> Input:
+    """`budget`: the bytes of documents still to be read in all (spent here); `follow`: whether a
+    symlink is read (a path the user named) or not (a name found in a folder)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(SNIFF)
-        size = os.path.getsize(path)
+        fd, st = open_regular(path, follow=follow)
+    except Skipped as exc:
+        if not follow and str(exc).startswith("a symlink"):
+            return Input(path, InputKind.OTHER, "a symlink inside a folder, not followed (name it to read it)")
+        return Input(path, InputKind.OTHER, str(exc))
     except OSError as exc:
         return Input(path, InputKind.OTHER, f"unreadable: {exc.strerror}")
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(SNIFF)
+    size = st.st_size
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        return Input(path, InputKind.FLIGHT)             # a pickle: torch's NCCL dump
+        # A pickle: torch's NCCL dump.
+        too_much = _over(size, budget, "a Flight Recorder dump (a pickle)")
+        return Input(path, InputKind.OTHER, too_much) if too_much else Input(path, InputKind.FLIGHT)
     if b"\0" in head:
         return Input(path, InputKind.OTHER, "binary")
     if head.lstrip()[:1] in (b"{", b"["):
-        if size > JSON_LIMIT:
-            return Input(path, InputKind.OTHER, f"a JSON document over {JSON_LIMIT >> 20} MiB")
-        return _json_kind(path)
+        too_much = _over(size, budget, "a JSON document")
+        return Input(path, InputKind.OTHER, too_much) if too_much else _json_kind(path, follow)
     return Input(path, InputKind.LOG)
 
 
-def _json_kind(path: str) -> Input:
+def _over(size: int, budget: list[int] | None, what: str) -> str | None:
+    """Why a document of `size` bytes is not read (over the limit of one, or of all), or None;
+    what it will take is spent from the budget."""
+    if size > JSON_LIMIT:
+        return f"{what} of {size_text(size)}: over {size_text(JSON_LIMIT)}, the most read of one"
+    if budget is not None:
+        if size > budget[0]:
+            return (f"{what} of {size_text(size)}: {size_text(DOCUMENTS_LIMIT)} of documents were read already, "
+                    "the most read in all")
+        budget[0] -= size
+    return None
+
+
+def _json_kind(path: str, follow: bool = True) -> Input:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            data = json.load(f)
+        data = json.loads(read_regular(path, JSON_LIMIT, follow=follow).decode("utf-8", errors="replace"))
     except ValueError:
         return Input(path, InputKind.LOG)                 # a log that starts with a brace
     except OSError as exc:
-        return Input(path, InputKind.OTHER, f"unreadable: {exc.strerror}")
+        return Input(path, InputKind.OTHER, str(exc) if isinstance(exc, Skipped) else f"unreadable: {exc.strerror}")
     if not isinstance(data, dict):
         return Input(path, InputKind.OTHER, "a JSON document of another kind")
     message = data.get("message")

@@ -1,17 +1,23 @@
 """One log (a node's torchrun output, a launch's node log, a rank's own file, a Slurm job's
 output), streamed: each writer's exceptions (hangwatch/tracebacks.py's Reader, by the lines'
 prefixes), torchrun's summary table, NCCL's watchdog, torchrun's usage error and the OOM killer
-(hangwatch/failures.py), each with its file:line."""
+(hangwatch/failures.py), each with its file:line.
+
+A log is a regular file (node/bounded.py: a FIFO is skipped with a note, never waited on), read
+in bounded memory (lines.py) and no further than the size it had when opened: a file someone
+keeps appending to ends too."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from hangwatch import failures
 from hangwatch.tracebacks import ExceptionInfo, Origin, Reader, SummaryReader, split_prefix
+from node.bounded import Skipped, open_regular
 
 from .lines import scan
 from .seen import Gathered, NodeSaid, Quote
@@ -149,9 +155,29 @@ def read_log(gathered: Gathered, path: str, stream: BinaryIO | None = None) -> N
     elif path == "-":
         scan(sys.stdin.buffer, reader.feed, reader.idle)
     else:
-        with open(path, "rb") as f:
-            scan(f, reader.feed, reader.idle)
+        try:
+            fd, st = open_regular(path)
+        except Skipped as exc:
+            gathered.skipped.append(f"{path}: {exc}")
+            return
+        except OSError as exc:
+            gathered.skipped.append(f"{path}: unreadable: {exc.strerror}")
+            return
+        with os.fdopen(fd, "rb") as f:
+            scan(cast(BinaryIO, _Upto(f, st.st_size)), reader.feed, reader.idle)
     reader.close()
+
+
+class _Upto:
+    """A file read no further than `size` bytes."""
+
+    def __init__(self, stream: BinaryIO, size: int):
+        self.stream, self.left = stream, size
+
+    def read(self, count: int) -> bytes:
+        data = self.stream.read(min(count, self.left)) if self.left > 0 else b""
+        self.left -= len(data)
+        return data
 
 
 def _node_of(path: str) -> str:

@@ -1,6 +1,7 @@
 """The documents a run leaves beside its logs: torchelastic's error files, Flight Recorder dumps,
 hangwatch's incident bundles, ddp-preflight --launch's plan.json and result.json. Each is read
-once (bounded: inputs.py), into what each rank said."""
+once (bounded: inputs.py), into what each rank said: a regular file of at most inputs.JSON_LIMIT
+bytes (node/bounded.py), whatever it became since inputs.py looked at it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 
 from hangwatch import failures
 from hangwatch.tracebacks import exception_in
+from node.bounded import Skipped, read_regular
 from node.flight import Refused, plain_data
 
+from .inputs import JSON_LIMIT
 from .seen import Gathered, Quote
 
 RANK_IN_NAME = re.compile(r"(?:rank[-_]?|nccl-dump-|nccl_trace_rank_|frdump_)(?P<rank>\d+)")
@@ -47,8 +50,14 @@ def read_flight(gathered: Gathered, path: str) -> None:
     dump on timeout or on request), or the launcher's kept one ({"rank", "node", "flight"})."""
     rank, node = _rank_in(path), None
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_regular(path, JSON_LIMIT)
+    except Skipped as exc:
+        gathered.skipped.append(f"{path}: {exc}")
+        return
+    except OSError:
+        gathered.skipped.append(f"{path}: not a readable Flight Recorder dump")
+        return
+    try:
         if raw[:1] == b"\x80":
             data = plain_data(raw)
         else:
@@ -129,7 +138,6 @@ def _rank_in(path: str) -> int | None:
 
 def _load(path: str):
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return json.load(f)
+        return json.loads(read_regular(path, JSON_LIMIT).decode("utf-8", errors="replace"))
     except (OSError, ValueError):
         return None

@@ -4,15 +4,21 @@ seconds); any other line is a JSON command.
 
 EOF means the master closed the line: a stop. Silence longer than the lease means the master is
 gone (killed, or the link is down, where no EOF can arrive): the program ends what it started
-either way, so nothing outlives its master by more than the lease."""
+either way, so nothing outlives its master by more than the lease. The supervisor and the agent
+end their jobs their own way; a program that only collects (facts) leads its own process group
+and ends every process it started (end_started) and itself."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional
+
+from . import proc
 
 HEARTBEAT = 1.0           # seconds between the master's heartbeats
 MAX_COMMAND = 1 << 20     # bytes: a longer line is not ours and is dropped
@@ -72,3 +78,47 @@ class Control:
             self.why = why
         self.gone.set()
         self.on_gone(why)
+
+
+def lead_own_group() -> bool:
+    """Make this program the leader of a process group of its own, which what it starts joins:
+    end_started() then finds them all, also one whose parent has died (a stuck git's child, once
+    a timeout killed the git). False where it cannot (it stays in the group it was given)."""
+    if os.getpgrp() == os.getpid():
+        return True
+    try:
+        os.setpgid(0, 0)
+        return True
+    except OSError:
+        return False
+
+
+def end_started() -> None:
+    """SIGKILL every process this one started (a git, an import scan, a hung nvidia-smi, what they
+    started): its descendants, and the rest of its own process group when it leads one. Twice:
+    one started while the first list was taken is in the second."""
+    me = os.getpid()
+    own_group = os.getpgrp() == me
+    for _ in range(2):
+        children: Dict[int, List[int]] = {}
+        grouped = []
+        for pid in proc.pids():
+            st = proc.stat(pid)
+            if st is not None:
+                children.setdefault(st.ppid, []).append(pid)
+            if own_group and pid != me:
+                try:
+                    if os.getpgid(pid) == me:
+                        grouped.append(pid)
+                except OSError:
+                    pass
+        found, frontier = [], [me]
+        while frontier:
+            for child in children.get(frontier.pop(), ()):
+                found.append(child)
+                frontier.append(child)
+        for pid in found + grouped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass       # gone already

@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from node.bounded import Skipped, read_regular
+
 from .training_env import ENV_NAME
 
 if sys.version_info >= (3, 11):
@@ -21,6 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+CONFIG_BYTES = 1 << 20      # a config of a few nodes is a few KB: a FIFO or a huge file there is not one
 NODE_KEYS = {"python", "data_dir", "code_dir", "env"}
 TOP_KEYS = NODE_KEYS | {"hosts", "backend", "device", "master_port", "master_addr", "nproc_per_node",
                         "ssh_config", "nodes"}
@@ -54,10 +57,13 @@ def load(path: str | None) -> Config:
     if not path:
         return Config()
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
+        raw = tomllib.loads(read_regular(path, CONFIG_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config {path} does not exist") from None
+    except Skipped as exc:
+        raise ConfigError(f"config {path} is not read: {exc}; give a TOML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path} is not valid TOML: it is not UTF-8 text") from None
     except OSError as exc:
         raise ConfigError(f"config {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:

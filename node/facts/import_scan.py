@@ -12,6 +12,9 @@ site-packages), at module level: a function's imports run only when it is called
 inside `try: ... except ImportError` (or ModuleNotFoundError, Exception, a bare except) is
 optional; one under `if TYPE_CHECKING:` never runs.
 
+The folder may be another user's: a file is read only when it is a regular one, and at most
+FILE_BYTES of it (SOURCE_BYTES in all); a FIFO is named in "unreadable", never waited on.
+
 Run as `python -c SOURCE` in the start folder with {"entry": PATH or MODULE, "module": bool} on
 stdin; prints one JSON object. Standard library only, Python 3.8+, importable for its tests."""
 
@@ -22,9 +25,12 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import stat
 import sys
 
 MAX_FILES = 500                  # project files followed; the rest are counted, not read
+FILE_BYTES = 4 << 20             # one source file read: a larger one is a generated table, not parsed
+SOURCE_BYTES = 64 << 20          # read in all
 OPTIONAL_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 SITE_DIRS = ("site-packages", "dist-packages")
 
@@ -142,11 +148,13 @@ def scan(entry: str, module: bool, root: str) -> dict:
             queue.append((main.origin, entry + ".__main__", entry))
     else:
         if not os.path.isfile(entry):
-            out["entry_error"] = f"the script {entry} does not exist here"
+            what = _not_regular(entry)
+            out["entry_error"] = f"the script {entry} " + (f"is {what}" if what else "does not exist here")
             return out
         queue.append((entry, None, None))
 
     seen, reported = set(), set()
+    budget = [SOURCE_BYTES]
     while queue:
         path, name, package = queue.pop(0)
         real = os.path.realpath(path)
@@ -158,8 +166,10 @@ def scan(entry: str, module: bool, root: str) -> dict:
             out["not_followed"] = out.get("not_followed", 0) + 1
             continue
         try:
-            with open(real, "rb") as f:
-                tree = ast.parse(f.read(), filename=real)
+            tree = ast.parse(_read_source(real, budget), filename=real)
+        except _NotRead as exc:
+            out["unreadable"].append(f"{label}: {exc}")
+            continue
         except (OSError, SyntaxError, ValueError) as exc:
             out["unreadable"].append(f"{label}: {type(exc).__name__}")
             continue
@@ -200,20 +210,76 @@ def scan(entry: str, module: bool, root: str) -> dict:
                     stdlib = top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ())
                     if not stdlib and top not in out["external"]:
                         out["external"].append(top)
-    out["distributions"] = _distributions(out["external"])
+    out["distributions"] = _distributions(out["external"], root)
     return out
 
 
-def _distributions(tops):
-    """The pip name of each installed top-level module, where the metadata says (3.10+)."""
+class _NotRead(Exception):
+    """A file not read, and why."""
+
+
+def _read_source(path: str, budget: list) -> bytes:
+    """A regular file's bytes (a real path: no link in it), bounded; _NotRead otherwise. The type
+    is asked first and again once open (O_NONBLOCK: a FIFO swapped in opens at once)."""
+    what = _not_regular(path)
+    if what:
+        raise _NotRead(what)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotRead("not a regular file")
+        if st.st_size > FILE_BYTES:
+            raise _NotRead(f"over {FILE_BYTES >> 20} MiB ({st.st_size >> 20} MiB), not parsed")
+        limit = min(FILE_BYTES, budget[0])
+        if st.st_size > limit:
+            raise _NotRead(f"not parsed: the scan has read {SOURCE_BYTES >> 20} MiB already")
+        os.set_blocking(fd, True)
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit:
+            more = os.read(fd, limit + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise _NotRead("it grew while read, not parsed")
+    budget[0] -= len(data)
+    return data
+
+
+def _not_regular(path: str):
+    """What the path is when it is there and not a regular file ("a FIFO"), else None."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file") + ", not a regular file"
+
+
+def _distributions(tops, root):
+    """The pip name of each installed top-level module, where the metadata says (3.10+). The
+    installed ones only: metadata in the project's own folder (which may be another user's, with
+    a FIFO for a METADATA file) is not read."""
     try:
         from importlib.metadata import packages_distributions
     except ImportError:
         return {}
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if os.path.realpath(p or ".") != root]
     try:
         known = packages_distributions()
     except Exception:   # a broken metadata file must not lose the scan
         return {}
+    finally:
+        sys.path[:] = saved
     return {top: known[top][0] for top in tops if known.get(top)}
 
 
@@ -223,6 +289,10 @@ def main() -> None:
     # As `python SCRIPT` and `python -m MODULE` begin: the script's folder, or the start folder
     # (this process's), first on sys.path; the project is what lies under it.
     root = os.getcwd() if module else os.path.dirname(os.path.abspath(entry))
+    try:
+        import importlib.metadata  # noqa: F401  (its csv, email... from the interpreter, not the project)
+    except ImportError:
+        pass
     if getattr(sys.flags, "safe_path", False):
         pass                    # PYTHONSAFEPATH: the rank puts no folder first either
     elif sys.path and sys.path[0] == "":

@@ -1,15 +1,25 @@
 """The facts program on the node: run the requested collectors, print one FACTS line.
 
 Every collector is isolated: an exception becomes {"error": ...} for its section only.
-The first line is the node's clock (CLOCK), for clock-skew; shard hashing prints PROGRESS."""
+The first line is the node's clock (CLOCK), for clock-skew; shard hashing prints PROGRESS.
+
+The facts die with the master: it keeps this program's stdin open and sends a heartbeat each
+second (transport/node.py's collect, "lease" in the request); EOF (the master killed, the link
+closed) or silence past the lease (the link down) ends every process it started and this one,
+and removes its private folder, wherever a collector is (a git that never answers, a folder on a
+hung mount). The program leads its own process group, and ends with what is left in it: a
+command killed at its timeout may leave a child of its own behind."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import time
 import traceback
 
 from .. import protocol
+from ..control import Control, end_started, lead_own_group
 from . import code, gpu, imports, launch, network, processes, system, torchinfo
 
 
@@ -78,6 +88,28 @@ def _shards(request: dict):
 
 
 def main(request: dict, work=None) -> int:
-    protocol.emit(protocol.CLOCK, time.time())      # first: the clock sample
-    protocol.emit(protocol.FACTS, collect(request))
+    leads = False
+    if "lease" in request:          # a master that keeps our stdin: its line is the lease
+        leads = lead_own_group()
+        Control(request.get("lease"), on_gone=lambda why: _master_gone(why, work)).start()
+    try:
+        protocol.emit(protocol.CLOCK, time.time())      # first: the clock sample
+        protocol.emit(protocol.FACTS, collect(request))
+    finally:
+        if leads:
+            end_started()       # what a command killed at its timeout left (a stuck git's child)
     return 0
+
+
+def _master_gone(why: str, work) -> None:
+    """The master closed our line or went silent: nothing of this program stays."""
+    end_started()
+    if work is not None:
+        shutil.rmtree(work.folder, ignore_errors=True)
+    said = "closed its line" if why == "eof" else "was silent longer than the lease"
+    try:
+        sys.stderr.write(f"ddp-preflight node: the master {said}: the facts program stopped\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(3)        # not an exception: the main thread may be blocked in a read or a child

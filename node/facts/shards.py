@@ -4,7 +4,11 @@ the other).
 
 This runs on the nodes, with the training environment's Python: standard library only. xxhash
 and blake3 are used when that environment has them, since they hash several times faster than
-hashlib's blake2b."""
+hashlib's blake2b.
+
+The data folder may be another user's: only regular files are hashed, each read no further than
+the size it had when listed, and a file that became a FIFO (or anything else) since it was listed
+is skipped with a note, never waited on (node/bounded.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import time
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor, wait
 
+from ..bounded import Skipped, open_regular, read_regular
+
 try:
     import xxhash
 except ImportError:
@@ -32,6 +38,7 @@ except ImportError:
 ALGORITHMS = ("xxh3_128", "blake3", "blake2b")    # in order of preference
 
 CHUNK = 4 << 20                 # in bytes; measured fastest with 2 threads (bench/shard_hashing.py)
+CACHE_BYTES = 64 << 20          # a digest cache larger than this is not ours: hash again
 PROGRESS_INTERVAL = 0.25        # in seconds: at most ~4 progress calls a second
 
 _HASHERS: dict = {"blake2b": hashlib.blake2b}
@@ -91,13 +98,21 @@ def manifest(data_dir: str, algorithm: str, cache_path: str | None = None, progr
     keys = {f.rel: _cache_key(f, algorithm) for f in files}
     digests = {f.rel: cache[keys[f.rel]] for f in files if keys[f.rel] in cache}
     to_hash = [f for f in files if f.rel not in digests]
+    cached_files = len(digests)
 
     total_bytes = sum(f.size for f in files)
     tally = _Tally(total_bytes - sum(f.size for f in to_hash), len(digests))
-    digests.update(_hash_files(to_hash, _HASHERS[algorithm], tally, total_bytes, len(files),
-                               progress, workers or min(4, os.cpu_count() or 1)))
+    hashed = _hash_files(to_hash, _HASHERS[algorithm], tally, total_bytes, len(files),
+                         progress, workers or min(4, os.cpu_count() or 1))
+    for rel, digest in hashed.items():
+        if isinstance(digest, Skipped):
+            skipped[rel] = f"{digest} (it changed after it was listed)"
+        else:
+            digests[rel] = digest
     if progress is not None:
         progress(total_bytes, total_bytes, len(files), len(files))
+    files = [f for f in files if f.rel in digests]
+    total_bytes = sum(f.size for f in files)
 
     if cache_path:
         fresh = {keys[rel]: digest for rel, digest in digests.items()}   # drops deleted files
@@ -110,7 +125,7 @@ def manifest(data_dir: str, algorithm: str, cache_path: str | None = None, progr
         "file_count": len(files),
         "total_bytes": total_bytes,
         "hashed_bytes": tally.hashed_bytes,
-        "cached_files": len(files) - len(to_hash),
+        "cached_files": cached_files,
         "skipped": skipped,         # name -> why it is not in files (e.g. a symlink leading out)
         "seconds": round(time.perf_counter() - started, 6),
     }
@@ -209,7 +224,7 @@ def _hash_files(files, hasher, tally, total_bytes, total_files, progress, worker
     if not files:
         return {}
     pool = ThreadPoolExecutor(max(1, min(workers, len(files))))
-    futures = {pool.submit(_hash_file, f.path, hasher, tally): f.rel for f in files}
+    futures = {pool.submit(_hash_file, f.path, f.size, hasher, tally): f.rel for f in files}
     pending = set(futures)
     try:
         while pending:
@@ -230,20 +245,31 @@ def _hash_files(files, hasher, tally, total_bytes, total_files, progress, worker
 _buffers = threading.local()        # one read buffer per hashing thread, reused across files
 
 
-def _hash_file(path: str, hasher, tally: _Tally) -> str:
+def _hash_file(path: str, size: int, hasher, tally: _Tally):
+    """The digest of the file's first `size` bytes (its size when listed: a file that grows is
+    read no further), or Skipped when it is no longer a regular file."""
     buffer = getattr(_buffers, "buffer", None)
     if buffer is None:
         buffer = _buffers.buffer = bytearray(CHUNK)
     view = memoryview(buffer)
     digest = hasher()
     try:
-        with open(path, "rb", buffering=0) as stream:
-            while True:
-                count = stream.readinto(buffer)
+        fd, _ = open_regular(path, follow=False)      # a real path: the walk resolved its links
+    except Skipped as exc:
+        tally.add_file()
+        return exc
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    try:
+        with open(fd, "rb", buffering=0) as stream:
+            left = size
+            while left > 0:
+                count = stream.readinto(view[:min(CHUNK, left)])
                 if not count:
                     break
                 digest.update(view[:count])
                 tally.add_bytes(count)
+                left -= count
     except OSError as exc:
         raise _unreadable(path, exc) from None
     tally.add_file()
@@ -260,8 +286,7 @@ def _load_cache(path: str) -> dict:
     """The cached digests, or {} when the file is missing, unreadable or not ours: the cache only
     saves time, so a broken one is never an error."""
     try:
-        with open(path, encoding="utf-8") as stream:
-            data = json.load(stream)
+        data = json.loads(read_regular(path, CACHE_BYTES))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):

@@ -11,11 +11,13 @@ import importlib.util
 import os
 import time
 
+from ..bounded import read_regular
+
+VERSION_BYTES = 1 << 20       # torch/version.py is a few lines; a FIFO or a huge file there is not torch's
 
 def _version_file(folder: str) -> dict:
     values = {}
-    with open(os.path.join(folder, "version.py"), encoding="utf-8") as f:
-        tree = ast.parse(f.read())
+    tree = ast.parse(read_regular(os.path.join(folder, "version.py"), VERSION_BYTES).decode("utf-8"))
     for stmt in tree.body:
         target = stmt.targets[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
         value = getattr(stmt, "value", None)
@@ -31,7 +33,7 @@ def torch_facts(full: bool = False) -> dict:
     folder = os.path.dirname(spec.origin)
     try:
         version = _version_file(folder)
-    except (OSError, SyntaxError):
+    except (OSError, SyntaxError, ValueError):
         version = {}
     build = "cuda" if version.get("cuda") else ("rocm" if version.get("hip") else "cpu")
     if full or build != "cpu" or "__version__" not in version:

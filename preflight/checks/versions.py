@@ -96,8 +96,13 @@ def check_python_parity(ctx: Context) -> Iterator[Verdict]:
 
 def _code_label(code: CodeFacts) -> str:
     if code.git:
-        return f"git {str(code.commit)[:10]}" + (f" + {code.changed_count} uncommitted changes" if code.dirty else "")
-    return f"source tree {code.tree_hash}"
+        label = f"git {str(code.commit)[:10]}" + (f" + {code.changed_count} uncommitted changes" if code.dirty else "")
+    else:
+        label = f"source tree {code.tree_hash}"
+    if code.skipped:        # a FIFO put among the sources: named, never waited on
+        named = [f"{name} ({why})" for name, why in sorted(code.skipped.items())]
+        label += "; not read: " + ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    return label
 
 
 def _code_key(code: CodeFacts) -> tuple:

@@ -1,0 +1,489 @@
+"""Issue 23, attacks 3, 8 and 12 (the pickle), by a real second user (tests/hostile.py) against
+root: what root writes is never redirected by a link that user planted or swapped in (the log
+folder, the incident folder); what root reads of that user's folders is bounded (a FIFO named
+train_helpers.py in the code folder, in a data folder, in a folder given to explain; a 400 MB
+dump); and the facts program dies with its master.
+
+Each attack is made by the intruder's own processes (ln, mv, mkfifo as ddpp-intruder) in a folder
+of theirs, under a root folder they may enter (`arena`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from explain.render import as_text
+from hangwatch.incident import write as write_bundle
+from hangwatch.model import Snapshot
+from launch.output import NodeLogs
+from node.bounded import size_text
+from node.facts import shards
+from preflight.probes.collectives import scan as scan_collectives
+from tests.hostile import hostile_user
+from transport.node import FACTS_LEASE
+
+from .ports import free_port
+
+REPO = Path(__file__).parents[2]
+SNAPSHOT = REPO / "tests" / "unit" / "artifacts" / "snapshots" / "deadlock.json"
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+CLI = [sys.executable, "-m", "preflight"]
+
+
+@pytest.fixture
+def arena():
+    """A folder of root's that the intruder may enter (0755), for their folders and root's targets."""
+    folder = Path(tempfile.mkdtemp(prefix="ddpp-hostile-files-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def user():
+    return hostile_user()
+
+
+def listing(folder: Path) -> list[str]:
+    """Every name under the folder (links not followed), with what it holds for a file."""
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = str(path.relative_to(folder))
+        out.append(f"{rel} = {path.read_text()!r}" if path.is_file() and not path.is_symlink() else rel)
+    return out
+
+
+def target_of_root(arena: Path) -> tuple[Path, list[str]]:
+    """A folder of root's that the intruder wants root's files in, and what it holds now."""
+    target = arena / "target"
+    target.mkdir(mode=0o755)
+    (target / "keep.txt").write_text("root's own\n")
+    return target, listing(target)
+
+
+def uid_text(user) -> str:
+    return f"{user.name} (uid {user.uid})"
+
+
+# --- attack 3: the log folder and the incident folder ---------------------------------------------
+
+TRAIN = 'print("trained")\n'
+
+# Says it started, waits for the test to say the intruder has swapped the folder, then prints.
+TRAIN_AND_WAIT = """
+import pathlib, sys, time
+pathlib.Path(sys.argv[1]).write_text("started")
+while not pathlib.Path(sys.argv[2]).exists():
+    time.sleep(0.1)
+print("after the swap")
+"""
+
+
+def launch(arena: Path, script: str, log_dir: Path, *args: str) -> subprocess.Popen:
+    path = arena / "train.py"
+    path.write_text(script)
+    # --force: other users' processes on this shared machine are no reason not to launch here.
+    return subprocess.Popen([*CLI, "--no-probes", "--force", "--master-port", str(free_port()), "--launch", "--log-dir",
+                             str(log_dir), "--", str(path), *args], cwd=arena, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_symlink_planted_on_the_way_to_the_log_dir_is_refused_before_anything_runs(arena, user):
+    target, before = target_of_root(arena)
+    shared = user.folder(arena / "shared", 0o755)
+    user.run(["ln", "-s", str(target), str(shared / "runs")])
+    log_dir = shared / "runs" / "run1"
+
+    run = launch(arena, TRAIN, log_dir)
+    out, err = run.communicate(timeout=300)
+
+    assert (run.returncode, out) == (2, ""), err[-3000:]
+    assert err == (f"ddp-preflight: error: cannot write the logs in {log_dir}: {shared}/runs is a symlink of "
+                   f"{uid_text(user)}: not followed: give --log-dir a folder that no other user can change\n")
+    assert listing(target) == before
+
+
+def test_a_log_dir_in_a_folder_of_another_user_is_refused(arena, user):
+    shared = user.folder(arena / "shared", 0o755)
+    (shared / "theirs.txt").write_text("the intruder's\n")
+    before = listing(shared)
+
+    run = launch(arena, TRAIN, shared)
+    out, err = run.communicate(timeout=300)
+
+    assert (run.returncode, out) == (2, ""), err[-3000:]
+    assert err == (f"ddp-preflight: error: cannot write the logs in {shared}: {shared} belongs to {uid_text(user)}, "
+                   "who could replace what is written there: give --log-dir a folder that no other user can change\n")
+    assert listing(shared) == before
+
+
+def test_a_symlink_swapped_in_mid_run_redirects_none_of_the_runs_later_files(arena, user):
+    """The run folder is made (root's, 0700) inside the intruder's folder; mid-run the intruder moves
+    it away and puts a symlink to root's folder in its place: result.json and the rest of the log
+    still go to the run's own folder, wherever it now is."""
+    target, before = target_of_root(arena)
+    shared = user.folder(arena / "shared", 0o755)
+    log_dir = shared / "runs" / "run1"
+    started, go = arena / "started", arena / "go"
+
+    run = launch(arena, TRAIN_AND_WAIT, log_dir, str(started), str(go))
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists():
+            assert run.poll() is None, run.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the rank never started"
+            time.sleep(0.1)
+        user.run(["mv", str(shared / "runs"), str(shared / "moved")])
+        user.run(["ln", "-s", str(target), str(shared / "runs")])
+        go.write_text("")
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+
+    assert run.returncode == 0, err[-3000:]
+    node = os.uname().nodename          # the local node's name
+    assert f"[{node} r0] after the swap" in out.splitlines()
+    assert listing(target) == before
+    moved = shared / "moved" / "run1"
+    names = {p.name for p in moved.iterdir()}
+    assert names - {"incidents"} == {"plan.json", f"{node}.log", "result.json"}
+    # A rank that waits at 0% CPU may be judged stalled: its bundle goes into the run's own folder too.
+    for bundle in (moved / "incidents").iterdir() if "incidents" in names else ():
+        assert sorted(p.name for p in bundle.iterdir()) == ["incident.json", "report.txt"]
+    assert f"[{node} r0] after the swap" in (moved / f"{node}.log").read_text().splitlines()
+    assert json.loads((moved / "result.json").read_text())["ranks"][0]["exit"] == 0
+
+
+def snapshot() -> Snapshot:
+    return Snapshot.from_json(json.loads(SNAPSHOT.read_text()))
+
+
+def test_an_incident_dir_planted_as_a_symlink_is_refused_in_one_line(arena, user):
+    target, before = target_of_root(arena)
+    shared = user.folder(arena / "shared", 0o755)
+    user.run(["ln", "-s", str(target), str(shared / "incidents")])
+
+    with pytest.raises(OSError) as refused:
+        write_bundle(snapshot(), {}, str(shared / "incidents"))
+
+    assert str(refused.value) == f"{shared}/incidents is a symlink of {uid_text(user)}: not followed"
+    assert listing(target) == before
+
+
+def test_an_incident_dir_swapped_for_a_symlink_mid_watch_keeps_the_next_bundles(arena, user):
+    target, before = target_of_root(arena)
+    shared = user.folder(arena / "shared", 0o755)
+    first = Path(write_bundle(snapshot(), {}, str(shared / "incidents")))
+    user.run(["mv", str(shared / "incidents"), str(shared / "moved")])
+    user.run(["ln", "-s", str(target), str(shared / "incidents")])
+
+    second = write_bundle(snapshot(), {}, str(shared / "incidents"))
+
+    assert listing(target) == before
+    bundles = sorted(p.name for p in (shared / "moved").iterdir())
+    assert bundles == sorted([first.name, Path(second).name]) and len(bundles) == 2
+    for name in bundles:
+        assert sorted(p.name for p in (shared / "moved" / name).iterdir()) == ["incident.json", "report.txt"]
+
+
+def run_with_deadline(action, seconds: float = 60):
+    """action() in a thread; fails the test if it is still blocked after `seconds` (a FIFO)."""
+    result: dict = {}
+
+    def target():
+        try:
+            result["value"] = action()
+        except BaseException as exc:      # handed to the test
+            result["error"] = exc
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def test_names_planted_in_a_shared_sticky_log_folder_are_not_written_through(arena, user):
+    """A log folder like /tmp (root's, sticky, everyone may add names): the intruder's FIFO named
+    plan.json and their own file named vm.log are neither waited on nor written into."""
+    logs = arena / "shared-logs"
+    logs.mkdir()
+    logs.chmod(0o1777)
+    user.run(["mkfifo", str(logs / "plan.json")])
+    user.run(["sh", "-c", f"echo theirs > {logs / 'vm.log'}"])
+    told: list[str] = []
+    node_logs = NodeLogs(logs, on_failure=told.append)
+
+    run_with_deadline(lambda: node_logs.write_json("plan.json", {"nodes": []}))
+    assert told == [f"{logs}/plan.json is a FIFO: not written"]
+
+    again = NodeLogs(logs, on_failure=told.append)
+    run_with_deadline(lambda: again.write("vm", "[vm r0] a rank's line"))
+    assert told[1:] == [f"{logs}/vm.log is a file of {uid_text(user)}: not written"]
+    assert (logs / "vm.log").read_text() == "theirs\n"
+
+
+# --- attack 8: FIFOs where root reads ---------------------------------------------------------------
+
+def code_folder_with_a_fifo(arena: Path, user) -> Path:
+    code = user.folder(arena / "code", 0o755)
+    user.file(code / "train.py", "import train_helpers\nprint('train')\n")
+    user.run(["mkfifo", str(code / "train_helpers.py")])
+    return code
+
+
+def test_a_fifo_in_the_code_folder_is_noted_and_preflight_finishes(arena, user):
+    code = code_folder_with_a_fifo(arena, user)
+
+    done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "code-parity,training-imports", "--code-dir",
+                           str(code), "--", str(code / "train.py")], cwd=arena, env=ENV, capture_output=True,
+                          text=True, timeout=120)
+
+    assert done.returncode == 1, done.stderr[-3000:]
+    results = {r["check"]: r for r in json.loads(done.stdout)["results"]}
+    parity = results["code-parity"]
+    assert parity["status"] == "pass"
+    assert parity["summary"].endswith("; not read: train_helpers.py (a FIFO, not a regular file)")
+    assert parity["details"]["skipped"] == {"train_helpers.py": "a FIFO, not a regular file"}
+    # Python cannot import a FIFO either: the rank would fail on its first line.
+    assert results["training-imports"]["status"] == "fail"
+    assert "cannot import train_helpers (train.py:1)" in results["training-imports"]["summary"]
+
+
+def test_a_fifo_in_a_data_folder_is_skipped_and_preflight_finishes(arena, user):
+    data = user.folder(arena / "data", 0o755)
+    user.file(data / "shard_0000.bin", "a" * 1000)
+    user.run(["mkfifo", str(data / "train_helpers.py")])
+
+    done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "data-shards", "--data-dir", str(data)],
+                          cwd=arena, env={**ENV, "XDG_CACHE_HOME": str(arena / "cache")}, capture_output=True,
+                          text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    [result] = json.loads(done.stdout)["results"]
+    assert result["details"]["skipped"] == {"train_helpers.py": "not a regular file"}
+    assert (result["status"], result["details"]["shards"]) == ("pass", 1)
+
+
+def test_a_shard_swapped_for_a_fifo_after_the_listing_is_skipped_not_waited_on(arena, user, monkeypatch):
+    """Between the listing (a regular file) and its hashing, the intruder puts a FIFO in its place."""
+    data = user.folder(arena / "data", 0o755)
+    user.file(data / "shard_0000.bin", "a" * 1000)
+    user.file(data / "shard_0001.bin", "b" * 1000)
+    listed = shards._walk
+
+    def walk_then_swap(root):
+        found = listed(root)
+        user.run(["sh", "-c", f"rm {data / 'shard_0001.bin'} && mkfifo {data / 'shard_0001.bin'}"])
+        return found
+    monkeypatch.setattr(shards, "_walk", walk_then_swap)
+
+    manifest = run_with_deadline(lambda: shards.manifest(str(data), "blake2b"))
+
+    assert sorted(manifest["files"]) == ["shard_0000.bin"]
+    assert manifest["skipped"] == {"shard_0001.bin": "a FIFO, not a regular file (it changed after it was listed)"}
+
+
+def test_a_fifo_among_the_sources_given_to_scan_is_noted(arena, user):
+    code = code_folder_with_a_fifo(arena, user)
+
+    found = run_with_deadline(lambda: scan_collectives(str(code)))
+
+    assert found["unreadable"] == ["train_helpers.py: a FIFO, not a regular file"] and found["files"] == 1
+
+
+def test_a_fifo_given_as_the_config_is_one_line(arena, user):
+    shared = user.folder(arena / "shared", 0o755)
+    user.run(["mkfifo", str(shared / "cluster.toml")])
+
+    done = subprocess.run([*CLI, "--config", str(shared / "cluster.toml"), "--no-probes"], cwd=arena, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"ddp-preflight: error: config {shared}/cluster.toml is not read: a FIFO, not a regular "
+                           "file; give a TOML file\n")
+
+
+TRACEBACK = "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nRuntimeError: {}\n"
+
+
+def test_explain_of_a_folder_with_a_fifo_and_a_planted_symlink_returns_and_reads_neither(arena, user):
+    secret = "SECRET-" + os.urandom(6).hex()
+    private = arena / "roots-own.log"
+    private.write_text(TRACEBACK.format(secret))
+    private.chmod(0o600)
+    logs = user.folder(arena / "logs", 0o755)
+    user.file(logs / "rank0.log", TRACEBACK.format("CUDA error: out of memory"))
+    user.run(["mkfifo", str(logs / "rank1.log")])
+    user.run(["ln", "-s", str(private), str(logs / "rank2.log")])
+
+    done = subprocess.run([*CLI, "explain", str(logs)], cwd=arena, env=ENV, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"not read: {logs}/rank1.log: a FIFO, not a regular file" in lines
+    assert f"not read: {logs}/rank2.log: a symlink inside a folder, not followed (name it to read it)" in lines
+    assert secret not in done.stdout + done.stderr
+    assert "out of memory" in done.stdout
+
+
+# --- attack 12 (the pickle): what explain reads is capped --------------------------------------------
+
+RSS_BOUND = 100 << 20      # bytes: explain itself peaks near 20 MiB here; the dump is 400 MiB (it took 418 MiB)
+
+# VmHWM: this process's own peak (ru_maxrss would also count the parent it was spawned from).
+MEASURE = """
+import re, sys
+from cli.explain import main
+code = main(sys.argv[1:])
+peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+print("peak", peak, code)
+"""
+
+
+def test_a_400_mb_dump_given_to_explain_is_not_read_and_costs_no_memory(arena, user):
+    shared = user.folder(arena / "shared", 0o755)
+    dump = shared / "nccl-dump-1.pickle"
+    # What the intruder leaves: a pickle's first bytes, then 400 MB (sparse: no disk is used).
+    user.run(["sh", "-c", f"printf '\\200\\004' > {dump} && truncate -s 400M {dump}"])
+
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(dump)], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    *shown, last = done.stdout.splitlines()
+    word, rss, code = last.split()
+    assert int(rss) < RSS_BOUND, f"explain took {int(rss) >> 20} MiB"
+    assert f"not read: {dump}: a Flight Recorder dump (a pickle) of 400 MiB: over 64 MiB, the most read of one" in shown
+    assert code == "0"
+
+
+def test_documents_past_the_total_are_said_not_read(arena, monkeypatch):
+    """Every JSON document is read (its kind, then its content) up to DOCUMENTS_LIMIT in all."""
+    from explain import explain, inputs
+
+    monkeypatch.setattr(inputs, "DOCUMENTS_LIMIT", 3000)
+    for n in range(3):
+        (arena / f"error-rank-{n}.json").write_text(json.dumps({"message": {"message": "x" * 1000, "extraInfo": {}}}))
+    size = size_text((arena / "error-rank-0.json").stat().st_size)
+
+    text = as_text(explain([str(arena)]))
+
+    assert (f"not read: {arena}/error-rank-2.json: a JSON document of {size}: 2.9 KiB of documents were "
+            "read already, the most read in all") in text.splitlines()
+
+
+# --- attack 8: the facts program dies with its master ----------------------------------------------
+
+# A git that never answers (a hung mount, a lock): the collector is stuck in it. It forks a sleep
+# that keeps the pipes, as real stuck children do, so that killing the git alone frees nothing.
+STUCK_GIT = """#!/bin/sh
+echo "$$ $PPID" > {pids}
+sleep 1000 &
+echo "$!" >> {pids}
+wait
+"""
+
+MASTER = """
+import os, sys
+from transport.local import LocalNode
+LocalNode("local", sys.executable).collect({"code_dir": sys.argv[1], "env": {"PATH": sys.argv[2] + ":" + os.environ["PATH"]},
+                                             **({"lease": float(sys.argv[3])} if len(sys.argv) > 3 else {})})
+"""
+
+
+def stuck_facts(arena: Path, *lease: str) -> tuple[subprocess.Popen, list[int], Path]:
+    """A master whose facts program is stuck in git: (the master, [facts, git, its sleep], the
+    master's TMPDIR, where the facts program's private folder is)."""
+    fake = arena / "bin"
+    fake.mkdir()
+    pids = arena / "git.pids"
+    (fake / "git").write_text(STUCK_GIT.format(pids=pids))
+    (fake / "git").chmod(0o755)
+    (arena / "code").mkdir()
+    tmp = arena / "tmp"
+    tmp.mkdir(mode=0o700)
+    master = subprocess.Popen([sys.executable, "-c", MASTER, str(arena / "code"), str(fake), *lease], cwd=REPO,
+                              env={**ENV, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not pids.exists() or len(pids.read_text().split()) < 3:
+        assert master.poll() is None and time.monotonic() < deadline, "the facts program never reached git"
+        time.sleep(0.1)
+    git, facts, sleep = (int(word) for word in pids.read_text().split())
+    assert os.listdir(tmp), "the facts program has no private folder"
+    return master, [facts, git, sleep], tmp
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def gone_within(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def end(pids: list[int]) -> None:
+    """What a failed test left: the processes it started, by pid."""
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_master_leaves_no_facts_program_and_no_folder(arena):
+    master, pids, tmp = stuck_facts(arena)
+    try:
+        master.kill()
+        master.wait()
+        left = gone_within(pids, FACTS_LEASE)
+    finally:
+        end(pids)
+    assert left == []
+    assert os.listdir(tmp) == []
+
+
+def test_a_silent_master_loses_its_facts_program_when_the_lease_runs_out(arena):
+    """SIGSTOP: the master's line stays open but no heartbeat comes (a link down)."""
+    master, pids, tmp = stuck_facts(arena, "3")
+    try:
+        master.send_signal(signal.SIGSTOP)
+        left = gone_within(pids, 3 + 30)
+        assert master.poll() is None          # the master is still there, only silent
+    finally:
+        master.kill()
+        master.wait()
+        end(pids)
+    assert left == []
+    assert os.listdir(tmp) == []
+
+
+def test_a_command_killed_at_its_timeout_leaves_nothing_once_the_facts_are_in(arena):
+    """The collector's own timeout (10 s) kills the git but not the child holding its pipes: that
+    child is no longer the facts program's descendant, and goes with the program all the same."""
+    master, pids, tmp = stuck_facts(arena)
+    try:
+        assert master.wait(timeout=300) == 0        # the facts came, without git's answer
+        left = gone_within(pids, FACTS_LEASE)
+    finally:
+        end(pids)
+    assert left == []
+    assert os.listdir(tmp) == []
