@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ddp-preflight: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     except UsageError as exc:
-        print(f"ddp-preflight: error: {exc}", file=sys.stderr)
+        from node.terminal import shown  # it may quote a hostfile's line: shown, never obeyed
+        print(f"ddp-preflight: error: {shown(str(exc))}", file=sys.stderr)
         return Exit.USAGE
     except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
         return internal_error("ddp-preflight", exc)
@@ -188,6 +189,11 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if ssh_config and not Path(ssh_config).is_file():
         raise UsageError(f"ssh config {ssh_config} does not exist")
+    if hosts and slurm_job is None:
+        from transport.ssh import ssh_config_problem
+        problem = ssh_config_problem(ssh_config)
+        if problem:
+            raise UsageError(problem)
 
     if args.no_probes:
         checks = tuple(c for c in checks if not c.needs)
@@ -210,9 +216,11 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
 
 def _render(args, report) -> int:
     if args.junit:
+        from node.private import write_file
         from preflight.report import junit
         try:
-            Path(args.junit).write_text(junit.render(report, strict=args.strict))
+            # As every file this tool writes: never through a link another user put on the way.
+            write_file(args.junit, junit.render(report, strict=args.strict))
         except OSError as exc:
             print(f"ddp-preflight: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
             return Exit.USAGE
@@ -254,23 +262,39 @@ def _slurm_job(args: argparse.Namespace):
 
 def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str], int | None]:
     """Every host from the command line, the hostfile and Slurm (else the config), each machine
-    once; and the processes per node the hostfile's slots ask for, when they decide it."""
-    from preflight.hosts import HostListError, check_unique, hostfile_slots, read_hostfile, slurm_hosts
+    once; and the processes per node the hostfile's slots ask for, when they decide it. Every
+    host of every source passes the one check (transport/host_names.py) here, before anything is
+    done with it: one line naming the host and where it came from, exit 2."""
+    from preflight.hosts import (
+        MAX_HOSTS,
+        HostListError,
+        check_hosts,
+        check_unique,
+        hostfile_slots,
+        read_hostfile,
+        slurm_hosts,
+    )
 
     sources = [("the command line", list(args.hosts))]
     slots = None
     try:
+        check_hosts(*sources[0])
         if args.hostfile:
-            entries = read_hostfile(args.hostfile)
+            entries = read_hostfile(args.hostfile)      # checks each line's host itself, naming the line
             sources.append((f"hostfile {args.hostfile}", [e.host for e in entries]))
             if args.nproc_per_node is None and config.values.get("nproc_per_node") is None:
                 slots = hostfile_slots(entries, args.hostfile)
         if args.slurm_job and slurm_job is not None:
-            sources.append((f"Slurm job {slurm_job.job_id}", list(slurm_job.nodes)))
+            sources.append((f"Slurm job {slurm_job.job_id}", list(slurm_job.nodes)))   # checked by read_job
         elif args.slurm:
             sources.append(slurm_hosts(os.environ))
         if not any(hosts for _, hosts in sources):
-            sources.append(("the config's hosts", list(config.values.get("hosts", []))))
+            sources.append((f"config {config.path} (hosts)", list(config.values.get("hosts", []))))
+            check_hosts(*sources[-1])
+        total = sum(len(hosts) for _, hosts in sources)
+        if total > MAX_HOSTS:
+            raise HostListError(f"{' and '.join(origin for origin, hosts in sources if hosts)} list {total} hosts, "
+                                f"more than the {MAX_HOSTS} ddp-preflight takes; give the hosts of one run")
         check_unique(sources)
     except HostListError as exc:
         raise UsageError(str(exc)) from None

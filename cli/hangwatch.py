@@ -15,10 +15,14 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from hangwatch import stall
 
-from .exit import Exit
+from .exit import Exit, internal_error
+
+if TYPE_CHECKING:
+    from transport.slurm import SlurmJob
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,6 +67,44 @@ def main(argv: list[str] | None = None) -> int:
         return attach(args)
     except KeyboardInterrupt:
         return Exit.INTERRUPTED
+    except UsageError as exc:
+        from node.terminal import shown  # it may quote Slurm's words: shown, never obeyed
+        print(f"hangwatch: error: {shown(str(exc))}", file=sys.stderr)
+        return Exit.USAGE
+    except Exception as exc:   # a bug: one line and exit 2, never a traceback
+        return internal_error("hangwatch", exc)
+
+
+class UsageError(Exception):
+    pass
+
+
+def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
+    """The ssh config and the Slurm job, and every host (the command line's, the job's) through
+    the one check, before any node is contacted or any ssh config is read: raises UsageError
+    (one line naming the host and where it came from)."""
+    from transport.host_names import HostListError, check_hosts
+    from transport.slurm import SlurmError, read_job
+    from transport.ssh import ssh_config_problem
+
+    try:
+        check_hosts("the command line", args.hosts)
+    except HostListError as exc:
+        raise UsageError(str(exc)) from None
+    slurm_job = None
+    if args.slurm_job:
+        try:
+            slurm_job = read_job(args.slurm_job)      # its nodes pass the same check
+        except SlurmError as exc:
+            raise UsageError(str(exc)) from None
+    ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
+    if args.hosts and slurm_job is None:
+        if ssh_config and not os.path.isfile(ssh_config):
+            raise UsageError(f"ssh config {ssh_config} does not exist")
+        problem = ssh_config_problem(ssh_config)
+        if problem:
+            raise UsageError(problem)
+    return ssh_config, slurm_job
 
 
 def _connect(hosts: list[str], ssh_config: str | None, python: str, slurm_job=None):
@@ -82,6 +124,8 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str, slurm_job=No
             node.connect()
         except NodeError as exc:
             return node, f"{exc.summary}" + (f"; fix: {exc.fix}" if exc.fix else "")
+        except Exception as exc:   # still this node's one line: the others are watched
+            return node, f"{host}: {type(exc).__name__}: {exc}"
         return node, None
 
     with ThreadPoolExecutor(min(32, len(hosts))) as pool:
@@ -94,18 +138,10 @@ def attach(args) -> int:
     from hangwatch.watch import Watcher, WatchTarget
 
     python = args.python or sys.executable
-    ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
+    ssh_config, slurm_job = _checked_input(args)
     out = sys.stdout
     problems: list[str] = []
     nodes = []
-    slurm_job = None
-    if args.slurm_job:
-        from transport.slurm import SlurmError, read_job
-        try:
-            slurm_job = read_job(args.slurm_job)
-        except SlurmError as exc:
-            print(f"hangwatch: error: {exc}", file=sys.stderr)
-            return Exit.USAGE
     if args.hosts or slurm_job is not None:
         hosts = args.hosts or list(slurm_job.nodes if slurm_job is not None else ())
         targets, nodes, problems = _connect(hosts, ssh_config, python, slurm_job)
@@ -116,8 +152,9 @@ def attach(args) -> int:
 
         from transport import LocalNode
         targets = [WatchTarget(LocalNode(socket.gethostname(), python), tuple(args.pid))]
+    from node.terminal import shown  # a node's error may quote its words: shown, never obeyed
     for problem in problems:
-        print(f"hangwatch: {problem}", file=sys.stderr)
+        print(f"hangwatch: {shown(problem)}", file=sys.stderr)
     if not targets:
         print("hangwatch: no node could be watched", file=sys.stderr)
         return Exit.USAGE

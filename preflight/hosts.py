@@ -1,4 +1,8 @@
-"""Where the host list comes from: the command line, a hostfile, or Slurm."""
+"""Where the host list comes from: the command line, a hostfile, the config or Slurm. Every host
+of every source passes the one check of transport/host_names.py (also used by hangwatch and the
+transport itself) before anything is done with it; every list is capped at MAX_HOSTS, and a
+hostfile is read only when it is a regular file of at most MAX_HOSTFILE_BYTES, in bounded time
+and memory."""
 
 from __future__ import annotations
 
@@ -7,25 +11,16 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-# What ssh accepts as a destination: [user@]host, host an alias, DNS name or address.
-HOST = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?:[A-Za-z0-9][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:.]+)$")
+from node.bounded import Skipped, read_regular, size_text
+from transport.host_names import MAX_HOSTS, HostListError, bad_host_reason, check_hosts
 
-# More nodes than this tool is made for; a Slurm list is refused before it is expanded, so
-# `node[1-99999999]` is one line, not minutes and gigabytes of host names.
-MAX_HOSTS = 4096
+__all__ = ["MAX_HOSTS", "MAX_HOSTFILE_BYTES", "HostListError", "HostfileEntry", "bad_host_reason", "check_hosts",
+           "check_unique", "expand_slurm", "hostfile_slots", "read_hostfile", "slurm_hosts"]
 
-
-class HostListError(Exception):
-    pass
-
-
-def bad_host_reason(host: str) -> str | None:
-    if HOST.match(host) and not host.startswith("-"):
-        return None
-    return (f"host name {host!r} has characters that are not part of a host name; "
-            "give an ssh alias, a DNS name or an address")
+# A hostfile of MAX_HOSTS long lines (`host-name.domain slots=8  # rack 12`) fits in far less:
+# a bigger file is not a hostfile of one run, and is refused before it is read.
+MAX_HOSTFILE_BYTES = 1 << 20
 
 
 # --- hostfiles -----------------------------------------------------------------------------------
@@ -39,16 +34,15 @@ class HostfileEntry:
 
 def read_hostfile(path: str) -> list[HostfileEntry]:
     """DeepSpeed/OpenMPI (`host slots=4`) and MPICH (`host:4`) hostfiles."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise HostListError(f"hostfile {path}: {exc.strerror}") from None
-    text = _text_of(data, path)
-    entries = []
+    text = _text_of(_read_bounded(path), path)
+    entries: list[HostfileEntry] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
+        if len(entries) == MAX_HOSTS:
+            raise HostListError(f"hostfile {path} lists more than the {MAX_HOSTS} hosts ddp-preflight takes "
+                                f"(line {number} is host {MAX_HOSTS + 1}); give the hosts of one run")
         parts = line.split()
         host, slots = parts[0], None
         if ":" in host and host.count(":") == 1:
@@ -58,13 +52,24 @@ def read_hostfile(path: str) -> list[HostfileEntry]:
             key, _, value = part.partition("=")
             if key == "slots":
                 slots = _slots(value, path, number)
-        reason = bad_host_reason(host)
-        if reason:
-            raise HostListError(f"hostfile {path} line {number}: {reason}")
+        check_hosts(f"hostfile {path} line {number}", [host])
         entries.append(HostfileEntry(host, slots, number))
     if not entries:
         raise HostListError(f"hostfile {path} lists no hosts")
     return entries
+
+
+def _read_bounded(path: str) -> bytes:
+    """The hostfile's bytes, when it is a regular file of at most MAX_HOSTFILE_BYTES: read as
+    every file another user may have placed is (node/bounded.py), so a FIFO put in its place is
+    refused at once instead of waiting forever for a writer, and a huge file is never read."""
+    try:
+        return read_regular(path, MAX_HOSTFILE_BYTES)
+    except Skipped as exc:
+        raise HostListError(f"hostfile {path} is not read: {exc}; give a regular file of one 'host slots=N' per "
+                            f"line, at most {MAX_HOSTS} hosts and {size_text(MAX_HOSTFILE_BYTES)}") from None
+    except OSError as exc:
+        raise HostListError(f"hostfile {path}: {exc.strerror}") from None
 
 
 def _text_of(data: bytes, path: str) -> str:
@@ -155,7 +160,7 @@ def expand_slurm(nodelist: str) -> list[str]:
     for host in hosts:
         reason = bad_host_reason(host)
         if reason:
-            raise HostListError(reason)
+            raise HostListError(reason)     # the caller names the variable and its value
     return hosts
 
 

@@ -8,9 +8,13 @@ import collections
 import logging
 import os
 import shlex
+import stat
 import threading
 
-from .errors import explain_connect
+from node.private import folders_up, others_may_write
+
+from .errors import NodeError, explain_connect
+from .host_names import bad_host_reason
 from .node import Node, Process
 
 CONNECT_TIMEOUT = 8
@@ -97,6 +101,44 @@ def _check_host_keys(conn) -> None:
         paramiko.WarningPolicy() if strict in ("no", "off", "accept-new") else paramiko.RejectPolicy())
 
 
+def ssh_config_files(ssh_config: str | None) -> list[str]:
+    """The ssh configs paramiko will read for a connection: the one given, else the user's and
+    the system's (as fabric loads them), those that exist."""
+    if ssh_config:
+        return [ssh_config]
+    return [p for p in (os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config") if os.path.exists(p)]
+
+
+def ssh_config_problem(ssh_config: str | None) -> str | None:
+    """Why an ssh config must not be read, or None. Its `Match exec`, `ProxyCommand` and
+    `LocalCommand` run through a shell as this user (often root): a config that another user owns
+    or could change, or could put in its place, would run their commands. So, as OpenSSH refuses
+    such a file ("Bad owner or permissions"), the file must be a regular file of root or this
+    user that no one else may write, and so must be every folder above it (a sticky one such as
+    /tmp aside: there only an entry's owner can move it)."""
+    me = os.geteuid()
+    for given in ssh_config_files(ssh_config):
+        real = os.path.realpath(given)
+        for where in [real] + folders_up(os.path.dirname(real)):
+            try:
+                st = os.stat(where)
+            except OSError as exc:
+                return f"ssh config {given}: {where}: {exc.strerror}"
+            why = None
+            if where == real and not stat.S_ISREG(st.st_mode):
+                why = "is not a regular file"
+            elif st.st_uid not in (0, me):
+                why = f"belongs to uid {st.st_uid}, not to root or this user (uid {me})"
+            elif others_may_write(st) and not (where != real and st.st_mode & stat.S_ISVTX):
+                why = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+            if why:
+                shown = "it" if where == real == given else where
+                return (f"ssh config {given} is refused: {shown} {why}, and an ssh config's Match exec and "
+                        f"ProxyCommand run as this user; give a config only root or this user can change "
+                        f"(chown {me} FILE; chmod go-w FILE and its folders)")
+    return None
+
+
 class SshNode(Node):
     def __init__(self, name: str, python: str, ssh_config: str | None = None):
         super().__init__(name, python)
@@ -106,7 +148,18 @@ class SshNode(Node):
     def connect(self) -> None:
         from fabric import Config, Connection
 
-        config = Config(runtime_ssh_path=self.ssh_config) if self.ssh_config else Config()
+        # The host goes into the ssh config's Match exec and ProxyCommand (paramiko's %h), which
+        # run through a shell: it passes the one check before paramiko sees it, however this node
+        # was made; so does the config itself.
+        reason = bad_host_reason(self.name)
+        if reason:
+            raise NodeError(reason, "fix the host list; nothing was run for this entry")
+        problem = ssh_config_problem(self.ssh_config)
+        if problem:
+            raise NodeError(f"{self.name}: {problem}")
+        # The checked file, not a path whose links could be pointed elsewhere afterwards.
+        runtime = os.path.realpath(self.ssh_config) if self.ssh_config else None
+        config = Config(runtime_ssh_path=runtime) if runtime else Config()
         conn = Connection(self.name, config=config, connect_timeout=CONNECT_TIMEOUT)
         _check_host_keys(conn)
         try:

@@ -143,13 +143,14 @@ def test_code_that_differs_between_nodes_is_caught(clean_lab, tmp_path, code_dir
     assert by(report, "code-parity", "master")["status"] == "pass"
 
 
-def test_unreachable_and_bad_hosts_do_not_stop_the_report(clean_lab):
+def test_an_unreachable_host_does_not_stop_the_report(clean_lab):
+    # A host name that could be an injection (`w;id`) is no longer a node's error here: it is
+    # refused before anything is done, in one line, exit 2 (tests/unit/test_hostile_hosts.py).
     done, report = preflight(clean_lab, "--only", "node-reachable,torch-parity",
-                             hosts=("master", "ghost", "w;id", "worker1"), expect=1)
+                             hosts=("master", "ghost", "worker1"), expect=1)
     reach = {r["node"]: r for r in by(report, "node-reachable")}
     assert reach["master"]["status"] == reach["worker1"]["status"] == "pass"
     assert reach["ghost"]["status"] == "error" and "does not resolve" in reach["ghost"]["summary"]
-    assert reach["w;id"]["status"] == "error" and "not part of a host name" in reach["w;id"]["summary"]
     assert {r["node"] for r in by(report, "torch-parity")} == {"master", "worker1"}
 
 

@@ -52,7 +52,7 @@ def test_slurm_lists_expand_as_scontrol_show_hostnames(nodelist):
     ("node[1-3", "a '[' without its ']'"),
     ("node1-3]", "a ']' without its '['"),
     ("node[1-[2]]", "a '[' inside brackets: ranges do not nest"),
-    ("node[1-3];x", "host name 'node1;x' has characters that are not part of a host name; "
+    ("node[1-3];x", "host name 'node1;x' has characters that are not part of a host name (';'); "
                     "give an ssh alias, a DNS name or an address"),
 ])
 def test_slurm_lists_that_name_no_usable_host_say_why(nodelist, reason):

@@ -1,0 +1,196 @@
+"""A Slurm job as Slurm sees it (`scontrol show job -d`): its nodes, each node's state, what the
+job holds there and its time left; and whether this user may use it at all. A job that cannot be
+used (unknown to Slurm, ended, another user's) is one SlurmError line with Slurm's reason and the
+fix, said within the few seconds scontrol takes, before any srun step is tried."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+
+from .host_names import HostListError, check_hosts
+
+SCONTROL_TIMEOUT = 30.0     # seconds; scontrol answers in milliseconds when slurmctld is up
+
+
+class SlurmError(Exception):
+    """The job cannot be used at all (one line, with the fix)."""
+
+
+@dataclass(frozen=True)
+class SlurmNodeInfo:
+    name: str
+    address: str            # NodeAddr: what the other nodes dial
+    state: str              # e.g. MIXED, IDLE+DRAIN, DOWN+NOT_RESPONDING
+    reason: str = ""        # the admin's or Slurm's reason for a down or drained node
+
+    @property
+    def unusable(self) -> str | None:
+        """Why nothing can run there, in Slurm's words, or None."""
+        flags = set(self.state.split("+"))
+        if "DRAIN" in flags or "DRAINING" in flags or "DRAINED" in flags:
+            return "drained"
+        if flags & {"DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN"}:
+            return "down"
+        return None
+
+
+@dataclass(frozen=True)
+class SlurmShare:
+    """What the job holds on one node, as `scontrol show job -d` lists it."""
+    cpus: int               # CPUs of the job there (its CPU_IDs)
+    gpus: int               # gres/gpu of the job there (GRES=gpu:2(IDX:0-1)); 0: none
+    gres: str = ""          # as Slurm printed it, e.g. gpu:2(IDX:0-1)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str
+    state: str
+    nodes: tuple[str, ...]
+    info: dict[str, SlurmNodeInfo] = field(default_factory=dict)
+    time_limit: str = ""    # as Slurm prints it: 00:30:00, 1-00:00:00, UNLIMITED
+    end_time: str = ""      # as Slurm prints it (local time), or Unknown
+    shares: dict[str, SlurmShare] = field(default_factory=dict)    # node -> what the job holds there
+    num_tasks: int = 0          # NumTasks
+    tasks_per_node: int = 0     # --ntasks-per-node; 0: not given
+    cpus_per_task: int = 1      # CPUs/Task
+    tres_per_node: str = ""     # what was asked per node, e.g. gres:gpu:2 (--gpus-per-node, --gres)
+    ends_at: float | None = None    # EndTime in epoch seconds; None: no time limit
+    read_at: float = 0.0            # epoch seconds when scontrol was read
+
+    @property
+    def seconds_left(self) -> float | None:
+        """The job's time left when it was read; None: no time limit."""
+        return None if self.ends_at is None else self.ends_at - self.read_at
+
+
+def _scontrol(*args: str, timeout: float = SCONTROL_TIMEOUT) -> str:
+    try:
+        done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SlurmError("scontrol is not installed here: Slurm's client commands are needed "
+                         "(run this on a node of the cluster, or apt-get install slurm-client)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"scontrol {' '.join(args)} did not answer within {timeout:.0f} s: "
+                         "is slurmctld reachable (scontrol ping)?") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise SlurmError(f"scontrol {' '.join(args)}: {said}")
+    return done.stdout
+
+
+def _fields(line: str) -> dict[str, str]:
+    """`Key=value Key=value` as scontrol -o prints one record; a value runs to the next key."""
+    out: dict[str, str] = {}
+    for match in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_/:]*=|$)",
+                             line.strip()):
+        out.setdefault(match.group(1), match.group(2).strip())
+    return out
+
+
+def read_job(job_id: str) -> SlurmJob:
+    """The job's nodes, each node's state and what the job holds there, and its time left, from
+    Slurm (raises SlurmError: one line with Slurm's reason and the fix)."""
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        raise SlurmError(f"--slurm-job {job_id!r}: a job id is a number (squeue --me lists yours)")
+    read_at = time.time()
+    try:
+        shown = _scontrol("show", "job", "-d", "-o", job_id).strip().splitlines()
+    except SlurmError as exc:
+        raise SlurmError(f"--slurm-job {job_id}: {exc}; give one of your running jobs (squeue --me lists them), "
+                         "or run inside an allocation (salloc -N N, or an sbatch script)") from None
+    job_line = shown[0] if shown else ""
+    record = _fields(job_line)
+    state = record.get("JobState", "")
+    if state != "RUNNING":
+        raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
+                         "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)")
+    refused = not_yours(job_id, record.get("UserId", ""))
+    if refused:
+        raise SlurmError(refused)
+
+    def expand(hostlist: str) -> list[str]:
+        return _scontrol("show", "hostnames", hostlist).split() if "[" in hostlist else hostlist.split(",")
+
+    names = tuple(expand(record.get("NodeList", "")))
+    try:
+        check_hosts(f"Slurm job {job_id}'s NodeList", names)
+    except HostListError as exc:
+        raise SlurmError(str(exc)) from None
+    info = {}
+    for line in _scontrol("show", "node", "-o", ",".join(names)).strip().splitlines():
+        node = _fields(line)
+        reason = re.sub(r"\s*\[[^\]]*\]$", "", node.get("Reason", ""))
+        info[node.get("NodeName", "")] = SlurmNodeInfo(node.get("NodeName", ""), node.get("NodeAddr", ""),
+                                                       node.get("State", ""), reason)
+    return parse_job(job_line, names, info, expand, read_at)
+
+
+def not_yours(job_id: str, user_id: str) -> str | None:
+    """Why this user cannot run a step in the job (`UserId=name(uid)` as scontrol prints it), or
+    None. slurmctld creates a step only for the job's own user, whoever asks: root too is told
+    `srun: error: Unable to create step for job N: Access/permission denied` (tried on Slurm
+    22.05), so this is said before srun is started, rather than after a broken pipe."""
+    match = re.fullmatch(r"(.*)\((\d+)\)", user_id)
+    if match is None or int(match.group(2)) == os.getuid():
+        return None
+    owner, uid = match.group(1), int(match.group(2))
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = f"uid {os.getuid()}"
+    return (f"Slurm job {job_id} belongs to {owner} (uid {uid}), not to {me}: Slurm runs a step in a job only "
+            f"for its own user, root too (srun: Unable to create step for job {job_id}: Access/permission denied); "
+            f"give one of your own running jobs (squeue --me), or run this as {owner}")
+
+
+def _count(text: str) -> int:
+    """`0-1,4` -> 3: a CPU_IDs or IDX list."""
+    total = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit():
+            total += int(high) - int(low) + 1 if high.isdigit() else 1
+    return total
+
+
+def _gpus(gres: str) -> int:
+    """gres/gpu in a node's GRES as `-d` prints it: gpu:2(IDX:0-1), gpu:a100:1(IDX:0),mps:..."""
+    return sum(int(m.group(1)) for m in re.finditer(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)", gres))
+
+
+def _int(text: str, default: int) -> int:
+    return int(text) if text.isdigit() else default
+
+
+def parse_job(line: str, nodes: tuple[str, ...], info: dict[str, SlurmNodeInfo],
+              expand: Callable[[str], list[str]], read_at: float, tz: tzinfo | None = None) -> SlurmJob:
+    """The job as `scontrol show job -d -o ID` prints it (one line), read at `read_at`. `expand`
+    turns a hostlist (node[01-02]) into names; `tz`: the zone scontrol printed times in (its
+    local time when None)."""
+    record = _fields(line)
+    shares = {}
+    # -d adds one `Nodes=LIST CPU_IDs=... Mem=... GRES=...` group per set of nodes alike.
+    for m in re.finditer(r"(?:^|\s)Nodes=(\S+) CPU_IDs=(\S*) Mem=\S* GRES=(\S*)", line):
+        for name in expand(m.group(1)):
+            shares[name] = SlurmShare(_count(m.group(2)), _gpus(m.group(3)), m.group(3))
+    end = record.get("EndTime", "")
+    try:
+        ends_at: float | None = datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=tz).timestamp()
+    except ValueError:
+        ends_at = None          # Unknown: no time limit
+    if record.get("TimeLimit", "") == "UNLIMITED":
+        ends_at = None
+    return SlurmJob(record.get("JobId", ""), record.get("JobState", ""), nodes, info,
+                    time_limit=record.get("TimeLimit", ""), end_time=end, shares=shares,
+                    num_tasks=_int(record.get("NumTasks", ""), 0),
+                    tasks_per_node=_int(record.get("NtasksPerN:B:S:C", "").split(":")[0], 0),
+                    cpus_per_task=_int(record.get("CPUs/Task", ""), 1),
+                    tres_per_node=record.get("TresPerNode", ""), ends_at=ends_at, read_at=read_at)
