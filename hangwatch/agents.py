@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from node import protocol
 
-from . import ended, progress, stall, verdicts
+from . import ended, progress, runs, stall, verdicts
 from .inputs import AskStacks, BringPySpy, Send
 from .model import NodeStatus, RankStatus, RankView
 from .state import Launcher, State, Track, notice, remember, say
@@ -28,12 +28,12 @@ def from_agent(state: State, node: str, message, now: float, wall: float, out: l
         set_node(state, node, NodeStatus.WATCHING, None, out, agent_pid=message.pid)
         ask_clock(state, node, now, wall, out)
         if message.py_spy_refused:
-            _refused_py_spy(state, node, message.py_spy_refused, out)
+            _refused_py_spy(state, node, message.py_spy_refused, message.py_spy, out)
         if not message.py_spy:
             out.append(BringPySpy(node))
     elif isinstance(message, protocol.PySpyAnswer):
         if message.refused:
-            _refused_py_spy(state, node, message.refused, out)
+            _refused_py_spy(state, node, message.refused, message.path, out)
     elif isinstance(message, protocol.RankFound):
         _rank_found(state, node, message, now, out)
     elif isinstance(message, protocol.Sample):
@@ -43,8 +43,15 @@ def from_agent(state: State, node: str, message, now: float, wall: float, out: l
         verdicts.connections(state, node, message, now, wall, out)
     elif isinstance(message, protocol.Stacks):
         _stacks(state, node, message, now, out)
+    elif isinstance(message, protocol.Stores):
+        _stores(state, message.stores, now)
     elif isinstance(message, protocol.LauncherFound):
-        state.launchers[(node, message.pid)] = Launcher(node, message)
+        if runs.followed(state, node, message):
+            if runs.own(state, node, message):
+                runs.drop_others(state, node, out)
+            state.launchers[(node, message.pid)] = Launcher(node, message)
+        else:
+            runs.refuse(state, node, message, out)
     elif isinstance(message, protocol.ClockAnswer):
         _clock(state, node, message, wall)
     elif isinstance(message, protocol.RankExit):
@@ -88,9 +95,12 @@ def set_node(state: State, name: str, status: NodeStatus, message: str | None, o
     out.append(say("node", message or f"{name}: {status.value}", node=name, status=status.value, **data))
 
 
-def _refused_py_spy(state: State, node: str, why: str, out: list) -> None:
-    notice(state, f"{node}: the agent did not run the py-spy it was given: {why}; stacks from it are "
-           "missing; fix: pip install py-spy in the training environment on that node", out)
+def _refused_py_spy(state: State, node: str, why: str, taken: str | None, out: list) -> None:
+    """Each py-spy the agent would not run (node/pyspy.py: "the py-spy it was given: why; the
+    py-spy at PATH: why"), and the one it runs instead, if any."""
+    then = (f"stacks are taken with {taken}" if taken else
+            "stacks are missing; fix: pip install py-spy in the training environment on that node")
+    notice(state, f"{node}: the agent did not run {why}; {then}", out)
 
 
 def lose(state: State, node: str, how: str, message: str, out: list) -> None:
@@ -116,13 +126,20 @@ def silent(state: State, now: float) -> list[tuple[str, float]]:
 
 
 def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, out: list) -> None:
+    if not runs.followed(state, node, info):
+        runs.refuse(state, node, info, out)
+        return
+    if runs.own(state, node, info):
+        runs.drop_others(state, node, out)
     view = RankView(node=node, pid=info.pid, rank=info.rank, local_rank=info.local_rank, world_size=info.world_size)
-    track = Track(view, info.start, info=info, run=_run_of(state, info))
+    track = Track(view, info.start, info=info, run=runs.run_of(state, info))
     for key, t in list(state.ranks.items()):
         if t.view.node != node or info.rank is None or t.view.rank != info.rank or t.view.pid == info.pid:
             continue
-        if t.ended or t.run != track.run:
+        if t.ended:
             del state.ranks[key]          # a restarted rank, or an earlier run's: the new one replaces it
+        elif t.run != track.run:
+            continue                      # another live run's rank (judged apart): never replaced by this one
         else:
             # Two live processes claim one rank: both are watched, neither replaces the other, and
             # each is named by its pid from now on.
@@ -141,17 +158,6 @@ def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, o
     out.append(say("rank-found", f"{node}: found {view.label} (pid {view.pid}"
                    f"{', world ' + str(view.world_size) if view.world_size else ''})",
                    node=node, pid=view.pid, rank=view.rank))
-
-
-def _run_of(state: State, info: protocol.RankFound) -> int:
-    """The run a new rank belongs to: the run of a live rank with the same store (MASTER_ADDR:PORT)
-    and world size; else a new one. Ranks of one run are alive together; a run whose ranks have all
-    ended is over, and the next rank with the same store starts another."""
-    for t in state.live():
-        if t.info is not None and t.info.master == info.master and t.view.world_size == info.world_size:
-            return t.run
-    state.runs += 1
-    return state.runs
 
 
 def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list) -> None:
@@ -218,8 +224,9 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
             t.sockets = msg.sockets[pid]
         progress.stack_taken(state, t, taken, now)
         verdicts.evidence_of(state, t, now)
-    for answer in msg.stores:
-        state.stores[answer.master] = (answer, now)
+    _stores(state, msg.stores, now)         # an older agent's: read before its stacks were sent
+    for master in msg.reading:              # read now: their answers follow (a Stores message)
+        state.reading[master] = now
     if msg.id is not None:
         state.asked.pop(node, None)
         if not state.asked:
@@ -230,6 +237,18 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
                "`sudo sysctl kernel.yama.ptrace_scope=0`; watching CPU and /proc alone", out)
 
 
+def _stores(state: State, answers: tuple, now: float) -> None:
+    """What the stores said. Every agent with a rank waiting on a store reads it: an answer that
+    names the ranks checked in is kept over a failed read of the same store in the same stall (an
+    agent on a node the store is firewalled from)."""
+    for answer in answers:
+        state.reading.pop(answer.master, None)
+        kept = state.stores.get(answer.master)
+        if answer.error and kept is not None and not kept[0].error and now - kept[1] < stall.ASK_TIMEOUT:
+            continue
+        state.stores[answer.master] = (answer, now)
+
+
 def ask_stacks(state: State, now: float, out: list, nodes: tuple[str, ...] | None = None) -> None:
     watching = tuple(name for name, n in state.nodes.items() if n.status is NodeStatus.WATCHING
                      and (nodes is None or name in nodes))
@@ -238,5 +257,7 @@ def ask_stacks(state: State, now: float, out: list, nodes: tuple[str, ...] | Non
     state.asked_at = now
     for name in watching:
         state.asked[name] = now
+    # The ranks followed on each node: the agent reads no other process (another user's).
+    pids = {name: sorted(t.view.pid for t in state.tracks(name) if not t.ended) for name in watching}
     out.append(AskStacks(watching, {"cmd": "stacks", "id": int(now * 1000),
-                                    "native": True if state.config.native else "stall"}))
+                                    "native": True if state.config.native else "stall", "pids": pids}))

@@ -184,6 +184,8 @@ def rendezvous_stall(ranks: Mapping[int, Evidence], store: StoreAnswer | None,
         if busy:
             return verdict(kind=Kind.STRAGGLER, culprits=tuple(sorted(busy)), reason=Reason.STRAGGLING,
                            evidence=evidence)
+        if not others and (store is None or store.error):
+            return _store_unanswered(ranks, waiting, store)
         if not others:
             return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(waiting), reason=Reason.CANNOT_CONNECT,
                            evidence=evidence, unknown_why=why, causes=CAUSES[Reason.CANNOT_CONNECT])
@@ -208,6 +210,21 @@ def rendezvous_stall(ranks: Mapping[int, Evidence], store: StoreAnswer | None,
     return verdict(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(waiting), reason=Reason.CANNOT_CONNECT,
                    certainty=Certainty.CERTAIN, evidence=evidence, store=store.master,
                    causes=CAUSES[Reason.CANNOT_CONNECT])
+
+
+def _store_unanswered(ranks: Mapping[int, Evidence], waiting: Sequence[int], store: StoreAnswer | None) -> Diagnosis:
+    """Every rank waits in init_process_group and their store gave no answer: where they stand
+    cannot be told (a store that accepts and never answers, a store gone, or a process that only
+    claims to be a rank and points at such a store). They are unknown, never culprits, and this
+    is not a hang: nothing names them, writes a bundle or stops a run for them."""
+    where = store.master if store is not None and store.master else "?"
+    why = ("its store was not read" if store is None else
+           f"no answer from its store at {where}" if store.silent else
+           f"its store at {where} could not be read: {store.error}")
+    unknown = tuple(replace(e, state=S.UNKNOWN, reason=None, op=None, notes=(f"waits in init_process_group; {why}",))
+                    if r in waiting else e for r, e in sorted(ranks.items()))
+    return verdict(kind=Kind.UNSEEN, evidence=unknown, certainty=Certainty.UNSURE,
+                   unknown_why="who is missing cannot be told without the store's answer")
 
 
 def trains_alone(ranks: Sequence[Evidence], world: int, seconds: float) -> Diagnosis:

@@ -102,10 +102,11 @@ def busy_on_gpu(state: State) -> tuple[str, ...]:
                          and state.nodes[t.view.node].status is NodeStatus.WATCHING}))
 
 
-def stalled(state: State, now: float) -> tuple[float, bool, float | None] | None:
+def stalled(state: State, now: float, run: int | None = None) -> tuple[float, bool, float | None] | None:
     """(how long progress has stopped, whether the stacks in hand were taken after every quiet rank
-    went quiet, how old the newest is) when some rank is quiet; None when none is."""
-    live = state.live()
+    went quiet, how old the newest is) when some rank (of `run`, when given) is quiet; None when
+    none is."""
+    live = [t for t in state.live() if run is None or t.run == run]
     quiet = [t for t in live if t.idle_since is not None]
     if not quiet:
         return None

@@ -10,6 +10,7 @@ it):
 - inputs.py      what comes in, what goes out
 - state.py       what is held: nodes, ranks (Track), what was said
 - agents.py      the agents' messages into the state
+- runs.py        which processes are followed, the run each belongs to (its user, store, world)
 - progress.py    who still makes progress (CPU, helpers, the kernel's state, spinning stacks)
 - ended.py       how each rank ended, from every source; exits.py judges a run's ends
 - verdicts.py    each rank's evidence; what the ranks together say (diagnose.py) once progress has
@@ -18,7 +19,7 @@ it):
 
 from __future__ import annotations
 
-from . import agents, ended, progress, stall, verdicts
+from . import agents, ended, progress, runs, stall, verdicts
 from .inputs import (
     AgentClosed,
     AgentFailed,
@@ -107,17 +108,25 @@ def _tick(state: State, now: float, wall: float, out: list) -> None:
         state.spin_asked_at = now
         agents.ask_stacks(state, now, out, spinning)
     verdicts.launchers_waiting(state, now, wall, out)
-    stalled = progress.stalled(state, now)
+    stopped = runs.quiet_runs(state)
     watched = [t for t in state.live() if state.nodes[t.view.node].status is NodeStatus.WATCHING]
-    if stalled is None:
+    if not stopped:
         # Progress is seen on watched nodes only: a lost node's ranks are neither quiet nor not.
         if watched:
             verdicts.resumed(state, out)
         return
-    waiting, covered, stacks_age = stalled
-    plan = stall.plan(waiting, state.config.threshold, covered, stacks_age,
-                      None if state.asked_at is None else now - state.asked_at)
-    if plan.take_stacks:
+    # Each run on its own: one run's stall, its stacks still to come or its store being read never
+    # holds back the verdict on another (a process that only claims to be a rank is a run of its own).
+    take = False
+    for run in stopped:
+        stalled = progress.stalled(state, now, run)
+        if stalled is None:
+            continue
+        waiting, covered, stacks_age = stalled
+        plan = stall.plan(waiting, state.config.threshold, covered, stacks_age,
+                          None if state.asked_at is None else now - state.asked_at)
+        take = take or plan.take_stacks
+        if plan.diagnose:
+            verdicts.stalled(state, waiting, now, wall, out, run)
+    if take:
         agents.ask_stacks(state, now, out)
-    if plan.diagnose:
-        verdicts.stalled(state, waiting, now, wall, out)

@@ -122,6 +122,7 @@ class State:
     hello: dict[str, protocol.Hello] = field(default_factory=dict)
     ranks: dict[tuple[str, int], Track] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
+    diagnosis_run: int | None = None          # the run the diagnosis is about (None: every run, or not known)
     incidents: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding
@@ -132,6 +133,8 @@ class State:
     lost: dict[str, str] = field(default_factory=dict)       # node -> how its agent was lost
     stopping: bool = False
     stores: dict[str | None, tuple[protocol.StoreAnswer, float]] = field(default_factory=dict)  # master -> said, when
+    reading: dict[str | None, float] = field(default_factory=dict)   # master -> when an agent began reading it
+    others: bool = False                      # another user's ranks or torchruns are followed (runs.py)
     alone: tuple[tuple[str, int], ...] = ()   # the ranks said to train alone, while that stands
     clock_gap: dict[str, float] = field(default_factory=dict)  # node -> least (master's wall - node's stamp)
     clocks: dict[str, tuple[float, float]] = field(default_factory=dict)   # node -> (round trip, offset): the best

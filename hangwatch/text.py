@@ -241,7 +241,7 @@ def _unseen(d: Diagnosis) -> str:
         if e.state not in (S.UNKNOWN, S.EXITED):
             by_place.setdefault(describe(e), []).append(e.key)
     seen_at = "".join(f"{who(keys)}: {what}; " for what, keys in by_place.items())
-    return f"{seen_at}{_unknown(d)}: {CANNOT_TELL}"
+    return f"{seen_at}{_unknown(d)}: {d.unknown_why or CANNOT_TELL}"
 
 
 def _alone(d: Diagnosis) -> str:

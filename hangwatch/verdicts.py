@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from node import protocol
+from node.store import READ_TIMEOUT
 
 from . import ended, stall, text
 from .causes import CAUSES
@@ -19,6 +20,7 @@ from .state import State, Track, details, remember, say, snapshot
 
 S = RankStatus
 ALONE_AFTER = 30.0        # seconds every rank works with no connection before "each rank trains alone"
+STORE_WAIT = READ_TIMEOUT + 2.0   # seconds a store being read is waited for (the read's bound, and the way back)
 GONE = "is gone"
 
 
@@ -89,20 +91,26 @@ def _flight(t: Track) -> dict:
 
 # -- when progress has stopped -----------------------------------------------------------------
 
-def stalled(state: State, waiting: float, now: float, wall: float, out: list) -> None:
-    """Progress stopped `waiting` seconds ago and the stacks in hand show where every quiet rank is."""
-    runs = {t.run for t in state.live() if t.idle_since is not None}
-    tracks = [t for t in state.ranks.values() if t.run in runs]
+def stalled(state: State, waiting: float, now: float, wall: float, out: list, run: int | None = None) -> None:
+    """Progress stopped `waiting` seconds ago in `run` (None: every run with a quiet rank) and the
+    stacks in hand show where every quiet rank of it is. Each run is judged alone: another run's
+    ranks (another user's, another store's) are neither culprits nor victims of its verdict."""
+    if run is None:
+        for each in sorted({t.run for t in state.live() if t.idle_since is not None}):
+            stalled(state, waiting, now, wall, out, each)
+        return
+    tracks = [t for t in state.ranks.values() if t.run == run]
     ended_verdict = None
-    for run in runs:
-        if any(t.ended for t in tracks if t.run == run):
-            ended_verdict = ended.judge(state, now, wall, run)
-            if ended_verdict is None and any(t.ended and t.exit_status is not None and t.exit_status.stopped
-                                             for t in tracks if t.run == run):
-                return      # someone is stopping the run (Ctrl-C, a scheduler, a launcher): not a hang to name
+    if any(t.ended for t in tracks):
+        ended_verdict = ended.judge(state, now, wall, run)
+        if ended_verdict is None and any(t.ended and t.exit_status is not None and t.exit_status.stopped
+                                         for t in tracks):
+            return      # someone is stopping the run (Ctrl-C, a scheduler, a launcher): not a hang to name
     seen = {t.key: evidence_of(state, t, now) for t in tracks}
     found = diagnose(seen, ended_verdict)
-    found = _without_stacks(state, found, seen, now) or found
+    found = _without_stacks(state, found, seen, now, tracks) or found
+    if _store_coming(state, seen, tracks, now):
+        return      # its store's answer is on its way (read under a short deadline): judged with it
     found = _rendezvous(state, found, seen, tracks) or found
     if found.kind is Kind.NONE:
         return
@@ -114,7 +122,7 @@ def stalled(state: State, waiting: float, now: float, wall: float, out: list) ->
         found = verdict(**{**_fields(found), "waited": round(waiting, 1)})
     found = replace(found, notes=_notes(state, [t for t in tracks if t.key in found.named]))
     report(state, replace(found, summary=text.summary(found)), waiting, wall, out,
-           key=f"{found.kind.value}:{found.named}:runs {sorted(runs)}")
+           key=f"{found.kind.value}:{found.named}:runs {[run]}", run=run)
 
 
 def _fields(d: Diagnosis) -> dict:
@@ -150,20 +158,29 @@ def _with_wait_share(state: State, found: Diagnosis, seen: dict[int, Evidence]) 
     return verdict(**{**_fields(found), "idle_share": sum(shares) / len(shares), "idle_span": span})
 
 
-def _without_stacks(state: State, found: Diagnosis, seen: dict[int, Evidence], now: float) -> Diagnosis | None:
+def _without_stacks(state: State, found: Diagnosis, seen: dict[int, Evidence], now: float,
+                    tracks: list[Track]) -> Diagnosis | None:
     """Stacks missing for some rank (no ptrace, no py-spy), yet every rank is watched and none has
     used CPU: the run is stalled, though who is guilty cannot be told. A rank on a lost node, or
     one using CPU, may be a straggler: then it stays `unseen`, not a hang."""
     unknown = [k for k, e in seen.items() if e.state is S.UNKNOWN]
     if not unknown or found.kind not in (Kind.NONE, Kind.UNSEEN):
         return None
-    live = [t for t in state.live() if t.key in seen]
+    live = [t for t in tracks if not t.ended and t.key in seen]
     if not live or not all(state.nodes[t.view.node].status is NodeStatus.WATCHING and t.idle_since is not None
                            for t in live):
         return None
     quiet = min(now - t.idle_since for t in live if t.idle_since is not None)
     return verdict(kind=Kind.STALL, evidence=found.evidence, certainty=Certainty.UNSURE, waited=quiet,
                    unknown_why="stacks are unavailable")
+
+
+def _store_coming(state: State, seen: dict[int, Evidence], tracks: list[Track], now: float) -> bool:
+    """An agent is reading the store of this run's ranks that wait in init_process_group (its
+    answer follows their stacks, within node/store.py's bound)."""
+    masters = {t.info.master for t in tracks if t.info is not None and t.key in seen
+               and seen[t.key].state is S.RENDEZVOUS}
+    return any(now - state.reading[m] < STORE_WAIT for m in masters if m in state.reading)
 
 
 def _rendezvous(state: State, found: Diagnosis, seen: dict[int, Evidence], tracks: list[Track]) -> Diagnosis | None:
@@ -213,14 +230,19 @@ def launchers_waiting(state: State, now: float, wall: float, out: list) -> None:
 
 # -- saying it -----------------------------------------------------------------------------------
 
-def report(state: State, found: Diagnosis, waiting: float, wall: float, out: list, key: str | None = None) -> None:
-    """Say a verdict, once: a hang with a bundle; anything else as a notice."""
-    state.diagnosis = found.as_reported(round(wall - waiting, 3))
+def report(state: State, found: Diagnosis, waiting: float, wall: float, out: list, key: str | None = None,
+           run: int | None = None) -> None:
+    """Say a verdict, once: a hang with a bundle; anything else as a notice. What another run says
+    that is no hang (ranks unknown, a straggler) does not take a hang's place in the snapshot."""
+    reported = found.as_reported(round(wall - waiting, 3))
+    standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
+    if found.kind.is_hang or not standing:
+        state.diagnosis, state.diagnosis_run = reported, run
     said = key or f"{found.kind.value}:{found.named}"     # said once: per run, per kind, per ranks named
     if said in state.reported:
         return
     state.reported.add(said)
-    snap = snapshot(state, wall)
+    snap = replace(snapshot(state, wall), diagnosis=reported)
     if found.kind.is_hang:
         out.append(Say(Event("diagnosis", f"{found.kind.value.upper()}: {found.summary}", snap)))
         out.append(WriteBundle(snap, details(state)))

@@ -22,16 +22,17 @@ Lines out (AGENT + JSON), as node/protocol.py types them:
   connections) in one sample of CONNECTIONS_EVERY, and its "endpoints" when they changed;
 - {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight": {pid: record},
   "sockets": {pid: SocketQueues: established, unsent and unread bytes, peer_closed (CLOSE_WAIT),
-  from its network namespace's /proc/net/tcp and tcp6}, "stores": [what the store of ranks waiting
-  in init_process_group says (store.py), when asked in a stall]};
+  from its network namespace's /proc/net/tcp and tcp6}, "reading": [the stores of ranks waiting in
+  init_process_group, when asked in a stall]}; then {"type": "stores", "t", "id", "stores": [what
+  each says (store.py), all read together under one short deadline]} (Stores);
 - {"type": "exit", "pid", "t", "code", "closed", "oom", "output", "ending"} (RankExit): the node's
   OOM-kill count (/proc/vmstat) rose since the last sample in which no rank was on its way out;
   the last lines of its stdout and stderr when they are regular files, read through the
   descriptors opened from /proc/PID/fd when it was found (never a pipe, FIFO, socket or terminal);
   its own record of how its script ended (PID.end in its Flight Recorder folder, flight.ending);
 - {"type": "clock", "asked", "t"}; {"type": "py-spy", "path", "given", "refused"}.
-Commands: {"cmd": "stacks", "id", "native"}, {"cmd": "clock", "t"}, {"cmd": "py-spy", "path",
-"remove": folder}."""
+Commands: {"cmd": "stacks", "id", "native", "pids": {node: [pids]} (the ranks to read; absent: all)},
+{"cmd": "clock", "t"}, {"cmd": "py-spy", "path", "remove": folder}."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ class Agent:
         self.keeping = threading.Lock()   # the keeper is used by the sampling and the exits' threads
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
+        self.unwanted = set()         # ranks found here that the watcher does not follow (another user's)
         self.gpus = Gpus()
 
     def emit(self, message):
@@ -89,8 +91,10 @@ class Agent:
                    "torch": torch_version, "py_spy": self.py_spy, "py_spy_refused": self.py_spy_refused,
                    "time": time.time()})
 
-    def stacks(self, request_id=None, native=None):
-        pids = list(self.ranks.known)
+    def stacks(self, request_id=None, native=None, wanted=None):
+        """Every rank's stack (those `wanted`, when the watcher says which it follows: the
+        processes of another user's run are not read), then what their stores say."""
+        pids = [p for p in self.ranks.known if wanted is None or p in wanted]
         out = {}
         if self.py_spy is None:
             out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
@@ -119,24 +123,36 @@ class Agent:
         message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
                    "flight": {p: f for p, f in flights.items() if f is not None},
                    "sockets": socket_queues(pids)}
-        if request_id is not None:      # in a stall: who never checked in, where ranks wait for it
-            message["stores"] = self.rendezvous_stores(out)
+        # In a stall: who never checked in, where ranks wait in init_process_group. The stacks go
+        # first: a store read never holds them (one that never answers would hold every verdict).
+        stores = self.rendezvous_stores(out) if request_id is not None else []
+        if stores:
+            message["reading"] = [master for master, _ in stores]
         self.emit(message)
+        if stores:
+            self.emit({"type": "stores", "t": time.time(), "id": request_id,
+                       "stores": store.read_all(stores, deadline=store.READ_DEADLINE)})
 
     def rendezvous_stores(self, dumps: dict) -> list:
-        """What the store of the ranks waiting in init_process_group says (node/store.py), read
-        once per store."""
+        """The stores (MASTER_ADDR:PORT, world size) of the ranks waiting in init_process_group,
+        each once."""
         stores = {}
         for pid, dump in dumps.items():
             info = self.ranks.known.get(int(pid))
             if info is not None and store.in_rendezvous(dump) and info["master"] not in stores:
-                stores[info["master"]] = store.read(info["master"], info["world_size"])
-        return list(stores.values())
+                stores[info["master"]] = info["world_size"]
+        return list(stores.items())
 
     def command(self, command):
         """One command from the watcher, on the control line (node/control.py)."""
         if command.get("cmd") == "stacks":
-            threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native")),
+            # {"pids": {node: [pids]}}: the ranks the watcher follows on each node (absent: all).
+            wanted = (command.get("pids") or {}).get(self.spec.get("node")) \
+                if isinstance(command.get("pids"), dict) else None
+            if wanted is not None:
+                wanted = set(wanted)
+                self.unwanted = set(self.ranks.known) - wanted
+            threading.Thread(target=self.stacks, args=(command.get("id"), command.get("native"), wanted),
                              daemon=True).start()
         elif command.get("cmd") == "clock":
             # Answered at once: the watcher reads this node's clock against its own (its offset, to
@@ -206,6 +222,7 @@ class Agent:
         announced_launchers = set()
         boot = proc.boot_time()
         rounds = 0
+        me = os.getuid()
         while not self.stop.is_set():
             started = time.monotonic()
             # Read before the ranks: the OOM killer counts a kill just before it sends its SIGKILL,
@@ -234,7 +251,9 @@ class Agent:
                         self.settled.discard(pid)
             children = children_of(self.ranks.stats)
             leaving = False      # a rank on its way out: the OOM count before it is kept for its exit
-            for pid, info in found.items():
+            # This user's ranks and the given ones first: the watcher knows its own ranks before it
+            # hears another user's process claim one (hangwatch/runs.py follows its own alone then).
+            for pid, info in sorted(found.items(), key=lambda kv: not kv[1]["given"] and kv[1]["uid"] != me):
                 st = proc.stat(pid)
                 if st is None or st.leaving:
                     leaving = True
@@ -308,7 +327,8 @@ class Agent:
                 message["launchers"] = launchers
             self.emit(message)
             if found and time.monotonic() - self.last_stacks > self.stack_every:
-                threading.Thread(target=self.stacks, daemon=True).start()
+                wanted = {p for p in found if p not in self.unwanted}
+                threading.Thread(target=self.stacks, args=(None, None, wanted), daemon=True).start()
                 self.last_stacks = time.monotonic()
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 

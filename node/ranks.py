@@ -28,11 +28,17 @@ by pid is a rank whatever it looks like.
 
 A process is judged once for its life (its pid and start time): a rank stays one whatever its
 ancestors turn into. One that is not a rank is looked at again while it is young (YOUNG: it may
-not have exec'd its program yet), unless a rank is above it: no exec changes that."""
+not have exec'd its program yet), unless a rank is above it: no exec changes that.
+
+Each rank is reported with the user who runs it (its real uid and that user's name on the node):
+anyone can start a Python with RANK, WORLD_SIZE and MASTER_ADDR in its environment, but not as
+another user, so the watcher never joins one user's process to another user's run
+(hangwatch/runs.py)."""
 
 from __future__ import annotations
 
 import os
+import pwd
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import proc
@@ -91,6 +97,31 @@ def launcher_options(argv, env) -> dict:
                    f"{options.get('master-port', env.get('MASTER_PORT', '29500'))}"
     return {"nnodes": _int(nnodes), "node_rank": _int(options.get("node-rank", env.get("NODE_RANK"))),
             "master": endpoint, "nproc_per_node": _int(options.get("nproc-per-node"))}
+
+
+def real_uid(pid: int) -> Optional[int]:
+    """The user who runs it: its real uid (/proc/PID/status), which a setuid program it runs or
+    a /proc entry made root's (not dumpable) does not change."""
+    for line in (proc.read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return None
+
+
+_names: Dict[int, str] = {}
+
+
+def user_name(uid: Optional[int]) -> Optional[str]:
+    """Its name on this node ("uid N" for a uid without one); None when the uid is unknown."""
+    if uid is None:
+        return None
+    if uid not in _names:
+        try:
+            _names[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _names[uid] = f"uid {uid}"
+    return _names[uid]
 
 
 def _int(value) -> Optional[int]:
@@ -153,8 +184,9 @@ class Finder:
         argv = proc.cmdline(pid)
         env = proc.environ(pid)
         if not given and is_launcher(argv) and (netns is None or netns == self.own_netns):
+            uid = real_uid(pid)
             self.launchers[pid] = {"pid": pid, "start": st.start_ticks, "argv": argv[:40],
-                                   **launcher_options(argv, env or {})}
+                                   "uid": uid, "user": user_name(uid), **launcher_options(argv, env or {})}
             return None
         if not given:
             if not looks_like_rank(argv, env, st.ppid):
@@ -163,7 +195,9 @@ class Finder:
                 self.not_ranks.add((pid, st.start_ticks))     # whatever its age: no exec changes that
                 return None
         readable, env = env is not None, env or {}
+        uid = real_uid(pid)
         return {"pid": pid, "ppid": st.ppid, "start": st.start_ticks, "argv": argv[:12],
+                "uid": uid, "user": user_name(uid), "given": given,
                 "rank": _int(env.get("RANK")), "local_rank": _int(env.get("LOCAL_RANK")),
                 "world_size": _int(env.get("WORLD_SIZE")),
                 "master": f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if "MASTER_ADDR" in env else None,

@@ -1,0 +1,101 @@
+"""Which processes the watch follows, and which run each belongs to. Pure: functions of what the
+agents said (each rank's user, store and world size; each agent's own user).
+
+Anyone on a node can start a Python with RANK, WORLD_SIZE and MASTER_ADDR in its environment and
+a name like torchrun's ranks; no one can start one as another user. So the evidence that a
+process is a rank of a run is the run's own: its user, its store (MASTER_ADDR:MASTER_PORT) and
+its world size.
+
+- A run is one user's: ranks alive together with one store and one world size, run by one user
+  (by name: the same account on every node, as ssh, srun and torchrun start them). A process of
+  another user is never joined to a run, whatever rank, store and world it claims.
+- The watch follows the ranks (and torchruns) of its own user on each node (the user its agent
+  runs as), and of the users of its --pid processes. Another user's are followed only while none
+  of those have been found: root, or a user who cannot read the ranks' environments, attaching to
+  someone else's run, sees that run (each user's runs apart, a hang of any of them named as
+  such). Once the watch's own are found, other users' processes are dropped, said once, and never
+  followed again: they are not stacked, their stores are not read, and no verdict, bundle or
+  --on-hang is about them. A launched run (its plan known) follows its own user's alone, from
+  the start.
+- Each run is judged alone (reducer.py): what one run's ranks do never names, hides or delays
+  the verdict on another's."""
+
+from __future__ import annotations
+
+from typing import Union
+
+from node import protocol
+
+from .state import State, Track, notice
+
+Found = Union[protocol.RankFound, protocol.LauncherFound]     # a rank, or a torchrun that starts ranks
+
+
+def own(state: State, node: str, info: Found) -> bool:
+    """A rank (or torchrun) of the watch's own users on its node: the agent's user, the user of a
+    --pid; or of a user not known (an older agent's message: nothing to tell apart)."""
+    if getattr(info, "given", False) or info.uid is None:
+        return True
+    hello = state.hello.get(node)
+    if hello is not None and hello.uid == info.uid:
+        return True
+    return any(t.info is not None and t.info.given and t.info.uid == info.uid for t in state.tracks(node))
+
+
+def followed(state: State, node: str, info: Found) -> bool:
+    """Whether the watch follows this rank (or torchrun); another user's, when followed, marks the
+    state so that they are dropped once the watch's own are found."""
+    if own(state, node, info):
+        return True
+    if state.config.planned:          # a launched run: its ranks run as the user its agents run as
+        return False
+    if any(t.info is not None and own(state, t.view.node, t.info) for t in state.ranks.values()) or \
+            any(own(state, launcher.node, launcher.info) for launcher in state.launchers.values()):
+        return False
+    state.others = True
+    return True
+
+
+def refuse(state: State, node: str, info: Found, out: list) -> None:
+    """A process of another user that claims a rank, not followed: said once per node and user."""
+    notice(state, f"{node}: processes of user {info.user or '?'} claim ranks: not followed (this watch follows "
+           "its own user's ranks); to watch that user's run, run hangwatch as that user or give one of its pids "
+           "(--pid)", out)
+
+
+def drop_others(state: State, node: str, out: list) -> None:
+    """The watch's own ranks are found: other users' processes followed until now are dropped."""
+    if not state.others:
+        return
+    state.others = False
+    others = [(key, t.view.node, t.info) for key, t in state.ranks.items()
+              if t.info is not None and not own(state, t.view.node, t.info)]
+    for key, where, info in others:
+        del state.ranks[key]
+        state.nodes[where].ranks = sum(1 for _ in state.tracks(where))
+        refuse(state, where, info, out)
+    for key, launcher in list(state.launchers.items()):
+        if not own(state, launcher.node, launcher.info):
+            del state.launchers[key]
+            refuse(state, launcher.node, launcher.info, out)
+
+
+def run_of(state: State, info: protocol.RankFound) -> int:
+    """The run a new rank belongs to: the run of a live rank with the same user, store
+    (MASTER_ADDR:PORT) and world size; else a new one. Ranks of one run are alive together; a run
+    whose ranks have all ended is over, and the next rank with the same store starts another."""
+    for t in state.live():
+        if t.info is not None and t.info.master == info.master and t.view.world_size == info.world_size \
+                and t.info.user == info.user:
+            return t.run
+    state.runs += 1
+    return state.runs
+
+
+def quiet_runs(state: State) -> list[int]:
+    """The runs with a live rank that makes no progress."""
+    return sorted({t.run for t in state.live() if t.idle_since is not None})
+
+
+def of_run(state: State, run: int) -> list[Track]:
+    return [t for t in state.ranks.values() if t.run == run]
