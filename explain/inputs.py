@@ -4,22 +4,32 @@ bytes. Nothing is read whole here.
 What is read is bounded (node/bounded.py): a regular file only (a FIFO, a socket or a device is
 skipped with a note, never opened to wait on), a symlink inside a folder is not followed (a path
 named on the command line is), a JSON document or a pickled dump up to JSON_LIMIT each and
-DOCUMENTS_LIMIT in all; each file not read is said with why ("not read: ...")."""
+DOCUMENTS_LIMIT in all, a log up to LOG_HEAD + LOG_TAIL (its first and its last part: logs.py)
+and LOGS_LIMIT in all, a folder walked without recursion no deeper than MAX_DEPTH and no further
+than FILES_LIMIT names; each file not read is said with why ("not read: ..."). So explain of any
+folder answers in a time bounded by those caps, whatever another user left in it."""
 
 from __future__ import annotations
 
 import enum
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.bounded import Skipped, kind, open_regular, read_regular, size_text
+from node.bounded import MAX_DEPTH, Skipped, kind, open_regular, read_regular, size_text, walk
 
 SNIFF = 4096                # bytes read to tell a file's kind
 JSON_LIMIT = 64 << 20       # a document (error file, dump, bundle; JSON or a pickle) larger than this is not read
 DOCUMENTS_LIMIT = 256 << 20  # documents read in all: the ones after are said, not read
-FILES_LIMIT = 100_000       # files taken from one folder
+LOG_HEAD = 512 << 20        # a longer log is read from its start this far, and LOG_TAIL from its end
+LOG_TAIL = 512 << 20        # (a failure's lines are at the end; the middle of a 1 TiB log is not read)
+LOGS_LIMIT = 4 << 30        # logs read in all (seconds at the speed of lines.py): the ones after are said, not read
+FILES_LIMIT = 100_000       # files and folders taken from one folder
+# How a JSON document starts: an object's first key, or an array's first value. A log whose first
+# line starts with a bracket ("[worker1 r1] ...", "[default0]:...") does not.
+JSON_START = re.compile(rb'\s*(?:\{\s*["}]|\[\s*(?:["{\[\]]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s*[,\]]|true\b|false\b|null\b))')
 
 
 class InputKind(enum.Enum):
@@ -37,6 +47,7 @@ class Input:
     path: str                      # as the user named it ("-" for stdin)
     kind: InputKind
     why: str | None = None         # OTHER: why it is not read
+    limit: int | None = None       # LOG: the bytes of it that may be read (its share of LOGS_LIMIT)
 
 
 class InputError(Exception):
@@ -46,16 +57,18 @@ class InputError(Exception):
 def find(paths: list[str]) -> list[Input]:
     found: list[Input] = []
     budget = [DOCUMENTS_LIMIT]
+    logs = [LOGS_LIMIT]
     for path in paths:
         if path == "-":
             found.append(Input("-", InputKind.LOG))
             continue
         p = Path(path)
         if p.is_dir():
-            files = sorted(f for f in _walk(p))
-            found += [kind_of(str(f), budget, follow=False) for f in files]
+            notes: list[Input] = []
+            files = sorted(_walk(p, notes))
+            found += [kind_of(str(f), budget, follow=False, logs=logs) for f in files] + notes
         elif p.is_file():
-            found.append(kind_of(path, budget))
+            found.append(kind_of(path, budget, logs=logs))
         elif p.exists():
             raise InputError(f"{path} is {kind(p.stat().st_mode)}, neither a file nor a folder: give a run's log "
                              "folder or its files")
@@ -65,20 +78,28 @@ def find(paths: list[str]) -> list[Input]:
     return found
 
 
-def _walk(folder: Path):
+def _walk(folder: Path, notes: list[Input]):
+    """Every name under the folder that is not a folder (node/bounded.py's walk: no recursion, no
+    deeper than MAX_DEPTH), up to FILES_LIMIT names and folders; what was left is said in `notes`."""
     count = 0
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in sorted(files):
-            count += 1
-            if count > FILES_LIMIT:
-                return
-            yield Path(root) / name
+    too_deep: list[str] = []
+    for root, dirs, files in walk(str(folder), too_deep=too_deep):
+        count += len(dirs) + len(files)
+        if count > FILES_LIMIT:
+            yield from (Path(root) / name for name in files[:max(0, len(files) - (count - FILES_LIMIT))])
+            notes.append(Input(str(folder), InputKind.OTHER,
+                               f"more than {FILES_LIMIT:,} files and folders: the ones after are not read"))
+            break
+        yield from (Path(root) / name for name in files)
+    if too_deep:
+        more = f" (and {len(too_deep) - 1:,} more)" if len(too_deep) > 1 else ""
+        notes.append(Input(too_deep[0], InputKind.OTHER, f"a folder deeper than {MAX_DEPTH} levels, not entered{more}"))
 
 
-def kind_of(path: str, budget: list[int] | None = None, follow: bool = True) -> Input:
+def kind_of(path: str, budget: list[int] | None = None, follow: bool = True, logs: list[int] | None = None) -> Input:
     """`budget`: the bytes of documents still to be read in all (spent here); `follow`: whether a
-    symlink is read (a path the user named) or not (a name found in a folder)."""
+    symlink is read (a path the user named) or not (a name found in a folder); `logs`: the bytes of
+    logs still to be read in all (a log's share is spent here)."""
     try:
         fd, st = open_regular(path, follow=follow)
     except Skipped as exc:
@@ -96,10 +117,24 @@ def kind_of(path: str, budget: list[int] | None = None, follow: bool = True) -> 
         return Input(path, InputKind.OTHER, too_much) if too_much else Input(path, InputKind.FLIGHT)
     if b"\0" in head:
         return Input(path, InputKind.OTHER, "binary")
-    if head.lstrip()[:1] in (b"{", b"["):
+    if JSON_START.match(head):
         too_much = _over(size, budget, "a JSON document")
-        return Input(path, InputKind.OTHER, too_much) if too_much else _json_kind(path, follow)
-    return Input(path, InputKind.LOG)
+        return Input(path, InputKind.OTHER, too_much) if too_much else _json_kind(path, follow, logs)
+    return _log(path, size, logs)
+
+
+def _log(path: str, size: int, logs: list[int] | None) -> Input:
+    """A log, with the bytes of it that may be read: at most LOG_HEAD + LOG_TAIL, and what is left
+    of LOGS_LIMIT (spent here); past that, not read."""
+    share = min(size, LOG_HEAD + LOG_TAIL)
+    if logs is None:
+        return Input(path, InputKind.LOG, limit=share)
+    if logs[0] <= 0 and size > 0:
+        return Input(path, InputKind.OTHER, f"a log of {size_text(size)}: {size_text(LOGS_LIMIT)} of logs were read "
+                                            "already, the most read in all")
+    share = min(share, logs[0])
+    logs[0] -= share
+    return Input(path, InputKind.LOG, limit=share)
 
 
 def _over(size: int, budget: list[int] | None, what: str) -> str | None:
@@ -115,11 +150,14 @@ def _over(size: int, budget: list[int] | None, what: str) -> str | None:
     return None
 
 
-def _json_kind(path: str, follow: bool = True) -> Input:
+def _json_kind(path: str, follow: bool = True, logs: list[int] | None = None) -> Input:
     try:
-        data = json.loads(read_regular(path, JSON_LIMIT, follow=follow).decode("utf-8", errors="replace"))
+        raw = read_regular(path, JSON_LIMIT, follow=follow)
+        data = json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError:
-        return Input(path, InputKind.LOG)                 # a log that starts with a brace
+        return _log(path, len(raw), logs)                 # a log that starts like JSON
+    except RecursionError:                                # Python's parser recurses: [[[[... 200,000 deep
+        return Input(path, InputKind.OTHER, "a JSON document nested too deep to read")
     except OSError as exc:
         return Input(path, InputKind.OTHER, str(exc) if isinstance(exc, Skipped) else f"unreadable: {exc.strerror}")
     if not isinstance(data, dict):

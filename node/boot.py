@@ -9,9 +9,10 @@ The zip goes into a private folder (mkdtemp: 0700, a fresh name, ours alone), wh
 program's work folder; it is removed when the program ends, on SIGTERM too.
 
 Nothing is imported from where another user can write (the caller's folder, another user's user
-site or venv): the master runs `python -s -S -c STAGE0`, STAGE0 keeps only absolute entries of
-sys.path before anything is imported, and the site is opened only once node/trust.py has walked
-what it would read; else the program is refused with one line the master explains."""
+site or venv, a PYTHONPATH in the environment): the master runs `python -I -s -S -c STAGE0`,
+STAGE0 keeps only absolute entries of sys.path before anything is imported, and the site is opened
+only once node/trust.py has walked what it would read; else the program is refused with one line
+the master explains."""
 
 import json
 import os
@@ -23,16 +24,19 @@ import tempfile
 MAGIC = b"DDP-PREFLIGHT-NODE"
 VERSION = b"1"
 
-# `python -s -S -c STAGE0`: reads this file's text from stdin and runs it. One short line, so that
+# `python -I -s -S -c STAGE0`: reads this file's text from stdin and runs it. One short line, so that
 # a --python that is not a Python says something readable about it. It first drops '' (the
 # caller's folder, which -c puts first) and every relative entry: `import json` below must not
 # find a json.py another user left there. The buffered reader loops until it has every byte
 # asked for; everything after reads through it too.
 STAGE0 = ('import sys; sys.path[:] = [p for p in sys.path if p[:1] == "/"]; '
           'exec(sys.stdin.buffer.read(int(sys.stdin.buffer.read(8))))')
-# Before STAGE0: no user site (HOME may be another user's under sudo), no site at start-up (its
-# .pth files run code; node/trust.py checks them first).
-FLAGS = ("-s", "-S")
+# Before STAGE0: -I, no PYTHON* variable (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP: --env, or a node's
+# environment, would otherwise put another user's json.py before the standard library's); no user
+# site (HOME may be another user's under sudo), no site at start-up (its .pth files run code;
+# node/trust.py checks them first). -I comes first so that a --python that is not a Python reads
+# the rest as before (ls takes "-s" as -I's pattern, then says it cannot access STAGE0).
+FLAGS = ("-I", "-s", "-S")
 
 
 def read_exact(stream, size):

@@ -14,7 +14,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
+
+MAX_DEPTH = 64              # folders below the top that a walk enters
 
 
 class Skipped(OSError):
@@ -79,8 +81,8 @@ def kind(mode: int) -> str:
 
 
 def size_text(size: int) -> str:
-    """Bytes as a person reads them: 64 MiB, 400 MiB, 3 KiB, 12 bytes."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+    """Bytes as a person reads them: 1 TiB, 64 MiB, 400 MiB, 3 KiB, 12 bytes."""
+    for shift, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
         if size >= 1 << shift:
             value = size / (1 << shift)
             return f"{value:.0f} {unit}" if value >= 10 or value == int(value) else f"{value:.1f} {unit}"
@@ -92,3 +94,38 @@ def _must_be_regular(st: os.stat_result, limit: Optional[int]) -> None:
         raise Skipped(f"{kind(st.st_mode)}, not a regular file")
     if limit is not None and st.st_size > limit:
         raise Skipped(f"over {size_text(limit)} ({size_text(st.st_size)})")
+
+
+def walk(top: str, max_depth: int = MAX_DEPTH, too_deep: Optional[List[str]] = None
+         ) -> Iterator[Tuple[str, List[str], List[str]]]:
+    """os.walk's top-down (folder, its folders, its other names), each list sorted, without
+    recursion (os.walk recurses before Python 3.12: a chain of 1,200 folders raised RecursionError)
+    and entering no folder more than `max_depth` below `top`: those are added to `too_deep`. A
+    symlink is never entered, and is among the other names (its caller reads it or not). As with
+    os.walk, the caller may prune the folders list to skip them; a folder that cannot be listed is
+    passed over."""
+    stack = [(top, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as found:
+                entries = list(found)
+        except OSError:
+            continue
+        folders: list[str] = []
+        names: list[str] = []
+        for entry in entries:
+            try:
+                real_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                real_folder = False
+            (folders if real_folder else names).append(entry.name)
+        folders.sort()
+        names.sort()
+        yield folder, folders, names
+        below = [os.path.join(folder, name) for name in folders]
+        if depth >= max_depth:
+            if too_deep is not None:
+                too_deep.extend(below)
+            continue
+        stack.extend((path, depth + 1) for path in reversed(below))

@@ -23,6 +23,8 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO, Tuple
 
+from .writers import others_may_write, writable_mode
+
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
 MAX_LINKS = 40        # symlinks followed on one path (the kernel's own limit)
@@ -248,9 +250,9 @@ def _trusted_link(fd: int, path: str, name: str) -> str:
         raise Refused(f"{path} is a symlink of {user_name(st.st_uid)}: not followed")
     if here.st_uid not in mine:
         raise Refused(f"{path} is a symlink in a folder of {user_name(here.st_uid)}, who can change it: not followed")
-    if others_may_write(here) and not here.st_mode & stat.S_ISVTX:
+    if others_may_write(here, fd) and not here.st_mode & stat.S_ISVTX:
         raise Refused(f"{path} is a symlink in a folder other users can write (mode "
-                      f"{stat.S_IMODE(here.st_mode):o}): not followed")
+                      f"{writable_mode(here, fd)}): not followed")
     return os.readlink(name, dir_fd=fd)
 
 
@@ -260,8 +262,8 @@ def _check_writable_by_us_alone(found: Folder) -> None:
     st = os.fstat(found.fd)
     if st.st_uid not in (0, os.geteuid()):
         raise Refused(f"{found.path} belongs to {user_name(st.st_uid)}, who could replace what is written there")
-    if others_may_write(st) and not st.st_mode & stat.S_ISVTX:
-        raise Refused(f"{found.path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})")
+    if others_may_write(st, found.fd) and not st.st_mode & stat.S_ISVTX:
+        raise Refused(f"{found.path} is writable by other users (mode {writable_mode(st, found.fd)})")
 
 
 def _plain(name: str) -> None:
@@ -310,26 +312,9 @@ def not_trusted(path: str) -> str | None:
         if st.st_uid not in (0, me):
             return f"{where} belongs to uid {st.st_uid}, not to root or this user (uid {me})"
         sticky = where not in (path, folder) and st.st_mode & stat.S_ISVTX
-        if others_may_write(st) and not sticky:
-            return f"{where} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+        if others_may_write(st, where) and not sticky:
+            return f"{where} is writable by other users (mode {writable_mode(st, where)})"
     return None
-
-
-def others_may_write(st: os.stat_result) -> bool:
-    """Anyone but the owner may write it. Group write counts only if the group holds someone else:
-    with a user's private group (umask 002: Fedora, RHEL) only the owner is in it."""
-    if st.st_mode & 0o002:
-        return True
-    if not st.st_mode & 0o020:
-        return False
-    import grp
-    import pwd
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-        members = set(grp.getgrgid(st.st_gid).gr_mem)
-    except KeyError:          # an owner or group with no name here: cannot tell who is in it
-        return True
-    return bool(members - {owner}) or any(p.pw_gid == st.st_gid and p.pw_uid != st.st_uid for p in pwd.getpwall())
 
 
 def folders_up(folder: str) -> list[str]:
@@ -359,6 +344,6 @@ def own_private_folder(path: str, uid: int) -> str | None:
     if st.st_uid != uid:
         whose = f"this user (uid {uid})" if uid == os.geteuid() else f"uid {uid}"
         return f"{path} belongs to uid {st.st_uid}, not to {whose}"
-    if st.st_mode & 0o022:
-        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if st.st_mode & 0o022 or others_may_write(st, path):
+        return f"{path} is writable by other users (mode {writable_mode(st, path)})"
     return None

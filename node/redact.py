@@ -19,15 +19,23 @@ The rules, in the user's words:
   (GitHub's ghp_/gho_/ghs_/github_pat_, Slack's xox?-, AWS's AKIA..., Hugging Face's hf_,
   OpenAI's sk-, GitLab's glpat-, ...), a webhook URL's secret path (Slack, Discord, Teams, any
   .../hooks/...: the scheme and host kept), a URL's user and password (kept: the scheme and the
-  host, `postgres://<redacted>@db:5432/x`), an Authorization or Cookie header, a Bearer token,
-  NAME=VALUE pairs with a secret name (a query string's `token=...`);
+  host, `postgres://<redacted>@db:5432/x`), a signed URL's secret query keys (sig, signature,
+  X-Amz-Signature, token, key, code, ...: `?sv=2022&sig=<redacted>`), an Authorization or Cookie
+  header, a Bearer token, Basic auth (base64 of user:password);
+- in free text (an exception's message, a traceback's source line), a key with a secret name and
+  its value, as a dict's repr, JSON, YAML or a NAME=VALUE pair writes them (`{'password': 'X'}`,
+  `"api_key": "X"`, `token: X`, `TOKEN = X`, `PWD=X;` of a connection string); an exception's
+  name (KeyError: ...) is not a key;
 - in a command line, the value after a secret option however it is written (`--token X`,
-  `--password=X`, `--password -xSECRET`: a password option's value may start with '-'), and the
-  password of the programs whose `-p` is one (sshpass -p X, mysql -pX); `-p` elsewhere is a port
-  or a path and is shown."""
+  `--password=X`, `--pw X`, `--password -xSECRET`: a password option's value may start with '-'),
+  the password of `--user user:password` (curl's -u), and the password of the programs whose `-p`
+  is one (sshpass -p X, mysql -pX); `-p` and `-P` elsewhere are a port, a folder or a switch and
+  are shown."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 
 REDACTED = "<redacted>"
@@ -38,8 +46,8 @@ REDACTED = "<redacted>"
 NAME_PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # Words that name a value which is itself the secret: an option with one always takes a value.
 VALUE_PARTS = frozenset({
-    "TOKEN", "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD", "PASSWORDS", "PASSPHRASE", "PWD",
-    "PASSCODE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT"})
+    "TOKEN", "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD", "PASSWORDS", "PASSPHRASE", "PWD", "PW",
+    "PASSCODE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT", "SIG", "SAS", "BEARER"})
 SECRET_PARTS = VALUE_PARTS | frozenset({
     "AUTH", "AUTHORIZATION", "COOKIE", "COOKIES", "SESSION", "SIGNATURE"})
 # Parts written as one word with a prefix: PGPASSWORD, ACCESSTOKEN, CLIENTSECRET, OPENAIAPIKEY,
@@ -59,10 +67,9 @@ def _secret_part(part: str) -> bool:
 
 def secret_name(name: str) -> bool:
     """Does this name say it holds a secret? (HF_TOKEN, MY_PASS, SSHPASS, GH_PAT, --api-key: yes.)"""
-    parts = [p.upper() for p in NAME_PARTS.findall(name)]
-    if parts == ["PWD"]:             # the shell's current folder, not a password
+    if name == "PWD":                # the shell's current folder, not a password (--pwd, pwd= are)
         return False
-    return any(_secret_part(p) for p in parts)
+    return any(_secret_part(p.upper()) for p in NAME_PARTS.findall(name))
 
 
 def takes_secret_value(option: str) -> bool:
@@ -125,13 +132,32 @@ URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#'\"]*)([/?#][^\s'\"]*)
 WEBHOOK_HOSTS = ("hooks.slack.com", "discord.com", "discordapp.com", "webhook.office.com", "outlook.office.com",
                  "chat.googleapis.com", "hooks.zapier.com", "maker.ifttt.com", "api.telegram.org")
 WEBHOOK_FOLDERS = frozenset({"hooks", "hook", "webhook", "webhooks", "webhookb2", "trigger"})
+# A signed URL's query keys whose value is the secret, whatever secret_name says of them: Azure's
+# SAS `sig`, an OAuth `code` (a signature and a token name say it themselves: X-Amz-Signature).
+QUERY_SECRETS = frozenset({"sig", "code", "sas"})
 HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|x-api-key|x-auth-token)(\s*:\s*)"
                     r"(?:(bearer|basic|token|digest|negotiate)\s+)?[^\s'\"]+")
 COOKIE_HEADER = re.compile(r"(?i)\b((?:set-)?cookie)(\s*:\s*)[^\r\n'\"]+")
 BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*")
+# Basic auth: base64 of user:password, after the word Basic (a header's own is HEADER's).
+BASIC = re.compile(r"(?i)\b(basic)(\s+)([A-Za-z0-9+/]{4,}={0,2})(?![\w+/=])")
+# curl's user:password (--user, -u, --proxy-user, -U): the password goes, the user stays.
+USER_PASSWORD = re.compile(r"(?<![\w\-])(--user|--proxy-user|-u|-U)([ \t]+|=)([^\s:'\"]*):([^\s'\"]+)")
+# A key with a secret name and its value in free text: a dict's repr ('password': 'X'), JSON
+# ("api_key": "X", also escaped inside a JSON string), YAML (token: X), NAME = X. KEY is the name
+# and its separator only, so that the text after a harmless key is still searched ({'db': {'pass':
+# 'X'}}); VALUE is what a secret key's value is: a quoted text (to its closing quote or the line's
+# end), a list or a flat object, or one word.
+KEY = re.compile(r"""(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)(\\?["'])?([ \t]*[:=][ \t]*)""")
+VALUE = re.compile(r"""(\\?["'])(.*?)(?:\1|(?=\n)|\Z)|\[[^\[\]\n]*\]|\{[^{}\n]*\}"""
+                   r"""|[^\s,;&{}\[\]()'"\\][^\s,;&}\])'"\\]*""")
+# Names that _key_values leaves alone: an exception's type (KeyError: 'x' is no key), and the headers
+# HEADER and COOKIE_HEADER already hid (their scheme word stays: "Authorization: Basic <redacted>").
+NOT_A_KEY = re.compile(r"(?:Error|Exception|Warning|Exit|Interrupt)$")
+HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "x-api-key", "x-auth-token", "cookie", "set-cookie"})
 # A secret option and its value in a text (a command line quoted in a message): `--token X`.
 OPTION_IN_TEXT = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w.\-]*)([ \t]+)(\S+)")
-PAIR = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=([^\s;&,]+)")
+PAIR = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=(\{[^}\n]*\}|[^\s;&,]+)")
 OPTION = re.compile(r"--?[A-Za-z][\w.\-]*")
 # The programs whose -p is a password: sshpass (`-p X`, `-pX`, before the command it runs, whose
 # own -p is its own), the MySQL clients (`-pX` only: a bare -p asks, and the next word is a database).
@@ -148,10 +174,77 @@ def redact_text(text: str) -> str:
     text = HEADER.sub(lambda m: m.group(1) + m.group(2) + (f"{m.group(3)} " if m.group(3) else "") + REDACTED, text)
     text = COOKIE_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = BASIC.sub(_basic, text)
+    text = USER_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{REDACTED}", text)
     text = SSHPASS_IN_TEXT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = MYSQL_IN_TEXT.sub(lambda m: m.group(1) + REDACTED, text)
     text = OPTION_IN_TEXT.sub(_option_in_text, text)
-    return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1)) else m.group(0), text)
+    text = _key_values(text)
+    return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_pair(m.group(1), m.group(2)) else m.group(0),
+                    text)
+
+
+def secret_pair(name: str, value: str) -> bool:
+    """Is this NAME=VALUE's value a secret? By its name; and PWD's, unless it is the shell's folder
+    (PWD=/home/me): in a connection string (UID=sa;PWD=X) it is the password."""
+    if name.lstrip("-") == "PWD":
+        return not value.startswith(("/", "~"))
+    return secret_name(name)
+
+
+def _key_values(text: str) -> str:
+    """Each secret key's value hidden (KEY, VALUE); the keys inside a value hidden whole are not
+    looked at again."""
+    out, done = [], 0
+    for key in KEY.finditer(text):
+        if key.start() < done:
+            continue
+        name = key.group(1)
+        if not (secret_name(name) or name.lstrip("-") == "PWD") or NOT_A_KEY.search(name) \
+                or (":" in key.group(3) and name.lower() in HEADER_NAMES):
+            continue                 # (asked first: a value is looked for after a secret name only)
+        if not key.group(2) and ":" in key.group(3) and not _secret_key_in_prose(name):
+            continue
+
+        value = VALUE.match(text, key.end())
+        if value is None:
+            continue
+        quote = value.group(1)
+        said = value.group(2) if quote else value.group(0)
+        if not said or said == REDACTED or not secret_pair(name, said):
+            continue
+        closed = quote if quote and value.group(0).endswith(quote) and len(value.group(0)) > len(quote) else ""
+        out += [text[done:key.end()], f"{quote or ''}{REDACTED}{closed}"]
+        done = value.end()
+    return "".join(out) + text[done:] if out else text
+
+
+# A key's kinds that make `NAME_KEY: X` in prose a secret (api_key: X); any other KEY there is a
+# store's or a dict's key (torch: "for key: store_based_barrier_key:1").
+KEY_KINDS = frozenset({"API", "ACCESS", "SECRET", "PRIVATE", "CLIENT", "AUTH", "SIGNING", "ENCRYPTION", "SSH",
+                       "LICENSE", "ACCOUNT", "STORAGE", "SERVICE", "APP", "DEPLOY", "MASTER", "SUBSCRIPTION",
+                       "SHARED", "SESSION", "WANDB", "HF", "OPENAI"})
+
+
+def _secret_key_in_prose(name: str) -> bool:
+    """An unquoted `NAME: X` (YAML, a message): its name says secret by a word other than KEY, or
+    by a KEY of a secret kind."""
+    parts = [p.upper() for p in NAME_PARTS.findall(name)]
+    if any(_secret_part(p) for p in parts if p != "KEY"):
+        return True
+    return any(p == "KEY" and i > 0 and parts[i - 1] in KEY_KINDS for i, p in enumerate(parts))
+
+
+def _basic(found: re.Match) -> str:
+    """Basic auth's base64 hidden when it is one: it decodes to printable user:password."""
+    word = found.group(3)
+    try:
+        decoded = base64.b64decode(word + "=" * (-len(word) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return found.group(0)
+    if b":" in decoded and all(32 <= byte < 127 for byte in decoded):
+        return f"{found.group(1)}{found.group(2)}{REDACTED}"
+    return found.group(0)
 
 
 def _url(found: re.Match) -> str:
@@ -162,7 +255,18 @@ def _url(found: re.Match) -> str:
     folders = {part.lower() for part in rest.split("?", 1)[0].split("/")}
     if rest and (host.endswith(WEBHOOK_HOSTS) or folders & WEBHOOK_FOLDERS):
         rest = "/" + REDACTED
-    return scheme + authority + rest
+    return scheme + authority + QUERY_PAIR.sub(_query_pair, rest)
+
+
+# A query's or a fragment's key=value (?sv=2022&sig=X, #access_token=X).
+QUERY_PAIR = re.compile(r"(?<=[?&#;])([^=&#;?/]+)=([^&#;]*)")
+
+
+def _query_pair(found: re.Match) -> str:
+    key, value = found.groups()
+    if value and (key.lower() in QUERY_SECRETS or secret_name(key)):
+        return f"{key}={REDACTED}"
+    return found.group(0)
 
 
 def _option_in_text(found: re.Match) -> str:
@@ -213,8 +317,13 @@ def redact_argv(argv: list) -> list:
             continue
         if OPTION.fullmatch(word) and secret_name(word):
             hide_next = "any" if takes_secret_value(word) else "value"
+        elif out and out[-1] in USER_OPTIONS and ":" in word:     # --user admin:PASSWORD
+            word = word.split(":", 1)[0] + ":" + REDACTED
         out.append(redact_text(word))
     return out
+
+
+USER_OPTIONS = frozenset({"--user", "-u", "--proxy-user", "-U"})
 
 
 def redact_json(value):

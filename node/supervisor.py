@@ -31,6 +31,9 @@ GRACE = 5.0      # seconds between SIGTERM and SIGKILL: torchrun stops its ranks
 LOOK_EVERY = 1.0  # seconds between two listings of the job's processes
 
 PREPARES = {"launch"}       # the jobs that take the master's "prepare-stop" (SIGUSR2): node/launch_runner.py
+# The jobs whose torchrun starts Pythons as the training does (without -I): the ranks read
+# PYTHONPATH, PYTHONHOME and PYTHONUSERBASE from the job's environment before their first line.
+RANKED = {"launch", "torchjob"}
 
 CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from node.programs import child; child()"
 
@@ -144,9 +147,29 @@ def asked(command: dict, job: dict, pid: int) -> None:
             pass
 
 
+def refused(job: dict, env: dict, cwd: str) -> bool:
+    """Says so, and True, when the job's ranks would import from a folder another user can change
+    (trust.training_path_refusal): before anything of the job starts. A launch says it as its own
+    error (node/launch_runner.py's marker); any job ends with REFUSED."""
+    if job.get("program") not in RANKED:
+        return False
+    found = trust.training_path_refusal(env, job.get("cwd") or cwd)
+    if found is None:
+        return False
+    why, fix = found
+    if job.get("program") == "launch":
+        protocol.emit(protocol.LAUNCH, {"kind": "error", "message": why, "fix": fix})
+    sys.stderr.write(f"ddp-preflight node: {why}; fix: {fix}\n")
+    sys.stderr.flush()
+    protocol.emit(protocol.JOB, protocol.JobOutcome(exit=trust.REFUSED, seconds=0.0).to_json())
+    return True
+
+
 def main(spec: dict, work) -> int:
     started = time.monotonic()
     env = {**os.environ, **{str(k): str(v) for k, v in (spec.get("env") or {}).items()}}
+    if refused(spec["job"], env, spec.get("cwd") or work.folder):
+        return 0
     try:
         job = start_child(spec["job"], work, env, spec.get("cwd"))
     except OSError as exc:

@@ -1,9 +1,10 @@
 """What a node program may import or run: nothing another user can place or change, whoever runs
 it (root, on a shared machine). Standard library only, Python 3.8+.
 
-Every node program is `python -s -S -c STAGE0` (boot.py): no folder of the caller first on
-sys.path (STAGE0 keeps absolute entries only), no user site from HOME (sudo may keep another
-user's), no site at start-up. Then open_site() checks what `site` would read (the interpreter's
+Every node program is `python -I -s -S -c STAGE0` (boot.py): no PYTHON* variable of the
+environment (a PYTHONPATH of another user's), no folder of the caller first on sys.path (STAGE0
+keeps absolute entries only), no user site from HOME (sudo may keep another user's), no site at
+start-up. Then open_site() checks what `site` would read (the interpreter's
 own folders, the venv's pyvenv.cfg, every site-packages folder, each .pth file in them and the
 folders they add) and opens the site only when all of it belongs to root or this user and no one
 else can write it (the walk of private.py: every folder up to /, sticky ones above aside), as
@@ -20,20 +21,26 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, Mapping, NamedTuple, Optional, Tuple
 
-from .private import folders_up, others_may_write
+from .boot import FLAGS
+from .bounded import Skipped, kind, open_regular, read_regular
+from .private import folders_up
 from .protocol import PYTHON
+from .writers import others_may_write, writable_mode
 
 REFUSED = 126      # the exit code of a refused program, as the shell's for a Python it may not run
+CONF_BYTES = 64 << 10     # a pyvenv.cfg: a few lines
+PTH_BYTES = 1 << 20       # what is read of a .pth file (its folder lines come first)
 
 
 class Refusal(NamedTuple):
-    """Why `path` may not be trusted: it belongs to another user, or others may write it."""
+    """Why `path` may not be trusted: it belongs to another user, others may write it, or (a
+    .pth file) it is no regular file, which Python's site would wait on forever."""
     path: str
-    why: str          # "owner" or "writable"
+    why: str          # "owner", "writable" or "not-a-file"
     uid: int
-    mode: int
+    mode: str         # octal, "+acl" after it when an ACL is what lets others write
 
     def owner(self) -> str:
         return user_name(self.uid)
@@ -43,12 +50,24 @@ class Refusal(NamedTuple):
             me = os.geteuid()
             return (f"{self.path} belongs to {self.owner()} (uid {self.uid}), not to root or this user "
                     f"({user_name(me)}, uid {me})")
-        return f"{self.path} is writable by other users (mode {self.mode:o})"
+        if self.why == "not-a-file":
+            return f"{self.path} is {self.mode}, not a regular file, which Python's site would wait on forever"
+        return f"{self.path} is writable by other users (mode {mode_words(self.mode)})"
 
     def verdict(self) -> str:
         """The line the master turns into the node's error (transport/errors.py)."""
+        mode = self.mode.replace(" ", "-")       # one word: "a-FIFO"
         return (f"{PYTHON}not-trusted {self.why} {self.uid} {self.owner()} {user_name(os.geteuid())} "
-                f"{self.mode:o} {self.path}")
+                f"{mode} {self.path}")
+
+
+def mode_words(mode: str) -> str:
+    """`775+acl` (a verdict's mode word) as a refusal says it: `775, with an ACL`."""
+    return mode.replace("+acl", ", with an ACL")
+
+
+def _mode(st: os.stat_result, where: str) -> str:
+    return writable_mode(st, where).replace(", with an ACL", "+acl")
 
 
 def user_name(uid: int) -> str:
@@ -82,12 +101,12 @@ def _walk_one(path: str) -> Optional[Refusal]:
         except OSError:
             continue        # gone or unreadable: what is there is refused or missed when it is used
         if st.st_uid not in (0, me):
-            return Refusal(where, "owner", st.st_uid, stat.S_IMODE(st.st_mode))
+            return Refusal(where, "owner", st.st_uid, f"{stat.S_IMODE(st.st_mode):o}")
         if stat.S_ISLNK(st.st_mode):
             continue        # a link's own mode means nothing; its folder says who may replace it
         sticky = where not in strict and st.st_mode & stat.S_ISVTX
-        if others_may_write(st) and not sticky:
-            return Refusal(where, "writable", st.st_uid, stat.S_IMODE(st.st_mode))
+        if others_may_write(st, where) and not sticky:
+            return Refusal(where, "writable", st.st_uid, _mode(st, where))
     return None
 
 
@@ -96,20 +115,21 @@ def _walk_one(path: str) -> Optional[Refusal]:
 def _venv() -> Tuple[Optional[str], Optional[str], bool]:
     """(the pyvenv.cfg site.venv() would read, the venv's folder it makes sys.prefix, whether it
     includes the system's site-packages), found as site.py finds it: beside the interpreter, or
-    one folder up; the venv is the folder above the interpreter's either way."""
+    one folder up; the venv is the folder above the interpreter's either way. The file is read
+    only once walked, and bounded (a FIFO put in its place is not waited on; site skips one too)."""
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
     prefix = os.path.dirname(exe_dir)
     for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(prefix, "pyvenv.cfg")):
         if os.path.isfile(conf):
             system = False
             try:
-                with open(conf, encoding="utf-8") as f:
-                    for line in f:
-                        key, eq, value = line.partition("=")
-                        if eq and key.strip().lower() == "include-system-site-packages":
-                            system = value.strip().lower() == "true"
+                text = read_regular(conf, CONF_BYTES).decode("utf-8") if walk(conf) is None else ""
             except (OSError, UnicodeDecodeError):
-                pass
+                text = ""       # unread: check_site refuses what the walk refused
+            for line in text.splitlines():
+                key, eq, value = line.partition("=")
+                if eq and key.strip().lower() == "include-system-site-packages":
+                    system = value.strip().lower() == "true"
             return conf, prefix, system
     return None, None, True
 
@@ -130,53 +150,79 @@ def own_user_site() -> Tuple[Optional[str], Optional[str]]:
     return base, user_site
 
 
-def _pth_folders(site_dir: str) -> Tuple[List[str], List[str]]:
-    """(the .pth files of a site-packages folder, the existing folders their lines add)."""
+def _pth_folders(site_dir: str) -> Tuple[Optional[Refusal], List[str]]:
+    """(why the .pth files of a site-packages folder may not be trusted, or None; the existing
+    folders their lines add). Each is walked before it is opened, then read only if it is a
+    regular file, never waited on: a FIFO there would hold this program (and Python's site after
+    it) forever, before any lease exists."""
     try:
         names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth"))
     except OSError:
-        return [], []
-    files, added = [], []
+        return None, []
+    added = []
     for name in names:
         pth = os.path.join(site_dir, name)
-        files.append(pth)
+        refused = walk(pth)
+        if refused is not None:
+            return refused, []
         try:
-            with open(pth, encoding="utf-8", errors="replace") as f:
-                lines = f.read(1 << 20).splitlines()
+            fd, st = open_regular(pth)
+        except Skipped:
+            try:
+                st = os.stat(pth)
+            except OSError:
+                continue
+            return Refusal(pth, "not-a-file", st.st_uid, kind(st.st_mode)), []
+        except OSError:
+            continue            # gone, or unreadable: site skips it too
+        try:
+            lines = os.read(fd, PTH_BYTES).decode("utf-8", "replace").splitlines()
         except OSError:
             continue
+        finally:
+            os.close(fd)
         for line in lines:
             if line.startswith("#") or line.startswith(("import ", "import\t")) or not line.strip():
                 continue
             folder = os.path.join(site_dir, line.rstrip())
             if os.path.exists(folder):
                 added.append(folder)
-    return files, added
+    return None, added
 
 
 def check_site(user_site: Optional[str]) -> Optional[Refusal]:
     """What `site` is about to read, walked: the folders on sys.path now (the interpreter's
-    standard library, PYTHONPATH's, this package's zip), the venv's pyvenv.cfg, every
-    site-packages folder (and `user_site`), each .pth file in them and the folders those add."""
+    standard library, this package's zip), the venv's pyvenv.cfg, every site-packages folder (and
+    `user_site`), each .pth file in them and the folders those add. Each is walked before
+    anything in it is read."""
     import site
     conf, venv, system = _venv()
     prefixes = ([venv] if venv else []) + (list(site.PREFIXES) if system else [])
-    folders = [p for p in sys.path if os.path.exists(p)]
-    if conf:
-        folders.append(conf)
+    folders = [p for p in sys.path if os.path.exists(p)] + ([conf] if conf else [])
     # site's own list, and each prefix's lib/pythonX.Y/site-packages: Debian's site.py names a
     # venv's only once site.venv() has moved sys.prefix there.
     version = "python%d.%d" % sys.version_info[:2]
     site_dirs = ([user_site] if user_site else []) + list(site.getsitepackages(prefixes)) + [
         os.path.join(prefix, lib, version, "site-packages") for prefix in prefixes for lib in ("lib", "lib64")]
+    walked: set = set()
+
+    def first_refused(paths: List[str]) -> Optional[Refusal]:
+        for where in paths:
+            if where not in walked:
+                walked.add(where)
+                refused = walk(where)
+                if refused is not None:
+                    return refused
+        return None
+
+    refused = first_refused(folders)
     for site_dir in (d for d in site_dirs if os.path.isdir(d)):
-        files, added = _pth_folders(site_dir)
-        folders += [site_dir] + files + added
-    for where in dict.fromkeys(folders):
-        refused = walk(where)
+        refused = refused or first_refused([site_dir])
         if refused is not None:
             return refused
-    return None
+        refused, added = _pth_folders(site_dir)
+        refused = refused or first_refused(added)
+    return refused
 
 
 def open_site() -> Optional[Refusal]:
@@ -244,7 +290,42 @@ PRELUDE = ('import sys; sys.path[:] = [p for p in sys.path if p[:1] == "/"]; sys
 
 def python_argv(python: str, code: str, *args: str) -> List[str]:
     """`python -c CODE ARGS` as a node program starts a Python of its own (the supervisor's job,
-    the store reader, the import scan): -s -S, absolute sys.path, the site checked and opened
+    the store reader, the import scan): -I -s -S, absolute sys.path, the site checked and opened
     before CODE runs (CODE is compiled on its own, so it may begin with a __future__ import)."""
     run = "exec(compile(%r, '<ddp-preflight>', 'exec'))" % code
-    return [python, "-s", "-S", "-c", PRELUDE % package_root() + run, *args]
+    return [python, *FLAGS, "-c", PRELUDE % package_root() + run, *args]
+
+
+# -- the training's own Python: what its environment makes it import --------------------------------
+
+# What a Python started without -I (torchrun and the ranks, of the launch and of the probes)
+# imports from, or runs a site from, because its environment says so.
+PATH_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE")
+
+
+def path_entries(env: Mapping[str, str], name: str, cwd: str) -> List[str]:
+    """The folders of `name` as a Python started in `cwd` reads them: an empty entry is the start
+    folder, a relative one is under it."""
+    value = env.get(name) or ""
+    return [os.path.normpath(os.path.join(cwd, entry)) for entry in value.split(os.pathsep)] if value else []
+
+
+def training_path_refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
+    """(why, fix) when the training's environment (the node's, with --env and the config's on top)
+    makes its Python import from a folder another user owns or can write; None when it does not.
+    Every folder of PYTHONPATH, PYTHONHOME and PYTHONUSERBASE is walked as the interpreter is."""
+    me = user_name(os.geteuid())
+    who = "root" if os.geteuid() == 0 else f"root or {me}"
+    for name in PATH_VARIABLES:
+        for folder in path_entries(env, name, cwd):
+            refused = walk(folder)
+            if refused is None:
+                continue
+            if refused.why == "owner":
+                why = f"belongs to {refused.owner()} (uid {refused.uid})"
+            else:
+                why = f"is writable by other users (mode {mode_words(refused.mode)})"
+            said = why if refused.path == folder else f"is refused: {refused.path} {why}"
+            return (f"the training's {name} folder {folder} {said}, who could change what the ranks import "
+                    f"as {me}"), f"give {name} only folders that {who} alone can change, or leave it out"
+    return None

@@ -103,11 +103,18 @@ def _closed_before_greeting(exc: BaseException) -> bool:
 # instead of letting the shell guess (a folder, a missing path, a text file the shell would run
 # as a script). A binary or a #! script (a wrapper that sets variables) is run, once neither it
 # nor any folder above it, as given and with its symlinks resolved, belongs to another user or
-# is writable by one (a sticky folder such as /tmp aside, above the file's own): whoever can
-# change it runs code as this user, root too (node/trust.py checks what the site adds after it).
+# is writable by one (a sticky folder such as /tmp aside, above the file's own; a POSIX ACL, which
+# GNU ls marks with '+', counts as others when the mask, the mode's group bits, allows writing):
+# whoever can change it runs code as this user, root too (node/trust.py checks what the site adds
+# after it). A bare --python is found on the caller's PATH (and walked as any); the wrapper's own
+# tools (stat, head, ls, id, ...) come from the system's folders alone, never from a folder on the
+# caller's PATH that another user can write (or an empty entry: the current folder), and the
+# Python gets the caller's PATH back.
 PYTHON_VERDICT = protocol.PYTHON
+SYSTEM_PATH = "/usr/bin:/bin"
 _RUN_PYTHON = r"""p=$1; shift
 case $p in */*) ;; *) p=$(command -v "$p") || p=$1 ;; esac
+had=${PATH+x}; caller=${PATH-}; PATH=@SYSTEM_PATH@
 program() { case $(head -c 4 "$p" 2>/dev/null) in
   "#!"*|"$(printf '\177ELF')"|"$(printf '\317\372\355\376')"|"$(printf '\312\376\272\276')") return 0 ;;
   *) return 1 ;; esac; }
@@ -120,11 +127,14 @@ walk() {  # $1: an absolute path; prints why it may not be trusted
   w=$1; d=${1%/*}; me=$(id -u)
   while :; do
     if s=$(stat -c '%u %g %a %F' -- "${w:-/}" 2>/dev/null); then
-      set -- $s; a=$((0$3)); k=
+      set -- $s; a=$((0$3)); k=; mode=$3; acl=
+      case $(ls -ld -- "${w:-/}" 2>/dev/null) in ??????????+*) acl=1 ;; esac
       if [ "$1" != 0 ] && [ "$1" != "$me" ]; then k=owner
-      elif [ "$4" != symbolic ] && { [ $((a & 2)) != 0 ] || { [ $((a & 16)) != 0 ] && others_in "$2" "$1"; }; } &&
-           { [ $((a & 512)) = 0 ] || [ "$w" = "$p" ] || [ "$w" = "$d" ]; }; then k=writable; fi
-      if [ -n "$k" ]; then echo "$k $1 $(id -nu "$1" 2>/dev/null || echo "uid-$1") $(id -nu) $3 ${w:-/}"; return; fi
+      elif [ "$4" != symbolic ] &&
+           { [ $((a & 2)) != 0 ] || { [ $((a & 16)) != 0 ] && { [ -n "$acl" ] || others_in "$2" "$1"; }; }; } &&
+           { [ $((a & 512)) = 0 ] || [ "$w" = "$p" ] || [ "$w" = "$d" ]; }; then
+        k=writable; [ -n "$acl" ] && mode=$mode+acl; fi
+      if [ -n "$k" ]; then echo "$k $1 $(id -nu "$1" 2>/dev/null || echo "uid-$1") $(id -nu) $mode ${w:-/}"; return; fi
     fi
     [ -z "$w" ] && return; w=${w%/*}
   done; }
@@ -136,17 +146,18 @@ elif why=$(walk "$p"; q=$p; p=$(readlink -f -- "$p") && [ "$p" != "$q" ] && walk
 *}"
 elif [ -r "$p" ] && ! program; then what=not-a-program
 elif [ ! -x "$p" ]; then what=not-executable
-else exec "$p" "$@"
+else if [ -n "$had" ]; then PATH=$caller; else unset PATH; fi; exec "$p" "$@"
 fi
 # Not a read of the payload to its end: a program's stdin may stay open (heartbeats) until it ends.
 echo "DDP_PREFLIGHT_PYTHON $what" >&2
-exit 126"""
+exit 126""".replace("@SYSTEM_PATH@", SYSTEM_PATH)
 
 
 def python_argv(python: str, *args: str) -> list[str]:
     """The command that runs `python ARGS...` on a node, once it is known to be a program that
-    no other user can change."""
-    return ["sh", "-c", _RUN_PYTHON, "ddp-preflight", python, *args]
+    no other user can change: /bin/sh by its path (locally, over ssh and through srun alike), never
+    an `sh` found on a PATH."""
+    return ["/bin/sh", "-c", _RUN_PYTHON, "ddp-preflight", python, *args]
 
 
 def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: bool) -> NodeError:
@@ -182,7 +193,7 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
 
 
 def _not_trusted(host: str, python: str, verdict: str) -> NodeError:
-    """`not-trusted owner|writable UID OWNER ME MODE PATH`: the interpreter (the sh above) or what
+    """`not-trusted owner|writable|not-a-file UID OWNER ME MODE PATH`: the interpreter (the sh above) or what
     its site would read (node/trust.py) can be changed by another user, as OpenSSH's StrictModes
     refuses a key in a folder others can write."""
     parts = verdict.split(" ", 6)
@@ -195,7 +206,14 @@ def _not_trusted(host: str, python: str, verdict: str) -> NodeError:
         return NodeError(f"{host}: the training Python {python} is refused: {path} belongs to {owner} (uid {uid}), "
                          f"who could change what it runs as {me}",
                          f"connect as {owner} to run {owner}'s Python, or give one only {who} can change: --python PATH")
+    if why == "not-a-file":        # a .pth that is a FIFO (or a device): Python's site would wait on it
+        return NodeError(f"{host}: the training Python {python} is refused: {path} is {mode.replace('-', ' ')}, "
+                         "not a regular file, which Python's site would wait on forever",
+                         f"remove {path} once you have checked who made it, or give another Python: --python PATH")
+    # "775+acl": a POSIX ACL lets others write (the mode's group bits are then its mask).
+    acl = mode.endswith("+acl")
+    undo = f"setfacl -b {path}" if acl else f"chmod go-w {path}"
     return NodeError(f"{host}: the training Python {python} is refused: {path} is writable by other users "
-                     f"(mode {mode}), who could change what it runs as {me}",
-                     f"give a Python only {who} can change: --python PATH, or chmod go-w {path} once you have "
+                     f"(mode {mode[:-4] + ', with an ACL' if acl else mode}), who could change what it runs as {me}",
+                     f"give a Python only {who} can change: --python PATH, or {undo} once you have "
                      "checked what it holds")

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
-from .host_names import HostListError, check_hosts
+from . import slurm_hostlist
+from .host_names import HostListError, bad_host_reason, check_hosts
 
 SCONTROL_TIMEOUT = 30.0     # seconds; scontrol answers in milliseconds when slurmctld is up
+HOSTNAMES_TIMEOUT = 10.0    # seconds; `show hostnames` reads only the configuration, never slurmctld
 
 
 class SlurmError(Exception):
@@ -86,6 +88,28 @@ def _scontrol(*args: str, timeout: float = SCONTROL_TIMEOUT) -> str:
     return done.stdout
 
 
+def hostnames(hostlist: str) -> list[str]:
+    """The names in a Slurm host list, the one expansion for --slurm's SLURM_JOB_NODELIST and
+    --slurm-job's NodeList: Slurm's own (`scontrol show hostnames`) where its client answers, else
+    the same rules without it (slurm_hostlist.expand, tested against what Slurm printed). A list
+    is counted first: a malformed one, or one over MAX_HOSTS, is a HostListError before Slurm is
+    asked to print it; every name passes the host check."""
+    slurm_hostlist.checked(hostlist)
+    if "[" not in hostlist:
+        return slurm_hostlist.expand(hostlist)     # nothing to expand: its items are its names
+    try:
+        names = _scontrol("show", "hostnames", hostlist, timeout=HOSTNAMES_TIMEOUT).split()
+    except SlurmError:
+        names = []         # no Slurm client here, or no configuration for it to read
+    if not names:
+        return slurm_hostlist.expand(hostlist)
+    for name in names:
+        reason = bad_host_reason(name)
+        if reason:
+            raise HostListError(reason)
+    return names
+
+
 def _fields(line: str) -> dict[str, str]:
     """`Key=value Key=value` as scontrol -o prints one record; a value runs to the next key."""
     out: dict[str, str] = {}
@@ -108,16 +132,24 @@ def read_job(job_id: str) -> SlurmJob:
                          "or run inside an allocation (salloc -N N, or an sbatch script)") from None
     job_line = shown[0] if shown else ""
     record = _fields(job_line)
-    state = record.get("JobState", "")
-    if state != "RUNNING":
+    # Whose it is, its state and its nodes decide whether it may be used: read from squeue's
+    # fixed fields, never from scontrol's `Key=value` line, where a job name such as
+    # 'x UserId=root(0) JobState=RUNNING' reads as the fields it names.
+    owner = _owner(job_id)
+    state = owner.state if owner else (record.get("JobState", "") if record.get("JobState") != "RUNNING" else "")
+    if owner is None or state != "RUNNING":
         raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
                          "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)")
-    refused = not_yours(job_id, record.get("UserId", ""))
+    refused = not_yours(job_id, f"{owner.user}({owner.uid})")
     if refused:
         raise SlurmError(refused)
+    record["NodeList"] = owner.nodes
 
     def expand(hostlist: str) -> list[str]:
-        return _scontrol("show", "hostnames", hostlist).split() if "[" in hostlist else hostlist.split(",")
+        try:
+            return hostnames(hostlist)
+        except HostListError as exc:
+            raise SlurmError(f"Slurm job {job_id}'s NodeList: {exc}") from None     # as check_hosts says it
 
     names = tuple(expand(record.get("NodeList", "")))
     try:
@@ -131,6 +163,37 @@ def read_job(job_id: str) -> SlurmJob:
         info[node.get("NodeName", "")] = SlurmNodeInfo(node.get("NodeName", ""), node.get("NodeAddr", ""),
                                                        node.get("State", ""), reason)
     return parse_job(job_line, names, info, expand, read_at)
+
+
+@dataclass(frozen=True)
+class _Owner:
+    uid: int
+    user: str
+    state: str
+    nodes: str
+
+
+SQUEUE_FORMAT = "%U %u %T %N"       # uid, user name, state, node list: none a job's owner can word
+
+
+def _owner(job_id: str) -> _Owner | None:
+    """The job's uid, user, state and nodes as squeue prints them (fields whose values are
+    numbers, account names, Slurm's state words and host lists: nothing the job's owner chose can
+    add a field); None when squeue does not list the job."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
+                              capture_output=True, text=True, timeout=SCONTROL_TIMEOUT)
+    except FileNotFoundError:
+        raise SlurmError("squeue is not installed here: Slurm's client commands are needed "
+                         "(run this on a node of the cluster, or apt-get install slurm-client)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"squeue -j {job_id} did not answer within {SCONTROL_TIMEOUT:.0f} s: "
+                         "is slurmctld reachable (scontrol ping)?") from None
+    lines = done.stdout.splitlines() if done.returncode == 0 else []
+    words = lines[0].split(" ") if len(lines) == 1 else []
+    if len(words) != 4 or not words[0].isdigit() or not re.fullmatch(r"[A-Z_]+", words[2]):
+        return None
+    return _Owner(int(words[0]), words[1], words[2], words[3])
 
 
 def not_yours(job_id: str, user_id: str) -> str | None:

@@ -5,13 +5,16 @@ its hangwatch."""
 from __future__ import annotations
 
 import collections
+import io
 import logging
 import os
 import shlex
 import stat
 import threading
 
-from node.private import folders_up, others_may_write
+from node.bounded import Skipped, read_regular
+from node.private import folders_up
+from node.writers import others_may_write, writable_mode
 
 from .errors import NodeError, explain_connect
 from .host_names import bad_host_reason
@@ -129,14 +132,44 @@ def ssh_config_problem(ssh_config: str | None) -> str | None:
                 why = "is not a regular file"
             elif st.st_uid not in (0, me):
                 why = f"belongs to uid {st.st_uid}, not to root or this user (uid {me})"
-            elif others_may_write(st) and not (where != real and st.st_mode & stat.S_ISVTX):
-                why = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+            elif others_may_write(st, where) and not (where != real and st.st_mode & stat.S_ISVTX):
+                why = f"is writable by other users (mode {writable_mode(st, where)})"
             if why:
                 shown = "it" if where == real == given else where
+                undo = f"setfacl -b {where}" if why.endswith("with an ACL)") else \
+                    f"chown {me} FILE; chmod go-w FILE and its folders"
                 return (f"ssh config {given} is refused: {shown} {why}, and an ssh config's Match exec and "
-                        f"ProxyCommand run as this user; give a config only root or this user can change "
-                        f"(chown {me} FILE; chmod go-w FILE and its folders)")
+                        f"ProxyCommand run as this user; give a config only root or this user can change ({undo})")
     return None
+
+
+SSH_CONFIG_BYTES = 1 << 20     # an ssh config: a few KB; a larger "config" is not one
+
+
+def checked_ssh_config(ssh_config: str | None, host: str):
+    """The ssh configs paramiko will use, parsed here from the files ssh_config_problem() checked
+    (links resolved: the path checked is the path read; a regular file, bounded), and nothing
+    else. fabric's own Config() would also load ~/.fabric.{py,yaml,yml,json} and /etc/fabric.* of
+    whatever HOME says (sudo may keep another user's): a .fabric.py runs as this user, and a
+    .fabric.yaml's ssh_config_path names an ssh config no one checked, whose Match exec runs. So
+    fabric is given this object and lazy=True: it loads no file of its own."""
+    from paramiko import SSHConfig
+
+    parsed = SSHConfig()
+    for given in ssh_config_files(ssh_config):
+        real = os.path.realpath(given)
+        try:
+            text = read_regular(real, SSH_CONFIG_BYTES).decode("utf-8", "replace")
+        except Skipped as exc:
+            raise NodeError(f"{host}: ssh config {given} is not read: {exc}",
+                            "give a regular file: --ssh-config FILE") from None
+        except OSError as exc:
+            if ssh_config:      # the one given: paramiko would have said it is missing too
+                raise NodeError(f"{host}: ssh config {given}: {exc.strerror}",
+                                "give an existing file: --ssh-config FILE") from None
+            continue            # a default one that went away meanwhile: as if it had never been there
+        parsed.parse(io.StringIO(text))
+    return parsed
 
 
 class SshNode(Node):
@@ -157,9 +190,8 @@ class SshNode(Node):
         problem = ssh_config_problem(self.ssh_config)
         if problem:
             raise NodeError(f"{self.name}: {problem}")
-        # The checked file, not a path whose links could be pointed elsewhere afterwards.
-        runtime = os.path.realpath(self.ssh_config) if self.ssh_config else None
-        config = Config(runtime_ssh_path=runtime) if runtime else Config()
+        # Only the checked configs, parsed here: fabric loads no file of its own (lazy=True).
+        config = Config(ssh_config=checked_ssh_config(self.ssh_config, self.name), lazy=True)
         conn = Connection(self.name, config=config, connect_timeout=CONNECT_TIMEOUT)
         _check_host_keys(conn)
         try:

@@ -3,14 +3,16 @@ the source files where there is no git.
 
 The folder may be another user's: each file is read bounded (node/bounded.py), so a FIFO named
 train_helpers.py is skipped with a note instead of blocking the collector forever; a symlink is
-hashed by what it says (as git does), never followed."""
+hashed by what it says (as git does), never followed; the folder is walked without recursion and
+no deeper than node/bounded.py's MAX_DEPTH (a chain of 1,200 folders made os.walk raise
+RecursionError), the first folder not entered named in `skipped`."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 
-from ..bounded import Skipped, open_regular
+from ..bounded import MAX_DEPTH, Skipped, open_regular, walk
 from .util import command
 
 SOURCE_SUFFIXES = (".py", ".toml", ".cfg", ".yaml", ".yml", ".json", ".txt", ".sh")
@@ -89,13 +91,19 @@ def _tree_hash(path: str, skipped: dict) -> str:
     digest = hashlib.sha256()
     count = 0
     budget = [TOTAL_BYTES]
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
-        for name in sorted(files):
+    too_deep: list = []
+    for root, dirs, files in walk(path, too_deep=too_deep):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        for name in files:
             if name.endswith(SOURCE_SUFFIXES):
                 full = os.path.join(root, name)
                 _hash_file(digest, os.path.relpath(full, path), full, budget, skipped)
                 count += 1
                 if count >= MAX_FILES:
                     return digest.hexdigest()[:16]
+    if too_deep:              # said, and counted in the hash: the same on every node
+        more = f" (and {len(too_deep) - 1} more)" if len(too_deep) > 1 else ""
+        label = os.path.relpath(too_deep[0], path)
+        skipped[label] = f"a folder deeper than {MAX_DEPTH} levels, not entered{more}"
+        digest.update(f"{label}: {skipped[label]}".encode())
     return digest.hexdigest()[:16]

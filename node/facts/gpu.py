@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 
+from ..bounded import Skipped, read_regular
 from ..proc import read
 from . import nvml, nvsmi
 from .processes import describe, own_lineage, training_reasons
@@ -19,6 +20,7 @@ from .processes import describe, own_lineage, training_reasons
 # the container started: inside it, the driver already lists only those).
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 NCCL_CONF_FILES = ("/etc/nccl.conf",)
+NCCL_CONF_BYTES = 64 << 10      # an nccl.conf is a few lines: a larger one is not read
 
 
 def gpu_facts() -> dict:
@@ -113,17 +115,32 @@ def infiniband(root: str = "/sys/class/infiniband") -> list[dict]:
 
 def nccl_conf() -> dict:
     """NCCL_* settings from the files NCCL reads at start: the environment wins over them, and the
-    user's file (NCCL_CONF_FILE, else ~/.nccl.conf) over /etc/nccl.conf."""
-    files = [os.environ.get("NCCL_CONF_FILE") or os.path.expanduser("~/.nccl.conf"), *NCCL_CONF_FILES]
+    user's file (NCCL_CONF_FILE, else ~/.nccl.conf) over /etc/nccl.conf. ~ is this user's home
+    from the password database, never HOME (sudo may keep another user's). Each is read bounded
+    (node/bounded.py): a regular file of at most NCCL_CONF_BYTES, never a FIFO (which would hold
+    the collector until its lease ends) or a device (a link to /dev/zero); those are named in
+    "skipped" with why."""
+    files = [os.environ.get("NCCL_CONF_FILE") or _own_home_file(".nccl.conf"), *NCCL_CONF_FILES]
     values: dict = {}
-    read_from = []
-    for path in files:
-        text = read(path)
-        if text is None:
+    read_from, skipped = [], {}
+    for path in (p for p in files if p):
+        try:
+            text = read_regular(path, NCCL_CONF_BYTES).decode("utf-8", "replace")
+        except Skipped as exc:
+            skipped[path] = str(exc)
             continue
+        except OSError:
+            continue        # not there (the usual case), or unreadable: NCCL skips it too
         read_from.append(path)
         for line in text.splitlines():
             key, equals, value = line.strip().partition("=")
             if equals and key.strip().startswith("NCCL_") and not key.startswith("#"):
                 values.setdefault(key.strip(), value.strip())
-    return {"files": read_from, "values": values}
+    return {"files": read_from, "values": values, "skipped": skipped}
+
+
+def _own_home_file(name: str) -> str | None:
+    try:
+        return os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, name)
+    except KeyError:
+        return None

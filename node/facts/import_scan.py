@@ -293,12 +293,16 @@ def main() -> None:
         import importlib.metadata  # noqa: F401  (its csv, email... from the interpreter, not the project)
     except ImportError:
         pass
-    if getattr(sys.flags, "safe_path", False):
+    # The training's PYTHONSAFEPATH and PYTHONPATH come in the request: this Python was started
+    # with -I (it ignores both, and its own sys.flags.safe_path is -I's).
+    if request.get("safe_path"):
         pass                    # PYTHONSAFEPATH: the rank puts no folder first either
     elif sys.path and sys.path[0] == "":
         sys.path[0] = root      # `python -c` put the current folder there
     else:
         sys.path.insert(0, root)
+    first = 0 if request.get("safe_path") else 1
+    sys.path[first:first] = list(request.get("path") or [])     # walked by the caller
     print(json.dumps(scan(entry, module, root)))
 
 

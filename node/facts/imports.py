@@ -51,12 +51,20 @@ def training_imports(request: dict) -> dict | None:
     out = {"python": sys.executable, "entry": entry, "module": module, "root": folder}
     if not os.path.isdir(folder):
         return {**out, "entry_error": f"the folder {folder} does not exist here"}
+    # The rank imports from the training's PYTHONPATH (this program's environment holds the
+    # training's variables): only once no other user can change any of its folders. The scan
+    # itself starts with -I, as every Python a node program starts (trust.python_argv), so it is
+    # handed the walked folders to look in, after the start folder, as the rank has them.
+    refused = trust.training_path_refusal(os.environ, folder)
+    if refused is not None:
+        return {"error": refused[0]}
+    path = trust.path_entries(os.environ, "PYTHONPATH", folder)
     try:
-        # As every Python a node program starts (trust.python_argv): the scan's own imports come
-        # from the interpreter, never from the project's folder it runs in.
+        # The scan's own imports come from the interpreter, never from the project's folder it runs in.
         done = subprocess.run(trust.python_argv(sys.executable, inspect.getsource(import_scan)),
-                              input=json.dumps({"entry": entry, "module": module}), cwd=folder,
-                              capture_output=True, text=True, timeout=TIMEOUT)
+                              input=json.dumps({"entry": entry, "module": module, "path": path,
+                                                "safe_path": bool(os.environ.get("PYTHONSAFEPATH"))}),
+                              cwd=folder, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return {"error": f"the import scan did not finish within {TIMEOUT:g} s"}
     except OSError as exc:

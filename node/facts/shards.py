@@ -8,37 +8,54 @@ hashlib's blake2b.
 
 The data folder may be another user's: only regular files are hashed, each read no further than
 the size it had when listed, and a file that became a FIFO (or anything else) since it was listed
-is skipped with a note, never waited on (node/bounded.py)."""
+is skipped with a note, never waited on (node/bounded.py). A file over SAMPLE_OVER (a sparse
+1 TiB file costs no disk) is hashed by a sample, the same on every node: its size and its first
+and last SAMPLE_BYTES, named in "sampled"; so the hashing ends in bounded time.
+
+The digest cache is this user's own: under its home from the password database (not HOME, which
+sudo may keep), written through node/private.py (no link another user planted is followed), and
+read only when it is a regular file of this user's, bounded, every entry checked."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
+import pwd
+import re
 import shlex
 import socket
 import stat
-import tempfile
 import threading
 import time
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor, wait
 
-from ..bounded import Skipped, open_regular, read_regular
+from ..bounded import Skipped, open_regular, size_text
+from ..private import folder
 
-try:
-    import xxhash
-except ImportError:
-    xxhash = None  # type: ignore[assignment]
-try:
-    import blake3
-except ImportError:
-    blake3 = None  # type: ignore[assignment]
+
+def _optional(name: str):
+    """A hashing package where the node has it, else None (one form for the type checker whether
+    it is installed there or not)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+xxhash = _optional("xxhash")
+blake3 = _optional("blake3")
 
 ALGORITHMS = ("xxh3_128", "blake3", "blake2b")    # in order of preference
 
 CHUNK = 4 << 20                 # in bytes; measured fastest with 2 threads (bench/shard_hashing.py)
 CACHE_BYTES = 64 << 20          # a digest cache larger than this is not ours: hash again
+SAMPLE_OVER = 1 << 30           # in bytes: a larger file is hashed by a sample (about a second of blake2b)
+SAMPLE_BYTES = 16 << 20         # in bytes, read at each end of a sampled file
+SAMPLED = b"ddp-preflight sampled v1\n"     # what a sampled digest starts from: never a whole file's
+DIGEST_LENGTHS = {"xxh3_128": 32, "blake3": 64, "blake2b": 128}     # hex digits of each algorithm's digest
 PROGRESS_INTERVAL = 0.25        # in seconds: at most ~4 progress calls a second
 
 _HASHERS: dict = {"blake2b": hashlib.blake2b}
@@ -68,14 +85,22 @@ def available_algorithms() -> list[str]:
     return [name for name in ALGORITHMS if name in _HASHERS]
 
 
-def default_cache_path(data_dir: str) -> str:
-    """Where this node keeps its digests of data_dir. The name holds the hostname and the folder's
-    (st_dev, st_ino): lab nodes share one filesystem and home, and must never share a cache."""
+def default_cache_path(data_dir: str) -> str | None:
+    """Where this node keeps its digests of data_dir: ~/.cache/ddp-preflight/ of this user's own
+    home, from the password database (sudo may keep another user's HOME), or $XDG_CACHE_HOME when
+    HOME is this user's. None: this user has no home. The name holds the hostname and the
+    folder's (st_dev, st_ino): lab nodes share one filesystem and home, and must never share a
+    cache."""
     path = _data_root(data_dir)
     info = os.stat(path)
+    try:
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        return None
     base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):         # the XDG spec says to ignore a relative value
-        base = os.path.join(os.path.expanduser("~"), ".cache")
+    own = os.path.realpath(os.environ.get("HOME") or "/nonexistent") == os.path.realpath(home)
+    if not (own and os.path.isabs(base)):     # the XDG spec says to ignore a relative value
+        base = os.path.join(home, ".cache")
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
     name = f"shards-{host}-{info.st_dev:x}-{info.st_ino:x}.json"
     return os.path.join(base, "ddp-preflight", name)
@@ -86,7 +111,8 @@ def manifest(data_dir: str, algorithm: str, cache_path: str | None = None, progr
     """Name, size and digest of every regular file under data_dir.
 
     progress(done_bytes, total_bytes, done_files, total_files) is called at most ~4 times a
-    second and once at the end. workers: hashing threads (default min(4, cpus))."""
+    second and once at the end. workers: hashing threads (default min(4, cpus)). A file over
+    SAMPLE_OVER has a sampled digest (_hash_file), and is named in "sampled" with how."""
     started = time.perf_counter()
     if algorithm not in _HASHERS:
         raise ShardError(f"hash algorithm {algorithm!r} is not available in this Python (it has "
@@ -113,6 +139,8 @@ def manifest(data_dir: str, algorithm: str, cache_path: str | None = None, progr
         progress(total_bytes, total_bytes, len(files), len(files))
     files = [f for f in files if f.rel in digests]
     total_bytes = sum(f.size for f in files)
+    sampled = {f.rel: f"over {size_text(SAMPLE_OVER)} ({size_text(f.size)}): hashed by its size and its first "
+                      f"and last {size_text(SAMPLE_BYTES)}" for f in files if f.size > SAMPLE_OVER}
 
     if cache_path:
         fresh = {keys[rel]: digest for rel, digest in digests.items()}   # drops deleted files
@@ -127,6 +155,7 @@ def manifest(data_dir: str, algorithm: str, cache_path: str | None = None, progr
         "hashed_bytes": tally.hashed_bytes,
         "cached_files": cached_files,
         "skipped": skipped,         # name -> why it is not in files (e.g. a symlink leading out)
+        "sampled": sampled,         # name -> how its digest was taken, when not from every byte
         "seconds": round(time.perf_counter() - started, 6),
     }
 
@@ -208,10 +237,11 @@ class _Tally:
         self.done_bytes, self.done_files, self.hashed_bytes = done_bytes, done_files, 0
         self._lock = threading.Lock()
 
-    def add_bytes(self, count: int) -> None:
+    def add_bytes(self, count: int, hashed: bool = True) -> None:
         with self._lock:
             self.done_bytes += count
-            self.hashed_bytes += count
+            if hashed:
+                self.hashed_bytes += count
 
     def add_file(self) -> None:
         with self._lock:
@@ -247,7 +277,9 @@ _buffers = threading.local()        # one read buffer per hashing thread, reused
 
 def _hash_file(path: str, size: int, hasher, tally: _Tally):
     """The digest of the file's first `size` bytes (its size when listed: a file that grows is
-    read no further), or Skipped when it is no longer a regular file."""
+    read no further), or Skipped when it is no longer a regular file. Over SAMPLE_OVER, the digest
+    of SAMPLED, its size, and its first and last SAMPLE_BYTES: the same on every node for the same
+    file, and read in a moment however large (or sparse) the file is."""
     buffer = getattr(_buffers, "buffer", None)
     if buffer is None:
         buffer = _buffers.buffer = bytearray(CHUNK)
@@ -260,54 +292,87 @@ def _hash_file(path: str, size: int, hasher, tally: _Tally):
         return exc
     except OSError as exc:
         raise _unreadable(path, exc) from None
+    if size > SAMPLE_OVER:
+        digest.update(SAMPLED + b"%d\n" % size)
+        spans = [(0, SAMPLE_BYTES), (size - SAMPLE_BYTES, SAMPLE_BYTES)]
+    else:
+        spans = [(0, size)]
     try:
         with open(fd, "rb", buffering=0) as stream:
-            left = size
-            while left > 0:
-                count = stream.readinto(view[:min(CHUNK, left)])
-                if not count:
-                    break
-                digest.update(view[:count])
-                tally.add_bytes(count)
-                left -= count
+            for start, length in spans:
+                stream.seek(start)
+                left = length
+                while left > 0:
+                    count = stream.readinto(view[:min(CHUNK, left)])
+                    if not count:
+                        break
+                    digest.update(view[:count])
+                    tally.add_bytes(count)
+                    left -= count
     except OSError as exc:
         raise _unreadable(path, exc) from None
+    if size > SAMPLE_OVER:
+        tally.add_bytes(size - 2 * SAMPLE_BYTES, hashed=False)    # done, though not read
     tally.add_file()
     return digest.hexdigest()
 
 
 def _cache_key(f: _File, algorithm: str) -> str:
     # A file whose path, size, mtime and inode are unchanged is taken as unchanged: re-reading
-    # hundreds of GB on every preflight is what would make people skip the check.
-    return f"{f.path}|{f.size}|{f.mtime_ns}|{f.inode}|{algorithm}"
+    # hundreds of GB on every preflight is what would make people skip the check. A sampled
+    # digest is keyed apart: it is never taken for a whole file's.
+    sampled = "|sampled-v1" if f.size > SAMPLE_OVER else ""
+    return f"{f.path}|{f.size}|{f.mtime_ns}|{f.inode}|{algorithm}{sampled}"
+
+
+_KEY = re.compile(r".+\|\d+\|-?\d+\|\d+\|([a-z0-9_]+)(?:\|sampled-v1)?")
 
 
 def _load_cache(path: str) -> dict:
     """The cached digests, or {} when the file is missing, unreadable or not ours: the cache only
-    saves time, so a broken one is never an error."""
+    saves time, so a broken one is never an error. Read only from a folder no other user can
+    change (walked as node/private.py walks), only a regular file of this user's (another user's
+    file there could name any digest for any of our files), at most CACHE_BYTES, and only entries
+    of the form _cache_key writes, each with a digest of its algorithm's length."""
+    where, name = os.path.split(path)
     try:
-        data = json.loads(read_regular(path, CACHE_BYTES))
+        with folder(where, make=False) as place:
+            fd, st = open_regular(name, follow=False, dir_fd=place.fd, limit=CACHE_BYTES)
+            try:
+                if st.st_uid != os.geteuid():
+                    return {}
+                with open(fd, "rb", buffering=0, closefd=False) as stream:
+                    data = json.loads(stream.read(CACHE_BYTES + 1))
+            finally:
+                os.close(fd)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and _entry(k, v)}
+
+
+def _entry(key: str, digest: str) -> bool:
+    match = _KEY.fullmatch(key)
+    return (match is not None and len(digest) == DIGEST_LENGTHS.get(match.group(1), -1)
+            and all(c in "0123456789abcdef" for c in digest))
 
 
 def _save_cache(path: str, digests: dict) -> None:
-    """Written to a temp file and renamed: a crash or a concurrent run never leaves half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """Written to a temp file and renamed: a crash or a concurrent run never leaves half a file.
+    Through node/private.py: the folder is walked from / and made 0700, never through a link
+    another user could have placed, and the files are opened relative to it."""
+    where, name = os.path.split(path)
+    temp = f".shards-{os.urandom(8).hex()}.tmp"
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=".shards-", suffix=".tmp")
+        with folder(where) as place:
+            try:
+                place.write_file(temp, json.dumps(digests))
+                os.replace(temp, name, src_dir_fd=place.fd, dst_dir_fd=place.fd)
+            except OSError:
+                try:
+                    os.unlink(temp, dir_fd=place.fd)
+                except OSError:
+                    pass
     except OSError:
-        return                      # e.g. a read-only home: hash again next time
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            json.dump(digests, stream)
-        os.replace(temp, path)
-    except OSError:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
+        return                      # e.g. a read-only home, or a folder refused: hash again next time

@@ -9,6 +9,7 @@ The same for a job that has ended and a job Slurm does not know; and if srun is 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -63,11 +64,11 @@ def state_of(lab, job: str) -> str:
                           text=True, timeout=30).stdout.strip()
 
 
-@pytest.fixture
-def intruders_job(slurm_lab):
+@contextlib.contextmanager
+def submitted(slurm_lab, *options: str):
     """A running job of the second user, submitted by that user with sbatch; cancelled after."""
     user = hostile_user()
-    done = user.run(["sbatch", "--parsable", "-N", "2", "-o", "/dev/null", "--wrap", "sleep 600"],
+    done = user.run(["sbatch", "--parsable", "-N", "2", "-o", "/dev/null", *options, "--wrap", "sleep 600"],
                     env={**user.env(), **lab_slurm.environment(slurm_lab.state)})
     job = done.stdout.strip()
     assert job.isdigit(), (done.stdout, done.stderr)
@@ -80,6 +81,12 @@ def intruders_job(slurm_lab):
         yield user, job
     finally:
         subprocess.run(["scancel", job], env=slurm_env(slurm_lab), timeout=30)
+
+
+@pytest.fixture
+def intruders_job(slurm_lab):
+    with submitted(slurm_lab) as found:
+        yield found
 
 
 TOOLS = [("hangwatch", "attach", "--for", "5", "--slurm-job"), ("ddp_preflight", "--json", "--slurm-job")]
@@ -149,3 +156,26 @@ def test_a_job_that_ended_and_one_slurm_does_not_know_are_one_line(slurm_lab, in
                               "slurm_load_jobs error: Invalid job id specified; give one of your running jobs "
                               "(squeue --me lists them), or run inside an allocation (salloc -N N, or an sbatch script)")
     assert took < BOUND
+
+
+# A job's name is the owner's to choose: scontrol prints it inside its `Key=value` line, so
+# 'x UserId=root(0) JobState=RUNNING' read as fields made the intruder's job root's. Whose it is
+# comes from squeue's fixed fields now.
+FORGED_NAMES = ["x UserId=root(0) ", "x UserId=root(0) JobState=RUNNING NodeList=master UserId=root(0)"]
+
+
+@pytest.mark.parametrize("name", FORGED_NAMES, ids=["userid", "several-fields"])
+@pytest.mark.parametrize("command", TOOLS, ids=["hangwatch", "ddp-preflight"])
+def test_a_job_name_that_spells_roots_userid_is_still_the_intruders_job(slurm_lab, command, name):
+    with submitted(slurm_lab, f"--job-name={name}") as (user, job):
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job], env=slurm_env(slurm_lab), capture_output=True,
+                               text=True, timeout=30).stdout
+        assert f"JobName={name}" in shown            # what Slurm itself prints, the name inside the line
+        done, took = tool(slurm_lab, *command, job)
+
+        prog = command[0].replace("_", "-")
+        assert one_line(done) == (f"{prog}: error: Slurm job {job} belongs to {user.name} (uid {user.uid}), not to "
+                                  f"root: Slurm runs a step in a job only for its own user, root too (srun: Unable to "
+                                  f"create step for job {job}: Access/permission denied); give one of your own running "
+                                  f"jobs (squeue --me), or run this as {user.name}")
+        assert took < BOUND

@@ -410,3 +410,252 @@ def test_what_the_same_user_installed_with_pip_install_user_is_still_found(tmp_p
     found = imports({"PYTHONUSERBASE": str(base)})["details"]
     assert (found["external"], found["missing"]) == (["userpkg"], []), found
     assert [m["module"] for m in imports({})["details"]["missing"]] == ["userpkg"]
+
+
+# --- the red team's variants (issue 23, second round) -----------------------------------------------
+
+def result_of(done: subprocess.CompletedProcess, check: str, node: str = HOST) -> dict:
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return next(r for r in json.loads(done.stdout)["results"] if r["check"] == check and r["node"] in (node, None))
+
+
+def release(fifo: Path) -> None:
+    """What a failed run left blocked on the FIFO (a reader waiting in open()) goes on: a writer
+    opens it once and closes it."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+# fabric reads ~/.fabric.{py,yaml,yml,json} of whatever HOME says (sudo may keep another user's):
+# a .fabric.py runs as root; a .fabric.yaml's ssh_config_path names an ssh config no one checked,
+# whose Match exec runs as root. Only the ssh config given (and checked) is read.
+FABRIC_FILES = {
+    ".fabric.py": "open({markers!r} + '/fabric.py', 'w').close()\n",
+    ".fabric.yaml": "ssh_config_path: {config}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FABRIC_FILES))
+def test_fabric_reads_no_config_file_from_the_home_it_is_given(user, intruder_home, markers, tmp_path, name):
+    from .ports import free_port
+
+    config = intruder_home / "ssh_config"     # the intruder's: never checked, never to be read
+    plant(user, config, f'Match exec "touch {markers}/match-exec"\n  User root\n')
+    dotfile = user.home / name
+    plant(user, dotfile, FABRIC_FILES[name].format(markers=str(markers), config=config))
+    given = tmp_path / "ssh_config"          # root's own: the one --ssh-config names, and is checked
+    given.write_text(f"Host target\n  HostName 127.0.0.1\n  Port {free_port()}\n")
+    try:
+        done = subprocess.run(command("ddp_preflight", "--only", "node-reachable", "--json", "--ssh-config",
+                                      str(given), "target"), cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HOME": str(user.home)})
+    finally:
+        dotfile.unlink(missing_ok=True)
+
+    assert left(markers) == []
+    result = result_of(done, "node-reachable", "target")
+    assert (result["status"], result["summary"]) == ("error", "target: nothing accepts ssh connections (connection refused)")
+
+
+# A folder on root's PATH that another user can write, or an empty PATH entry (the current
+# folder): nothing there runs, neither the `sh` in front of the Python nor the tools it uses.
+WRAPPER_TOOLS = ("sh", "dash", "bash", "stat", "head", "readlink", "id", "getent", "awk", "tr", "grep", "cat", "ls")
+
+
+@pytest.mark.parametrize("how", ["writable-folder", "empty-entry"])
+def test_no_tool_of_the_python_check_comes_from_a_folder_on_roots_path_the_intruder_can_write(
+        user, intruder_home, markers, how):
+    on_path = intruder_home / "bin"
+    user.run(["mkdir", "-m", "777", str(on_path)])
+    for tool in WRAPPER_TOOLS:
+        plant(user, on_path / tool, f"#!/bin/sh\ntouch {markers}/{tool}\n", mode="755")
+    path = f"{on_path}:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" if how == "writable-folder" \
+        else ":/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+    done = subprocess.run(command("ddp_preflight", "--only", "node-reachable", "--json"), capture_output=True,
+                          text=True, timeout=120, cwd=on_path, env={**os.environ, "PATH": path})
+
+    assert left(markers) == []
+    assert result_of(done, "node-reachable")["status"] == "pass", done.stdout[-3000:]
+
+
+def test_node_programs_start_sh_by_its_path():
+    from transport.errors import python_argv
+    from transport.payload import boot_argv
+
+    assert python_argv("python3")[:2] == boot_argv("/usr/bin/python3")[:2] == ["/bin/sh", "-c"]
+
+
+# PYTHONPATH (--env, the config, or the node's own environment): the node programs ignore it
+# (python -I), and one whose folders another user can change is refused before any job starts,
+# in one line naming the folder and its owner: the ranks would import from it as root.
+STDLIB_PLANTED = ("typing", "json", "os", "stat", "subprocess", "inspect", "ast", "importlib", "signal",
+                  "threading", "tempfile", "shutil", "zipfile", "socket", "struct", "pathlib", "dataclasses",
+                  "functools", "enum", "contextlib", "fnmatch", "glob", "hashlib", "site", "sitecustomize",
+                  "usercustomize", "torch")
+
+
+@pytest.fixture
+def intruder_pythonpath(user, intruder_home, markers) -> Path:
+    for name in STDLIB_PLANTED:
+        plant(user, intruder_home / f"{name}.py", marker_module(markers))
+    return intruder_home
+
+
+def pythonpath_refusal(folder: Path, user) -> str:
+    return (f"the training's PYTHONPATH folder {folder} belongs to ddpp-intruder (uid {user.uid}), who could "
+            "change what the ranks import as root")
+
+
+def train_folder(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import json\nprint(json.dumps(1))\n")
+    return code
+
+
+def test_a_pythonpath_given_with_env_imports_nothing_and_is_refused_in_one_line(
+        user, intruder_pythonpath, markers, tmp_path):
+    code = train_folder(tmp_path)
+    done = subprocess.run(command("ddp_preflight", "--only", "node-reachable,training-imports", "--json", "--env",
+                                  f"PYTHONPATH={intruder_pythonpath}", "--", "train.py"),
+                          cwd=code, capture_output=True, text=True, timeout=120)
+
+    assert left(markers) == []
+    assert result_of(done, "node-reachable")["status"] == "pass"
+    imports = result_of(done, "training-imports")
+    assert (imports["status"], imports["summary"]) == (
+        "error", f"{HOST}: the training command's imports were not resolved: "
+                 + pythonpath_refusal(intruder_pythonpath, user))
+
+
+def test_a_pythonpath_in_the_nodes_environment_imports_nothing_and_is_refused(
+        user, intruder_pythonpath, markers, tmp_path):
+    code = train_folder(tmp_path)
+    # -E: the master itself is this test's, not what is tried; the node programs get the variable.
+    argv = command("ddp_preflight", "--only", "node-reachable,training-imports", "--json", "--", "train.py")
+    done = subprocess.run([argv[0], "-E", *argv[1:]], cwd=code, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(intruder_pythonpath)})
+
+    assert left(markers) == []
+    assert result_of(done, "node-reachable")["status"] == "pass"
+    assert result_of(done, "training-imports")["summary"] == (
+        f"{HOST}: the training command's imports were not resolved: " + pythonpath_refusal(intruder_pythonpath, user))
+
+
+def test_a_launch_with_the_intruders_pythonpath_starts_no_rank_and_says_why(user, intruder_pythonpath, markers, tmp_path):
+    from .ports import free_port
+
+    code = train_folder(tmp_path)
+    done = subprocess.run(command("ddp_preflight", "--no-probes", "--force", "--master-port", str(free_port()),
+                                  "--launch", "--log-dir", str(tmp_path / "logs"), "--env",
+                                  f"PYTHONPATH={intruder_pythonpath}", "--", "train.py"),
+                          cwd=code, capture_output=True, text=True, timeout=300)
+
+    assert left(markers) == []
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert (f"ddp-preflight: training failed on {HOST}: {pythonpath_refusal(intruder_pythonpath, user)} (fix: give "
+            "PYTHONPATH only folders that root alone can change, or leave it out); every node was stopped") \
+        in done.stderr.splitlines(), \
+        done.stderr[-3000:]
+
+
+def test_the_import_scan_still_finds_modules_on_a_pythonpath_root_owns(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "roots_helpers.py").write_text("VALUE = 1\n")
+    code = train_folder(tmp_path)
+    (code / "train.py").write_text("import json\nimport roots_helpers\n")
+
+    done = subprocess.run(command("ddp_preflight", "--only", "training-imports", "--json", "--python", SYSTEM_PYTHON,
+                                  "--env", f"PYTHONPATH={lib}", "--", "train.py"),
+                          cwd=code, capture_output=True, text=True, timeout=120)
+
+    found = result_of(done, "training-imports")["details"]
+    assert (found["external"], found["missing"]) == (["roots_helpers"], []), found
+
+
+# POSIX ACLs: root's file or folder with `setfacl -m u:ddpp-intruder:rwx` keeps a private-looking
+# mode, and yet the intruder may write it. Each walk counts the ACL.
+
+@pytest.fixture
+def arena():
+    """A folder of root's that the intruder may enter (0755)."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="ddpp-hostile-exec-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_python_in_a_folder_with_an_acl_for_the_intruder_is_refused(user, arena):
+    from tests.acl import grant
+
+    drop = arena / "drop"
+    drop.mkdir(mode=0o755)
+    (drop / "python").symlink_to(SYSTEM_PYTHON)
+    grant(drop, user.uid)
+    user.run(["touch", str(drop / "theirs")])        # the ACL is real: the intruder writes there
+    (drop / "theirs").unlink()
+
+    result = reached("--python", str(drop / "python"))
+
+    assert (result["status"], result["summary"], result["fix"]) == (
+        "error",
+        f"{HOST}: the training Python {drop}/python is refused: {drop} is writable by other users (mode 775, with an "
+        "ACL), who could change what it runs as root",
+        f"give a Python only root can change: --python PATH, or setfacl -b {drop} once you have checked what it holds")
+
+
+@pytest.mark.parametrize("target", ["site-packages", "pth"])
+def test_a_site_with_an_acl_for_the_intruder_is_refused_before_its_pth_runs(user, root_venv, markers, target):
+    from tests.acl import grant
+
+    site = root_venv / "lib" / VERSION / "site-packages"
+    pth = site / "project.pth"
+    pth.write_text(pth_marker(markers))
+    granted = site if target == "site-packages" else pth
+    grant(granted, user.uid)
+    mode = f"{granted.stat().st_mode & 0o7777:o}"      # its group bits are the ACL's mask now
+    python = f"{root_venv}/bin/python"
+
+    result = reached("--python", python)
+
+    assert left(markers) == []
+    assert (result["status"], result["summary"]) == (
+        "error", f"{HOST}: the training Python {python} is refused: {granted} is writable by other users "
+                 f"(mode {mode}, with an ACL), who could change what it runs as root")
+
+
+# A FIFO named *.pth in a site-packages folder: the site (and the check before it) would open it
+# and wait forever, before any lease exists.
+
+def test_a_fifo_pth_the_intruder_put_in_a_writable_site_is_refused_at_once(user, root_venv):
+    site = root_venv / "lib" / VERSION / "site-packages"
+    os.chmod(site, 0o777)
+    os.mkfifo(site / "aaa.pth")       # as the intruder would (root's tmp_path is closed to it): its FIFO
+    user.own(site / "aaa.pth")
+    python = f"{root_venv}/bin/python"
+    try:
+        result = reached("--python", python)
+    finally:
+        release(site / "aaa.pth")
+
+    assert (result["status"], result["summary"]) == (
+        "error", f"{HOST}: the training Python {python} is refused: {site} is writable by other users (mode 777), "
+                 "who could change what it runs as root")
+
+
+def test_a_fifo_pth_in_roots_own_site_is_refused_not_waited_on(root_venv):
+    site = root_venv / "lib" / VERSION / "site-packages"
+    os.mkfifo(site / "aaa.pth")
+    python = f"{root_venv}/bin/python"
+    try:
+        result = reached("--python", python)
+    finally:
+        release(site / "aaa.pth")
+
+    assert (result["status"], result["summary"]) == (
+        "error", f"{HOST}: the training Python {python} is refused: {site}/aaa.pth is a FIFO, not a regular file, "
+                 "which Python's site would wait on forever")

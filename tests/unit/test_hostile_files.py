@@ -9,6 +9,7 @@ of theirs, under a root folder they may enter (`arena`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -487,3 +488,287 @@ def test_a_command_killed_at_its_timeout_leaves_nothing_once_the_facts_are_in(ar
         end(pids)
     assert left == []
     assert os.listdir(tmp) == []
+
+
+# --- the red team's variants: what explain and code-parity walk and read is bounded too -------------
+
+# The intruder's own Python (root's venv is not theirs to run): a chain of folders made one at a time
+# relative to the last (a path of 1,200 folders is longer than mkdir -p likes), a file at the bottom.
+CHAIN = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(int(sys.argv[2])):
+    os.mkdir("d", dir_fd=fd)
+    below = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = below
+out = os.open(sys.argv[3], os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+os.write(out, sys.argv[4].encode())
+"""
+
+
+@pytest.fixture
+def chain(user):
+    """chain(top, depth, name, text): `depth` folders named d, one in the other, under the intruder's
+    `top`, with `name` at the bottom; the first folder a walk of 64 levels does not enter. Removed
+    after by rm (shutil.rmtree recurses as deep as the chain)."""
+    made: list[Path] = []
+
+    def make(top: Path, depth: int, name: str, text: str) -> Path:
+        user.run(["/usr/bin/python3", "-c", CHAIN, str(top), str(depth), name, text])
+        made.append(top / "d")
+        return top.joinpath(*["d"] * 65)
+    yield make
+    for path in made:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False, timeout=120)
+
+
+def explain_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "explain", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def test_explain_of_a_json_document_nested_200000_deep_says_so_and_explains_the_rest(arena, user):
+    logs = user.folder(arena / "logs", 0o755)
+    user.file(logs / "rank0.log", TRACEBACK.format("CUDA error: out of memory"))
+    user.file(logs / "error-rank-1.json", "[" * 200_000 + "]" * 200_000)
+    user.file(logs / "result.json", '{"a":' * 200_000 + "1" + "}" * 200_000)
+
+    done = explain_cli(str(logs))
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert f"not read: {logs}/error-rank-1.json: a JSON document nested too deep to read" in lines
+    assert f"not read: {logs}/result.json: a JSON document nested too deep to read" in lines
+    assert "out of memory" in done.stdout
+
+
+def test_explain_of_a_folder_chain_1200_deep_notes_it_and_explains_the_rest(arena, user, chain):
+    logs = user.folder(arena / "logs", 0o755)
+    user.file(logs / "rank0.log", TRACEBACK.format("CUDA error: out of memory"))
+    first_not_entered = chain(logs, 1200, "rank1.log", TRACEBACK.format("deep down"))
+
+    done = explain_cli(str(logs))
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert f"not read: {first_not_entered}: a folder deeper than 64 levels, not entered" in lines, lines
+    assert "out of memory" in done.stdout and "deep down" not in done.stdout
+
+
+def test_a_code_folder_chain_1200_deep_is_noted_and_code_parity_finishes(arena, user, chain):
+    code = user.folder(arena / "code", 0o755)
+    user.file(code / "train.py", "print('train')\n")
+    chain(code, 1200, "deep.py", "x = 1\n")
+
+    done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "code-parity", "--code-dir", str(code)],
+                          cwd=arena, env=ENV, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    [parity] = json.loads(done.stdout)["results"]
+    deep = "/".join(["d"] * 65)
+    assert parity["status"] == "pass", parity
+    assert parity["details"]["skipped"] == {deep: "a folder deeper than 64 levels, not entered"}
+    assert parity["summary"].endswith(f"; not read: {deep} (a folder deeper than 64 levels, not entered)")
+
+
+# Explain in a child, and the bytes it read (rchar of /proc/self/io: every read() it made).
+READ_BYTES = """
+import re, sys
+from cli.explain import main
+code = main(sys.argv[1:])
+read = int(re.search(r"rchar: (\\d+)", open("/proc/self/io").read()).group(1))
+print("read", read, code)
+"""
+
+
+def test_explain_of_a_1_tib_sparse_log_reads_its_first_and_last_part_only(arena, user):
+    logs = user.folder(arena / "logs", 0o755)
+    log = logs / "worker1.log"
+    head = "".join(f"[worker1 r1] step {n} loss 0.5\n" for n in range(300))     # 9 KiB: it reads as text
+    tail = "\n" + "".join(f"[worker1 r1] {line}\n" for line in TRACEBACK.format("CUDA error: out of memory").splitlines())
+    # What the intruder leaves: a log's first line, 1 TiB of hole (4 KiB on disk), its failure at the end.
+    user.run(["sh", "-c", f"printf '%s' \"$1\" > {log} && truncate -s 1T {log} && printf '%s' \"$2\" >> {log}",
+              "sh", head, tail])
+
+    done = subprocess.run([sys.executable, "-c", READ_BYTES, str(logs)], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    *shown, last = done.stdout.splitlines()
+    word, read, code = last.split()
+    assert code == "1" and int(read) < (1 << 30) + (16 << 20), f"explain read {int(read) >> 20} MiB of a 1 TiB log"
+    assert (f"not read: {log}: the middle of a log of {size_text(log.stat().st_size)} (read its first 512 MiB and "
+            "its last 512 MiB)") in shown, shown
+    assert size_text(log.stat().st_size) == "1.0 TiB"
+    assert "out of memory" in done.stdout
+
+
+# --- the red team's variants (issue 23, second round) -----------------------------------------------
+
+def test_a_log_dir_whose_folder_has_an_acl_for_the_intruder_is_refused(arena, user):
+    """root's folder, mode 0755 as ls shows it but for its `+`: `setfacl -m u:ddpp-intruder:rwx`."""
+    from tests.acl import grant
+
+    shared = arena / "shared"
+    shared.mkdir(mode=0o755)
+    grant(shared, user.uid)
+    user.run(["mkdir", str(shared / "theirs")])        # the ACL is real: the intruder adds names there
+    before = listing(shared)
+
+    # The run's own folder: a folder made inside it (run1) would be root's and held open, as in
+    # a folder of the intruder's (above); the folder the logs go in must be writable by root alone.
+    run = launch(arena, TRAIN, shared)
+    out, err = run.communicate(timeout=300)
+
+    assert (run.returncode, out) == (2, ""), err[-3000:]
+    assert err == (f"ddp-preflight: error: cannot write the logs in {shared}: {shared} is writable by other users "
+                   "(mode 775, with an ACL): give --log-dir a folder that no other user can change\n")
+    assert listing(shared) == before
+
+
+def test_a_log_dir_whose_folder_has_a_default_acl_for_the_intruder_is_refused(arena, user):
+    """A default ACL: what root makes there (the run's files) would let the intruder write them."""
+    from tests.acl import grant_default
+
+    shared = arena / "shared"
+    shared.mkdir(mode=0o755)
+    grant_default(shared, user.uid)
+
+    run = launch(arena, TRAIN, shared)
+    out, err = run.communicate(timeout=300)
+
+    assert (run.returncode, out) == (2, ""), err[-3000:]
+    assert err == (f"ddp-preflight: error: cannot write the logs in {shared}: {shared} is writable by other users "
+                   "(mode 755, with an ACL): give --log-dir a folder that no other user can change\n")
+    assert listing(shared) == []
+
+
+# ~/.nccl.conf and NCCL_CONF_FILE: read bounded, from this user's own home (not HOME).
+
+def test_nccl_conf_that_is_a_fifo_or_a_device_is_skipped_not_waited_on(arena, user, monkeypatch):
+    from node.facts import gpu
+
+    shared = user.folder(arena / "shared", 0o755)
+    user.run(["mkfifo", str(shared / "nccl.conf")])
+    user.run(["ln", "-s", "/dev/zero", str(shared / "zero.conf")])
+    try:
+        monkeypatch.setenv("NCCL_CONF_FILE", str(shared / "nccl.conf"))
+        fifo = run_with_deadline(gpu.nccl_conf, 30)
+        monkeypatch.setenv("NCCL_CONF_FILE", str(shared / "zero.conf"))
+        zero = run_with_deadline(gpu.nccl_conf, 30)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(os.open(shared / "nccl.conf", os.O_WRONLY | os.O_NONBLOCK))
+
+    assert fifo["skipped"] == {f"{shared}/nccl.conf": "a FIFO, not a regular file"}
+    assert zero["skipped"] == {f"{shared}/zero.conf": "a device, not a regular file"}
+    assert f"{shared}/nccl.conf" not in fifo["files"] and f"{shared}/zero.conf" not in zero["files"]
+
+
+def test_the_nccl_conf_of_the_home_root_is_given_is_not_read(user, monkeypatch):
+    from node.facts import gpu
+
+    conf = user.home / ".nccl.conf"
+    user.run(["sh", "-c", f"echo NCCL_SOCKET_IFNAME=intruders0 > {conf}"])
+    try:
+        monkeypatch.delenv("NCCL_CONF_FILE", raising=False)
+        monkeypatch.setenv("HOME", str(user.home))
+        found = run_with_deadline(gpu.nccl_conf, 30)
+    finally:
+        conf.unlink(missing_ok=True)
+
+    assert str(conf) not in found["files"]
+    assert found["values"].get("NCCL_SOCKET_IFNAME") != "intruders0"
+
+
+# The shard cache: this user's own, never through another user's link, never believed when
+# someone else wrote it.
+
+def test_the_shard_cache_is_not_written_through_a_link_in_the_home_root_is_given(arena, user, monkeypatch):
+    target, before = target_of_root(arena)
+    data = arena / "data"
+    data.mkdir()
+    (data / "shard_0000.bin").write_bytes(b"a" * 1000)
+    cache = user.home / ".cache"
+    made = not cache.exists()
+    user.run(["mkdir", "-p", str(cache)])
+    user.run(["ln", "-sfn", str(target), str(cache / "ddp-preflight")])
+    try:
+        monkeypatch.setenv("HOME", str(user.home))
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+        path = shards.default_cache_path(str(data))
+        shards.manifest(str(data), "blake2b", cache_path=path)
+    finally:
+        (cache / "ddp-preflight").unlink(missing_ok=True)
+        if made:
+            shutil.rmtree(cache, ignore_errors=True)
+        else:
+            path = shards.default_cache_path(str(data))
+            if path and not path.startswith(str(user.home)):
+                Path(path).unlink(missing_ok=True)          # root's own cache of this test's folder
+
+    assert listing(target) == before
+
+
+def test_a_shard_cache_the_intruder_wrote_is_not_believed(arena, user, monkeypatch):
+    """A cache folder root's and sticky, as /tmp is: the intruder may add a file there, naming a
+    forged digest for root's shard, under the key root's run would look up."""
+    import hashlib
+
+    data = arena / "data"
+    data.mkdir()
+    (data / "shard_0000.bin").write_bytes(b"root's data")
+    folder = arena / "xdg" / "ddp-preflight"
+    folder.mkdir(parents=True)
+    folder.chmod(0o1777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(arena / "xdg"))
+    path = Path(shards.default_cache_path(str(data)))
+    assert path.parent == folder
+    shard = (data / "shard_0000.bin").stat()
+    key = f"{data}/shard_0000.bin|{shard.st_size}|{shard.st_mtime_ns}|{shard.st_ino}|blake2b"
+    forged = "f" * 128
+    user.run(["sh", "-c", f"cat > {path}"], input=json.dumps({key: forged}))
+
+    found = shards.manifest(str(data), "blake2b", cache_path=str(path))
+
+    assert found["files"]["shard_0000.bin"]["digest"] == hashlib.blake2b(b"root's data").hexdigest()
+    assert found["cached_files"] == 0
+
+
+def test_a_cache_entry_that_is_not_a_digest_is_not_believed(arena, monkeypatch):
+    import hashlib
+
+    data = arena / "data"
+    data.mkdir()
+    (data / "shard_0000.bin").write_bytes(b"root's data")
+    shard = (data / "shard_0000.bin").stat()
+    key = f"{data}/shard_0000.bin|{shard.st_size}|{shard.st_mtime_ns}|{shard.st_ino}|blake2b"
+    cache = arena / "cache.json"
+    cache.write_text(json.dumps({key: "\x1b]0;owned\x07"}))
+
+    found = shards.manifest(str(data), "blake2b", cache_path=str(cache))
+
+    assert found["files"]["shard_0000.bin"]["digest"] == hashlib.blake2b(b"root's data").hexdigest()
+
+
+# A sparse 1 TiB file in the data folder (no disk used): hashed by a sample, in bounded time.
+
+def test_a_sparse_1_tib_file_in_the_data_folder_is_sampled_and_preflight_finishes(arena, user):
+    data = user.folder(arena / "data", 0o755)
+    user.file(data / "shard_0000.bin", "a" * 1000)
+    user.run(["truncate", "-s", "1T", str(data / "huge.bin")])
+
+    started = time.monotonic()
+    done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "data-shards", "--data-dir", str(data)],
+                          cwd=arena, env={**ENV, "XDG_CACHE_HOME": str(arena / "cache")}, capture_output=True,
+                          text=True, timeout=120)
+    took = time.monotonic() - started
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    [result] = json.loads(done.stdout)["results"]
+    assert (result["status"], result["details"]["shards"]) == ("pass", 2)
+    assert result["details"]["sampled"] == {
+        "huge.bin": "over 1 GiB (1 TiB): hashed by its size and its first and last 16 MiB"}
+    assert took < 60, took

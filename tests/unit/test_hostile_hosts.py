@@ -314,3 +314,31 @@ def test_another_users_slurm_job_is_named_from_its_userid_before_any_srun(user):
         f"Slurm job 7 belongs to {user.name} (uid {user.uid}), not to root: Slurm runs a step in a job only for its "
         "own user, root too (srun: Unable to create step for job 7: Access/permission denied); give one of your own "
         f"running jobs (squeue --me), or run this as {user.name}")
+
+
+# --- the red team's variants (issue 23, second round) -----------------------------------------------
+
+def test_roots_ssh_config_with_an_acl_for_the_intruder_is_refused_and_never_run(user, tmp_path):
+    """root's file in root's folder, 0644 as `ls` shows it but for its `+`: `setfacl -m
+    u:ddpp-intruder:rw`. The intruder adds a Match exec through the ACL; root's run reads none of it."""
+    import tempfile
+
+    from tests.acl import grant
+
+    folder = Path(tempfile.mkdtemp(prefix="ddpp-hostile-hosts-"))
+    try:
+        folder.chmod(0o755)
+        config = folder / "ssh_config"
+        config.write_text("Host *\n  User root\n")
+        grant(config, user.uid, 6)
+        user.run(["sh", "-c", f'echo \'Match exec "id > {folder}/pwned"\' >> {config}'])
+        mode = f"{config.stat().st_mode & 0o7777:o}"
+
+        done = run("hangwatch", "attach", "--ssh-config", str(config), "--for", "1", "nosuch.invalid", cwd=tmp_path)
+
+        assert one_line(done) == (f"hangwatch: error: ssh config {config} is refused: it is writable by other users "
+                                  f"(mode {mode}, with an ACL), and an ssh config's Match exec and ProxyCommand run "
+                                  f"as this user; give a config only root or this user can change (setfacl -b {config})")
+        assert not (folder / "pwned").exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -567,3 +567,126 @@ def test_the_agent_redacts_the_second_users_ranks_environment_before_it_leaves_t
     everything = "\n".join(said)
     for kind, value in values.items():
         assert value not in everything, kind
+
+
+# -- the red team's variants: secrets in a script's arguments and a rank's exception ----------------
+
+def leak_values() -> dict[str, str]:
+    """One fresh value per place a secret was seen to leak: the test greps for these exact strings."""
+    return {kind: "V" + secrets.token_hex(8) for kind in (
+        "pw", "sas", "odbc", "pwd", "curl", "dict", "yaml", "json", "sas-text", "token-option")}
+
+
+SECRET_RAISES = """import json
+v = json.loads(%r)
+message = ("login failed for config {'user': 'svc', 'password': '%%s'} token: %%s " %% (v["dict"], v["yaml"])
+           + json.dumps({"api_key": v["json"]})
+           + " url https://a.blob.core.windows.net/c/x?sv=2022-11-02&sig=%%s" %% v["sas-text"])
+print("hub refused HF_TOKEN=%%s --token %%s" %% (v["hf"], v["token-option"]), flush=True)
+raise RuntimeError(message)
+"""
+
+
+def raising_script(values: dict[str, str]) -> str:
+    """The script, its values in its own text (never in its command line, which the launcher shows)."""
+    return SECRET_RAISES % json.dumps(values)
+
+
+def hf_token() -> str:
+    return "hf_" + secrets.token_hex(16) + "7"
+
+
+def test_a_ranks_exception_leaves_no_secret_in_the_hangwatch_line_the_summary_or_the_bundle(
+        intruders_folder, tmp_path, capsys):
+    """The second user's script raises with secrets in the usual forms (a dict's repr, YAML-ish
+    `token: X`, JSON, a SAS URL in free text): the launcher's hangwatch line, its "training failed"
+    summary, result.json as written and the incident bundle keep none of them."""
+    from cli.launch import say
+    from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+    from node.redact import redact_json, redact_text
+    from node.terminal import shown_text
+
+    user, folder = intruders_folder
+    values = {**leak_values(), "hf": hf_token()}
+    script = user.file(folder / "train.py", raising_script(values))
+    records = user.folder(folder / "records", 0o755)
+    ran = user.run([SYSTEM_PYTHON, str(ROOT / "node" / "rank_bootstrap.py"), str(script)], check=False, cwd=str(folder),
+                   env={**user.env(), "DDP_PREFLIGHT_FLIGHT_RECORDER": str(records)})
+    assert ran.returncode == 1, ran.stderr
+    ending = json.loads(next(records.glob("*.end")).read_text())
+    assert values["dict"] in ending["message"]
+    watcher, events = replay(hostile_recording("raise", ending), tmp_path)
+    verdict = watcher.verdict()
+    assert verdict is not None and verdict.named == (1,), [e.text for e in events]
+    said = [e for e in events if e.kind == "diagnosis"]
+    assert said, [e.text for e in events]
+    say(f"hangwatch: {said[0].text}")
+    line = capsys.readouterr().err
+    hidden = ("RuntimeError: login failed for config {'user': 'svc', 'password': '<redacted>'} token: <redacted> "
+              '{"api_key": "<redacted>"} url https://a.blob.core.windows.net/c/x?sv=2022-11-02&sig=<redacted>')
+    assert line.startswith("ddp-preflight: hangwatch: EXITED: rank 1 on master raised " + hidden), line
+    result = LaunchResult(
+        ranks=[LaunchedRank(0, "master", 0, exit=None, signal=15, why="stopped by torchrun when rank 1 failed"),
+               LaunchedRank(1, "master", 1, exit=1),
+               LaunchedRank(2, "worker1", 0, exit=None, signal=15, why="stopped by ddp-preflight"),
+               LaunchedRank(3, "worker1", 1, exit=None, signal=15, why="stopped by ddp-preflight")],
+        nodes=[NodeState("master", "failed", exit=1), NodeState("worker1", "stopped", stopped=True)],
+        stop_reason="rank 1 failed", first_failure="master", seconds=14.0, verdict=verdict)
+    # As cli/launch.py prints the summary and launch/run.py writes result.json.
+    summary = shown_text(redact_text(render(result, 29500, "master")))
+    assert summary.splitlines()[0] == f"training failed: rank 1 on master raised {hidden} at train.py:7; " \
+                                      "every node was stopped", summary
+    written = {"summary": summary, "hangwatch line": line,
+               "result.json": json.dumps(redact_json(result.to_json()))}
+    bundles = sorted((tmp_path / "incidents").glob("*/*"))
+    assert {p.name for p in bundles} >= {"incident.json", "report.txt"}, bundles
+    written.update({str(p): p.read_text() for p in bundles})
+    for kind, value in values.items():
+        if kind in ("dict", "yaml", "json", "sas-text"):
+            for where, text in written.items():
+                assert value not in text, (kind, where)
+
+
+def test_a_launch_shows_and_writes_no_secret_of_its_arguments_or_a_ranks_exception_and_explain_neither(tmp_path):
+    """A real launch (local, as root) of a script given secrets as options (--pw, --pwd, --user
+    user:password, a SAS URL, an ODBC string) that raises with secrets in its message: the
+    launcher's lines, plan.json, result.json, error-rank-0.json, the bundle and each NODE.log's
+    first line hold none of them; the rank's own lines (its output, as it printed it) are the only
+    place they stay. `explain` of that folder, text or JSON, quotes those lines without them."""
+    values = {**leak_values(), "hf": hf_token()}
+    script = tmp_path / "train.py"
+    script.write_text(raising_script(values))
+    log_dir = tmp_path / "run"
+    args = ["--pw", values["pw"], "--data", f"https://acct.blob.core.windows.net/c/x?sv=2022-11-02&sp=r&sig={values['sas']}",
+            "--conn", f"Server=db;UID=sa;PWD={values['odbc']}", "--pwd", values["pwd"], "--user",
+            f"admin:{values['curl']}", "-P", "2222", "--max-tokens", "512"]
+    done = subprocess.run([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port", str(free_port()),
+                           "--launch", "--log-dir", str(log_dir), "--", str(script), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    launching = next(line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: launching "))
+    assert ("--pw <redacted> --data https://acct.blob.core.windows.net/c/x?sv=2022-11-02&sp=r&sig=<redacted> "
+            "--conn Server=db;UID=sa;PWD=<redacted> --pwd <redacted> --user admin:<redacted> -P 2222 "
+            "--max-tokens 512 on 1 node(s)") in launching, launching
+    secret = list(values.values())
+    rank_line = re.compile(r"^\[[\w.-]+ r0\] ")
+
+    def leaks(text: str, where: str, ranks_own: bool = False) -> None:
+        for line in text.splitlines():
+            held = [v for v in secret if v in line]
+            assert not held or (ranks_own and rank_line.match(line)), (where, held, line)
+
+    leaks(done.stderr, "the launcher's lines")
+    leaks(done.stdout, "the terminal", ranks_own=True)
+    files = sorted(p for p in log_dir.rglob("*") if p.is_file())
+    assert {p.name for p in files} >= {"plan.json", "result.json", "error-rank-0.json", "incident.json", "report.txt"}
+    for path in files:
+        leaks(path.read_text(), str(path), ranks_own=path.suffix == ".log")
+    explained = cli("explain", str(log_dir))
+    as_json = cli("explain", "--json", str(log_dir))
+    for where, output in (("explain", explained), ("explain --json", as_json)):
+        assert output.returncode == 1, output.stderr
+        for value in secret:
+            assert value.encode() not in output.stdout + output.stderr, (where, value)
+    text = explained.stdout.decode()
+    assert "HF_TOKEN=<redacted> --token <redacted>" in text or "'password': '<redacted>'" in text, text
