@@ -179,8 +179,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         min_time_left=min_time_left,
         # Each node's own folder ([nodes.X] data_dir), unless --data-dir names one for all.
         data_dirs={} if args.data_dir else {h: d for h, d in zip(hosts, targets_data, strict=True) if d},
-        pythons={h: p for h in hosts or [socket.gethostname()]
-                 if (p := args.python or config.for_node(h, "python"))})
+        pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := _python_of(args, config, h)).named})
     if options.nproc_per_node < 1:
         given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
@@ -237,7 +236,7 @@ def _render(args, report) -> int:
 
 def _training_env(args: argparse.Namespace, config, hosts: list[str]):
     """The config's [env] and [nodes.NAME.env], then --env: checked before any node is contacted."""
-    from preflight.training_env import EnvError, TrainingEnv, from_config, parse_env_args
+    from rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
 
     names = hosts or [socket.gethostname()]
     try:
@@ -304,14 +303,22 @@ def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str],
 def _targets(args, config, hosts, launch_args):
     from preflight.cluster import Target
 
-    default_python = args.python or config.values.get("python") or sys.executable
     code_dir = args.code_dir or config.values.get("code_dir") or _code_dir_of(launch_args)
     if not hosts:
-        return [Target(socket.gethostname(), default_python, args.data_dir or config.values.get("data_dir"),
+        here = socket.gethostname()
+        return [Target(here, _python_of(args, config, here).path, args.data_dir or config.values.get("data_dir"),
                        code_dir, local=True)]
-    return [Target(h, args.python or config.for_node(h, "python", default_python),
+    return [Target(h, _python_of(args, config, h).path,
                    args.data_dir or config.for_node(h, "data_dir"),
                    args.code_dir or config.for_node(h, "code_dir", code_dir)) for h in hosts]
+
+
+def _python_of(args, config, host: str):
+    """The training's Python on `host` (rules/python.py): --python, else the config's for that
+    node, else this interpreter's; the same answer for the facts, the probes and the launch."""
+    from rules.python import training_python
+
+    return training_python(args.python, config.for_node(host, "python"))
 
 
 def _code_dir_of(launch_args: list[str]) -> str | None:

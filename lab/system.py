@@ -8,6 +8,8 @@ import subprocess
 import time
 from collections.abc import Iterable, Sequence
 
+from node import proc
+
 from .errors import LabError
 
 
@@ -44,14 +46,8 @@ def netns_inode(name: str) -> int | None:
 
 def process_start_ticks(pid: int) -> int | None:
     """Start time of a process in clock ticks since boot: with the PID, it names one process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name may hold spaces or parentheses: fields start after the last ')'.
-    fields = stat[stat.rindex(b")") + 2:].split()
-    return int(fields[19])
+    found = proc.stat(pid)
+    return None if found is None else found.start_ticks
 
 
 def is_same_process(pid: int, start_ticks: int) -> bool:
@@ -97,12 +93,10 @@ def terminate(pids: Sequence[int], *, grace: float = 3.0) -> list[int]:
 
 
 def _exists(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
+    found = proc.stat(pid)
+    if found is None:
         return False
-    if state == b"Z":
+    if found.state == "Z":
         # A zombie is gone for our purpose; reap it if it is our child.
         try:
             os.waitpid(pid, os.WNOHANG)

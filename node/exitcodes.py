@@ -28,6 +28,8 @@ import struct
 from collections import OrderedDict
 from typing import Dict, Iterable, Optional, Tuple
 
+from .proc import stat
+
 NETLINK_GENERIC = 16
 GENL_ID_CTRL = 0x10
 CTRL_CMD_GETFAMILY = 3
@@ -197,10 +199,10 @@ def _ancestors() -> Iterable[int]:
     pid = os.getppid()
     while pid > 1:
         yield pid
-        stat = _read(f"/proc/{pid}/stat")
-        if stat is None:
+        found = stat(pid)
+        if found is None:
             return
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        pid = found.ppid
 
 
 def _request(sock: socket.socket, kind: int, command: int, payload: bytes, ack: bool = False) -> None:

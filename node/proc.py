@@ -55,9 +55,15 @@ PF_EXITING = 0x4            # include/linux/sched.h: set as the process starts t
 
 
 def stat(pid: int) -> Optional[Stat]:
+    """/proc/PID/stat, parsed; None when the process is gone. The one reader of that file: the
+    agent, the rank finder, the exit-code reader, the lab and the benchmarks all call it."""
     raw = read_bytes(f"/proc/{pid}/stat")
-    if not raw:
-        return None
+    return parse_stat(raw) if raw else None
+
+
+def parse_stat(raw: bytes) -> Stat:
+    """One /proc/PID/stat line. The command name may hold spaces and parentheses: the fields
+    start after the last ')' (proc(5) numbers them from 1: state is field 3)."""
     fields = raw[raw.rindex(b")") + 2:].split()
     return Stat(fields[0].decode(), int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19]),
                 int(fields[49]) if len(fields) > 49 else None, int(fields[6]), int(fields[28]),

@@ -15,8 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from node.bounded import Skipped, read_regular
-
-from .training_env import ENV_NAME
+from rules.training_env import ENV_NAME
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -6,17 +6,15 @@ and memory."""
 
 from __future__ import annotations
 
-import itertools
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from node.bounded import Skipped, read_regular, size_text
 from transport.host_names import MAX_HOSTS, HostListError, bad_host_reason, check_hosts
+from transport.slurm_job import hostnames
 
 __all__ = ["MAX_HOSTS", "MAX_HOSTFILE_BYTES", "HostListError", "HostfileEntry", "bad_host_reason", "check_hosts",
-           "check_unique", "expand_slurm", "hostfile_slots", "read_hostfile", "slurm_hosts"]
+           "check_unique", "hostfile_slots", "read_hostfile", "slurm_hosts"]
 
 # A hostfile of MAX_HOSTS long lines (`host-name.domain slots=8  # rack 12`) fits in far less:
 # a bigger file is not a hostfile of one run, and is refused before it is read.
@@ -135,96 +133,13 @@ SLURM_VARIABLES = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
 
 def slurm_hosts(environ: Mapping[str, str]) -> tuple[str, list[str]]:
-    """The allocation's hosts from the environment: (the variable read, its hosts)."""
+    """The allocation's hosts from the environment: (the variable read, its hosts), expanded as
+    Slurm expands them (transport/slurm_job.hostnames: the one expansion of a Slurm host list)."""
     variable = next((v for v in SLURM_VARIABLES if v in environ), None)
     if variable is None:
         raise HostListError("--slurm: SLURM_JOB_NODELIST is not set (run inside an allocation: salloc/sbatch)")
     value = environ[variable]
     try:
-        return variable, expand_slurm(value)
+        return variable, hostnames(value)
     except HostListError as exc:
         raise HostListError(f"--slurm: {variable}={value!r}: {exc}") from None
-
-
-def expand_slurm(nodelist: str) -> list[str]:
-    """Slurm's compressed list, as `scontrol show hostnames` prints it:
-    'node[01-03,07],gpu5' -> node01 node02 node03 node07 gpu5; 'rack[1-2]-n[1-2]' -> rack1-n1
-    rack1-n2 rack2-n1 rack2-n2 (the last bracket varies fastest)."""
-    items = [_parse_item(item) for item in _split_items(nodelist)]
-    total = sum(_count(item) for item in items)
-    if total == 0:
-        raise HostListError("it lists no hosts")
-    if total > MAX_HOSTS:
-        raise HostListError(f"it lists {total} hosts, more than the {MAX_HOSTS} ddp-preflight takes")
-    hosts = [host for item in items for host in _expand_item(item)]
-    for host in hosts:
-        reason = bad_host_reason(host)
-        if reason:
-            raise HostListError(reason)     # the caller names the variable and its value
-    return hosts
-
-
-def _split_items(nodelist: str) -> list[str]:
-    """The comma- (or space-) separated items; commas inside brackets belong to the ranges."""
-    items, current, depth = [], "", 0
-    for char in nodelist:
-        if char == "[":
-            if depth:
-                raise HostListError("a '[' inside brackets: ranges do not nest")
-            depth = 1
-        elif char == "]":
-            if not depth:
-                raise HostListError("a ']' without its '['")
-            depth = 0
-        elif char in ", \t\n" and not depth:
-            items.append(current)
-            current = ""
-            continue
-        current += char
-    if depth:
-        raise HostListError("a '[' without its ']'")
-    return [item for item in items + [current] if item]
-
-
-@dataclass(frozen=True)
-class _Bracket:
-    """One bracket group: its ranges as (low, high, width); `[01-03]` keeps width 2, as Slurm
-    writes it (the width of the low end)."""
-    ranges: tuple[tuple[int, int, int], ...]
-
-    def count(self) -> int:
-        return sum(high - low + 1 for low, high, _ in self.ranges)
-
-    def names(self) -> list[str]:
-        return [f"{i:0{width}d}" for low, high, width in self.ranges for i in range(low, high + 1)]
-
-
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
-
-
-def _parse_item(item: str) -> list[str | _Bracket]:
-    """Text and bracket groups in turn: `rack[1-2]-n[01-03]` -> "rack", [1-2], "-n", [01-03]."""
-    parts = re.split(r"\[([^\]]*)\]", item)      # even indexes: text; odd: inside brackets
-    return [part if i % 2 == 0 else _parse_bracket(part, item) for i, part in enumerate(parts) if part or i % 2]
-
-
-def _parse_bracket(inside: str, item: str) -> _Bracket:
-    ranges = []
-    for part in inside.split(","):
-        match = _RANGE.fullmatch(part)
-        if not match:
-            raise HostListError(f"in {item}, {part!r} is not a number or a range of numbers like 1-4")
-        low, high = match.group(1), match.group(2) or match.group(1)
-        if int(high) < int(low):
-            raise HostListError(f"in {item}, the range {part} runs backwards, so it names no host")
-        ranges.append((int(low), int(high), len(low)))
-    return _Bracket(tuple(ranges))
-
-
-def _count(item: list[str | _Bracket]) -> int:
-    return math.prod(piece.count() for piece in item if isinstance(piece, _Bracket))
-
-
-def _expand_item(item: list[str | _Bracket]) -> list[str]:
-    choices = [[piece] if isinstance(piece, str) else piece.names() for piece in item]
-    return ["".join(parts) for parts in itertools.product(*choices)]

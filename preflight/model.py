@@ -7,12 +7,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .facts import Facts
-from .training_env import TrainingEnv
+from rules.facts import NodeFacts
+from rules.fix import Fix
+from rules.training_env import TrainingEnv
 
 if TYPE_CHECKING:
     from transport.slurm import SlurmJob
@@ -39,7 +39,7 @@ class Verdict:
     status: Status
     node: str | None            # the node it is about; None for the cluster as a whole
     summary: str                # one line: what is wrong (or right)
-    fix: str | None = None      # what to paste to fix it
+    fix: Fix | None = None      # what to run, set or change, on which node
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -49,7 +49,7 @@ class Result:
     status: Status
     node: str | None            # the node it is about; None for the cluster as a whole
     summary: str                # one line: what is wrong (or right)
-    fix: str | None = None      # what to paste to fix it
+    fix: str | None = None      # what to paste to fix it: the verdict's Fix as text (the JSON contract)
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -66,22 +66,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """What was collected on one node. `facts` is the JSON the node sent (one section per
-    collector; a section that failed is {"error": "..."}), kept as sent for recordings;
-    `parsed` is the same, typed, and what checks read. `error` means no facts at all."""
-    node: str                   # the name the user gave (host alias)
-    facts: Mapping[str, Any] = field(default_factory=dict)
-    error: str | None = None    # why the node could not be reached or run the collector
-    fix: str | None = None
-
-    @cached_property
-    def parsed(self) -> Facts:
-        """The facts as typed data, parsed on first use, once per node."""
-        return Facts.from_json(self.facts)
 
 
 @dataclass(frozen=True)

@@ -90,9 +90,9 @@ def _nccl(torch) -> dict:
     torch loaded it, and the pip wheel that ships it (nccl-parity compares them across nodes)."""
     facts: dict = {"nccl_version": None, "nccl_library": _mapped("libnccl"), "nccl_wheel": _wheel(NCCL_WHEELS)}
     try:
-        import torch.cuda.nccl
+        from torch.cuda import nccl  # not `import torch.cuda.nccl`: that would rebind the argument
 
-        version = torch.cuda.nccl.version()
+        version = nccl.version()
     except Exception as exc:     # a build without NCCL, or a library that does not load
         facts["nccl_error"] = f"{type(exc).__name__}: {exc}"
         return facts

@@ -7,6 +7,8 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterable
 
+from rules.fix import text_of
+
 from ..model import Check, Context, Result, Status
 from . import (
     bandwidth,
@@ -103,7 +105,8 @@ def run_checks(ctx: Context, checks: Iterable[Check]) -> list[Result]:
     results: list[Result] = []
     for check in checks:
         try:
-            results.extend(Result(check.id, v.status, v.node, v.summary, v.fix, v.details) for v in check.run(ctx))
+            results.extend(Result(check.id, v.status, v.node, v.summary, text_of(v.fix), v.details)
+                           for v in check.run(ctx))
         except Exception as exc:
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             results.append(Result(check.id, Status.ERROR, None,

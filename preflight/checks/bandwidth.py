@@ -7,14 +7,19 @@ for many nodes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from ..facts import Missing
+from rules.environment import env_fix
+from rules.facts import Missing
+from rules.fix import Fix, change
+from rules.routes import toward_master
+
 from ..model import Context, NodeFacts, Status, Verdict
+from ..probes.bandwidth_seen import BandwidthSeen, ComputeSeen, GpuFigures, JobFailure, NodeFigures
 from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes, symptom_of
-from .common import env_fix, probe_data
+from .common import probed
 from .gpu import clock_reasons, sight, slowdown_query
-from .network import toward_master
 
 GRADIENT_BYTES = 4          # per parameter: DDP all-reduces fp32 gradients (autocast keeps parameters fp32)
 SLOW_STEP_SECONDS = 1.0     # communication per step above this is felt, whatever the model computes
@@ -90,26 +95,26 @@ def _describe(name: str, link: dict) -> str:
 
 
 def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
-    data, early = probe_data(ctx, "bandwidth")
-    if early:
-        yield early
+    seen, early = probed(ctx, "bandwidth", BandwidthSeen.from_json)
+    if seen is None:
+        yield from [early] if early else []
         return
-    if "failed" in data:
-        yield _job_failed(ctx, data["failed"])
+    if seen.failed is not None:
+        yield _job_failed(ctx, seen.failed)
         return
-    world, busbw = data["world_size"], data["busbw_bytes_per_s"]
-    latency = data["latency_us"]["8"]
-    one_node = len(data["nodes"]) == 1      # one GPU node: the link between its GPUs
-    found = {} if one_node else links(ctx, data["nodes"])
+    world, busbw = seen.world_size, seen.busbw
+    latency = seen.latency_us["8"]
+    one_node = len(seen.nodes) == 1      # one GPU node: the link between its GPUs
+    found = {} if one_node else links(ctx, list(seen.nodes))
     slow = slowest_link(found)
-    between = f"{world} GPUs of {data['nodes'][0]}" if one_node else f"{world} nodes"
+    between = f"{world} GPUs of {seen.nodes[0]}" if one_node else f"{world} nodes"
     figures = (f"all_reduce latency {latency / 1000:.2f} ms (8 B), bus bandwidth {rate(busbw)} "
-               f"({size(data['bytes'])} messages, {between})")
+               f"({size(seen.message_bytes)} messages, {between})")
     speeds = {link["speed_mbit"] for link in found.values() if link.get("speed_mbit")}
     where = f"; slowest link: {_describe(*slow)}" if slow else \
         f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
-    details = {"latency_us": dict(data["latency_us"]), "busbw_bytes_per_s": busbw,
-               "algbw_bytes_per_s": data["algbw_bytes_per_s"], "bytes": data["bytes"], "seconds": data["seconds"],
+    details: dict[str, Any] = {"latency_us": dict(seen.latency_us), "busbw_bytes_per_s": busbw,
+               "algbw_bytes_per_s": seen.algbw, "bytes": seen.message_bytes, "seconds": seen.seconds,
                "world_size": world, "links": found, "slowest_link": slow[0] if slow else None}
 
     params = ctx.options.params
@@ -140,67 +145,64 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.WARN, name,
                       f"{predicted}: the link, not compute, will bound the run{compute}. The slowest link is "
                       f"{_describe(name, link)}: every step's all_reduce crosses it (seeds 001, 004). {figures}",
-                      f"connect {name} by wire, then "
-                      + env_fix(ctx, name, [("GLOO_SOCKET_IFNAME", "<its wired interface>")],
-                                note="or all-reduce less often: accumulate gradients over several micro-batches "
-                                     "inside model.no_sync()"), details)
+                      _by_wire(ctx, name), details)
         return
     less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"
     yield Verdict(Status.WARN, slow[0] if slow else None,
                   f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
-                  less_often if one_node else f"use a faster link between the nodes, or {less_often}", details)
+                  change(less_often if one_node else f"use a faster link between the nodes, or {less_often}"), details)
 
 
-def _job_failed(ctx: Context, failed: dict) -> Verdict:
+def _by_wire(ctx: Context, name: str) -> Fix:
+    """Wire the node, and pin its ranks to the wired interface."""
+    pin = env_fix(ctx, name, [("GLOO_SOCKET_IFNAME", "<its wired interface>")],
+                  note="or all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()")
+    return Fix(pin.action, (f"connect {name} by wire, then {pin.steps[0]}", *pin.steps[1:]), name, pin.note)
+
+
+def _job_failed(ctx: Context, failed: JobFailure) -> Verdict:
     """The job ran and failed: its own error, and the cause only where another check saw it."""
-    error = failed["error"]
-    causes = likely_causes(ctx, symptom_of(error, failed.get("timed_out", False)))
+    causes = likely_causes(ctx, symptom_of(failed.error, failed.timed_out))
     said, fix = because(causes)
-    return Verdict(Status.ERROR, None, f"the all_reduce job failed on {failed['node']}: {error}{said}", fix,
-                   {"failed": dict(failed), "likely_causes": causes})
+    return Verdict(Status.ERROR, None, f"the all_reduce job failed on {failed.node}: {failed.error}{said}", fix,
+                   {"failed": failed.to_json(), "likely_causes": [c.to_json() for c in causes]})
 
 
 def _break_even_tokens(ctx: Context, params: int, seconds: float) -> int | None:
     """Tokens per rank whose compute (about 6 FLOP per parameter per token, forward and
     backward) takes as long as the step's communication on the slowest measured node."""
-    compute = ctx.probes.get("compute") or {}
-    rates = [f["gflops"] for f in (compute.get("nodes") or {}).values()]
+    rates = [f.gflops for f in ComputeSeen.from_json(ctx.probes.get("compute") or {}).nodes.values()]
     if not rates:
         return None
     return int(seconds * min(rates) * 1e9 / (6 * params))
 
 
-def _threads(figures: dict) -> str:
-    n = figures["threads"]
-    return f"{n} thread{'s' if n != 1 else ''}, {figures['threads_from']}"
-
-
-def fastest(figures: dict) -> float:
-    """A node's best rate in GFLOP/s: its fastest GPU's, or its CPU's."""
-    return max((g["gflops"] for g in figures.get("gpus", ())), default=figures["gflops"])
+def _threads(figures: NodeFigures) -> str:
+    n = figures.threads
+    return f"{n} thread{'s' if n != 1 else ''}, {figures.threads_from}"
 
 
 def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
-    data, early = probe_data(ctx, "compute")
-    if early:
-        yield early
+    seen, early = probed(ctx, "compute", ComputeSeen.from_json)
+    if seen is None:
+        yield from [early] if early else []
         return
-    for name, reason in data["errors"].items():
+    for name, reason in seen.errors.items():
         said, fix = because(likely_causes(ctx, "gpu") if is_gpu_error(reason) else [])
         yield Verdict(Status.ERROR, name, f"{name}: the matmul benchmark did not run: {reason}{said}", fix)
-    measured = data["nodes"]
+    measured = seen.nodes
     if not measured:
         return
-    if any("gpus" in f for f in measured.values()):
+    if any("gpus" in f.sent for f in measured.values()):
         yield from _gpu_balance(ctx, measured)
         return
-    fastest_node = max(measured, key=lambda n: measured[n]["gflops"])
-    top = measured[fastest_node]["gflops"]
-    listed = ", ".join(f"{name} {f['gflops']:.0f} GFLOP/s ({_threads(f)})" for name, f in measured.items())
-    details = {"nodes": {name: dict(f) for name, f in measured.items()}, "fastest": fastest_node,
+    fastest_node = max(measured, key=lambda n: measured[n].gflops)
+    top = measured[fastest_node].gflops
+    listed = ", ".join(f"{name} {f.gflops:.0f} GFLOP/s ({_threads(f)})" for name, f in measured.items())
+    details = {"nodes": {name: f.to_json() for name, f in measured.items()}, "fastest": fastest_node,
                "threshold_ratio": STRAGGLER_RATIO}
-    slow = sorted((n for n in measured if measured[n]["gflops"] < STRAGGLER_RATIO * top),
-                  key=lambda n: measured[n]["gflops"])
+    slow = sorted((n for n in measured if measured[n].gflops < STRAGGLER_RATIO * top),
+                  key=lambda n: measured[n].gflops)
     if not slow:
         balance = (f"all within {STRAGGLER_RATIO}x of the fastest" if len(measured) > 1
                    else "one node, no one to wait for")
@@ -210,26 +212,26 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
     others = f". All: {listed}" if len(measured) > 2 else ""
     for name in slow:
         figures = measured[name]
-        slowdown = top / figures["gflops"]
+        slowdown = top / figures.gflops
         role = "the straggler every synchronous step waits for" if name == slow[0] else "also slower than the rest"
         yield Verdict(Status.WARN, name,
-                      f"{name} is {role}: {figures['gflops']:.0f} GFLOP/s ({_threads(figures)}) against {fastest_node}'s "
+                      f"{name} is {role}: {figures.gflops:.0f} GFLOP/s ({_threads(figures)}) against {fastest_node}'s "
                       f"{top:.0f} GFLOP/s ({_threads(measured[fastest_node])}): every synchronous step's compute takes "
                       f"about {slowdown:.1f}x as long as at {fastest_node}'s pace{others}",
                       _straggler_fix(ctx, name, figures, measured[fastest_node], by_name.get(name)),
                       {**details, "straggler": name, "slowdown": round(slowdown, 2)})
 
 
-def _straggler_fix(ctx: Context, name: str, slow: dict, fast: dict, node: NodeFacts | None) -> str:
+def _straggler_fix(ctx: Context, name: str, slow: NodeFigures, fast: NodeFigures, node: NodeFacts | None) -> Fix:
     nproc = ctx.options.nproc_per_node
     cpu = node.parsed.cpu if node is not None else Missing("not one of the nodes")
-    cores = (None if isinstance(cpu, Missing) else cpu.physical_cores) or slow.get("cpus") or 1
+    cores = (None if isinstance(cpu, Missing) else cpu.physical_cores) or slow.cpus or 1
     best = max(1, cores // max(1, nproc))
-    if slow["threads"] < fast["threads"] and slow["threads"] < best:
+    if (slow.threads or 0) < (fast.threads or 0) and (slow.threads or 0) < best:
         return env_fix(ctx, name, [("OMP_NUM_THREADS", str(best))],
                        note=f"{cores} cores, {nproc} process(es) per node")
-    return (f"DDP gives every rank the same batch, so {name} cannot do less: replace it with a faster machine, "
-            "or leave it out of the host list")
+    return change(f"DDP gives every rank the same batch, so {name} cannot do less: replace it with a faster machine, "
+                  "or leave it out of the host list", name)
 
 
 # --- compute-balance on the GPUs of a CUDA run ----------------------------------------------------
@@ -238,62 +240,58 @@ def tflops(gflops: float) -> str:
     return f"{gflops / 1000:.0f} TFLOP/s" if gflops >= 10_000 else f"{gflops / 1000:.1f} TFLOP/s"
 
 
-def _gpu(figures: dict, index: int) -> dict:
-    return next(g for g in figures["gpus"] if g["index"] == index)
+def _gpu_words(node: str, gpu: GpuFigures) -> str:
+    return f"{node}'s GPU {gpu.index} ({gpu.name or '?'}, {gpu.dtype or '?'})"
 
 
-def _gpu_words(node: str, gpu: dict) -> str:
-    return f"{node}'s GPU {gpu['index']} ({gpu.get('name') or '?'}, {gpu.get('dtype', '?')})"
-
-
-def _node_gpus(figures: dict) -> str:
-    gpus = figures["gpus"]
+def _node_gpus(figures: NodeFigures) -> str:
+    gpus = figures.gpus
     if len(gpus) == 1:
-        return f"GPU {gpus[0]['index']} {tflops(gpus[0]['gflops'])}"
-    rates = sorted(g["gflops"] for g in gpus)
+        return f"GPU {gpus[0].index} {tflops(gpus[0].gflops)}"
+    rates = sorted(g.gflops for g in gpus)
     return f"{len(gpus)} GPUs {tflops(rates[0])} to {tflops(rates[-1])}"
 
 
-def _gpu_balance(ctx: Context, measured: dict[str, dict]) -> Iterator[Verdict]:
+def _gpu_balance(ctx: Context, measured: Mapping[str, NodeFigures]) -> Iterator[Verdict]:
     """Every rank waits for the slowest GPU of the run each step: each node's slowest GPU against
     the fastest GPU of any node (a throttled GPU beside fast ones on one node counts too)."""
-    best_node = max(measured, key=lambda n: fastest(measured[n]))
-    best = max(measured[best_node]["gpus"], key=lambda g: g["gflops"])
-    top = best["gflops"]
-    dtypes = sorted({g.get("dtype", "?") for f in measured.values() for g in f["gpus"]})
+    best_node = max(measured, key=lambda n: measured[n].fastest)
+    best = max(measured[best_node].gpus, key=lambda g: g.gflops)
+    top = best.gflops
+    dtypes = sorted({g.dtype or "?" for f in measured.values() for g in f.gpus})
     listed = ", ".join(f"{name} {_node_gpus(f)}" for name, f in measured.items())
-    details = {"nodes": {name: dict(f) for name, f in measured.items()}, "fastest": best_node,
-               "fastest_gpu": best["index"], "threshold_ratio": STRAGGLER_RATIO}
-    slow = sorted((n for n in measured if measured[n]["gflops"] < STRAGGLER_RATIO * top),
-                  key=lambda n: measured[n]["gflops"])
+    details = {"nodes": {name: f.to_json() for name, f in measured.items()}, "fastest": best_node,
+               "fastest_gpu": best.index, "threshold_ratio": STRAGGLER_RATIO}
+    slow = sorted((n for n in measured if measured[n].gflops < STRAGGLER_RATIO * top),
+                  key=lambda n: measured[n].gflops)
     if not slow:
-        count = sum(len(f["gpus"]) for f in measured.values())
+        count = sum(len(f.gpus) for f in measured.values())
         balance = f"all within {STRAGGLER_RATIO}x of the fastest" if count > 1 else "one GPU, no one to wait for"
         yield Verdict(Status.PASS, None, f"{'/'.join(dtypes)} matmul on the GPUs: {listed}; {balance}", None, details)
         return
     by_name = {n.node: n for n in ctx.nodes}
     for name in slow:
-        gpu = _gpu(measured[name], measured[name]["slowest_gpu"])
-        slowdown = top / gpu["gflops"]
+        gpu = measured[name].gpu(measured[name].slowest_gpu)
+        slowdown = top / gpu.gflops
         role = "the straggler every synchronous step waits for" if name == slow[0] else "also slower than the rest"
         why, fix = _why_slow(by_name[name], gpu, best)
         yield Verdict(Status.WARN, name,
-                      f"{_gpu_words(name, gpu)} is {role}: {tflops(gpu['gflops'])} against "
+                      f"{_gpu_words(name, gpu)} is {role}: {tflops(gpu.gflops)} against "
                       f"{_gpu_words(best_node, best)} {tflops(top)}: every synchronous step's compute takes about "
                       f"{slowdown:.1f}x as long as at the fastest GPU's pace; {why}. All: {listed}", fix,
-                      {**details, "straggler": name, "straggler_gpu": gpu["index"], "slowdown": round(slowdown, 2)})
+                      {**details, "straggler": name, "straggler_gpu": gpu.index, "slowdown": round(slowdown, 2)})
 
 
-def _why_slow(node: NodeFacts, gpu: dict, best: dict) -> tuple[str, str | None]:
+def _why_slow(node: NodeFacts, gpu: GpuFigures, best: GpuFigures) -> tuple[str, Fix | None]:
     """What the facts say of a slow GPU, and a fix only for what they show."""
     seen = sight(node).devices          # in CUDA's order: rank i's cuda:i is seen[i]
-    device = seen[gpu["index"]] if gpu["index"] < len(seen) else None
+    device = seen[gpu.index] if gpu.index < len(seen) else None
     slowdowns = clock_reasons(device.clock_event_reasons)[0] if device and device.clock_event_reasons else []
     if device is not None and slowdowns:
         return f"gpu-health saw it slowed down ({', '.join(slowdowns)})", slowdown_query(node.node, device.index)
-    if gpu.get("name") != best.get("name"):
-        fix = ("DDP gives every rank the same batch, so a slower GPU cannot do less: replace it with a faster one, "
-               "or leave its node out of the host list")
-        return f"another model: {gpu.get('name') or '?'} against {best.get('name') or '?'}", fix
+    if gpu.name != best.name:
+        fix = change("DDP gives every rank the same batch, so a slower GPU cannot do less: replace it with a faster one, "
+                     "or leave its node out of the host list", node.node)
+        return f"another model: {gpu.name or '?'} against {best.name or '?'}", fix
     facts = "no slowdown in its facts" if device is not None else "no driver facts of it"
     return f"{NOT_KNOWN}: the same model as the fastest, {facts} (see gpu-health)", None

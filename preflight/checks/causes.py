@@ -7,10 +7,13 @@ error on a host with one GPU for two ranks)."""
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
-from ..facts import Missing
+from rules.facts import Missing
+from rules.fix import Fix, run
+from rules.routes import toward_master
+
 from ..model import Context, Status
-from .network import toward_master
 
 # Which checks can explain which symptom, the most likely first. A GPU error is explained by
 # what the GPU checks saw, never by the network.
@@ -32,6 +35,19 @@ GPU_WORDS = ("CUDA", "cuda", "NCCL", "Duplicate GPU", "device ordinal", "NVML")
 NOT_KNOWN = "the cause is not known"
 
 
+@dataclass(frozen=True)
+class Cause:
+    """Another check's failure that may explain a probe's: its id, node, summary and fix."""
+    check: str
+    node: str | None
+    summary: str
+    fix: Fix | None
+
+    def to_json(self) -> dict:
+        return {"check": self.check, "node": self.node, "summary": self.summary,
+                "fix": None if self.fix is None else self.fix.text()}
+
+
 def is_gpu_error(error: str) -> bool:
     return any(word in error for word in GPU_WORDS)
 
@@ -49,7 +65,7 @@ def symptom_of(error: str, timed_out: bool = False) -> str:
     return "other"
 
 
-def likely_causes(ctx: Context, symptom: str) -> list[dict]:
+def likely_causes(ctx: Context, symptom: str) -> list[Cause]:
     """Failures the other checks report, most relevant to this symptom first."""
     if not CAUSES_FOR[symptom]:
         return []      # the job itself broke: no fact explains that
@@ -64,28 +80,27 @@ def likely_causes(ctx: Context, symptom: str) -> list[dict]:
     return found
 
 
-def _failures(ctx: Context, names) -> list[dict]:
+def _failures(ctx: Context, names) -> list[Cause]:
     from . import BY_ID  # the registry imports the checks that import this: look it up when asked
 
     found = []
     for name in names:
         try:
-            found += [{"check": name, "node": v.node, "summary": v.summary, "fix": v.fix}
-                      for v in BY_ID[name].run(ctx) if v.status == Status.FAIL]
+            found += [Cause(name, v.node, v.summary, v.fix) for v in BY_ID[name].run(ctx) if v.status == Status.FAIL]
         except Exception:     # a cause we cannot name is not this check's failure
             continue
     return found
 
 
-def because(causes: list[dict], unexplained: str = NOT_KNOWN) -> tuple[str, str | None]:
+def because(causes: list[Cause], unexplained: str = NOT_KNOWN) -> tuple[str, Fix | None]:
     """The words that follow a failure's own message, and the fix: the first cause's, or none."""
     if not causes:
         return f"; {unexplained}", None
     c = causes[0]
-    return f"; likely cause: {c['check']}{' on ' + c['node'] if c['node'] else ''}: {c['summary']}", c["fix"]
+    return f"; likely cause: {c.check}{' on ' + c.node if c.node else ''}: {c.summary}", c.fix
 
 
-def firewalls(ctx: Context) -> list[dict]:
+def firewalls(ctx: Context) -> list[Cause]:
     out = []
     for node in ctx.reachable:
         net = node.parsed.network
@@ -99,9 +114,9 @@ def firewalls(ctx: Context) -> list[dict]:
         subnet = next((str(ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False))
                        for a in (iface.addresses if iface else ()) if a.scope == "global"), None)
         drops = "a drop policy" if fw.input_policy_drop else f"{fw.input_drops} drop rule(s)"
-        out.append({"check": "firewall", "node": node.node,
-                    "summary": f"{node.node}'s {fw.tool or 'firewall'} drops some new inbound connections "
-                               f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
-                    "fix": f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
-                           f"to any port {low}:{high}"})
+        out.append(Cause("firewall", node.node,
+                         f"{node.node}'s {fw.tool or 'firewall'} drops some new inbound connections "
+                         f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
+                         run(f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
+                             f"to any port {low}:{high}", node.node)))
     return out

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..facts import Missing
+from rules.facts import Missing
+from rules.fix import run
+
 from ..model import Context, Status, Verdict
 
 
@@ -28,7 +30,7 @@ def check_clock_skew(ctx: Context) -> Iterator[Verdict]:
             side = "ahead of" if skew > 0 else "behind"
             yield Verdict(Status.WARN, node.node,
                           f"{node.node}'s clock is {abs(skew):.1f} s {side} {reference}",
-                          f"sudo timedatectl set-ntp true   # on {node.node} (and the master)", details)
+                          run("sudo timedatectl set-ntp true", node.node, f"on {node.node} (and the master)"), details)
         else:
             yield Verdict(Status.PASS, node.node,
                           "is the master" if node is ctx.master else f"within {abs(skew) * 1000:.0f} ms of the master",

@@ -8,7 +8,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 
-from ..facts import Missing, ShardManifest
+from rules.facts import Missing, ShardManifest
+from rules.fix import Fix, change, run, said
+
 from ..model import Context, NodeFacts, Status, Verdict
 
 SHOWN = 5                       # names listed per kind of difference; the rest is a count
@@ -17,8 +19,8 @@ SHOWN = 5                       # names listed per kind of difference; the rest 
 def check_data_shards(ctx: Context) -> Iterator[Verdict]:
     if not ctx.options.data_dir and not ctx.options.data_dirs:
         yield Verdict(Status.SKIP, None, "no --data-dir given",
-                      fix="pass --data-dir PATH (the folder of training shards, the same path on "
-                          "every node)")
+                      fix=change("pass --data-dir PATH (the folder of training shards, the same path on "
+                                 "every node)"))
         return
     master = ctx.master
     # Each node's own folder ([nodes.NAME] data_dir in the config), else the one for every node.
@@ -38,10 +40,10 @@ def check_data_shards(ctx: Context) -> Iterator[Verdict]:
             yield _compare(ctx, node, found, reference, data_dir)
 
 
-def _manifest_or_result(node: NodeFacts, data_dir: str, fix: str):
+def _manifest_or_result(node: NodeFacts, data_dir: str, fix: Fix):
     """The node's manifest; or, when there is none, yields the verdict that says why."""
     if node.error is not None:
-        yield Verdict(Status.SKIP, node.node, f"not checked: {node.error}", fix=node.fix)
+        yield Verdict(Status.SKIP, node.node, f"not checked: {node.error}", fix=said(node.fix, node.node))
         return None
     manifest = node.parsed.shards
     if isinstance(manifest, Missing):
@@ -57,12 +59,13 @@ def _manifest_or_result(node: NodeFacts, data_dir: str, fix: str):
 def _master_result(master: NodeFacts, reference: ShardManifest, data_dir: str) -> Verdict:
     count, size = reference.file_count, reference.total_bytes
     details = {"data_dir": data_dir, "shards": count, "bytes": size,
-               "algorithm": reference.algorithm, "skipped": dict(reference.skipped)}
+               "algorithm": reference.algorithm, "skipped": dict(reference.skipped),
+               "sampled": dict(reference.sampled)}
     if count == 0:
         return Verdict(Status.WARN, master.node,
                        f"no shards in {data_dir} on the master: the training would read nothing",
-                       fix=f"put the training shards in {data_dir}, or pass the folder that holds "
-                           f"them as --data-dir", details=details)
+                       fix=change(f"put the training shards in {data_dir}, or pass the folder that holds "
+                                  f"them as --data-dir", master.node), details=details)
     return Verdict(Status.PASS, master.node,
                    f"{count} shards, {_size(size)} (the reference for the other nodes)",
                    details=details)
@@ -81,7 +84,7 @@ def _compare(ctx: Context, node: NodeFacts, found: ShardManifest, reference: Sha
                "master_shards": reference.file_count,
                "compared_by": "digest" if same_algorithm else "name+size",
                "algorithm": found.algorithm, "master_algorithm": reference.algorithm,
-               "skipped": dict(found.skipped)}
+               "skipped": dict(found.skipped), "sampled": dict(found.sampled)}
     for kind, names in (("missing", missing), ("extra", extra), ("differs", differs)):
         details[kind], details[f"{kind}_count"] = names[:SHOWN], len(names)
 
@@ -101,8 +104,8 @@ def _compare(ctx: Context, node: NodeFacts, found: ShardManifest, reference: Sha
                        f"{len(ours)} shards with the master's names and sizes, but their content "
                        f"could not be compared (master hashed with {reference.algorithm}, "
                        f"{node.node} with {found.algorithm})",
-                       fix="pip install xxhash in the training environment on every node, so all "
-                           "of them hash with xxh3_128", details=details)
+                       fix=change("pip install xxhash in the training environment on every node, so all "
+                                  "of them hash with xxh3_128"), details=details)
     return Verdict(Status.PASS, node.node,
                    f"{len(ours)} shards, {_size(found.total_bytes)}, identical to master",
                    details=details)
@@ -113,20 +116,20 @@ def _names(names: list[str]) -> str:
     return shown if len(names) <= SHOWN else f"{shown} and {len(names) - SHOWN} more"
 
 
-def _rsync_fix(ctx: Context, node: NodeFacts, data_dir: str) -> str:
+def _rsync_fix(ctx: Context, node: NodeFacts, data_dir: str) -> Fix:
     """Pulls the master's folder into the node's own (`data_dir`; they differ where the config
     gives a node its own); --delete drops shards the master does not have. The master's address
     as the workers dial it, since the node has to reach it."""
     source = ctx.options.master_addr or ctx.master.node
     origin = (ctx.options.data_dir_of(ctx.master.node) or data_dir).rstrip("/") or "/"
     folder = data_dir.rstrip("/") or "/"
-    return (f"run on {node.node}: rsync -a --delete {shlex.quote(f'{source}:{origin}/')} "
-            f"{_shell_path(folder + '/')}")
+    return run(f"run on {node.node}: rsync -a --delete {shlex.quote(f'{source}:{origin}/')} "
+               f"{_shell_path(folder + '/')}", node.node)
 
 
-def _unreadable_fix(data_dir: str) -> str:
-    return (f"check that {data_dir} is the training data folder and readable: "
-            f"ls -la {_shell_path(data_dir)}")
+def _unreadable_fix(data_dir: str) -> Fix:
+    return run(f"check that {data_dir} is the training data folder and readable: "
+               f"ls -la {_shell_path(data_dir)}")
 
 
 def _shell_path(path: str) -> str:

@@ -9,9 +9,12 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..facts import OLDER_COLLECTOR, CudaDevice, DriverView, GpuDevice, GpuFacts, GpuLink, GpuProcess, Missing
+from rules.environment import env_fix, env_of
+from rules.facts import OLDER_COLLECTOR, CudaDevice, DriverView, GpuDevice, GpuFacts, GpuLink, GpuProcess, Missing
+from rules.fix import Fix, change, run
+
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import describe_process, env_fix, env_of
+from .common import describe_process
 
 MIB = 2**20
 # GPU memory in use with no process to show for it, above which someone else's work is assumed:
@@ -198,11 +201,11 @@ def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by:
             f"{device}' (or 'invalid device ordinal' when it picks cuda:LOCAL_RANK)")
 
 
-def _fix_too_few(ctx: Context, node: NodeFacts, ranks: int, seen: Sight, fewest: int, hidden: bool) -> str | None:
+def _fix_too_few(ctx: Context, node: NodeFacts, ranks: int, seen: Sight, fewest: int, hidden: bool) -> Fix | None:
     if hidden and seen.physical is not None and seen.physical >= ranks:
         return env_fix(ctx, node.node, [("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(ranks)))])
     if seen.count and fewest:
-        return f"--nproc-per-node {fewest}   # the GPUs of the node with the fewest"
+        return change(f"--nproc-per-node {fewest}", note="the GPUs of the node with the fewest")
     return None         # no GPU at all there: device-dtype says what to do
 
 
@@ -248,7 +251,7 @@ def check_gpu_memory_held(ctx: Context) -> Iterator[Verdict]:
                   f"{node.node} cannot see (another container or user)" for d in unseen]
         fix = None
         if leftovers:
-            fix = f"kill {' '.join(str(p.pid) for p in leftovers)}   # on {node.node}: leftover training"
+            fix = run(f"kill {' '.join(str(p.pid) for p in leftovers)}", node.node, f"on {node.node}: leftover training")
         else:
             free = _free_gpus(driver, holders)
             if len(free) >= max(1, ctx.options.nproc_per_node):
@@ -288,25 +291,25 @@ def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
             [name for bit, name in NORMAL_REASONS.items() if mask & bit])
 
 
-def slowdown_query(node: str, index: int | None) -> str:
-    return f"nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {index}   # on {node}: the slowdown's causes"
+def slowdown_query(node: str, index: int | None) -> Fix:
+    return run(f"nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {index}", node, f"on {node}: the slowdown's causes")
 
 
 @dataclass(frozen=True)
 class Finding:
     status: Status
     text: str
-    fix: str | None = None
+    fix: Fix | None = None
 
 
 def device_findings(node: str, d: GpuDevice, peers: list[GpuDevice]) -> list[Finding]:
     """What is wrong with one GPU; `peers` are the same model's GPUs on the node, for NVLink."""
     i = d.index
-    reset = f"sudo nvidia-smi -r -i {i}   # on {node}, with nothing running on GPU {i}; or reboot {node}"
+    reset = run(f"sudo nvidia-smi -r -i {i}", node, f"on {node}, with nothing running on GPU {i}; or reboot {node}")
     found = []
     if d.error:
         return [Finding(Status.FAIL, f"GPU {i} does not answer ({d.error})",
-                        f"reboot {node}; if it stays, the GPU needs service")]
+                        change(f"reboot {node}; if it stays, the GPU needs service", node))]
     if d.ecc_uncorrected_volatile:
         found.append(Finding(Status.FAIL, f"GPU {i} has {d.ecc_uncorrected_volatile} uncorrected ECC errors since the "
                              "driver loaded: results can be wrong, and the next one can end the run", reset))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..facts import CpuFacts, GpuFacts, Missing
+from rules.environment import env_fix, env_of
+from rules.facts import CpuFacts, GpuFacts, Missing
+from rules.fix import change
+
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import env_fix, env_of
 
 # Switches training code reads for its dtype and attention kernel (nanochat's, and common ones).
 DTYPE_VARS = ("NANOCHAT_DTYPE", "DTYPE", "COMPUTE_DTYPE", "TORCH_DTYPE")
@@ -39,17 +41,18 @@ def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
                    "bf16_instructions": bf16}
         if backend == "nccl" and device == "cpu":
             yield Verdict(Status.FAIL, node.node, "NCCL moves CUDA tensors only: a CPU run needs Gloo",
-                          "--backend gloo (and init_process_group('gloo') in the training code)", details)
+                          change("--backend gloo (and init_process_group('gloo') in the training code)"), details)
             continue
         if backend not in torch.backends:
             yield Verdict(Status.FAIL, node.node,
                           f"{node.node}'s torch has no {backend} backend (it has: {', '.join(torch.backends) or 'none'})",
-                          "install a torch build with it, or pick a backend it has with --backend", details)
+                          change("install a torch build with it, or pick a backend it has with --backend", node.node), details)
             continue
         if device == "cuda" and not torch.cuda_available:
             yield Verdict(Status.FAIL, node.node,
                           f"{node.node} has no usable CUDA device (torch {torch.version}, {torch.build} build)",
-                          "install the CUDA build of torch there, or train on CPU with --device cpu --backend gloo", details)
+                          change("install the CUDA build of torch there, or train on CPU with --device cpu --backend gloo",
+                                 node.node), details)
             continue
         dtype = next((env[v] for v in DTYPE_VARS if env.get(v)), None)
         gpu = _gpu_present(node)
@@ -66,11 +69,11 @@ def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
                           "picks bf16 and flash attention anyway (seeds 001, 004)",
                           env_fix(ctx, node.node, [("NANOCHAT_DTYPE", "float32"), ("NANOCHAT_FORCE_SDPA", "1")],
                                   every_node=True, note="your code's switches; or " + env_fix(
-                                      ctx, node.node, [("CUDA_VISIBLE_DEVICES", "")], every_node=True, where=False)
+                                      ctx, node.node, [("CUDA_VISIBLE_DEVICES", "")], every_node=True, where=False).text()
                                   + " to hide the GPU"), details)
         elif device == "cuda" and backend == "gloo":
             yield Verdict(Status.WARN, node.node, "CUDA tensors over Gloo are copied through the CPU: use NCCL",
-                          "--backend nccl", details)
+                          change("--backend nccl"), details)
         else:
             yield Verdict(Status.PASS, node.node,
                           f"{backend} on {device}" + (f", dtype {dtype}" if dtype else "")
@@ -157,7 +160,7 @@ def check_ranks_per_node(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.FAIL, node.node,
                           f"{ranks} ranks per node, but {node.node} has {cores} usable "
                           f"core{'s' if cores > 1 else ''}: each rank needs at least a core of its own",
-                          f"--nproc-per-node {fewest}   # the fewest usable cores of any node", details)
+                          change(f"--nproc-per-node {fewest}", note="the fewest usable cores of any node"), details)
         else:
             yield Verdict(Status.PASS, node.node,
                           f"{ranks} rank{'s' if ranks > 1 else ''} on {cores} usable cores", None, details)

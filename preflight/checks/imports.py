@@ -8,7 +8,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 
-from ..facts import Missing, MissingImport, TrainingImports
+from rules.facts import Missing, MissingImport, TrainingImports
+from rules.fix import Action, Fix, change
+
 from ..model import Context, Status, Verdict
 
 # Where the module's name is not the name pip installs it by (and no node has it to ask).
@@ -48,8 +50,8 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
             continue
         if found.entry_error:
             yield Verdict(Status.FAIL, name, f"{name}: {found.entry_error}",
-                          "copy the training code to the same path, or set code_dir for this node in --config",
-                          details)
+                          change("copy the training code to the same path, or set code_dir for this node in --config",
+                                 name), details)
             continue
         missing = ([] if found.torch else [TORCH]) + [m for m in found.missing if m.top != "torch" or found.torch]
         optional = sorted({m.top for m in found.optional_missing})
@@ -79,7 +81,7 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
             where = (root.rstrip("/") or "/") + "/"
             fixes.append(f"{top} is the project's own ({file} on {node}): copy the training code to {name}: "
                          f"run on {name}: rsync -a {shlex.quote(f'{node}:{where}')} {shlex.quote(found.root or where)}/")
-        yield Verdict(Status.FAIL, name, summary, "; ".join(fixes),
+        yield Verdict(Status.FAIL, name, summary, Fix(Action.RUN, tuple(fixes), name),
                       {**details, "cannot_import": [m.module for m in missing]})
 
 

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 
-from ..facts import Missing
+from rules.facts import Missing
+from rules.launch_args import separate
+
 from ..model import Context, Status, Verdict
-
-
-def _with_separator(args: list[str], script: str | None) -> list[str]:
-    """The same command with `--` between the script and its options."""
-    if script in args:
-        at = args.index(script) + 1
-        if args[at:at + 1] != ["--"]:
-            return args[:at] + ["--"] + args[at:]
-    return args
-
-
-def separate(args: list[str], script: str | None) -> str:
-    """The fix when torchrun reads the script's options (launch-args; `ddp-preflight explain` on
-    torchrun's usage error)."""
-    return f"put the script's options after --: {shlex.join(['torchrun', '...', *_with_separator(args, script)])}"
 
 
 def check_launch_args(ctx: Context) -> Iterator[Verdict]:

@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..facts import DriverView, GpuFacts, Hca, Missing, NcclConf, TorchFacts
+from rules.environment import env_fix, env_of
+from rules.facts import DriverView, GpuFacts, Hca, Missing, NcclConf, TorchFacts
+from rules.fix import Fix, change, on_node, run
+from rules.routes import toward_master
+
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import env_fix, env_of, on_node, python_of
+from .common import python_of
 from .gpu import Finding, cpu_run, driver_of
-from .network import toward_master
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -23,9 +26,9 @@ def _driver_findings(node: NodeFacts, torch: TorchFacts, driver: DriverView | Mi
     if not runtime or not driver_cuda or isinstance(driver, Missing):
         return []
     have, need = _version(driver_cuda), _version(runtime)
-    fix = (f"on {node.node}, install an NVIDIA driver for CUDA {runtime} or newer (it has "
-           f"{driver.driver_version or '?'}, for CUDA {driver_cuda}); "
-           "nvidia-smi's header shows the CUDA a driver supports")
+    fix = change(f"on {node.node}, install an NVIDIA driver for CUDA {runtime} or newer (it has "
+                 f"{driver.driver_version or '?'}, for CUDA {driver_cuda}); "
+                 "nvidia-smi's header shows the CUDA a driver supports", node.node)
     if have[:1] < need[:1]:
         return [Finding(Status.FAIL, f"{node.node}'s driver supports CUDA {driver_cuda} but torch is built for CUDA {runtime}: "
                         "CUDA does not start there ('The NVIDIA driver on your system is too old')", fix)]
@@ -36,11 +39,11 @@ def _driver_findings(node: NodeFacts, torch: TorchFacts, driver: DriverView | Mi
     return []
 
 
-def _nccl_fix(node: NodeFacts, master: TorchFacts) -> str:
+def _nccl_fix(node: NodeFacts, master: TorchFacts) -> Fix:
     wheel = master.nccl_wheel
     if wheel:
         return on_node(node.node, f"{python_of(node)} -m pip install {wheel.name}=={wheel.version}")
-    return f"install the master's torch build on {node.node} ({master.version}), with the NCCL it brings"
+    return change(f"install the master's torch build on {node.node} ({master.version}), with the NCCL it brings", node.node)
 
 
 def check_nccl_parity(ctx: Context) -> Iterator[Verdict]:
@@ -73,7 +76,7 @@ def check_nccl_parity(ctx: Context) -> Iterator[Verdict]:
             if master.cuda and torch.cuda != master.cuda:
                 findings.append(Finding(Status.WARN, f"torch on {node.node} is built for CUDA {torch.cuda}, "
                                         f"the master's for CUDA {master.cuda} (see torch-parity)",
-                                        f"install the same wheel on every node ({master.version})"))
+                                        change(f"install the same wheel on every node ({master.version})")))
         if findings:
             worst = max(findings, key=lambda f: f.status.severity)
             yield Verdict(worst.status, node.node, "; ".join(f.text for f in findings),
@@ -205,7 +208,7 @@ def _hca_findings(ctx: Context, node: NodeFacts) -> list[Finding]:
     if nccl_matches(spec, names):
         return []
     fix = (env_fix(ctx, node.node, [("NCCL_IB_HCA", ",".join(names))]) if names
-           else f"unset NCCL_IB_HCA   # on {node.node}: it has no HCA")
+           else run("unset NCCL_IB_HCA", node.node, f"on {node.node}: it has no HCA"))
     return [Finding(Status.WARN, f"NCCL_IB_HCA={spec} names no HCA on {node.node} (it has "
                     f"{', '.join(names) or 'none'}): NCCL leaves InfiniBand out there", fix)]
 
@@ -224,7 +227,7 @@ def _cross_node_findings(ctx: Context, node: NodeFacts, master: NodeFacts) -> li
         if setting(node, name) != setting(master, name):
             found.append(Finding(Status.WARN, f"{name}={setting(node, name)} on {node.node}, "
                                  f"{setting(master, name)} on the master: one node's GPUs talk another way, and slower",
-                                 f"the same {name} on every node"))
+                                 change(f"the same {name} on every node")))
     return found
 
 

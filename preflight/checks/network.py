@@ -5,28 +5,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from ..facts import Interface, Missing, Route
-from ..model import Context, NodeFacts, Status, Verdict
-from .common import env_fix
+from rules.environment import env_fix
+from rules.facts import Interface, Missing, NodeFacts, Route
+from rules.fix import Fix, change
+from rules.routes import ifname_var, pin_interface, route_to_master, toward_master
+
+from ..model import Context, Status, Verdict
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
-
-
-def route_to_master(node: NodeFacts) -> Route | Missing:
-    network = node.parsed.network
-    return network if isinstance(network, Missing) else network.route_to_master
-
-
-def toward_master(ctx: Context, node: NodeFacts) -> Interface | None:
-    """The interface this node uses to reach the master's address (the master: the one holding it)."""
-    network, route = node.parsed.network, route_to_master(node)
-    if isinstance(network, Missing) or isinstance(route, Missing):
-        return None
-    if node is ctx.master:
-        owner = network.interface_with(route.address)
-        if owner is not None:
-            return owner
-    return network.interface(route.interface)
 
 
 def _is_loopback(address: str | None) -> bool:
@@ -36,24 +22,13 @@ def _is_loopback(address: str | None) -> bool:
         return False
 
 
-def ifname_var(backend: str) -> str:
-    """The variable that pins the interface a backend's ranks bind."""
-    return "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
-
-
-def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> str:
+def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> Fix:
     """The fix that makes `node`'s ranks bind the interface that reaches the others (address-family,
     interface-choice), for every node at once where each reaches the master on the same name."""
     var = ifname_var(ctx.options.backend if iface else "gloo")
     names = {i.name if (i := toward_master(ctx, n)) else None for n in ctx.reachable}
     return env_fix(ctx, node.node, [(var, iface.name if iface else "<the LAN interface>")],
                    every_node=iface is not None and names == {iface.name}, note=note)
-
-
-def pin_interface(backend: str, iface: str | None) -> str:
-    """The pin in words: interface-choice's pass says it, and `ddp-preflight explain`'s fix on the
-    ss_family error, which reads a run after the fact, with no options of its own to say --env."""
-    return f"export {ifname_var(backend)}={iface or '<the LAN interface>'}"
 
 
 def _reference_family(ctx: Context) -> int | None:
@@ -116,7 +91,7 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
         return
     if ctx.options.master_addr is None:
         yield Verdict(Status.SKIP, None, "not checked: the master's address is not known (it was not reached)",
-                      "pass --master-addr ADDR, or fix the master's ssh access")
+                      change("pass --master-addr ADDR, or fix the master's ssh access"))
         return
     for node in ctx.reachable:
         route = route_to_master(node)
@@ -126,8 +101,8 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
             reason = (None if isinstance(route, Missing) else route.error) or \
                 f"no interface of {node.node} reaches {target or 'the master'}"
             yield Verdict(Status.FAIL, node.node, f"{node.node}: {reason}",
-                          f"check that {node.node} and the master share a network (ip route get "
-                          f"{address or target or 'MASTER'})", {"route": _route_json(route)})
+                          change(f"check that {node.node} and the master share a network (ip route get "
+                                 f"{address or target or 'MASTER'})", node.node), {"route": _route_json(route)})
             continue
         name, kind = iface.name, iface.kind
         who = "the master is reached" if node is ctx.master else f"{node.node} reaches the master"

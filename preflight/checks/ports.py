@@ -7,9 +7,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from ..facts import Missing
+from rules.environment import env_fix
+from rules.facts import Missing
+from rules.fix import run
+
 from ..model import Context, NodeFacts, Status, Verdict
-from .common import env_fix, probe_data
+from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen
+from .common import probed
 
 MEANING = {
     "filtered": "silently dropped (a firewall)",
@@ -21,31 +25,31 @@ MEANING = {
 
 
 def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
-    data, early = probe_data(ctx, "network")
-    if early:
-        yield early
+    seen, early = probed(ctx, "network", NetworkSeen.from_json)
+    if seen is None:
+        yield from [early] if early else []
         return
-    master = data["master"]
-    if not master:
+    master = seen.master
+    if master is None:
         yield Verdict(Status.SKIP, ctx.master.node, "one node: no worker dials the master")
         return
-    if "error" in master:
+    if master.error is not None:
         yield Verdict(Status.SKIP, ctx.master.node,
-                      f"not probed: the probe could not listen on the master port ({master['error']}); see master-port")
+                      f"not probed: the probe could not listen on the master port ({master.error}); see master-port")
         return
-    port = master["port"]
-    for pair in (p for p in data["pairs"] if p["kind"] == "master"):
-        details = dict(pair)
-        where = f"{master['address']}:{port}"
-        if pair["outcome"] == "open":
-            yield Verdict(Status.PASS, pair["src"], f"opens a connection to the master at {where}", None, details)
+    port = master.port
+    for dial in (d for d in seen.dials if d.kind is DialKind.MASTER):
+        details = dial.to_json()
+        where = f"{master.address}:{port}"
+        if dial.outcome == "open":
+            yield Verdict(Status.PASS, dial.src, f"opens a connection to the master at {where}", None, details)
         else:
-            yield Verdict(Status.FAIL, pair["src"],
-                          f"cannot reach the master at {where}: {MEANING.get(pair['outcome'], pair['outcome'])}"
-                          + (f" ({pair['detail']})" if pair.get("detail") else "")
+            yield Verdict(Status.FAIL, dial.src,
+                          f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}"
+                          + (f" ({dial.detail})" if dial.detail else "")
                           + "; rendezvous will time out",
-                          f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}   # or: sudo nft insert rule "
-                          f"{_chain(ctx.master)} tcp dport {port} accept", details)
+                          run(f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}", ctx.master.node,
+                              f"or: sudo nft insert rule {_chain(ctx.master)} tcp dport {port} accept"), details)
 
 
 def _lower(a: str, b: str) -> bool | None:
@@ -67,54 +71,56 @@ def _subnet(node: NodeFacts, address: str) -> str:
 
 
 def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
-    data, early = probe_data(ctx, "network")
-    if early:
-        yield early
+    seen, early = probed(ctx, "network", NetworkSeen.from_json)
+    if seen is None:
+        yield from [early] if early else []
         return
     by_name = {n.node: n for n in ctx.nodes}
-    for name, reason in data["errors"].items():
+    for name, reason in seen.errors.items():
         yield Verdict(Status.ERROR, name, f"{name}: the probe did not run: {reason}")
-    for dst, listener in data["listeners"].items():
-        if dst in data["errors"] or "ports" not in listener:
+    for dst, listener in seen.listeners.items():
+        if dst in seen.errors or listener.ports is None:
             continue
-        into = [p for p in data["pairs"] if p["dst"] == dst and p["src"] != dst and p["kind"] != "master"]
+        into = seen.into(dst, own=False)
         if into:           # one node: no other node dials it
-            yield _from_others(ctx, dst, listener, into, data, by_name.get(dst))
-        own = [p for p in data["pairs"] if p["dst"] == dst and p["src"] == dst and p["kind"] != "master"]
+            yield _from_others(ctx, dst, listener, into, seen, by_name.get(dst))
+        own = seen.into(dst, own=True)
         if own:            # more than one rank per node
-            yield _own_path(dst, listener, own, data.get("nproc_per_node", 2), by_name.get(dst))
+            yield _own_path(dst, listener, own, seen.nproc_per_node, by_name.get(dst))
 
 
-def _from_others(ctx: Context, dst: str, listener: dict, into: list[dict], data: dict,
+def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], seen: NetworkSeen,
                  node: NodeFacts | None) -> Verdict:
     """The other nodes dialling this node's ephemeral ports, judged in Gloo's direction."""
-    blocked: dict = {}
-    for pair in into:
-        if _blocks(pair):
-            blocked.setdefault(pair["src"], pair)
-    low, high = listener["range"]
-    details = {"address": listener["address"], "range": [low, high], "pairs": into,
-               "turned_away": listener.get("rejected", 0)}
+    blocked: dict[str, Dial] = {}
+    for dial in into:
+        if dial.blocks:
+            blocked.setdefault(dial.src, dial)
+    low, high = listener.range
+    details = {"address": listener.address, "range": [low, high], "pairs": [d.to_json() for d in into],
+               "turned_away": listener.rejected}
     if not blocked:
-        sources = sorted({p["src"] for p in into})
+        sources = sorted({d.src for d in into})
         return Verdict(Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
                        f"from {', '.join(sources)}", None, details)
     gloo_uses, broken = [], []
-    for src, pair in blocked.items():
-        src_address = data["listeners"].get(src, {}).get("address")
-        order = _lower(listener["address"], src_address) if src_address else None
-        if pair["outcome"] == "unreachable" or order is None:
+    for src, dial in blocked.items():
+        theirs = seen.listeners.get(src)
+        src_address = theirs.address if theirs else None
+        order = _lower(listener.address or "", src_address) if src_address else None
+        if dial.outcome == "unreachable" or order is None:
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:
             gloo_uses.append(src)    # the lower address listens, the higher connects (gloo Device::isInitiator)
-    what = "; ".join(f"from {src}: {MEANING.get(p['outcome'], p['outcome'])}" for src, p in sorted(blocked.items()))
-    subnet = _subnet(node, listener["address"]) if node else listener["address"]
-    fix = (f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}   "
-           f"# or nftables: sudo nft insert rule {_chain(node)} ip{'6' if ':' in subnet else ''} saddr {subnet} "
-           f"tcp dport {low}-{high} accept")
+    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}" for src, d in sorted(blocked.items()))
+    address = listener.address or "?"
+    subnet = _subnet(node, address) if node else address
+    fix = run(f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}", dst,
+              f"or nftables: sudo nft insert rule {_chain(node)} ip{'6' if ':' in subnet else ''} saddr {subnet} "
+              f"tcp dport {low}-{high} accept")
     if broken:
         return Verdict(Status.FAIL, dst,
-                       f"{dst}'s ephemeral ports at {listener['address']} cannot be reached {what}: Gloo cannot "
+                       f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: Gloo cannot "
                        "connect these nodes in either direction (see address-family and interface-choice)",
                        env_fix(ctx, dst, [("GLOO_SOCKET_IFNAME", "<the interface that reaches the others>")]),
                        details)
@@ -130,13 +136,6 @@ def _from_others(ctx: Context, dst: str, listener: dict, into: list[dict], data:
                    "new addresses can need this direction", fix, details)
 
 
-def _blocks(pair: dict) -> bool:
-    """An attempt that shows the path blocked: a listening port not opened, or the free port
-    dropped or rejected instead of refused."""
-    return (pair["kind"] == "listener" and pair["outcome"] != "open") or \
-           (pair["kind"] == "closed" and pair["outcome"] in ("filtered", "rejected"))
-
-
 def _chain(node: NodeFacts | None) -> str:
     """The node's nftables input chain for an accept rule ("inet filter input" unless its ruleset,
     read as root, names another)."""
@@ -146,30 +145,30 @@ def _chain(node: NodeFacts | None) -> str:
     return net.firewall.input_chain
 
 
-def _own_path(name: str, listener: dict, pairs: list[dict], ranks: int, node: NodeFacts | None) -> Verdict:
+def _own_path(name: str, listener: Listener, dials: list[Dial], ranks: int, node: NodeFacts | None) -> Verdict:
     """The node dialling its own Gloo address, as its ranks do with each other. The connection
     never leaves the host, and Linux delivers it on lo even to the node's LAN address, so only
     the host's own input rules can block it: a firewall whose drop comes before any accept for
     lo (or for the node's own address)."""
-    address, (low, high) = listener["address"], listener["range"]
+    address, (low, high) = listener.address, listener.range
     path = f"{name} -> itself at {address}:{low}-{high}"
-    details = {"path": "self", "address": address, "range": [low, high], "pairs": pairs,
+    details = {"path": "self", "address": address, "range": [low, high], "pairs": [d.to_json() for d in dials],
                "ranks_per_node": ranks}
-    blocked = [p for p in pairs if _blocks(p)]
+    blocked = [d for d in dials if d.blocks]
     if not blocked:
         return Verdict(Status.PASS, name, f"{path}: new connections open (its {ranks} ranks connect to each other "
                        "there)", None, details)
     first = blocked[0]
-    what = MEANING.get(first["outcome"], first["outcome"]) + (f" ({first['detail']})" if first.get("detail") else "")
+    what = MEANING.get(first.outcome, first.outcome) + (f" ({first.detail})" if first.detail else "")
     summary = (f"{path}: new connections are {what}; its {ranks} ranks connect to each other there, so Gloo's "
                "process-group creation hangs, then fails in connectFullMesh ('Connect timeout')")
-    if first["outcome"] not in ("filtered", "rejected", "refused"):
+    if first.outcome not in ("filtered", "rejected", "refused"):
         return Verdict(Status.FAIL, name, summary, None, details)
     # The path never leaves the host: only its own input rules can stop it.
-    ip = "ip6" if ":" in address else "ip"
+    ip = "ip6" if ":" in (address or "") else "ip"
     chain = _chain(node)
-    fix = (f"on {name}: sudo nft insert rule {chain} iif lo accept   # its traffic to itself, to "
-           f"{address} too, arrives on lo; or for that address alone: sudo nft insert rule {chain} "
-           f"{ip} saddr {address} {ip} daddr {address} accept; with ufw: sudo ufw allow in on lo")
+    fix = run(f"on {name}: sudo nft insert rule {chain} iif lo accept", name,
+              f"its traffic to itself, to {address} too, arrives on lo; or for that address alone: sudo nft insert "
+              f"rule {chain} {ip} saddr {address} {ip} daddr {address} accept; with ufw: sudo ufw allow in on lo")
     return Verdict(Status.FAIL, name, f"{summary}. The path never leaves {name}: its own firewall "
-                   f"{'drops' if first['outcome'] == 'filtered' else 'rejects'} it", fix, details)
+                   f"{'drops' if first.outcome == 'filtered' else 'rejects'} it", fix, details)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..facts import Missing, Process
+from rules.facts import Missing, Process
+from rules.fix import change, run
+from rules.ports import who_holds
+
 from ..model import Context, NodeFacts, Status, Verdict
 from .common import describe_process
 
@@ -37,16 +40,10 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.FAIL, master.node,
                       f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
                       + ": rendezvous fails with EADDRINUSE (seed 002)",
-                      f"kill {pids}   # on {master.node}; or choose another port with --master-port", details)
+                      run(f"kill {pids}", master.node, f"on {master.node}; or choose another port with --master-port"), details)
     else:
         others = [h for h in holders if training is None or h.pid not in training]
         yield _held_by_another_program(master.node, port, others, training is not None, details)
-
-
-def who_holds(node: str, port: int | str) -> str:
-    """The fix for a master port held by a process not known here (master-port; `ddp-preflight
-    explain` on EADDRINUSE)."""
-    return f"sudo ss -ltnp 'sport = :{port}'   # on {node}, to see who; or use --master-port"
 
 
 def _training_pids(master: NodeFacts) -> set[int] | None:
@@ -66,8 +63,8 @@ def _held_by_another_program(node: str, port: int, holders: list[Process], known
     other = DEFAULT_MASTER_PORT if port != DEFAULT_MASTER_PORT else DEFAULT_MASTER_PORT + 1
     return Verdict(Status.FAIL, node,
                    f"port {port} on {node} is held by {named}{what}: rendezvous fails with EADDRINUSE{low}",
-                   f"--master-port {other}   # another port for the run; {port} is {program}'s"
-                   + (", leave it running" if known else ""), details)
+                   change(f"--master-port {other}", note=f"another port for the run; {port} is {program}'s"
+                          + (", leave it running" if known else "")), details)
 
 
 def _program(argv: list[str]) -> str:
@@ -89,14 +86,15 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
                       f"{len(found)} training process{'es' if len(found) > 1 else ''} already on {node.node}"
                       f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {listed}",
-                      f"kill {' '.join(str(p.pid) for p in found)}   # on {node.node}, if they are not a run you want",
+                      run(f"kill {' '.join(str(p.pid) for p in found)}", node.node,
+                          f"on {node.node}, if they are not a run you want"),
                       {"processes": [p.to_json() for p in found]})
 
 
 PTRACE_FIX = {
-    1: "sudo sysctl kernel.yama.ptrace_scope=0   # or run hangwatch with sudo",
-    2: "run hangwatch with sudo (ptrace_scope=2 allows only CAP_SYS_PTRACE)",
-    3: "ptrace_scope=3 forbids ptrace until reboot: set kernel.yama.ptrace_scope=1 in /etc/sysctl.d and reboot",
+    1: run("sudo sysctl kernel.yama.ptrace_scope=0", note="or run hangwatch with sudo"),
+    2: change("run hangwatch with sudo (ptrace_scope=2 allows only CAP_SYS_PTRACE)"),
+    3: change("ptrace_scope=3 forbids ptrace until reboot: set kernel.yama.ptrace_scope=1 in /etc/sysctl.d and reboot"),
 }
 
 

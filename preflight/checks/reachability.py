@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..facts import Missing
+from rules.facts import Missing
+from rules.fix import said
+
 from ..model import Context, Status, Verdict
 
 
 def check_node_reachable(ctx: Context) -> Iterator[Verdict]:
     for node in ctx.nodes:
         if node.error:
-            yield Verdict(Status.ERROR, node.node, node.error, node.fix)
+            yield Verdict(Status.ERROR, node.node, node.error, said(node.fix, node.node))
             continue
         facts = node.parsed
         hostname = None if isinstance(facts.os, Missing) else facts.os.hostname

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from rules.fix import change, run
+
 from ..model import Context, Status, Verdict
 
 if TYPE_CHECKING:
@@ -49,9 +51,9 @@ def check_slurm_allocation(ctx: Context) -> Iterator[Verdict]:
             inside = [h for h in hosts if h in job.nodes]
             yield Verdict(Status.FAIL, name,
                           f"{name} is not a node of Slurm job {job.job_id} (its nodes: {','.join(job.nodes)})",
-                          f"leave {name} out (ddp-preflight --slurm-job {job.job_id} {' '.join(inside)}), "
-                          f"or run inside an allocation that includes it: salloc -N {len(hosts)} "
-                          f"-w {','.join(hosts)}", details)
+                          change(f"leave {name} out (ddp-preflight --slurm-job {job.job_id} {' '.join(inside)}), "
+                                 f"or run inside an allocation that includes it: salloc -N {len(hosts)} "
+                                 f"-w {','.join(hosts)}"), details)
             continue
         if share is None:
             yield Verdict(Status.SKIP, node.node,
@@ -84,9 +86,9 @@ def check_slurm_allocation(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.PASS, name, f"{_plural(share.cpus, 'CPU')}{gpus} of Slurm job {job.job_id} "
                           f"for {_plural(ranks, 'rank')}{layout}", None, details)
             continue
-        fix = f"salloc -N {len(job.nodes)} {' '.join(flags)}   # or sbatch with the same options"
-        if fewer:
-            fix += f"; or fewer ranks: --nproc-per-node {min(fewer)}"
+        fix = run(f"salloc -N {len(job.nodes)} {' '.join(flags)}",
+                  note="or sbatch with the same options"
+                  + (f"; or fewer ranks: --nproc-per-node {min(fewer)}" if fewer else ""))
         yield Verdict(status, name, "; ".join(said), fix, details)
 
 
@@ -118,8 +120,9 @@ def check_slurm_time_left(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.WARN, None,
                       f"Slurm job {job.job_id} ends in {duration(left)} (at {job.end_time}, {job.time_limit} "
                       f"limit): under {duration(wanted)}, Slurm will stop the training then",
-                      f"salloc -N {len(job.nodes)} --time HH:MM:SS   # a new allocation as long as the training "
-                      f"needs (sbatch --time the same); only an admin can extend job {job.job_id}", details)
+                      run(f"salloc -N {len(job.nodes)} --time HH:MM:SS",
+                          note="a new allocation as long as the training needs (sbatch --time the same); "
+                               f"only an admin can extend job {job.job_id}"), details)
     else:
         yield Verdict(Status.PASS, None, f"{duration(left)} left of Slurm job {job.job_id}'s {job.time_limit} "
                       f"(ends {job.end_time})", None, details)

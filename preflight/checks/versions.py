@@ -5,9 +5,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 
-from ..facts import CodeFacts, Missing, TorchFacts
+from rules.facts import CodeFacts, Missing, TorchFacts
+from rules.fix import change, on_node
+
 from ..model import Context, Status, Verdict
-from .common import on_node, python_of
+from .common import python_of
 
 
 def _torch_label(t: TorchFacts) -> str:
@@ -55,14 +57,14 @@ def check_torch_parity(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.WARN, node.node,
                           f"{node.node}: same torch release, different build "
                           f"({_short(torch.git_version)} vs {_short(master.git_version)})",
-                          f"install the same wheel on every node ({master.version})",
+                          change(f"install the same wheel on every node ({master.version})"),
                           {"git_version": torch.git_version, "master_git_version": master.git_version})
         elif (torch.build, torch.cuda) != (master.build, master.cuda):
             # The +cpu and +cuXXX wheels of one release share their git_version.
             yield Verdict(Status.WARN, node.node,
                           f"{node.node}: same torch release, different build "
                           f"({_torch_label(torch)} vs the master's {_torch_label(master)})",
-                          f"install the same wheel on every node ({master.version})",
+                          change(f"install the same wheel on every node ({master.version})"),
                           {"version": torch.version, "master_version": master.version})
         else:
             yield Verdict(Status.PASS, node.node, f"{_torch_label(torch)}, same as the master",
@@ -87,8 +89,8 @@ def check_python_parity(ctx: Context) -> Iterator[Verdict]:
             continue
         # Object collectives pickle across nodes; torch wheels are built per minor version.
         minor_differs = version.split(".")[:2] != master.split(".")[:2]
-        fix = (f"on {node.node}, make the training environment with Python {master} "
-               f"(uv venv --python {master}, or pyenv install {master}) and reinstall torch")
+        fix = change(f"on {node.node}, make the training environment with Python {master} "
+                     f"(uv venv --python {master}, or pyenv install {master}) and reinstall torch", node.node)
         yield Verdict(Status.FAIL if minor_differs else Status.WARN, node.node,
                       f"{node.node} runs Python {version}, the master {master}", fix,
                       {"version": version, "master_version": master})
@@ -116,7 +118,7 @@ def check_code_parity(ctx: Context) -> Iterator[Verdict]:
     # A code section that failed still says a folder was given; none at all says none was.
     if all(isinstance(c, Missing) and not c.failed for c in codes.values()):
         yield Verdict(Status.SKIP, None, "no training code given",
-                      "pass --code-dir PATH, or the training command after --")
+                      change("pass --code-dir PATH, or the training command after --"))
         return
     master = ctx.master.parsed.code
     for node in ctx.reachable:

@@ -5,12 +5,13 @@ measured, not the processes within one), on the run's master port."""
 from __future__ import annotations
 
 from node import protocol
+from rules.facts import Missing
 
-from ..checks.path_mtu import blackholes, lost_words
-from ..facts import Missing
+from ..checks.path_mtu import lost_words
 from ..model import NodeFacts, Options
 from . import torchjob
 from .gpus import Plan, collective_plan, cuda_blocked
+from .path_mtu_seen import PathMtuSeen
 
 TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
 
@@ -45,11 +46,11 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
     if master_port_held(nodes):
         return {"skipped": f"the master port {options.master_port} is held on {nodes[0].node} (see master-port)"}
     names = {nodes[i].node for i in usable}
-    lost = [p for p in blackholes(seen or {}) if p["src"] in names and p["dst"] in names]
+    lost = [d for d in PathMtuSeen.from_json(seen or {}).blackholes() if d.src in names and d.dst in names]
     if lost:
         # Its large all_reduce would hang until the job's bound: say what hangs it instead.
         return {"skipped": f"{lost_words(lost[0])}; a large all_reduce would hang there (see path-mtu)",
-                "path_mtu": lost}
+                "path_mtu": [d.to_json() for d in lost]}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)

@@ -17,8 +17,8 @@ from node import jobs as node_jobs
 from node import protocol, signing
 from node.bounded import Skipped, read_regular
 from node.protocol import COLLECTIVES as MARKER
+from rules.environment import env_of
 
-from ..checks.common import env_of
 from ..model import NodeFacts, Options
 from . import torchjob
 from .bandwidth import master_port_held

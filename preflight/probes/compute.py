@@ -13,11 +13,12 @@ from __future__ import annotations
 import threading
 
 from node import protocol
+from rules.environment import env_of
 
-from ..checks.bandwidth import STRAGGLER_RATIO, fastest
-from ..checks.common import env_of
+from ..checks.bandwidth import STRAGGLER_RATIO
 from ..model import NodeFacts, Options
 from . import torchjob
+from .bandwidth_seen import NodeFigures
 from .gpus import cuda_blocked
 
 TIMEOUT = 30.0       # seconds per node; the benchmark itself takes under one
@@ -79,7 +80,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     figures = _in_turns(cluster, nodes, options, usable, FIRST_SECONDS)
     for _ in range(2):     # a second look can make another node the slow one: look at it too
         measured = {i: f for i, f in figures.items() if "gflops" in f}
-        top = max((fastest(f) for f in measured.values()), default=0.0)
+        top = max((NodeFigures.from_json(f).fastest for f in measured.values()), default=0.0)
         slow = [i for i, f in measured.items() if f["gflops"] < STRAGGLER_RATIO * top and "first_gflops" not in f]
         if not slow:
             break

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rules.facts import Missing
+
 from ..checks.gpu import check_gpu_visible, nccl_device, sight
 from ..checks.hardware import check_device_dtype
-from ..facts import Missing
 from ..model import Context, NodeFacts, Options, Status
 
 

@@ -13,9 +13,9 @@ import secrets
 import threading
 
 from node import protocol
+from rules.facts import Interface, Missing
+from rules.routes import route_to_master, toward_master
 
-from ..checks.network import route_to_master, toward_master
-from ..facts import Interface, Missing
 from ..model import Context, NodeFacts, Options
 
 CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow

@@ -10,9 +10,9 @@ import secrets
 import time
 
 from node import protocol
+from rules.facts import Missing
+from rules.routes import toward_master
 
-from ..checks.network import toward_master
-from ..facts import Missing
 from ..model import Context, NodeFacts, Options
 from .network import Ready
 

@@ -15,10 +15,10 @@ import secrets
 from dataclasses import dataclass
 
 from node import protocol
+from rules.facts import Missing
+from rules.routes import route_to_master, toward_master  # the choice interface-choice reports
 from transport import JobResult
 
-from ..checks.network import route_to_master, toward_master  # the choice interface-choice reports
-from ..facts import Missing
 from ..model import Context, NodeFacts, Options
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from preflight.checks import BY_ID, run_checks
-from preflight.checks.common import env_fix
 from preflight.model import Status
-from preflight.training_env import TrainingEnv, from_config, parse_env_args
+from rules.environment import env_fix
+from rules.training_env import TrainingEnv, from_config, parse_env_args
 
 from . import facts_fixtures as ff
 from .facts_fixtures import clean, context
@@ -113,14 +113,14 @@ def test_an_nccl_interface_given_with_env_is_fixed_with_env_for_that_node():
 def test_env_fix_for_every_node_lists_a_node_whose_own_setting_would_win():
     # worker1 has its own --env worker1:; a flag for every node would not reach it there.
     ctx = context(clean(), env=given("worker1:NCCL_IB_DISABLE=0"), launch=True)
-    assert env_fix(ctx, None, [("NCCL_IB_DISABLE", "1")]) == "--env NCCL_IB_DISABLE=1 --env worker1:NCCL_IB_DISABLE=1"
-    assert env_fix(context(clean()), None, [("NCCL_IB_DISABLE", "1")]) == "export NCCL_IB_DISABLE=1   # on every node"
+    assert env_fix(ctx, None, [("NCCL_IB_DISABLE", "1")]).text() == "--env NCCL_IB_DISABLE=1 --env worker1:NCCL_IB_DISABLE=1"
+    assert env_fix(context(clean()), None, [("NCCL_IB_DISABLE", "1")]).text() == "export NCCL_IB_DISABLE=1   # on every node"
 
 
 def test_env_fix_quotes_values_for_the_shell_but_not_placeholders():
     ctx = context(clean(), launch=True)
-    assert env_fix(ctx, "worker1", [("DATA", "/data/my shards")]) == "--env 'worker1:DATA=/data/my shards'"
-    assert env_fix(ctx, "worker1", [("GLOO_SOCKET_IFNAME", "<its wired interface>")]) == \
+    assert env_fix(ctx, "worker1", [("DATA", "/data/my shards")]).text() == "--env 'worker1:DATA=/data/my shards'"
+    assert env_fix(ctx, "worker1", [("GLOO_SOCKET_IFNAME", "<its wired interface>")]).text() == \
         "--env worker1:GLOO_SOCKET_IFNAME=<its wired interface>"
-    assert env_fix(context(clean()), "worker1", [("DATA", "/data/my shards")]) == \
+    assert env_fix(context(clean()), "worker1", [("DATA", "/data/my shards")]).text() == \
         "export 'DATA=/data/my shards'   # on worker1"

@@ -11,9 +11,9 @@ import pytest
 from preflight.checks import BY_ID, run_checks
 from preflight.checks.gpu import apply_cuda_visible, clock_reasons, nccl_device
 from preflight.checks.nccl import nccl_matches
-from preflight.facts import GpuDevice
 from preflight.model import Report, Status
 from preflight.report import text
+from rules.facts import GpuDevice
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g

@@ -1,4 +1,4 @@
-"""The checks read typed facts (preflight/facts.py) and yield verdicts; the registry is the one
+"""The checks read typed facts (rules/facts/) and yield verdicts; the registry is the one
 place their ids are written and the runner stamps each verdict with its check's id."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 from preflight.checks import BY_ID, CHECKS, FACT_CHECKS, run_checks
-from preflight.facts import NetworkFacts
 from preflight.model import Check, Context, NodeFacts, Status, Verdict
+from rules.facts import NetworkFacts
+from rules.fix import change
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g
@@ -19,7 +20,7 @@ PREFLIGHT = Path(__file__).parents[2] / "preflight"
 def test_the_runner_stamps_each_verdict_with_its_checks_id():
     def says_twice(ctx):
         yield Verdict(Status.PASS, "master", "fine")
-        yield Verdict(Status.WARN, None, "hm", "do this")
+        yield Verdict(Status.WARN, None, "hm", change("do this"))   # a Fix; the result says its text
     results = run_checks(Context((NodeFacts("master", {}),)), [Check("made-up", "yields two verdicts", says_twice)])
     assert [(r.check, r.status, r.node, r.summary, r.fix) for r in results] == \
         [("made-up", Status.PASS, "master", "fine", None), ("made-up", Status.WARN, None, "hm", "do this")]
@@ -43,9 +44,9 @@ def test_severity_orders_the_statuses():
 
 
 def test_a_check_reads_typed_facts_only():
-    # The checks, the launch plan and the probes read NodeFacts.parsed, never the wire dict.
+    # The checks, the rules they share, the launch plan and the probes read NodeFacts.parsed, never the wire dict.
     for path in [*(PREFLIGHT / "checks").glob("*.py"), *(PREFLIGHT / "probes").glob("*.py"),
-                 PREFLIGHT.parent / "launch" / "plan.py"]:
+                 *(PREFLIGHT.parent / "rules").glob("*.py"), PREFLIGHT.parent / "launch" / "plan.py"]:
         text = path.read_text()
         assert ".facts.get(" not in text and ".facts[" not in text and ".section(" not in text, path.name
 

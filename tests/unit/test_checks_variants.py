@@ -421,7 +421,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns():
     ([], 'NANOCHAT_DTYPE = "float32" under [nodes.worker1.env] in cluster.toml'),
 ])
 def test_bf16_given_for_the_training_is_fixed_where_it_was_given(given, fix):
-    from preflight.training_env import TrainingEnv, from_config, parse_env_args
+    from rules.training_env import TrainingEnv, from_config, parse_env_args
 
     settings = parse_env_args(given, ["master", "worker1"]) if given else \
         from_config({}, {"worker1": {"NANOCHAT_DTYPE": "bfloat16"}})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.facts import (
+from rules.facts import (
     CodeFacts,
     CpuFacts,
     DriverView,

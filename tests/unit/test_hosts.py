@@ -3,8 +3,11 @@ a HostListError naming the input, never an empty list, a guess or a hang."""
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,34 +16,31 @@ from preflight.hosts import (
     HostfileEntry,
     HostListError,
     check_unique,
-    expand_slurm,
     hostfile_slots,
     read_hostfile,
     slurm_hosts,
 )
+from transport.slurm_hostlist import expand
+from transport.slurm_job import hostnames
 
 # --- Slurm ---------------------------------------------------------------------------------------
 
-# What `scontrol show hostnames LIST` prints for each list, from Slurm's hostlist rules: items
-# split at commas outside brackets, a range keeps the width of its low end (zero padding), and
-# with several bracket groups the last one varies fastest.
-SCONTROL = {
-    "node[01-03,07],gpu5": ["node01", "node02", "node03", "node07", "gpu5"],
-    "n[01-10]": ["n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08", "n09", "n10"],
-    "n[098-101]": ["n098", "n099", "n100", "n101"],
-    "n[8-10]": ["n8", "n9", "n10"],
-    "rack[1-2]-n[1-3]": ["rack1-n1", "rack1-n2", "rack1-n3", "rack2-n1", "rack2-n2", "rack2-n3"],
-    "node[1-3,5]-ib": ["node1-ib", "node2-ib", "node3-ib", "node5-ib"],
-    "a[9-11]-ib.lan": ["a9-ib.lan", "a10-ib.lan", "a11-ib.lan"],
-    "gpu[1-2],cpu[01-02],login": ["gpu1", "gpu2", "cpu01", "cpu02", "login"],
-    "tux[1,3-4],tux7": ["tux1", "tux3", "tux4", "tux7"],
-    "gpu5": ["gpu5"],
-}
+# What the lab's real Slurm (22.05.8) printed for each list with `scontrol show hostnames LIST`,
+# or the line it said when it refused one (artifacts/slurm/record_hostnames.py): the expander
+# that stands in for scontrol where Slurm cannot answer must give the same names, in the same
+# order, and refuse what Slurm refuses.
+RECORDED = json.loads((Path(__file__).parent / "artifacts" / "slurm" / "hostnames.json").read_text())["lists"]
 
 
-@pytest.mark.parametrize("nodelist", SCONTROL)
+@pytest.mark.parametrize("nodelist", [k for k, v in RECORDED.items() if "names" in v])
 def test_slurm_lists_expand_as_scontrol_show_hostnames(nodelist):
-    assert expand_slurm(nodelist) == SCONTROL[nodelist]
+    assert expand(nodelist) == RECORDED[nodelist]["names"]
+
+
+@pytest.mark.parametrize("nodelist", [k for k, v in RECORDED.items() if "refused" in v])
+def test_slurm_lists_slurm_refuses_are_refused(nodelist):
+    with pytest.raises(HostListError):
+        expand(nodelist)
 
 
 @pytest.mark.parametrize("nodelist,reason", [
@@ -54,21 +54,42 @@ def test_slurm_lists_expand_as_scontrol_show_hostnames(nodelist):
     ("node[1-[2]]", "a '[' inside brackets: ranges do not nest"),
     ("node[1-3];x", "host name 'node1;x' has characters that are not part of a host name (';'); "
                     "give an ssh alias, a DNS name or an address"),
+    ("node[1-3]-ib", "in node[1-3]-ib, '-ib' follows the last ']': Slurm ends a host list's item with its bracket "
+                     "(write the names out, or name the nodes so the number comes last)"),
 ])
 def test_slurm_lists_that_name_no_usable_host_say_why(nodelist, reason):
     with pytest.raises(HostListError) as raised:
-        expand_slurm(nodelist)
+        expand(nodelist)
     assert str(raised.value) == reason
+
+
+def _slurm_conf(folder: Path) -> Path:
+    """The least configuration scontrol reads before it expands a list (no daemon is asked)."""
+    conf = folder / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n")
+    return conf
+
+
+@pytest.mark.skipif(shutil.which("scontrol") is None, reason="no Slurm client here")
+def test_where_slurm_answers_its_own_expansion_is_used_and_the_same(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(_slurm_conf(tmp_path)))
+    for nodelist in ("a[1-2]b[1-2]c[1-2]", "node[01-03,07],gpu5"):
+        assert hostnames(nodelist) == RECORDED[nodelist]["names"]
+    # Slurm refuses it (exit 0, nothing printed): the refusal says why, never an empty list.
+    with pytest.raises(HostListError, match="'x' follows the last"):
+        hostnames("n[1-2]x")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))     # scontrol cannot read its config
+    assert hostnames("a[1-2]b[1-2]c[1-2]") == RECORDED["a[1-2]b[1-2]c[1-2]"]["names"]
 
 
 def test_a_huge_slurm_range_is_refused_without_expanding_it():
     started = time.monotonic()
     with pytest.raises(HostListError, match=f"it lists 99999999 hosts, more than the {MAX_HOSTS}"):
-        expand_slurm("node[1-99999999]")
+        expand("node[1-99999999]")
     with pytest.raises(HostListError, match="it lists 10000000000 hosts"):
-        expand_slurm("rack[1-100000]-n[1-100000]")
+        expand("rack[1-100000]-n[1-100000]")
     assert time.monotonic() - started < 1.0        # counted, not expanded
-    assert len(expand_slurm(f"n[1-{MAX_HOSTS}]")) == MAX_HOSTS
+    assert len(expand(f"n[1-{MAX_HOSTS}]")) == MAX_HOSTS
 
 
 def test_the_slurm_error_names_the_variable_and_its_value():

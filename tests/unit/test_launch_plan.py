@@ -12,7 +12,7 @@ from launch.plan import PlanError, build_plan, parse_command
 from preflight.checks import FACT_CHECKS, run_checks
 from preflight.cluster import Target
 from preflight.model import NodeFacts, Report
-from preflight.training_env import EnvError, TrainingEnv, from_config, parse_env_args
+from rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
 
 from .facts_fixtures import clean, context, facts, only
 

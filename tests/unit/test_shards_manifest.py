@@ -321,8 +321,14 @@ def test_cache_paths_differ_by_folder_and_follow_xdg(tmp_path, monkeypatch):
     assert shards.default_cache_path(str(tmp_path / "a") + "/") == first
 
 
-def test_cache_path_without_xdg_is_under_home(tmp_path, monkeypatch):
+def test_cache_path_without_xdg_is_under_this_users_own_home_whatever_home_says(tmp_path, monkeypatch):
+    # Issue 23: HOME may be another user's (sudo keeps it), whose ~/.cache could hold a symlink
+    # or a forged cache: the home is this user's own, from the password database.
+    import pwd
+    own = Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".cache" / "ddp-preflight"
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert Path(shards.default_cache_path(str(tmp_path))).parent == \
-        tmp_path / "home" / ".cache" / "ddp-preflight"
+    assert Path(shards.default_cache_path(str(tmp_path))).parent == own
+    # XDG_CACHE_HOME is followed only when HOME is this user's own.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert Path(shards.default_cache_path(str(tmp_path))).parent == own

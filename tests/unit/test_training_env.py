@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from preflight.config import ConfigError, load
-from preflight.training_env import EnvError, TrainingEnv, from_config, parse_env_args
+from rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
 
 HOSTS = ["master", "worker1", "fd00::2"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from preflight.model import NodeFacts, Options
 from preflight.probes import torchjob
-from preflight.training_env import TrainingEnv, parse_env_args
+from rules.training_env import TrainingEnv, parse_env_args
 
 from . import facts_fixtures as ff
 

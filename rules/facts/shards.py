@@ -36,9 +36,13 @@ class ShardManifest:
     file_count: int
     total_bytes: int
     skipped: Mapping[str, str] = field(default_factory=dict)   # name -> why it is not in files
+    # name -> how its digest was taken when not from every byte (a file over the node's cap is
+    # hashed by its size and its two ends: node/facts/shards.py); the same rule on every node
+    sampled: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> ShardManifest:
         return cls(required(text(wire, "algorithm"), "algorithm"), _shard_files(wire),
                    required(whole(wire, "file_count"), "file_count"),
-                   required(whole(wire, "total_bytes"), "total_bytes"), strings(wire, "skipped"))
+                   required(whole(wire, "total_bytes"), "total_bytes"), strings(wire, "skipped"),
+                   strings(wire, "sampled"))

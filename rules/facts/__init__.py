@@ -14,7 +14,8 @@ own words, keys this version does not know included. Checks read the typed field
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .code import CodeFacts
@@ -32,7 +33,7 @@ __all__ = ["OLDER_COLLECTOR", "Address", "Clock", "CodeFacts", "CpuFacts", "Cuda
            "Firewall", "GlooBind", "GpuDevice", "GpuFacts", "GpuLink", "GpuProcess", "Hca", "HcaPort", "Interface",
            "LaunchParse", "MemoryFacts", "Missing", "MissingImport", "NcclConf", "NetworkFacts", "OsFacts",
            "PortHolders", "Process", "PtraceFacts", "PythonFacts", "Route", "Sent", "ShardFile", "ShardManifest",
-           "TorchFacts", "TrainingImports", "Unreadable", "Wheel"]
+           "TorchFacts", "TrainingImports", "Unreadable", "Wheel", "NodeFacts"]
 
 
 def _hash_algorithms(wire: Mapping[str, Any]) -> tuple[str, ...]:
@@ -80,3 +81,19 @@ class Facts:
             hash_algorithms=section(wire, "hash_algorithms", _hash_algorithms),
             clock=section(wire, "clock", Clock.from_json),
             reached_at=reached if isinstance(reached, str) else Missing("the address it was reached at is not known"))
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What was collected on one node. `facts` is the JSON the node sent (one section per
+    collector; a section that failed is {"error": "..."}), kept as sent for recordings;
+    `parsed` is the same, typed, and what checks read. `error` means no facts at all."""
+    node: str                   # the name the user gave (host alias)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None    # why the node could not be reached or run the collector
+    fix: str | None = None
+
+    @cached_property
+    def parsed(self) -> Facts:
+        """The facts as typed data, parsed on first use, once per node."""
+        return Facts.from_json(self.facts)

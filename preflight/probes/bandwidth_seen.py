@@ -1,0 +1,97 @@
+"""What the bandwidth and compute probes measured, as typed data: the all_reduce job's figures
+(or how it failed) and each node's matmul rate (per GPU on a CUDA run). The probes' JSON stays
+the wire and the recording; bandwidth and compute-balance judge these fields, and a figure a
+check puts in its details keeps the JSON as it came (`sent`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """The probe's torchrun job on one node, failed: its own error, and whether its bound ended it."""
+    node: str
+    error: str
+    timed_out: bool = False
+    sent: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> JobFailure:
+        return cls(wire["node"], wire["error"], bool(wire.get("timed_out", False)), MappingProxyType(dict(wire)))
+
+    def to_json(self) -> dict:
+        return dict(self.sent)
+
+
+@dataclass(frozen=True)
+class BandwidthSeen:
+    """The all_reduce job between the nodes (one rank per node; per GPU on one GPU node)."""
+    nodes: tuple[str, ...]
+    world_size: int
+    busbw: float                        # bytes/s: bus bandwidth at the largest message
+    algbw: float                        # bytes/s: algorithm bandwidth there
+    latency_us: Mapping[str, float]     # message bytes (as text) -> microseconds
+    message_bytes: int
+    seconds: float
+    failed: JobFailure | None = None
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> BandwidthSeen:
+        if "failed" in wire:
+            return cls((), 0, 0.0, 0.0, {}, 0, 0.0, JobFailure.from_json(wire["failed"]))
+        # As sent (no float() of a whole number): the bandwidth check's details repeat them.
+        return cls(tuple(wire["nodes"]), wire["world_size"], wire["busbw_bytes_per_s"], wire["algbw_bytes_per_s"],
+                   dict(wire["latency_us"]), wire["bytes"], wire["seconds"])
+
+
+@dataclass(frozen=True)
+class GpuFigures:
+    index: int
+    gflops: float
+    name: str | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """One node's matmul rate: its CPU's (with the threads it used and why), or its GPUs'
+    (`gflops` then is its slowest GPU's)."""
+    gflops: float
+    threads: int | None = None
+    threads_from: str | None = None
+    cpus: int | None = None
+    gpus: tuple[GpuFigures, ...] = ()
+    slowest_gpu: int | None = None
+    sent: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> NodeFigures:
+        gpus = tuple(GpuFigures(g["index"], g["gflops"], g.get("name"), g.get("dtype")) for g in wire.get("gpus", ()))
+        return cls(wire["gflops"], wire.get("threads"), wire.get("threads_from"), wire.get("cpus"), gpus,
+                   wire.get("slowest_gpu"), MappingProxyType(dict(wire)))
+
+    @property
+    def fastest(self) -> float:
+        """Its best rate in GFLOP/s: its fastest GPU's, or its CPU's."""
+        return max((g.gflops for g in self.gpus), default=self.gflops)
+
+    def gpu(self, index: int | None) -> GpuFigures:
+        return next(g for g in self.gpus if g.index == index)
+
+    def to_json(self) -> dict:
+        return dict(self.sent)
+
+
+@dataclass(frozen=True)
+class ComputeSeen:
+    nodes: Mapping[str, NodeFigures]
+    errors: Mapping[str, str]           # node -> why its benchmark did not run
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> ComputeSeen:
+        return cls({name: NodeFigures.from_json(f) for name, f in wire.get("nodes", {}).items()},
+                   dict(wire.get("errors", {})))
