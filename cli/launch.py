@@ -12,9 +12,11 @@ import threading
 import time
 from pathlib import Path
 
+from hangwatch.events import Event, EventKind
 from launch.outcome import render
 from launch.plan import Command, PlanError, build_plan
 from launch.run import Launch
+from launch.watched import STOP_WAIT, WatchedLaunch, preflight_notes
 from node.private import hold, why_refused
 from node.redact import redact_argv, redact_env, redact_text
 from node.terminal import shown, shown_text
@@ -24,7 +26,9 @@ from preflight.model import Report, Status
 from .exit import Exit
 
 RUNS = Path("ddp-preflight-runs")    # where each run's log folder goes without --log-dir
-STOP_WAIT = 30.0      # seconds for every node to confirm the stop (the freeze, up to 8 s; the supervisors' grace, 5 s)
+# What hangwatch says that the launcher relays (its rank-found and rank-gone lines are the ranks' own business).
+SAID = (EventKind.DIAGNOSIS, EventKind.STRAGGLER, EventKind.INCIDENT, EventKind.NOTICE, EventKind.NODE,
+        EventKind.RESUMED)
 SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "SIGTERM on the master",
                   signal.SIGHUP: "the master's terminal closed (SIGHUP)"}
 
@@ -112,7 +116,6 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         env = " ".join(f"{k}={v}" for k, v in redact_env(dict(node.env)).items()) or "no extra environment"
         say(f"  {node.node}: node rank {node.node_rank}, ranks {node.ranks[0]}-{node.ranks[-1]}, {env}")
 
-    launch = Launch(cluster, plan, log_dir, **({"lease": args.node_lease} if args.node_lease else {}))
     out = threading.Lock()
     dashboard = {"on": bool(args.tui)}     # while it is up, lines go to the logs and the dashboard only
 
@@ -128,10 +131,18 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         if not dashboard["on"]:
             say(f"cannot write the logs in {log_dir} ({why}): logging stopped; the output goes on here")
 
+    def on_event(event: Event) -> None:
+        if dashboard["on"] or event.kind not in SAID:
+            return
+        if event.kind is EventKind.NODE and event.data.get("status") == "watching" and not event.data.get("again"):
+            return
+        say(f"hangwatch: {event.text}")
+
+    run = WatchedLaunch(cluster, plan, log_dir, lease=args.node_lease, stop_on_hang=args.stop_on_hang,
+                        endless_after=args.endless_after, notes=preflight_notes(report), on_event=on_event)
+    launch = run.launch
     launch.on_line.append(show)
     launch.on_logs_failed.append(logs_failed)
-    watcher = watch(cluster, launch, log_dir, lambda: dashboard["on"], stop_on_hang=args.stop_on_hang,
-                    endless_after=args.endless_after, notes=preflight_notes(report))
     caught: list[int] = []
 
     def on_signal(signum, frame):
@@ -139,32 +150,30 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, on_signal) for s in SIGNAL_REASONS}
+    result = None
     try:
         try:
-            launch.start()
-            watcher.start()
+            run.start()
             if args.tui:
                 from hangwatch.launched import LaunchedRun
                 from tui.app import run_dashboard
 
-                choice = run_dashboard(LaunchedRun(watcher, launch, report.to_json()))
+                choice = run_dashboard(LaunchedRun(run.watcher, launch, report.to_json()))
                 dashboard["on"] = False
                 if choice == "stop":
                     say("stopping every node: quit from the dashboard")
-                    launch.stop("quit from the dashboard")
-                elif launch.wait(0) is None:
+                    run.stop("quit from the dashboard")
+                elif run.wait(0) is None:
                     say("the dashboard closed; the training goes on and its output follows (Ctrl-C stops it)")
-            while launch.wait(0.25) is None:
+            while run.wait(0.25) is None:
                 pass
         except KeyboardInterrupt:
             reason = SIGNAL_REASONS.get(signal.Signals(caught[-1]) if caught else signal.SIGINT, "interrupted")
             say(f"stopping every node: {reason}")
-            launch.stop(reason)
+            run.stop(reason)
         result = _wait_for_stop(launch)
-        if result is not None and not result.ok:
-            watcher.settle()          # hangwatch judges the order the ranks left in
     finally:
-        watcher.close()
+        run.conclude(result)          # hangwatch judges the order the ranks left in: the run's verdict
         for s, handler in previous.items():
             signal.signal(s, handler)
     if result is None:
@@ -172,58 +181,9 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         say(f"{', '.join(late)} did not confirm the stop within {STOP_WAIT:.0f} s (unreachable?); a node that "
             f"does not hear from this machine stops its part by itself within its {launch.lease:g} s lease")
         return Exit.FOUND
-    if not result.ok:
-        launch.add_verdict(watcher.verdict())      # who failed first, and why: hangwatch's verdict on the ends
     sys.stderr.write("ddp-preflight: " + shown_text(redact_text(render(result, plan.master_port, plan.nodes[0].node))))
     sys.stderr.flush()
     return result.exit_code
-
-
-def preflight_notes(report: Report) -> dict[str, tuple[str, ...]]:
-    """What preflight found wrong on each node, for hangwatch to quote beside a hang there (a
-    loader that never ends, on the node with the fewer shards)."""
-    notes: dict[str, list[str]] = {}
-    for r in report.results:
-        if r.node and r.status in (Status.WARN, Status.FAIL):
-            notes.setdefault(r.node, []).append(f"{r.check}: {r.summary}")
-    return {node: tuple(said) for node, said in notes.items()}
-
-
-def watch(cluster, launch: Launch, log_dir: Path, quiet, stop_on_hang: bool = False, endless_after=None,
-          notes=None):
-    """hangwatch on every node the run started on, over the same connections; what it names is
-    said here (and kept in the log folder's incidents/). What the launcher learns of how ranks end
-    (the launchers' stops, the exceptions in their output, torchrun's exit codes) is its evidence too."""
-    from hangwatch.watch import Watcher, WatchTarget
-
-    targets = [WatchTarget(cluster.nodes[i]) for i in cluster.usable()]
-
-    def on_hang(path: str) -> None:
-        if stop_on_hang:
-            launch.stop(f"hangwatch named a hang (--stop-on-hang); bundle {path}")
-
-    def on_event(event) -> None:
-        _note_alone(launch, event)
-        if quiet() or event.kind not in ("diagnosis", "straggler", "incident", "notice", "node", "resumed"):
-            return
-        if event.kind == "node" and event.data.get("status") == "watching" and not event.data.get("again"):
-            return
-        say(f"hangwatch: {event.text}")
-
-    # The agents go with the run: a node cut off from this machine ends both within one lease.
-    watcher = Watcher(targets, on_event=on_event, on_hang=on_hang, incident_dir=str(log_dir / "incidents"),
-                      lease=launch.lease, endless_after=endless_after, notes=notes,
-                      planned={r.rank: r.node for r in launch.ranks.values()})
-    launch.on_stopping.append(watcher.launcher_stopping)
-    launch.on_exception.append(watcher.rank_error)
-    launch.on_rank_end.append(watcher.rank_ended)
-    return watcher
-
-
-def _note_alone(launch: Launch, event) -> None:
-    """The summary repeats that the ranks never connected: the run may say "training finished"."""
-    if "alone" in event.data:
-        launch.note("alone", f"but the ranks never exchanged a byte: {event.text}" if event.data["alone"] else None)
 
 
 def _wait_for_stop(launch: Launch):

@@ -11,9 +11,10 @@ BLOCK = 1 << 20             # bytes read at a time
 LINE_BYTES = 1 << 16        # a line longer than this is cut (transport/lines.py cuts a rank's line there too)
 
 # Any line a reader acts on holds one of these (tracebacks.py's Reader and its summary table,
-# failures.py's lines outside a traceback: watchdog, usage error, the OOM killer, Slurm).
+# failures.py's lines outside a traceback: watchdog, usage error, the OOM killer, Slurm; torchrun's
+# "failed (exitcode: N)" line, logs.py).
 TRIGGERS = (b"Traceback", b"terminate called", b"Watchdog caught", b"Exception ignored", b": error: ",
-            b"Out of memory", b"last_enqueued_collective")
+            b"Out of memory", b"last_enqueued_collective", b"failed (exitcode")
 
 
 def scan(stream: BinaryIO, feed: Callable[[int, str], None], idle: Callable[[], bool]) -> int:

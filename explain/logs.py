@@ -5,7 +5,10 @@ prefixes), torchrun's summary table, NCCL's watchdog, torchrun's usage error and
 
 A log is a regular file (node/bounded.py: a FIFO is skipped with a note, never waited on), read
 in bounded memory (lines.py) and no further than the size it had when opened: a file someone
-keeps appending to ends too."""
+keeps appending to ends too. A log longer than its share (inputs.py: LOG_HEAD + LOG_TAIL, less
+when LOGS_LIMIT is nearly spent) is read from its start and its end only, with a note: a failure's
+lines are at the end, and a 1 TiB log (a sparse file costs another user 4 KiB) would take minutes.
+The lines past the gap have no number."""
 
 from __future__ import annotations
 
@@ -16,20 +19,28 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from hangwatch import failures
-from hangwatch.tracebacks import ExceptionInfo, Origin, Reader, SummaryReader, split_prefix
-from node.bounded import Skipped, open_regular
+from hangwatch.prefixes import Origin, split_prefix
+from hangwatch.torchrun_table import SummaryReader
+from hangwatch.tracebacks import ExceptionInfo, Reader
+from node.bounded import Skipped, open_regular, size_text
+from node.protocol import ExitStatus
 
+from .inputs import LOG_HEAD, LOG_TAIL
 from .lines import scan
 from .seen import Gathered, NodeSaid, Quote
 
 REMEMBERED = 5000            # lines remembered per writer to give a quote its number
+# torchrun's own line on the first worker of its node that it saw fail (torch.distributed.elastic's
+# multiprocessing api: "failed (exitcode: -9) local_rank: 1 (pid: 123) of binary: ..."): a negative
+# exitcode is the signal's number.
+FAILED_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 TORCHRUN_LOGS = re.compile(r"(?:^|/)attempt_\d+/(?P<local>\d+)/(?:stdout|stderr)\.log$")
 
 
 class _Writer:
     def __init__(self) -> None:
         self.reader = Reader()
-        self.numbers: dict[str, int] = {}
+        self.numbers: dict[str, int | None] = {}
         self.marker: int | None = None
         self.exception: ExceptionInfo | None = None
         self.quotes: list[Quote] = []
@@ -41,11 +52,13 @@ class LogReader:
         self.writers: dict[Origin, _Writer] = {}
         self.table = SummaryReader()
         self.tables: list = []            # this file's torchrun tables
+        self.failed: list[tuple[str | None, int, int, ExitStatus, Quote]] = []   # torchrun's "failed (exitcode" lines
 
     def idle(self) -> bool:
         return not self.table.reading and all(w.reader.idle for w in self.writers.values())
 
-    def feed(self, number: int, line: str) -> None:
+    def feed(self, number: int | None, line: str) -> None:
+        """One line, with its number in the file (None: past the part of a long log not read)."""
         self.table.feed(line)
         if self.table.found is not None:
             found, self.table.found = self.table.found, None
@@ -68,8 +81,13 @@ class LogReader:
             writer.quotes = [Quote(self.path, writer.numbers.get(q), q) for q in seen.quote]
         self._lines(origin, text, number, raw)
 
-    def _lines(self, origin: Origin, text: str, number: int, raw: str) -> None:
+    def _lines(self, origin: Origin, text: str, number: int | None, raw: str) -> None:
         """The lines outside a traceback that name a failure."""
+        if "failed (exitcode" in text:
+            found = FAILED_LINE.search(text)
+            if found is not None:     # read into an ExitStatus here, once
+                self.failed.append((origin.node or self.node, int(found["local"]), int(found["pid"]),
+                                    ExitStatus.from_returncode(int(found["code"])), Quote(self.path, number, raw)))
         if ": error: " in text:
             said = failures.usage_error(text)
             if said is not None:
@@ -116,13 +134,28 @@ class LogReader:
             if info is None and rank is None:
                 continue
             seen = self.gathered.rank(node, rank, local)
+            if seen.rank is None and seen.writer is None:
+                # No rank number: named by where it wrote (never by a made-up number).
+                seen.writer = (f"local rank {local} of " if local is not None else "the writer of ") + self.path
             if info is not None:
                 seen.exception, seen.source, seen.quotes = info, "output", writer.quotes
                 seen.said = failures.said_by(info.type, _words(info))
+        for node, local, pid, status, quote in self.failed:
+            found = next((s for s in self.gathered.ranks if s.pid == pid and s.node in (node, None)), None)
+            if found is None and node in offsets:
+                found = self.gathered.rank(node, offsets[node] + local, local)
+            if found is None:
+                continue          # whose rank it was, nothing here says
+            seen = found
+            seen.pid = pid if seen.pid is None else seen.pid
+            if seen.exit is None:
+                seen.exit = status
+                seen.exit_quotes.append(quote)
 
     def _offsets(self) -> dict[str | None, int]:
         """node -> its first global rank (static rendezvous: a node's ranks are consecutive), from a
-        writer whose local rank and torch's rank marker are both known, or torchrun's table."""
+        writer whose local rank and torch's rank marker are both known, torchrun's table, or a
+        launch's plan."""
         out: dict[str | None, int] = {}
         for origin, writer in self.writers.items():
             if origin.local_rank is not None and writer.marker is not None:
@@ -131,6 +164,10 @@ class LogReader:
             for child in (*table.others, table):
                 if child.local_rank is not None and child.rank is not None:
                     out.setdefault(self.node, child.rank - child.local_rank)
+        g = self.gathered
+        if g.nproc_per_node:                 # a launch's plan: node rank x ranks per node
+            for index, node in enumerate(g.node_order):
+                out.setdefault(node, index * g.nproc_per_node)
         return out
 
 
@@ -147,7 +184,8 @@ def _launcher_own(info: ExceptionInfo | None) -> bool:
     return info is not None and said is not None and said.failure in own and info.file is None
 
 
-def read_log(gathered: Gathered, path: str, stream: BinaryIO | None = None) -> None:
+def read_log(gathered: Gathered, path: str, stream: BinaryIO | None = None, limit: int | None = None) -> None:
+    """`limit`: the bytes of the file that may be read (inputs.py's share; at most LOG_HEAD + LOG_TAIL)."""
     node = None if path == "-" else _node_of(path)
     reader = LogReader(gathered, "<stdin>" if path == "-" else path, node)
     if stream is not None:
@@ -164,8 +202,25 @@ def read_log(gathered: Gathered, path: str, stream: BinaryIO | None = None) -> N
             gathered.skipped.append(f"{path}: unreadable: {exc.strerror}")
             return
         with os.fdopen(fd, "rb") as f:
-            scan(cast(BinaryIO, _Upto(f, st.st_size)), reader.feed, reader.idle)
+            _scan_file(gathered, path, f, st.st_size, reader, limit)
     reader.close()
+
+
+def _scan_file(gathered: Gathered, path: str, f: BinaryIO, size: int, reader: LogReader, limit: int | None) -> None:
+    """The file, or its first and its last part when it is longer than it may be read (said)."""
+    allowed = LOG_HEAD + LOG_TAIL if limit is None else min(limit, LOG_HEAD + LOG_TAIL)
+    if size <= allowed:
+        scan(cast(BinaryIO, _Upto(f, size)), reader.feed, reader.idle)
+        return
+    tail = min(LOG_TAIL, allowed // 2)
+    head = allowed - tail
+    gathered.skipped.append(f"{path}: the middle of a log of {size_text(size)} (read its first {size_text(head)} "
+                            f"and its last {size_text(tail)})")
+    scan(cast(BinaryIO, _Upto(f, head)), reader.feed, reader.idle)
+    f.seek(size - tail - 1)
+    at_line_start = f.read(1) == b"\n"
+    rest = cast(BinaryIO, _Upto(f, tail) if at_line_start else _FromNextLine(_Upto(f, tail)))
+    scan(rest, lambda _number, line: reader.feed(None, line), reader.idle)
 
 
 class _Upto:
@@ -178,6 +233,25 @@ class _Upto:
         data = self.stream.read(min(count, self.left)) if self.left > 0 else b""
         self.left -= len(data)
         return data
+
+
+class _FromNextLine:
+    """A stream from its first line break on: the tail of a long log starts inside a line."""
+
+    def __init__(self, stream: _Upto):
+        self.stream, self.found = stream, False
+
+    def read(self, count: int) -> bytes:
+        while not self.found:
+            data = self.stream.read(count)
+            if not data:
+                return b""
+            cut = data.find(b"\n")
+            if cut >= 0:
+                self.found = True
+                if cut + 1 < len(data):
+                    return data[cut + 1:]
+        return self.stream.read(count)
 
 
 def _node_of(path: str) -> str:

@@ -10,9 +10,13 @@ import re
 from pathlib import Path
 
 from hangwatch import failures
+from hangwatch.exits import OUTSIDE, StoppedBy
+from hangwatch.model import Diagnosis, exit_from_json
 from hangwatch.tracebacks import exception_in
+from hangwatch.words import who
 from node.bounded import Skipped, read_regular
 from node.flight import Refused, plain_data
+from node.protocol import ExitStatus
 
 from .inputs import JSON_LIMIT
 from .seen import Gathered, Quote
@@ -98,9 +102,10 @@ def read_bundle(gathered: Gathered, path: str) -> None:
         seen = gathered.rank(e.get("node"), e.get("rank"))
         if isinstance(e.get("frame"), str) and seen.frame is None:
             seen.frame = e["frame"]
-        if e.get("exit") and seen.exit is None:
-            seen.exit = e["exit"]
-            seen.exit_quotes.append(Quote(path, None, f"rank {e.get('rank')}: {e['exit']}"))
+        status = exit_from_json(e.get("exit"))
+        if status is not None and seen.exit is None:
+            seen.exit = status
+            seen.exit_quotes.append(Quote(path, None, f"rank {e.get('rank')}: {status}"))
         if isinstance(e.get("seq"), int) and seen.flight is None:
             seen.flight = {"entries": [], "summary": {"seq": e["seq"], "op": e.get("seq_op"),
                                                       "completed": e.get("completed")}, "path": path,
@@ -108,6 +113,8 @@ def read_bundle(gathered: Gathered, path: str) -> None:
 
 
 def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
+    """A launch's plan.json (the world, its nodes in order) or result.json: how each rank ended, who
+    stopped it, and hangwatch's verdict on the run as the launch saved it."""
     data = _load(path)
     if not isinstance(data, dict):
         return
@@ -118,17 +125,44 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
         gathered.launched = True
         return
     gathered.stop_reason = data.get("stop_reason")
+    gathered.launched = True
+    gathered.finished = data.get("ok") is True
+    stopped = {n.get("node") for n in data.get("nodes") or [] if isinstance(n, dict) and n.get("stopped")}
     for r in data.get("ranks") or []:
         if not isinstance(r, dict) or not isinstance(r.get("rank"), int):
             continue
         seen = gathered.rank(r.get("node"), r["rank"], r.get("local_rank"))
-        exit_ = (f"signal {r['signal']}" if r.get("signal") is not None else
-                 f"exit code {r['exit']}" if r.get("exit") is not None else None)
-        if exit_ and seen.exit is None:
-            seen.exit = exit_
-            seen.exit_quotes.append(Quote(path, None, f"rank {r['rank']} on {r.get('node')}: {exit_}"))
-        if r.get("stopped_by"):
-            seen.stopped = True
+        code, signal = r.get("exit"), r.get("signal")
+        status = ExitStatus(signal=signal) if isinstance(signal, int) else \
+            ExitStatus(code=code) if isinstance(code, int) else None
+        if status is not None and seen.exit is None:
+            seen.exit = status
+            seen.exit_quotes.append(Quote(path, None, f"rank {r['rank']} on {r.get('node')}: {status}"))
+        if isinstance(r.get("pid"), int) and seen.pid is None:
+            seen.pid = r["pid"]
+        seen.stopped_by = _stopped_by(r, r.get("node") in stopped) or seen.stopped_by
+    verdict = data.get("verdict")
+    if isinstance(verdict, dict):
+        try:
+            gathered.saved = Diagnosis.from_json(verdict)
+        except (KeyError, TypeError, ValueError) as exc:
+            gathered.skipped.append(f"{path}: its verdict is not one this version reads ({type(exc).__name__}: {exc})")
+    if gathered.saved is not None:
+        d = gathered.saved
+        gathered.result = Quote(path, None, f"the verdict the launch saved: {d.kind} ({d.reason}) "
+                                            f"{who(d.named) or 'no rank named'}")
+
+
+def _stopped_by(rank: dict, node_stopped: bool) -> StoppedBy | None:
+    """Who began stopping a launched rank before it ended, as its launch recorded it: ddp-preflight
+    (a signal on a node it stopped, or a lost peer read after its stop began), or torchrun (the
+    launch program saw it stop the rank)."""
+    if rank.get("stopped_by") in tuple(StoppedBy):
+        return StoppedBy(rank["stopped_by"])
+    if node_stopped and (rank.get("signal") is not None or rank.get("error_after_stop")):
+        return OUTSIDE
+    return None
+
 
 
 def _rank_in(path: str) -> int | None:
@@ -139,5 +173,5 @@ def _rank_in(path: str) -> int | None:
 def _load(path: str):
     try:
         return json.loads(read_regular(path, JSON_LIMIT).decode("utf-8", errors="replace"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):    # RecursionError: nested too deep (rewritten since inputs.py)
         return None

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hangwatch.exits import StoppedBy
 from hangwatch.failures import Said, WatchdogLine
-from hangwatch.tracebacks import ExceptionInfo, FirstObservedFailure
+from hangwatch.model import Diagnosis
+from hangwatch.torchrun_table import FirstObservedFailure
+from hangwatch.tracebacks import ExceptionInfo
+from hangwatch.who import Unnumbered, Who
+from node.protocol import ExitStatus
 
 
 @dataclass(frozen=True)
@@ -30,9 +35,11 @@ class RankSeen:
     source: str = "output"                  # where its exception was read: "output" | "record" (an error file)
     said: Said | None = None                # what its exception's words name (failures.py)
     quotes: list[Quote] = field(default_factory=list)     # the lines its exception rests on
-    exit: str | None = None                 # "exit code 1", "signal 9"
+    exit: ExitStatus | None = None          # its exit code or signal (torchrun's table, a launch's result.json)
     exit_quotes: list[Quote] = field(default_factory=list)
-    stopped: bool = False                   # its launcher stopped it (SIGTERM after another rank's end)
+    stopped_by: StoppedBy | None = None     # the launcher that began stopping it before it ended (result.json)
+    pid: int | None = None                  # its process (torchrun's table, a launch's result.json)
+    writer: str | None = None               # where it was read, when its rank is not known
     watchdog: WatchdogLine | None = None    # NCCL's watchdog on it: the collective that timed out
     enqueued: int | None = None             # ... and where its group was
     completed: int | None = None
@@ -41,8 +48,13 @@ class RankSeen:
     frame: str | None = None                # where a live watcher saw it ("train.py:88": an incident bundle)
 
     @property
-    def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else f"local rank {self.local_rank} on {self.node}"
+    def key(self) -> Who:
+        """How the verdict names it: its rank, or what is known of it (never a made-up number)."""
+        if self.rank is not None:
+            return self.rank
+        where = self.writer or (f"local rank {self.local_rank}" if self.local_rank is not None else "a rank") + \
+            (f" on {self.node}" if self.node else "")
+        return Unnumbered(self.node, self.pid, where)
 
 
 @dataclass
@@ -65,6 +77,9 @@ class Gathered:
     node_order: list[str] = field(default_factory=list)      # nodes by node rank (a launch's plan)
     stop_reason: str | None = None                           # a launch's: why it was stopped
     launched: bool = False                                   # a ddp-preflight --launch run (its plan.json was read)
+    result: Quote | None = None                              # a launch's result.json with a verdict, when read
+    finished: bool = False                                   # ... a result.json that says every rank exited 0
+    saved: Diagnosis | None = None                           # ... and the verdict it saved (hangwatch's, live)
     read: list[str] = field(default_factory=list)            # inputs read
     skipped: list[str] = field(default_factory=list)         # inputs not read, with why
 

@@ -11,15 +11,17 @@ and its stamp gives the offset, when the clocks are more than CLOCK_STEP apart."
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from node import protocol
 from node.protocol import ExitStatus
 
-from . import exits, text
+from . import exits
+from .events import EventKind
+from .evidence import evidence_of
 from .exits import Ending
-from .inputs import LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, Kind, RankStatus, RankView, Seen
+from .inputs import Effect, LauncherStopping, RankEnded, RankError
+from .model import Diagnosis, NodeNote, RankStatus, RankView, Seen, Who
 from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record
 
@@ -27,7 +29,7 @@ S = RankStatus
 CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
 
 
-def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: list) -> None:
+def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: list[Effect]) -> None:
     """The agent saw the exit the moment it happened (pidfd), with what the node could tell of it."""
     fresh = not t.ended
     status = ExitStatus.from_wait_status(msg.code) if msg.code is not None else None
@@ -55,13 +57,13 @@ def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: l
         _gone(state, t, out)
 
 
-def zombie(state: State, t: Track, status: ExitStatus, at: float | None, now: float, out: list) -> None:
+def zombie(state: State, t: Track, status: ExitStatus, at: float | None, now: float, out: list[Effect]) -> None:
     """A sample caught it as a zombie, before its exit notice."""
     _ended(state, t, status, at, now)
     _gone(state, t, out)
 
 
-def vanished(state: State, t: Track, at: float | None, now: float, out: list) -> None:
+def vanished(state: State, t: Track, at: float | None, now: float, out: list[Effect]) -> None:
     """It is gone, its code collected by its parent before anyone read it."""
     _ended(state, t, None, at, now)
     _gone(state, t, out)
@@ -70,9 +72,7 @@ def vanished(state: State, t: Track, at: float | None, now: float, out: list) ->
 def _ended(state: State, t: Track, status: ExitStatus | None, at: float | None, now: float) -> None:
     v = t.view
     if status is not None:
-        v.exit = str(status)
-    elif v.exit is None:
-        v.exit = "exited (its parent collected the exit code)"
+        v.exit = status             # None stays None: its parent collected the code before anyone read it
     v.state, v.cpu, t.idle_since, v.idle_for = S.EXITED, 0.0, None, 0.0
     if t.gone_at is None:
         t.gone_at, t.exit_t = now, on_one_clock(state, v.node, at)
@@ -80,9 +80,11 @@ def _ended(state: State, t: Track, status: ExitStatus | None, at: float | None, 
     state.exit_check_at = now + state.config.settle
 
 
-def _gone(state: State, t: Track, out: list) -> None:
+def _gone(state: State, t: Track, out: list[Effect]) -> None:
     v = t.view
-    out.append(say("rank-gone", f"{v.node}: {v.label} {v.exit}", node=v.node, pid=v.pid, rank=v.rank, exit=v.exit))
+    how = str(v.exit) if v.exit is not None else "exited (its parent collected the exit code)"
+    out.append(say(EventKind.RANK_GONE, f"{v.node}: {v.label} {how}", node=v.node, pid=v.pid, rank=v.rank,
+                   exit=asdict(v.exit) if v.exit is not None else None))
 
 
 def as_seen(info: ExceptionInfo, source: str) -> Seen:
@@ -104,7 +106,7 @@ def rank_error(state: State, event: RankError) -> None:
         t.quote = event.exception.quote[0] if event.exception.quote else None
 
 
-def rank_ended(state: State, event: RankEnded, now: float, out: list) -> None:
+def rank_ended(state: State, event: RankEnded, now: float, out: list[Effect]) -> None:
     """torchrun's word on a rank's end (its real exit code), where the agent could not read it, or
     never saw the rank at all (it ended before its first sample)."""
     t = _launched(state, event.node, event.rank, event.pid)
@@ -167,8 +169,8 @@ def margin(state: State, node: str) -> float:
     return max(apart, 0.001) if apart <= CLOCK_STEP else CLOCK_STEP
 
 
-def ending_of(state: State, t: Track, closed: dict[int, tuple[frozenset, frozenset]] | None = None,
-              owner: dict[str, int] | None = None) -> Ending:
+def ending_of(state: State, t: Track, closed: dict[Who, tuple[frozenset, frozenset]] | None = None,
+              owner: dict[str, Who] | None = None) -> Ending:
     stopped_by = _stopped_by(state, t)
     first, on = (closed or {}).get(t.key, (frozenset(), frozenset()))
     peer = t.exception.peer if t.exception is not None and t.exception.lost_peer else None
@@ -178,18 +180,18 @@ def ending_of(state: State, t: Track, closed: dict[int, tuple[frozenset, frozens
                   frozenset(o.key for o in _peers(state, t)), (owner or {}).get(peer) if peer else None)
 
 
-def owners(tracks: list[Track]) -> dict[str, int]:
+def owners(tracks: list[Track]) -> dict[str, Who]:
     """Whose each TCP endpoint is ("ip:port" -> rank key), from the ranks' counted sockets."""
     return {endpoint: t.key for t in tracks for endpoint in t.endpoints}
 
 
-def closed_first(state: State, tracks: list[Track]) -> dict[int, tuple[frozenset, frozenset]]:
+def closed_first(state: State, tracks: list[Track]) -> dict[Who, tuple[frozenset, frozenset]]:
     """Who closed each connection between two ranks first, as the kernel says: the side that
     closed first holds the connection in TIME_WAIT for a minute after. For each rank: (the ranks it
     closed a connection with first, the ranks that closed one with it first)."""
     owner = owners(tracks)
-    first: dict[int, set[int]] = {}
-    on: dict[int, set[int]] = {}
+    first: dict[Who, set[Who]] = {}
+    on: dict[Who, set[Who]] = {}
     for local, remote in state.closures:
         closer, peer = owner.get(local), owner.get(remote)
         if closer is None or peer is None or closer == peer:
@@ -204,7 +206,7 @@ def _peers(state: State, t: Track) -> list[Track]:
     return [o for o in state.ranks.values() if o.run == t.run and o is not t and o.endpoints]
 
 
-def _stopped_by(state: State, t: Track) -> str | None:
+def _stopped_by(state: State, t: Track) -> exits.StoppedBy | None:
     """The launcher that began stopping its node before it ended: ddp-preflight, when it had begun
     stopping every node (node None; the root of any stop after it), else torchrun on its node (the
     latest such). torchrun's stop is on the rank's own node's clock; ddp-preflight's on this
@@ -214,7 +216,7 @@ def _stopped_by(state: State, t: Track) -> str | None:
     apart = margin(state, t.view.node)
     stops = [(node is None, at, by) for node, at, by in state.launcher_stops
              if (node is None and at <= t.exit_t - apart) or node == t.view.node and at <= t.exit_t]
-    return max(stops)[2] if stops else None
+    return exits.StoppedBy(max(stops)[2]) if stops else None
 
 
 def judge(state: State, now: float, wall: float, run: int | None = None) -> Diagnosis | None:
@@ -224,7 +226,6 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
         return None
     run = max(ended, key=lambda t: t.gone_at or 0.0).run
     tracks = [t for t in state.ranks.values() if t.run == run]
-    from .verdicts import evidence_of  # the live ranks as they are seen
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
     closed, owner = closed_first(state, tracks), owners(tracks)
     found = exits.judge([ending_of(state, t, closed, owner) for t in tracks if t.ended], running)
@@ -233,16 +234,9 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     apart = clocks_apart(state)
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
                     notes=_notes(state, [t.view.node for t in tracks if t.key in found.named]))
-    return replace(found, summary=text.summary(found))
+    return found
 
 
-def _notes(state: State, nodes: list[str]) -> tuple[str, ...]:
+def _notes(state: State, nodes: list[str]) -> tuple[NodeNote, ...]:
     """What preflight said of these nodes (under --launch): a data-shards warning is the clue."""
-    return tuple(f"{node}: {note}" for node in dict.fromkeys(nodes) for note in state.config.notes.get(node, ()))
-
-
-def run_key(state: State, found: Diagnosis) -> str:
-    """What a verdict on ended ranks is said once for: its kind, its named ranks' processes (a
-    later run's ranks are other processes)."""
-    pids = sorted(e.pid for e in found.evidence if e.key in found.named)
-    return f"{Kind.EXITED.value}:{found.named}:{pids}"
+    return tuple(NodeNote(node, note) for node in dict.fromkeys(nodes) for note in state.config.notes.get(node, ()))

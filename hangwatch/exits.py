@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from node.protocol import ExitStatus
 
 from .causes import CAUSES
-from .model import Certainty, Diagnosis, Evidence, Kind, RankStatus, Reason, Seen
+from .model import Certainty, Diagnosis, Evidence, Kind, RankStatus, Reason, Seen, Unnumbered, Who, Word, label
 from .tracebacks import from_record
 
 KERNEL_ONLY = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)   # never sent by a launcher
@@ -54,7 +54,7 @@ class Role(enum.Enum):
 class Ending:
     """One rank's end, as the evidence shows it."""
     node: str
-    pid: int
+    pid: int | None                    # None: no process was seen (explain reads what a run left)
     rank: int | None = None
     at: float | None = None            # when it ended, on the master's clock: its record's time, else its exit's
     margin: float = 0.0                # how far `at` may be off the master's clock (its node's clock error)
@@ -63,7 +63,7 @@ class Ending:
     exception: Seen | None = None      # from its record, else its output
     quote: str | None = None           # the output line the exception rests on
     oom: bool | None = None            # its node's OOM-kill count rose as it ended
-    stopped_by: str | None = None      # "torchrun" or "ddp-preflight": began stopping its node before it ended
+    stopped_by: StoppedBy | None = None   # the launcher that began stopping its node before it ended
     launcher: int | None = None        # the pid of its parent (torchrun): its siblings share it
     frame: str | None = None           # its last line seen alive (a stack)
     function: str | None = None
@@ -72,15 +72,16 @@ class Ending:
     closed_first: frozenset = frozenset()   # the ranks it closed a connection with first (the kernel's TIME_WAIT)
     closed_on: frozenset = frozenset()      # the ranks that closed a connection with it first
     peers: frozenset = frozenset()          # the ranks of its run whose connections are known
-    peer_key: int | None = None             # the rank its lost-peer error names (its endpoint)
+    peer_key: Who | None = None             # the rank its lost-peer error names (its endpoint)
+    writer: str | None = None               # where a rank whose number is unknown was read (explain)
 
     @property
-    def key(self) -> int:
-        return self.rank if self.rank is not None else -self.pid
+    def key(self) -> Who:
+        return self.rank if self.rank is not None else Unnumbered(self.node or None, self.pid, self.writer)
 
     @property
     def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+        return label(self.key)
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,14 @@ class Read:
     basis: tuple[str, ...] = ()        # what the judging read beyond the end itself (how it knew)
 
 
-OUTSIDE = "ddp-preflight"     # a launcher that stops every node of the run from outside (Ctrl-C, a quit,
-                              # --stop-on-hang, a failed node): whatever ends after it began is its doing
+class StoppedBy(Word):
+    """The launcher that began stopping a rank before it ended."""
+    TORCHRUN = "torchrun"              # torchrun on its node: another rank of that node ended
+    DDP_PREFLIGHT = "ddp-preflight"    # ddp-preflight on every node (Ctrl-C, a quit, --stop-on-hang, a failed node)
+
+
+OUTSIDE = StoppedBy.DDP_PREFLIGHT     # stops every node of the run from outside: whatever ends after it
+                                      # began is its doing
 
 
 def read(ending: Ending, endings: Sequence[Ending]) -> Read:
@@ -181,9 +188,13 @@ def before(a: Ending, b: Ending) -> bool:
     return a.at + a.margin < b.at - b.margin
 
 
-def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagnosis | None:
-    """The verdict on a run's endings (`running`: its ranks still alive, as seen); None when
-    nothing failed (every rank ended cleanly) or someone stopped the run first."""
+def judge(endings: Sequence[Ending], running: Sequence[Evidence] = (), unseen: Sequence[Evidence] = ()) \
+        -> Diagnosis | None:
+    """The verdict on a run's endings (`running`: its ranks still alive, as seen; `unseen`: ranks
+    of the run whose end nothing shows, where what was read is not all there was: a run's logs,
+    which list only the ranks that failed); None when nothing failed (every rank ended cleanly)
+    or someone stopped the run first. The one rule for who failed first: the live watcher, a
+    launch's summary and `ddp-preflight explain` all call it."""
     order = sorted(endings, key=lambda e: (e.at is None, e.at or 0.0))
     reads = [read(e, order) for e in order]
     failures = [r for r in reads if r.role in (Role.OWN, Role.EITHER, Role.VICTIM)]
@@ -203,15 +214,31 @@ def judge(endings: Sequence[Ending], running: Sequence[Evidence] = ()) -> Diagno
     else:
         if _stopped_first(reads, failures):
             return None     # someone stopped the run (Ctrl-C, a scheduler, the launcher) and the rest followed
-        culprits, candidates, certainty = _named_by_victims(reads) or _closed_first_of(reads) or _first_of(reads)
+        culprits, candidates, certainty = _named_by_victims(reads) or _closed_first_of(reads) or \
+            _first_of(reads)
+        if not culprits and not candidates and unseen and any(r.reason is Reason.LOST_PEER for r in reads):
+            return _lost_unseen(reads, running, unseen)
     named = culprits or candidates
     reason = named[0].reason if named else Reason.LOST_PEER
     as_named = {r.ending.key: r for r in named}       # a read the judging refined (leaving)
-    evidence = [_evidence(as_named.get(r.ending.key, r)) for r in reads] + list(running)
+    evidence = [_evidence(as_named.get(r.ending.key, r)) for r in reads] + list(running) + list(unseen)
     return Diagnosis(Kind.EXITED, tuple(sorted(r.ending.key for r in culprits)),
                      tuple(sorted(r.ending.key for r in candidates)), reason, certainty, tuple(evidence),
                      causes=CAUSES.get(reason, ()),
                      margin=max((r.ending.margin for r in candidates), default=0.0) if candidates else None)
+
+
+def _lost_unseen(reads: Sequence[Read], running: Sequence[Evidence], unseen: Sequence[Evidence]) -> Diagnosis:
+    """Ranks lost a peer, no end explains it, and nothing shows how some rank of the run ended
+    (a rank that exits 0 is in no torchrun table and prints no error): that rank is the peer they
+    lost, it left first; several such are candidates."""
+    keys = sorted(e.key for e in unseen)
+    one = len(keys) == 1
+    named = [replace(e, reason=Reason.LEFT_FIRST) for e in unseen]
+    evidence = [_evidence(r) for r in reads] + list(running) + named
+    return Diagnosis(Kind.EXITED, tuple(keys) if one else (), () if one else tuple(keys), Reason.LEFT_FIRST,
+                     Certainty.LIKELY if one else Certainty.UNSURE, tuple(evidence),
+                     causes=CAUSES.get(Reason.LEFT_FIRST, ()))
 
 
 def _stopped_first(reads: Sequence[Read], failures: Sequence[Read]) -> bool:
@@ -239,7 +266,7 @@ def _named_by_victims(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Ce
     if r is None or r.role not in (Role.EITHER, Role.VICTIM, Role.CLEAN) or r.reason is Reason.LOST_PEER:
         return None
     victims = sorted(v.ending.key for v in reads if v.ending.peer_key == key)
-    basis = (f"its peers' errors name it: {', '.join(_label(v) for v in victims)} lost "
+    basis = (f"its peers' errors name it: {', '.join(label(v) for v in victims)} lost "
              f"{'its' if len(victims) == 1 else 'their'} connection to it",)
     return [_went_first(r, basis)], [], Certainty.CERTAIN
 
@@ -253,10 +280,6 @@ def _went_first(r: Read, basis: tuple[str, ...]) -> Read:
     if r.role is Role.EITHER and r.ending.status is not None:
         return replace(r, role=Role.OWN, certain=True, basis=basis)
     return replace(r, reason=Reason.LEAVING, role=Role.OWN, certain=True, basis=basis)
-
-
-def _label(key: int) -> str:
-    return f"rank {key}" if key >= 0 else f"pid {-key}"
 
 
 def _closed_first_of(reads: Sequence[Read], any_role: bool = False) -> tuple[list[Read], list[Read], Certainty] | None:
@@ -290,7 +313,7 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
     kept = [r for r in candidates if not r.ending.closed_on]
     if kept and len(kept) < len(candidates):
         closed_on = {o for r in candidates if r not in kept for o in r.ending.closed_on}
-        basis = (f"{', '.join(_label(k) for k in sorted(closed_on))} closed connections with the other "
+        basis = (f"{', '.join(label(k) for k in sorted(closed_on))} closed connections with the other "
                  "candidates first, not with it (the kernel's TIME_WAIT)",)
         candidates = [replace(r, basis=basis) for r in kept]
         if len(candidates) == 1:
@@ -306,7 +329,9 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
         basis = (f"it had closed connections of its own when {first[0].ending.label} beside it died at once "
                  f"({first[0].ending.status})",)
         return [replace(leaving[0], reason=Reason.LEAVING, role=Role.OWN, basis=basis)], [], Certainty.LIKELY
-    return [], candidates, Certainty.UNSURE
+    # No rank to name at all (every end a lost peer's): its peer's node or the link went away, as
+    # likely as the victims' words say; several that cannot be ordered: unsure which.
+    return [], candidates, Certainty.UNSURE if candidates else Certainty.LIKELY
 
 
 def _at_once(ending: Ending) -> bool:
@@ -323,14 +348,14 @@ def _evidence(r: Read) -> Evidence:
     seen = r.exception
     frame = seen.where if seen is not None and seen.where else e.frame
     function = seen.function if seen is not None and seen.where else e.function
-    exit = str(e.status) if e.status is not None else None
+    exit = e.status
     notes: tuple[str, ...] = ()
     code = (e.record or {}).get("code")
     if (e.record or {}).get("how") in ("exit", "returned") and isinstance(code, int):
-        recorded = str(ExitStatus(code=code))          # what the script chose, before its teardown
+        recorded = ExitStatus(code=code)          # what the script chose, before its teardown
         if exit is not None and exit != recorded:
             notes = (f"its process ended with {exit}",)
         exit = recorded
     return Evidence(e.node, e.pid, e.rank, RankStatus.EXITED, r.reason, frame=frame, function=function, exit=exit,
-                    ended_at=e.at, exception=seen, quote=e.quote, notes=r.basis + notes)
+                    ended_at=e.at, exception=seen, quote=e.quote, notes=r.basis + notes, writer=e.writer)
 

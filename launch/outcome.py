@@ -3,18 +3,22 @@
 A rank's outcome is what its process really did (torchrun's worker exit, read on the node);
 "why" is added from who stopped whom, as the launchers said it: ddp-preflight stops every node
 when one fails or the user quits; torchrun stops a node's other ranks when one of them ends (the
-launch program's "stopping" marker lists them). Which rank failed first, and why, is hangwatch's
-verdict on the run (hangwatch/exits.py, one rule for a launched run and a watched one): the
-headline renders it."""
+launch program's "stopping" marker lists them). Which rank failed first, and why, is decided by
+one rule (hangwatch/exits.py's judge, through ends.py) for a launched run, a watched one and
+`explain`: the run's verdict is hangwatch's where it watched, the launcher's own otherwise, and
+the rank of a node that torchrun stopped the others for is that rule's over the node's ends. The
+headline renders the verdict."""
 
 from __future__ import annotations
 
 import signal as signals
 from dataclasses import asdict, dataclass, field, replace
 
-from hangwatch.model import Diagnosis
+from hangwatch.exits import StoppedBy
+from hangwatch.model import Diagnosis, Kind
 from hangwatch.text import headline
 from hangwatch.tracebacks import ExceptionInfo
+from hangwatch.words import who
 from node.protocol import ExitStatus
 from node.terminal import shown, shown_data, shown_text
 
@@ -33,7 +37,7 @@ class LaunchedRank:
     signal: int | None = None          # signal number, when a signal ended it
     why: str | None = None             # who stopped it, when it did not end by itself
     error: ExceptionInfo | None = None  # the exception its output shows, if any
-    stopped_by: str | None = None      # "torchrun": its launcher began stopping it (the launch program said so)
+    stopped_by: StoppedBy | None = None   # torchrun: its launcher began stopping it (the launch program said so)
     error_after_stop: bool = False     # its error's lines came after ddp-preflight began stopping the run
 
     @property
@@ -77,7 +81,9 @@ class LaunchResult:
     seconds: float
     log_dir: str | None = None
     port_free: bool | None = None      # the master port could be bound afterwards (None: not tested)
-    verdict: Diagnosis | None = None   # hangwatch's verdict on how the ranks ended: who failed first, and why
+    verdict: Diagnosis | None = None   # the verdict on the run: who failed first and why (or the hang named)
+    judged: bool = False               # the verdict was decided (None then means: nothing failed); a result
+                                       # with none that was never judged is judged by the summary, by the same rule
     notes: list[str] = field(default_factory=list)
     logs_error: str | None = None      # why the logs stopped before the end ("No space left on device")
 
@@ -117,16 +123,20 @@ def stop_signal(rank: LaunchedRank) -> bool:
 
 def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
     """Fill in `why` for one node's ranks once the node has ended."""
+    from .ends import first_on_node
     failed = [r for r in ranks if r.ended and not r.ok and not stop_signal(r)]
+    first = first_on_node(ranks, node) if failed else ()
     for r in ranks:
         if r.ended and r.ok:
             continue
         if r.signal is not None and node.stopped:
             r.why = STOPPED_BY_US
-        elif stop_signal(r) and (r.stopped_by == "torchrun" or failed):
+        elif stop_signal(r) and (r.stopped_by == StoppedBy.TORCHRUN or failed):
             # The launch program saw torchrun begin to stop it; without its word (an older torch), a
-            # rank of its node that failed is why torchrun stopped the others.
-            r.why = "stopped by torchrun" + (f" when rank {failed[0].rank} failed" if failed else "")
+            # rank of its node that failed is why torchrun stopped the others: the one that failed
+            # first by the one rule (exits.judge), or the ones it cannot tell apart.
+            r.why = "stopped by torchrun" + (f" when {who(first)} failed" if len(first) == 1 else
+                                             f" when one of {who(first)} failed" if first else "")
         elif r.ended and r.error is not None and r.error.lost_peer and r.error_after_stop:
             # It lost a peer that ddp-preflight's stop had ended (the nodes are stopped one by one):
             # the error came after the stop began, so it is the stop's victim, not a failure.
@@ -148,7 +158,8 @@ def render(result: LaunchResult, port: int, master: str) -> str:
     """The end-of-run summary: a headline, one line per rank, node problems, where the logs are.
     What the ranks and nodes said (an exception's message, a function's name, a node's error) is
     shown, never obeyed: every string of the result goes through node/terminal.py first."""
-    verdict = result.verdict          # its headline is rendered from the raw fields, then shown as one line
+    from .ends import judged
+    verdict = judged(result)          # its headline is rendered from the raw fields, then shown as one line
     result, master = shown_data(replace(result, verdict=None)), shown(master)
     lines = []
     told = None          # the node whose error the headline already says
@@ -156,16 +167,16 @@ def render(result: LaunchResult, port: int, master: str) -> str:
     if result.ok:
         lines.append(f"training finished: all {n} ranks exited with code 0 ({result.seconds:.1f} s)")
     else:
-        failed = result.failed_ranks()
-        first = [r for r in failed if r.node == result.first_failure] or failed
         first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
         stopped = "; every node was stopped" if result.stop_reason else ""
-        if verdict is not None and verdict.named:
-            # hangwatch's verdict: the ranks no other end explains, and why.
+        if verdict is not None and verdict.named and verdict.kind is not Kind.EXITED and result.stop_reason:
+            # Nothing failed on its own: the run was stopped (--stop-on-hang, Ctrl-C, a quit) while
+            # the hang hangwatch named stood; that hang is the run's verdict.
+            lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
+            lines.append(f"  the hang: {shown(headline(verdict))}")
+        elif verdict is not None and verdict.named:
+            # The run's verdict: the ranks no other end explains (or the hang named), and why.
             lines.append(f"training failed: {shown(headline(verdict))}" + stopped)
-        elif first:
-            lines.append(f"training failed: rank {first[0].rank} on {first[0].node} ended with {first[0].outcome()}"
-                         + stopped)
         elif first_node is not None and first_node.error:
             lines.append(f"training failed on {first_node.node}: {first_node.error}"
                          + (f" (fix: {first_node.fix})" if first_node.fix else "") + stopped)

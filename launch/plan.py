@@ -12,11 +12,11 @@ from types import MappingProxyType
 
 from node.placement import placement
 from node.redact import redact_argv, redact_env
-from preflight.checks.common import env_of
-from preflight.checks.network import route_to_master, toward_master  # the rule interface-choice applies
 from preflight.cluster import Target
-from preflight.facts import Missing
 from preflight.model import Context, NodeFacts, Options, Report
+from rules.environment import env_of
+from rules.facts import Missing
+from rules.routes import route_to_master, toward_master  # the rule interface-choice applies
 
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 

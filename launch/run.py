@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hangwatch.exits import StoppedBy
+from hangwatch.model import Diagnosis
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
 from node.redact import redact_json
 from transport import RunningJob
 
+from .ends import judge
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
 from .output import Line, NodeLogs, parse
 from .plan import NodePlan, Plan
@@ -125,7 +128,7 @@ class Launch:
                     state.stopped = True
                     asked.append((name, job))
         if first:
-            self._tell(self.on_stopping, None, stopping_at, "ddp-preflight")
+            self._tell(self.on_stopping, None, stopping_at, StoppedBy.DDP_PREFLIGHT)
         if asked:
             threading.Thread(target=self._stop_nodes, args=(asked,), daemon=True, name="launch-stop").start()
 
@@ -243,7 +246,7 @@ class Launch:
                 for entry in data.get("ranks", []):
                     r = self.ranks.get(self._global(node, entry))
                     if r is not None:
-                        r.stopped_by = r.stopped_by or "torchrun"
+                        r.stopped_by = r.stopped_by or StoppedBy.TORCHRUN
             ended = []
             for entry in [] if stopping else data.get("ranks", []):
                 r = self.ranks.get(self._global(node, entry))
@@ -255,7 +258,7 @@ class Launch:
                     if r.ended:
                         ended.append(r)
         if stopping:
-            self._tell(self.on_stopping, node.node, float(data["t"]), "torchrun")
+            self._tell(self.on_stopping, node.node, float(data["t"]), StoppedBy.TORCHRUN)
         for r in ended:
             status = ExitStatus(code=r.exit) if r.exit is not None else ExitStatus(signal=r.signal)
             self._tell(self.on_rank_end, r.node, r.rank, r.pid, status)
@@ -324,6 +327,8 @@ class Launch:
                 seconds=time.time() - (self.started_at or time.time()),
                 log_dir=str(self.log_dir) if self.log_dir else None, port_free=port_free,
                 notes=list(self._notes.values()), logs_error=self._logs.failure if self._logs else None)
+            # The launcher's own verdict on the ends it saw, until hangwatch gives its own (add_verdict).
+            result.verdict, result.judged = (None if result.ok else judge(result.ranks, result.nodes)), True
         if self._logs:
             self._logs.write_json("result.json", redact_json(result.to_json()))
             self._logs.close()
@@ -336,13 +341,15 @@ class Launch:
                 pass
         self._done.set()
 
-    def add_verdict(self, verdict) -> None:
-        """hangwatch's verdict on how the ranks ended (a hangwatch.model.Diagnosis, or None), once
-        the run is over: into the result and its result.json."""
+    def add_verdict(self, verdict: Diagnosis | None) -> None:
+        """hangwatch's verdict on the run (who failed first, or the hang it named; None: nothing
+        failed), once the run is over: it replaces the launcher's own, in the result and in its
+        result.json (what `ddp-preflight explain` of the log folder reports)."""
         if self._result is None:
             return
-        self._result.verdict = verdict
-        if self._logs and verdict is not None:
+        changed = verdict != self._result.verdict
+        self._result.verdict, self._result.judged = verdict, True
+        if self._logs and changed:
             self._logs.write_json("result.json", redact_json(self._result.to_json()))
 
     def _logs_failed(self, why: str) -> None:

@@ -5,6 +5,7 @@ with no change to the training script, and explain names the rank from it."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -33,7 +34,19 @@ def test_a_rank_that_leaves_the_loop_is_named_from_the_ranks_sequence_numbers(cl
     before = counts(clean_lab)
     folder = launched(clean_lab, tmp_path, "--steps", "500", "--fault", "leave", "--rank", "2", "--at", "6")
     assert sorted(p.name for p in folder.glob("flight-rank-*.json")) == [f"flight-rank-{r}.json" for r in range(4)]
+    # The launch saved the run's verdict, the hang hangwatch named live (rank 2 idle at its own
+    # line: it left the loop; nothing failed on its own before --stop-on-hang stopped every rank),
+    # and explain of the folder reports that verdict (issue 24).
+    saved = json.loads((folder / "result.json").read_text())["verdict"]
     data = explained(folder)
+    d = data["diagnosis"]
+    assert data["saved"] and (saved["kind"], saved["culprits"], saved["reason"]) == ("deadlock", [2], "left-loop")
+    assert (d["kind"], d["culprits"], d["candidates"], d["reason"], d["certainty"]) == \
+        ("deadlock", [2], [], "left-loop", "certain")
+    # What the run's files alone say (its Flight Recorders, its bundle, its logs) names the same
+    # rank, by the ranks' sequence numbers.
+    files = shutil.copytree(folder, tmp_path / "files", ignore=shutil.ignore_patterns("result.json"))
+    data = explained(files)
     d = data["diagnosis"]
     assert (d["kind"], d["culprits"], d["candidates"], d["reason"], d["certainty"]) == \
         ("deadlock", [2], [], "behind", "certain")
@@ -43,8 +56,10 @@ def test_a_rank_that_leaves_the_loop_is_named_from_the_ranks_sequence_numbers(cl
     assert d["summary"].startswith(f"rank 2 never entered all_reduce #{top} (its last: #{top - 1} all_reduce; it was "
                                    "at hang_train.py:"), d["summary"]
     assert ", which ranks 0,1,3 issued at hang_train.py:" in d["summary"], d["summary"]
-    # The remedies of uneven data, from the one causes catalogue hangwatch uses too.
-    assert all(w in d["causes"][0] for w in ("drop_last=True", "Join", "all_reduce per step", "equal shards"))
+    # The remedies of uneven data, from the one causes catalogue hangwatch uses too (a cause is data:
+    # its words and its fixes).
+    cause = json.dumps(d["causes"][0])
+    assert all(w in cause for w in ("drop_last=True", "Join", "all_reduce per step", "equal shards"))
     assert [q["path"].rsplit("/", 1)[1] for q in data["quotes"]][:1] == ["flight-rank-2.json"]
     assert_nothing_left(clean_lab, before)
 

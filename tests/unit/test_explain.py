@@ -15,6 +15,7 @@ import pytest
 from explain import explain
 from explain.inputs import InputError
 from hangwatch.model import Certainty, Kind, Reason
+from hangwatch.text import summary
 
 ART = Path(__file__).parent / "artifacts"
 LOGS, CORPUS = ART / "logs", ART / "explain"
@@ -77,7 +78,7 @@ def test_the_root_is_quoted_with_file_and_line_and_the_victims_are_evidence():
     assert [str(q) for q in e.quotes] == [
         f"{master}:20: [default1]:[rank1]: RuntimeError: bad batch at step 5",
         f'{master}:18: [default1]:[rank1]:   File "/work/main/examples/hang_train.py", line 134, in main']
-    assert d.summary.startswith("rank 1 on master raised RuntimeError: bad batch at step 5 at hang_train.py:134; then "
+    assert summary(d).startswith("rank 1 on master raised RuntimeError: bad batch at step 5 at hang_train.py:134; then "
                                 "rank 0 (lost its peer)")
     assert [(ev.rank, ev.reason) for ev in d.evidence] == [(0, Reason.LOST_PEER), (1, Reason.RAISED),
                                                            (2, Reason.LOST_PEER), (3, Reason.LOST_PEER)]
@@ -85,9 +86,9 @@ def test_the_root_is_quoted_with_file_and_line_and_the_victims_are_evidence():
 
 def test_the_address_family_names_the_odd_node_and_preflights_fix():
     e, d = verdict(LOGS / "vpn-ipv6")
-    assert d.summary.startswith("ranks 2,3 cannot connect to their peers: Gloo binds IPv6 on worker1 while its peer "
+    assert summary(d).startswith("ranks 2,3 cannot connect to their peers: Gloo binds IPv6 on worker1 while its peer "
                                 "binds IPv4")
-    assert e.fix == "export GLOO_SOCKET_IFNAME=<the LAN interface>   # on worker1"
+    assert e.fix is not None and e.fix.text() == "export GLOO_SOCKET_IFNAME=<the LAN interface>   # on worker1"
     assert str(e.quotes[0]).startswith(f"{LOGS / 'vpn-ipv6' / 'worker1.log'}:26: [default0]:RuntimeError: [enforce "
                                        "fail at")
 
@@ -100,7 +101,7 @@ def test_the_address_familys_fix_for_a_launched_run_is_the_flag_that_reaches_it(
     shutil.copy(CORPUS / "launch-leave" / "plan.json", tmp_path / "plan.json")
     e, d = verdict(tmp_path)
     assert (list(d.culprits), d.reason) == ([2, 3], Reason.ADDRESS_FAMILY)
-    assert e.fix == "--env worker1:GLOO_SOCKET_IFNAME=<the LAN interface>"
+    assert e.fix is not None and e.fix.text() == "--env worker1:GLOO_SOCKET_IFNAME=<the LAN interface>"
 
 
 def test_a_refused_connection_says_which_node_must_accept_from_which():
@@ -113,16 +114,16 @@ def test_a_refused_connection_says_which_node_must_accept_from_which():
 def test_the_busy_master_port_and_torchruns_parser_get_preflights_fixes():
     e, d = verdict(CORPUS / "port-busy")
     assert (list(d.nodes), d.store) == (["master"], "29533")
-    assert e.fix == "sudo ss -ltnp 'sport = :29533'   # on master, to see who; or use --master-port"
+    assert e.fix is not None and e.fix.text() == "sudo ss -ltnp 'sport = :29533'   # on master, to see who; or use --master-port"
     e, d = verdict(CORPUS / "swallowed")
-    assert e.fix == "put the script's options after --: torchrun ... SCRIPT -- --run=test-cpu-ddp"
-    assert d.summary == ("torchrun on master, worker1 took the script's options for its own and stopped before any "
+    assert e.fix is not None and e.fix.text() == "put the script's options after --: torchrun ... SCRIPT -- --run=test-cpu-ddp"
+    assert summary(d) == ("torchrun on master, worker1 took the script's options for its own and stopped before any "
                          "rank started: ambiguous option: --run=test-cpu-ddp could match --run-path, --run_path")
 
 
 def test_get_future_gets_the_seeds_shim():
     e, _ = verdict(CORPUS / "getfuture")
-    assert e.fix is not None and e.fix.startswith("call it as _async_op(dist.<the collective>(..., async_op=True)): "
+    assert e.fix is not None and e.fix.text().startswith("call it as _async_op(dist.<the collective>(..., async_op=True)): "
                                                   "a shim that returns work.get_future()")
 
 
@@ -136,7 +137,7 @@ def test_the_nccl_watchdog_names_the_collective_and_its_sequence_number():
     assert (d.kind, list(d.culprits), d.reason) == (Kind.NETWORK_STALL, [0], Reason.TIMED_OUT)
     rank0 = d.evidence[0]
     assert (rank0.seq, rank0.seq_op, rank0.completed) == (65, "all_reduce", 64)
-    assert d.summary.startswith("rank 0 waited in all_reduce #65 past the process group's timeout")
+    assert summary(d).startswith("rank 0 waited in all_reduce #65 past the process group's timeout")
 
 
 def test_a_silent_hang_without_its_flight_recorder_is_no_verdict_rather_than_a_wrong_rank():
@@ -176,20 +177,23 @@ def test_a_launch_folder_joins_the_ranks_flight_recorders_by_sequence_number():
     e, d = verdict(CORPUS / "launch-leave")
     assert (d.kind, list(d.culprits), list(d.candidates), d.reason, d.certainty) == \
         (Kind.DEADLOCK, [2], [], Reason.BEHIND, Certainty.CERTAIN)
-    assert d.summary == ("rank 2 never entered all_reduce #12 (its last: #11 all_reduce; it was at hang_train.py:212), "
+    assert summary(d) == ("rank 2 never entered all_reduce #12 (its last: #11 all_reduce; it was at hang_train.py:212), "
                          "which ranks 0,1,3 issued at hang_train.py:140")
     assert str(e.quotes[0]) == f"{CORPUS / 'launch-leave' / 'flight-rank-2.json'}: rank 2: collective #11 all_reduce scheduled"
     # The dumps alone name the same rank, without the lines only the live watcher saw.
     _, alone = verdict(*sorted((CORPUS / "launch-leave").glob("flight-rank-*.json")))
     assert (alone.kind, list(alone.culprits), alone.reason) == (Kind.DEADLOCK, [2], Reason.BEHIND)
-    assert alone.summary == "rank 2 never entered all_reduce #12 (its last: #11 all_reduce), which ranks 0,1,3 issued"
+    assert summary(alone) == "rank 2 never entered all_reduce #12 (its last: #11 all_reduce), which ranks 0,1,3 issued"
 
 
 def test_uneven_data_gets_the_standard_remedies_from_the_one_catalogue_hangwatch_uses():
     from hangwatch.causes import CAUSES, UNEVEN_DATA
+    from hangwatch.words import cause_line
     for words in ("equal shards", "drop_last=True", "Join context manager", "one all_reduce per step"):
-        assert words in UNEVEN_DATA
-    assert UNEVEN_DATA in CAUSES[Reason.LEFT_LOOP] and UNEVEN_DATA in CAUSES[Reason.BEHIND][0]
+        assert words in cause_line(UNEVEN_DATA)          # causes are data now: their fixes are Fix values
+    behind = CAUSES[Reason.BEHIND][0]
+    assert UNEVEN_DATA in CAUSES[Reason.LEFT_LOOP] and UNEVEN_DATA.what in behind.what and \
+        UNEVEN_DATA.fixes == behind.fixes
     _, d = verdict(CORPUS / "launch-leave")
     assert list(d.causes) == list(CAUSES[Reason.BEHIND])
 
@@ -200,7 +204,7 @@ def test_a_rendezvous_timeout_names_the_node_that_cannot_reach_the_store_and_the
     _, d = verdict(CORPUS / "rendezvous-timeout" / "master.log")
     assert (d.kind, d.reason, d.certainty, list(d.culprits)) == \
         (Kind.RENDEZVOUS_STALL, Reason.NEVER_CHECKED_IN, Certainty.UNSURE, [])
-    assert d.summary == ("torchrun on master waited for nodes that never joined its rendezvous: the store waited 11 s "
+    assert summary(d) == ("torchrun on master waited for nodes that never joined its rendezvous: the store waited 11 s "
                          "and 1 of 2 torchruns joined")
 
 

@@ -6,6 +6,7 @@ launcher's stop, the clock readings that put every node on the master's clock.""
 
 from __future__ import annotations
 
+from hangwatch.text import summary
 from hangwatch.tracebacks import Reader
 from hangwatch.watch import Watcher, WatchTarget
 from transport import LocalNode
@@ -82,19 +83,19 @@ def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_
     exits = [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 15),
              ("master", 100, 10.64, 256), ("master", 101, 10.73, 15)]
     found = _exits(tmp_path, exits)
-    assert _said(found) == ("exited", [], [2, 3], "failed", "unsure"), found[0].summary
-    assert found[0].summary.startswith(
+    assert _said(found) == ("exited", [], [2, 3], "failed", "unsure"), summary(found[0])
+    assert summary(found[0]).startswith(
         "rank 2 ended first (rank 2 on worker1 signal 6, SIGABRT); rank 3 on worker1 was stopped by torchrun right "
         "after, before its own end could be seen (it may have been on its way out): one of these went first"), \
-        found[0].summary
+        summary(found[0])
     # The agent's word at rank 2's end: rank 3 had closed connections of its own, so it was leaving,
     # and rank 2 died at once (a signal, no teardown): rank 3 left first.
     leaving = [(*exits[0], {"closed": {103: 3}}), *exits[1:]]
     found = _exits(tmp_path, leaving)
-    assert _said(found) == ("exited", [3], [], "leaving", "likely"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 left first: it had closed connections of its own when rank 2 "
+    assert _said(found) == ("exited", [3], [], "leaving", "likely"), summary(found[0])
+    assert summary(found[0]).startswith("rank 3 on worker1 left first: it had closed connections of its own when rank 2 "
                                        "beside it died at once (signal 6); then its process ended (signal 15, "
-                                       "SIGTERM); then rank 2 (signal 6"), found[0].summary
+                                       "SIGTERM); then rank 2 (signal 6"), summary(found[0])
     # Had rank 2 ended with a code (a Python teardown after it raised or lost its peer), its own end
     # may have begun before rank 3's: both stay candidates.
     leaving_after_code = [("worker1", 102, 10.00, 256, {"closed": {103: 3}}), *exits[1:]]
@@ -102,18 +103,18 @@ def test_the_first_to_end_with_a_stopped_sibling_not_known_to_be_leaving_leaves_
     # ... or it had not (it still held every connection: a member stopped by torchrun): rank 2 went first.
     member = [(*exits[0], {"closed": {103: 0}}), *exits[1:]]
     found = _exits(tmp_path, member)
-    assert _said(found) == ("exited", [2], [], "failed", "likely"), found[0].summary
-    assert found[0].summary.startswith("rank 2 on worker1 ended first (signal 6, SIGABRT), before any other rank: "
+    assert _said(found) == ("exited", [2], [], "failed", "likely"), summary(found[0])
+    assert summary(found[0]).startswith("rank 2 on worker1 ended first (signal 6, SIGABRT), before any other rank: "
                                        "its own error or a lost peer, which its exit alone cannot tell; then rank 3 "
                                        "(stopped by its launcher, +0.03 s), rank 0 (exit code 1, +0.64 s), rank 1 "
-                                       "(stopped by its launcher, +0.73 s)"), found[0].summary
+                                       "(stopped by its launcher, +0.73 s)"), summary(found[0])
     # Its own record (the bootstrap's PID.end, written before its teardown): rank 3 left first, by sys.exit(3).
     recorded = [exits[0], ("worker1", 103, 10.03, 15, {"ending": {"how": "exit", "code": 3, "t": 9.40}}), *exits[2:]]
     found = _exits(tmp_path, recorded)
-    assert _said(found) == ("exited", [3], [], "exit-code", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 ended with exit code 3; then rank 2 (signal 6, +0.60 s), "
+    assert _said(found) == ("exited", [3], [], "exit-code", "certain"), summary(found[0])
+    assert summary(found[0]).startswith("rank 3 on worker1 ended with exit code 3; then rank 2 (signal 6, +0.60 s), "
                                        "rank 0 (exit code 1, +1.24 s), rank 1 (stopped by its launcher, +1.33 s)"), \
-        found[0].summary
+        summary(found[0])
     assert [e.notes for e in found[0].evidence if e.rank == 3] == [("its process ended with signal 15",)]
 
 
@@ -125,28 +126,28 @@ def test_the_rank_that_closed_its_connections_first_left_first_whatever_the_orde
              ("master", 100, 10.64, 256), ("master", 101, 10.73, 15)]
     closures = _closed([(103, 100), (103, 101), (103, 102), (102, 100), (102, 101), (100, 101)])
     found = _exits(tmp_path, exits, closures=closures)
-    assert _said(found) == ("exited", [3], [], "leaving", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 left first: it closed its connections with ranks 0,1,2 before "
+    assert _said(found) == ("exited", [3], [], "leaving", "certain"), summary(found[0])
+    assert summary(found[0]).startswith("rank 3 on worker1 left first: it closed its connections with ranks 0,1,2 before "
                                        "they closed theirs (the kernel's TIME_WAIT on its side); then its process "
-                                       "ended (signal 15, SIGTERM)"), found[0].summary
+                                       "ended (signal 15, SIGTERM)"), summary(found[0])
     # Its own code read too (exit code 3): its own failure, and the kernel's word makes it certain.
     own = [("worker1", 103, 10.00, 768), *[e for e in exits if e[1] != 103]]
     found = _exits(tmp_path, own, closures=closures)
-    assert _said(found) == ("exited", [3], [], "exit-code", "certain"), found[0].summary
+    assert _said(found) == ("exited", [3], [], "exit-code", "certain"), summary(found[0])
     # Measured on the lab (rank 1 raised): rank 1 closed first with every other rank; rank 0 with 2 and 3.
     exits = [("master", 101, 10.00, 256), ("master", 100, 10.06, 15),
              ("worker1", 102, 10.50, 256), ("worker1", 103, 10.57, 15)]
     closures = _closed([(101, 100), (101, 102), (101, 103), (100, 102), (100, 103), (102, 103)])
     found = _exits(tmp_path, exits, closures=closures)
     # Its exit code 1 could be a lost peer's, but it went first: its own failure.
-    assert _said(found) == ("exited", [1], [], "failed", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 1 on master failed first (exit code 1): it closed its connections with "
-                                       "ranks 0,2,3 before they closed theirs"), found[0].summary
+    assert _said(found) == ("exited", [1], [], "failed", "certain"), summary(found[0])
+    assert summary(found[0]).startswith("rank 1 on master failed first (exit code 1): it closed its connections with "
+                                       "ranks 0,2,3 before they closed theirs"), summary(found[0])
     # A connection reset leaves no TIME_WAIT: with rank 1's connections to rank 0 reset, nobody
     # closed first with every peer, and the kernel's word names nobody; the exits decide as before.
     partial = _closed([(101, 102), (101, 103), (100, 102), (100, 103), (102, 103)])
     found = _exits(tmp_path, exits, closures=partial)
-    assert _said(found) == ("exited", [], [0, 1], "failed", "unsure"), found[0].summary
+    assert _said(found) == ("exited", [], [0, 1], "failed", "unsure"), summary(found[0])
 
 
 def test_a_rank_gone_first_with_its_code_unread(tmp_path):
@@ -154,13 +155,13 @@ def test_a_rank_gone_first_with_its_code_unread(tmp_path):
     # stopped rank 2 beside it; rank 0 died of the lost peer (exit code 1) half a second later.
     found = _exits(tmp_path, [("worker1", 103, 9.48, None), ("worker1", 102, 9.50, 15),
                               ("master", 100, 10.00, 256), ("master", 101, 10.10, 15)])
-    assert _said(found) == ("exited", [], [2, 3], "failed", "unsure"), found[0].summary
+    assert _said(found) == ("exited", [], [2, 3], "failed", "unsure"), summary(found[0])
     # No rank stopped beside it, its peers died of it later: it is the first, its code unknown.
     found = _exits(tmp_path, [("worker1", 103, 8.80, None), ("master", 100, 10.00, 256),
                               ("worker1", 102, 10.05, 256), ("master", 101, 10.10, 15)])
-    assert _said(found) == ("exited", [3], [], "failed", "likely"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 ended first (its code unread), before any other rank"), \
-        found[0].summary
+    assert _said(found) == ("exited", [3], [], "failed", "likely"), summary(found[0])
+    assert summary(found[0]).startswith("rank 3 on worker1 ended first (its code unread), before any other rank"), \
+        summary(found[0])
 
 
 def test_exits_are_ordered_on_the_masters_clock_within_each_nodes_margin(tmp_path):
@@ -170,17 +171,17 @@ def test_exits_are_ordered_on_the_masters_clock_within_each_nodes_margin(tmp_pat
     exits = [("master", 100, 10.00, 256, {"closed": {101: 0}}), ("master", 101, 11.50, 15),
              ("worker1", 102, 10.10, 6, {"closed": {103: 0}}), ("worker1", 103, 11.60, 15)]
     found = _exits(tmp_path, exits, ahead={"worker1": -3.0})
-    assert _said(found) == ("exited", [0], [], "failed", "likely"), found[0].summary
-    assert found[0].summary.startswith("rank 0 on master ended first (exit code 1), before any other rank")
-    assert found[0].summary.endswith("(the nodes' clocks are 3.0 s apart: exit times are put on the master's clock)")
+    assert _said(found) == ("exited", [0], [], "failed", "likely"), summary(found[0])
+    assert summary(found[0]).startswith("rank 0 on master ended first (exit code 1), before any other rank")
+    assert summary(found[0]).endswith("(the nodes' clocks are 3.0 s apart: exit times are put on the master's clock)")
     # Clocks in step (NTP): the same answer, and nothing said of clocks.
     found = _exits(tmp_path, exits, ahead={"worker1": 0.02})
-    assert _said(found)[:3] == ("exited", [0], []) and "clocks" not in found[0].summary, found[0].summary
+    assert _said(found)[:3] == ("exited", [0], []) and "clocks" not in summary(found[0]), summary(found[0])
     # Without a reading of the clocks (an older agent), the stamps' gaps put worker1 on the master's
     # clock, to within CLOCK_STEP (0.1 s): two ends 0.10 s apart cannot be ordered.
     found = _exits(tmp_path, exits, ahead={"worker1": -3.0}, clocks=False)
-    assert _said(found) == ("exited", [], [0, 2], "failed", "unsure"), found[0].summary
-    assert "closer together than the nodes' clocks can order them (within 0.100 s)" in found[0].summary
+    assert _said(found) == ("exited", [], [0, 2], "failed", "unsure"), summary(found[0])
+    assert "closer together than the nodes' clocks can order them (within 0.100 s)" in summary(found[0])
 
 
 def test_a_clean_exit_before_the_others_failed_is_the_rank_that_left(tmp_path):
@@ -188,27 +189,27 @@ def test_a_clean_exit_before_the_others_failed_is_the_rank_that_left(tmp_path):
     # its peers died of it, one before its own exit was over. No rank that lost a peer exits cleanly.
     found = _exits(tmp_path, [("master", 100, 10.00, 6), ("worker1", 103, 10.08, 0),
                               ("worker1", 102, 10.10, 256), ("master", 101, 10.20, 15)])
-    assert _said(found) == ("exited", [3], [], "left-first", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 left first, while the others still ran (exit code 0)")
+    assert _said(found) == ("exited", [3], [], "left-first", "certain"), summary(found[0])
+    assert summary(found[0]).startswith("rank 3 on worker1 left first, while the others still ran (exit code 0)")
 
 
 def test_an_own_code_or_signal_is_named_whatever_the_order(tmp_path):
     # Rank 3's exit code 3 is its own (no lost peer gives it), though rank 2 died first.
     found = _exits(tmp_path, [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 768),
                               ("master", 100, 10.64, 256), ("master", 101, 10.73, 15)])
-    assert _said(found) == ("exited", [3], [], "exit-code", "likely"), found[0].summary
+    assert _said(found) == ("exited", [3], [], "exit-code", "likely"), summary(found[0])
     # A SIGKILL no launcher sent (no rank ended before it on its node), with its node's OOM count risen.
     found = _exits(tmp_path, [("master", 101, 10.00, 9, {"oom": True}), ("master", 100, 10.05, 15),
                               ("worker1", 102, 10.60, 256), ("worker1", 103, 10.70, 15)])
-    assert _said(found) == ("exited", [1], [], "oom-killed", "certain"), found[0].summary
+    assert _said(found) == ("exited", [1], [], "oom-killed", "certain"), summary(found[0])
     # An uncaught exception, as the rank recorded it: its type, message and line.
     raised = {"how": "raised", "t": 9.2, "type": "RuntimeError", "message": "bad batch at step 5",
               "frames": [{"file": "/work/train.py", "line": 172, "function": "main"}]}
     found = _exits(tmp_path, [("master", 101, 10.00, 256, {"ending": raised}), ("master", 100, 10.05, 15),
                               ("worker1", 102, 10.60, 256), ("worker1", 103, 10.70, 15)])
-    assert _said(found) == ("exited", [1], [], "raised", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 1 on master raised RuntimeError: bad batch at step 5 at train.py:172; "
-                                       "then rank 0 (stopped by its launcher, +0.85 s)"), found[0].summary
+    assert _said(found) == ("exited", [1], [], "raised", "certain"), summary(found[0])
+    assert summary(found[0]).startswith("rank 1 on master raised RuntimeError: bad batch at step 5 at train.py:172; "
+                                       "then rank 0 (stopped by its launcher, +0.85 s)"), summary(found[0])
 
 
 def test_a_healthy_end_with_a_code_nobody_read_is_no_failure(tmp_path):
@@ -244,7 +245,7 @@ def test_an_earlier_runs_clean_end_is_not_this_runs_culprit(tmp_path):
             now[0] += 0.25
             watcher.tick()
     [said] = [e.snapshot.diagnosis for e in events if e.kind == "diagnosis"]
-    assert (said.kind, said.culprits, said.candidates) == ("exited", [0], []), said.summary
+    assert (said.kind, said.culprits, said.candidates) == ("exited", [0], []), summary(said)
     assert [e.pid for e in said.evidence] == [200, 201]
 
 
@@ -276,14 +277,14 @@ def test_a_cascade_of_64_ranks_on_8_nodes_names_the_one_that_raised(tmp_path):
     exits.sort(key=lambda e: e[2])
     said = _cascade(tmp_path / "recorded", nodes, offsets, ranks, exits)
     assert (said.kind, said.culprits, said.candidates, said.reason, said.certainty) == \
-        ("exited", [culprit], [], "raised", "certain"), said.summary
-    assert said.summary.startswith("rank 43 on node5 raised ValueError: shapes do not match at train.py:88; then ")
+        ("exited", [culprit], [], "raised", "certain"), summary(said)
+    assert summary(said).startswith("rank 43 on node5 raised ValueError: shapes do not match at train.py:88; then ")
     # Without its record (an attached run, its output a pipe), its exit code 1 is what a lost peer
     # gives too: it is named as the first to end, ordered on the master's clock, and how sure says so.
     bare = [(n, p, t, c, {k: v for k, v in m[0].items() if k != "ending"} if m else {}) for n, p, t, c, *m in exits]
     said = _cascade(tmp_path / "bare", nodes, offsets, ranks, bare)
     assert (said.kind, said.culprits, said.candidates, said.reason, said.certainty) == \
-        ("exited", [culprit], [], "failed", "likely"), said.summary
+        ("exited", [culprit], [], "failed", "likely"), summary(said)
 
 
 def _cascade(tmp_path, nodes, offsets, ranks, exits):
@@ -317,10 +318,10 @@ def test_the_rank_its_victims_errors_name_left_first(tmp_path):
     exits = [("worker1", 102, 10.00, 6), ("worker1", 103, 10.03, 15),
              ("master", 101, 10.64, 256, {"ending": lost}), ("master", 100, 10.73, 15)]
     found = _exits(tmp_path, exits)
-    assert _said(found) == ("exited", [3], [], "leaving", "certain"), found[0].summary
-    assert found[0].summary.startswith("rank 3 on worker1 left first: its peers' errors name it: rank 1 lost its "
+    assert _said(found) == ("exited", [3], [], "leaving", "certain"), summary(found[0])
+    assert summary(found[0]).startswith("rank 3 on worker1 left first: its peers' errors name it: rank 1 lost its "
                                        "connection to it; then its process ended (signal 15, SIGTERM)"), \
-        found[0].summary
+        summary(found[0])
 
 
 def test_a_recorded_launch_names_the_rank_that_raised_from_its_output(tmp_path):
@@ -354,8 +355,8 @@ def test_a_recorded_launch_names_the_rank_that_raised_from_its_output(tmp_path):
     verdict = watcher.verdict()
     assert verdict is not None
     assert (verdict.kind, verdict.culprits, verdict.candidates, verdict.reason, verdict.certainty) == \
-        ("exited", (3,), (), "raised", "certain"), verdict.summary
-    assert verdict.summary.startswith("rank 3 on worker1 raised RuntimeError: bad batch at step 5 at hang_train.py:")
+        ("exited", (3,), (), "raised", "certain"), summary(verdict)
+    assert summary(verdict).startswith("rank 3 on worker1 raised RuntimeError: bad batch at step 5 at hang_train.py:")
     assert sorted(e.rank for e in verdict.evidence if e.reason == "lost-peer") == [0, 1, 2]
 
 
@@ -386,18 +387,18 @@ def test_whatever_ends_after_ddp_preflight_began_stopping_every_node_is_that_sto
     # The same ends without ddp-preflight's stop: rank 1's own failure, and master's lost peers are
     # not a stop.
     found = _exits(tmp_path, exits, errors=[("master", 1, OWN)])
-    assert _said(found) == ("exited", [1], [], "raised", "certain"), found[0].summary
+    assert _said(found) == ("exited", [1], [], "raised", "certain"), summary(found[0])
     # A failure before the stop (the stop's cause: --launch stops every node when a rank fails) is named.
     before = [("worker1", 103, 9.50, 768), ("worker1", 102, 9.55, 15),
               ("master", 100, 10.30, 256), ("master", 101, 10.35, 15)]
     found = _exits(tmp_path, before, stopped=10.0, errors=lost[:1])
-    assert _said(found) == ("exited", [3], [], "exit-code", "likely"), found[0].summary
+    assert _said(found) == ("exited", [3], [], "exit-code", "likely"), summary(found[0])
     # An end within its node's clock margin of the stop is not known to have come after it: worker1's
     # clock 3 s behind and never read (put on the master's by its stamps' gaps, to within 0.1 s),
     # rank 2's code 1 at 10.05 may have come before the stop at 10.0; the SIGTERMs after it are the stop's.
     close = [("worker1", 102, 10.05, 256), ("master", 100, 10.30, 15), ("master", 101, 10.31, 15),
              ("worker1", 103, 10.40, 15)]
     found = _exits(tmp_path, close, stopped=10.0, clocks=False, ahead={"worker1": -3.0})
-    assert _said(found) == ("exited", [2], [], "failed", "likely"), found[0].summary
+    assert _said(found) == ("exited", [2], [], "failed", "likely"), summary(found[0])
     # Read within a millisecond (the clock read), it came after the stop: the stop's.
     assert _exits(tmp_path, close, stopped=10.0, ahead={"worker1": -3.0}) == []

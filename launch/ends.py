@@ -1,0 +1,60 @@
+"""How each launched rank ended, as the launcher saw it (torchrun's exit code or signal, the
+exception its output shows, who began stopping it), judged by the one rule of who failed first
+(hangwatch/exits.py's judge): the rule the live watcher and `ddp-preflight explain` use. A watched
+launch has hangwatch's verdict, from more evidence (the exits on one clock, each rank's own
+record); this is the launcher's word where there is none, and which rank of a node torchrun
+stopped the others for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from hangwatch import exits
+from hangwatch.ended import as_seen
+from hangwatch.model import Diagnosis
+from hangwatch.who import Who
+from node.protocol import ExitStatus
+
+if TYPE_CHECKING:      # outcome.py renders with these rules: it imports this module
+    from .outcome import LaunchedRank, LaunchResult, NodeState
+
+
+def stopped_by(rank: LaunchedRank, node: NodeState | None) -> exits.StoppedBy | None:
+    """Who began stopping it before it ended: ddp-preflight (a signal on a node it stopped, or a lost
+    peer read after its stop began), else torchrun (the launch program saw it stop the rank)."""
+    if node is not None and node.stopped and (rank.signal is not None or rank.error_after_stop):
+        return exits.OUTSIDE
+    return exits.StoppedBy(rank.stopped_by) if rank.stopped_by else None
+
+
+def ending_of(rank: LaunchedRank, node: NodeState | None) -> exits.Ending:
+    status = ExitStatus(signal=rank.signal) if rank.signal is not None else \
+        ExitStatus(code=rank.exit) if rank.exit is not None else None
+    error = rank.error
+    return exits.Ending(rank.node, rank.pid, rank.rank, status=status,
+                        exception=as_seen(error, "output") if error is not None else None,
+                        quote=error.quote[0] if error is not None and error.quote else None,
+                        stopped_by=stopped_by(rank, node))
+
+
+def judge(ranks: Sequence[LaunchedRank], nodes: Sequence[NodeState]) -> Diagnosis | None:
+    """The verdict on these ranks' ends (None: nothing failed, or the run was stopped first)."""
+    by = {n.node: n for n in nodes}
+    endings = [ending_of(r, by.get(r.node)) for r in ranks if r.ended]
+    return exits.judge(endings) if endings else None
+
+
+def first_on_node(ranks: Sequence[LaunchedRank], node: NodeState) -> tuple[Who, ...]:
+    """The rank (or the ranks that cannot be told apart) of this node whose end made torchrun stop
+    the others: the one rule, over the node's own ends."""
+    found = judge(ranks, [node])
+    return found.named if found is not None else ()
+
+
+def judged(result: LaunchResult) -> Diagnosis | None:
+    """The run's verdict: the one it holds (hangwatch's, or the launcher's once the run ended);
+    a result that holds none and was never judged is judged here, by the same rule."""
+    if result.verdict is not None or result.judged:
+        return result.verdict
+    return judge(result.ranks, result.nodes)
