@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab import Lab  # noqa: E402
+from node import proc  # noqa: E402
 from tests.lab.hangjob import NODES, SCRIPT, Job, Watch, hangwatch, wait_until  # noqa: E402
 
 PAIRS = 4                  # blocks: without, with, with, without, ... (2 * PAIRS blocks)
@@ -43,7 +44,6 @@ SETTLE = 4.0               # seconds after the watcher starts or stops before a 
 STACK_EVERY = 120.0        # the agent's own py-spy round, seconds (agent.py's default)
 PORT = 29790
 LIMIT = 0.01
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def start_training(lab: Lab, steps: list[tuple[float, int]]) -> Job:
@@ -72,12 +72,8 @@ def start_training(lab: Lab, steps: list[tuple[float, int]]) -> Job:
 
 def stat(pid: int) -> tuple[int, float, float] | None:
     """(ppid, own cpu seconds, reaped children's cpu seconds), or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    f = text[text.rindex(")") + 2:].split()
-    return int(f[1]), (int(f[11]) + int(f[12])) / TICK, (int(f[13]) + int(f[14])) / TICK
+    found = proc.stat(pid)
+    return None if found is None else (found.ppid, found.cpu_seconds, found.children_seconds)
 
 
 def cmdline(pid: int) -> str:

@@ -2,7 +2,8 @@
 
 Text events by default, `--json` for one JSON object per event, `--tui` for the dashboard.
 Exit codes: 0 watched until stopped (or --for ran out) with no hang, 1 a hang was named,
-2 usage error or no node could be watched."""
+2 usage error, no node could be watched, or the watch's own crash (whatever it named before:
+a hang may have gone unnamed)."""
 
 from __future__ import annotations
 
@@ -136,8 +137,9 @@ def _connect(hosts: list[str], ssh_config: str | None, python: str, slurm_job=No
 
 def attach(args) -> int:
     from hangwatch.watch import Watcher, WatchTarget
+    from rules.python import training_python
 
-    python = args.python or sys.executable
+    python = training_python(args.python).path       # the same answer as preflight's and the launch's
     ssh_config, slurm_job = _checked_input(args)
     out = sys.stdout
     problems: list[str] = []
@@ -163,22 +165,23 @@ def attach(args) -> int:
     write_lock = threading.Lock()
 
     def on_event(event):
+        if event.hang:
+            hung.set()
         if args.tui:
             return
         with write_lock:
             if args.json:
-                record = {"event": event.kind, "time": time.time(), "text": event.text, **event.data}
+                from hangwatch.render import snapshot_json
+                record = {"event": event.kind.value, "time": time.time(), "text": event.text, **event.data}
                 if event.snapshot is not None:
-                    record["snapshot"] = event.snapshot.to_json()
+                    record["snapshot"] = snapshot_json(event.snapshot)
                 out.write(json.dumps(record) + "\n")
             else:
                 from hangwatch.render import diagnosis_block, event_line
                 out.write(event_line(event.kind, event.text) + "\n")
-                if event.kind == "diagnosis" and event.snapshot is not None:
+                if event.hang and event.snapshot is not None:
                     out.write("".join(f"    {line}\n" for line in diagnosis_block(event.snapshot).splitlines()[1:]))
             out.flush()
-        if event.kind == "diagnosis":
-            hung.set()
 
     def on_hang(path: str) -> None:
         if args.on_hang:
@@ -210,7 +213,17 @@ def attach(args) -> int:
         watcher.close()
         for node in nodes:
             node.close()
-    return Exit.FOUND if hung.is_set() else Exit.OK
+    return outcome(hung.is_set(), watcher.failed)
+
+
+def outcome(hang_named: bool, failed: str | None) -> Exit:
+    """The exit code: the watch's own crash is 2 (usage or internal error: a hang may have gone
+    unnamed), never 1, which says a hang was named; else 1 or 0."""
+    if failed is not None:
+        from node.terminal import shown  # it may quote a node's words: shown, never obeyed
+        print(f"hangwatch: internal error in the watch: {shown(failed)} (please report it)", file=sys.stderr)
+        return Exit.USAGE
+    return Exit.FOUND if hang_named else Exit.OK
 
 
 if __name__ == "__main__":

@@ -8,15 +8,17 @@ from __future__ import annotations
 from node import protocol
 
 from . import ended, progress, runs, stall, verdicts
-from .inputs import AskStacks, BringPySpy, Send
+from .events import EventKind
+from .evidence import evidence_of, shown
+from .inputs import AgentMessage, AskStacks, BringPySpy, Effect, Send
 from .model import NodeStatus, RankStatus, RankView
-from .state import Launcher, State, Track, notice, remember, say
+from .state import GONE, SILENT, Launcher, State, Track, notice, remember, say
 
 S = RankStatus
-GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost
+__all__ = ["GONE", "SILENT", "from_agent", "ask_stacks", "clocks_due", "lose", "set_node", "silent"]
 
 
-def from_agent(state: State, node: str, message, now: float, wall: float, out: list) -> None:
+def from_agent(state: State, node: str, message: AgentMessage, now: float, wall: float, out: list[Effect]) -> None:
     state.heard[node] = now
     if state.lost.get(node) == SILENT:
         del state.lost[node]
@@ -63,12 +65,12 @@ def from_agent(state: State, node: str, message, now: float, wall: float, out: l
 CLOCK_EVERY = 10.0        # seconds between readings of each node's clock
 
 
-def ask_clock(state: State, node: str, now: float, wall: float, out: list) -> None:
+def ask_clock(state: State, node: str, now: float, wall: float, out: list[Effect]) -> None:
     state.clock_asked[node] = now
     out.append(Send(node, {"cmd": "clock", "t": wall}))
 
 
-def clocks_due(state: State, now: float, wall: float, out: list) -> None:
+def clocks_due(state: State, now: float, wall: float, out: list[Effect]) -> None:
     for node, n in state.nodes.items():
         if n.status is NodeStatus.WATCHING and now - state.clock_asked.get(node, now) >= CLOCK_EVERY:
             ask_clock(state, node, now, wall, out)
@@ -87,15 +89,15 @@ def _clock(state: State, node: str, answer: protocol.ClockAnswer, wall: float) -
         state.clocks[node] = (trip, answer.t - (answer.asked + wall) / 2)
 
 
-def set_node(state: State, name: str, status: NodeStatus, message: str | None, out: list, **data) -> None:
+def set_node(state: State, name: str, status: NodeStatus, message: str | None, out: list[Effect], **data) -> None:
     node = state.nodes[name]
     node.status, node.message = status, message
     if message:
         remember(state, message)
-    out.append(say("node", message or f"{name}: {status.value}", node=name, status=status.value, **data))
+    out.append(say(EventKind.NODE, message or f"{name}: {status.value}", node=name, status=status.value, **data))
 
 
-def _refused_py_spy(state: State, node: str, why: str, taken: str | None, out: list) -> None:
+def _refused_py_spy(state: State, node: str, why: str, taken: str | None, out: list[Effect]) -> None:
     """Each py-spy the agent would not run (node/pyspy.py: "the py-spy it was given: why; the
     py-spy at PATH: why"), and the one it runs instead, if any."""
     then = (f"stacks are taken with {taken}" if taken else
@@ -103,7 +105,7 @@ def _refused_py_spy(state: State, node: str, why: str, taken: str | None, out: l
     notice(state, f"{node}: the agent did not run {why}; {then}", out)
 
 
-def lose(state: State, node: str, how: str, message: str, out: list) -> None:
+def lose(state: State, node: str, how: str, message: str, out: list[Effect]) -> None:
     """Its ranks are unknown from now on: their stacks and CPU are from before and say nothing
     now, so none of it is judged (a rank nobody sees may be computing)."""
     state.lost[node] = how
@@ -125,7 +127,7 @@ def silent(state: State, now: float) -> list[tuple[str, float]]:
             if n.status is NodeStatus.WATCHING and name in state.heard and now - state.heard[name] >= after]
 
 
-def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, out: list) -> None:
+def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, out: list[Effect]) -> None:
     if not runs.followed(state, node, info):
         runs.refuse(state, node, info, out)
         return
@@ -155,12 +157,12 @@ def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, o
     if not info.env_readable:
         notice(state, f"{node}: cannot read pid {info.pid}'s environment (another user's process), so its "
                "rank is unknown; fix: run hangwatch as the user who runs the training, or as root", out)
-    out.append(say("rank-found", f"{node}: found {view.label} (pid {view.pid}"
+    out.append(say(EventKind.RANK_FOUND, f"{node}: found {view.label} (pid {view.pid}"
                    f"{', world ' + str(view.world_size) if view.world_size else ''})",
                    node=node, pid=view.pid, rank=view.rank))
 
 
-def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list) -> None:
+def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list[Effect]) -> None:
     state.nodes[node].net_bytes_per_s = msg.net
     state.closures.update(msg.closures)
     _launchers(state, node, msg, now)
@@ -203,7 +205,7 @@ def _launchers(state: State, node: str, msg: protocol.Sample, now: float) -> Non
             launcher.quiet_since = now - state.config.interval
 
 
-def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list) -> None:
+def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list[Effect]) -> None:
     permission = []
     # Asked for: taken after the ask. Taken by the agent on its own: shortly before now.
     taken = state.asked.get(node, now - 1.0) if msg.id is not None else now - 1.0
@@ -223,7 +225,7 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
         if msg.sockets and pid in msg.sockets:
             t.sockets = msg.sockets[pid]
         progress.stack_taken(state, t, taken, now)
-        verdicts.evidence_of(state, t, now)
+        shown(state, t, evidence_of(state, t, now))
     _stores(state, msg.stores, now)         # an older agent's: read before its stacks were sent
     for master in msg.reading:              # read now: their answers follow (a Stores message)
         state.reading[master] = now
@@ -249,7 +251,7 @@ def _stores(state: State, answers: tuple, now: float) -> None:
         state.stores[answer.master] = (answer, now)
 
 
-def ask_stacks(state: State, now: float, out: list, nodes: tuple[str, ...] | None = None) -> None:
+def ask_stacks(state: State, now: float, out: list[Effect], nodes: tuple[str, ...] | None = None) -> None:
     watching = tuple(name for name, n in state.nodes.items() if n.status is NodeStatus.WATCHING
                      and (nodes is None or name in nodes))
     if not watching:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from node.protocol import ExitStatus
+
 from .model import Evidence, RankStatus, Reason
 from .model import RankStatus as S
 
@@ -88,14 +90,15 @@ class RankState:
     frame: Frame | None = None   # the innermost frame of the training code: "the line"
     evidence: tuple[str, ...] = field(default_factory=tuple)
     reason: Reason | None = None  # what an idle rank waits on, when its stack shows it (a lock)
+    exit: ExitStatus | None = None  # how it ended, when it did
 
     def __post_init__(self):
         object.__setattr__(self, "state", RankStatus(self.state))     # also when given its word
 
     def as_evidence(self, node: str, pid: int, rank: int | None, **more) -> Evidence:
         """This rank's evidence, as a verdict reads it."""
-        if self.state is S.EXITED and self.evidence:
-            more.setdefault("exit", self.evidence[0])
+        if self.state is S.EXITED and self.exit is not None:
+            more.setdefault("exit", self.exit)
         return Evidence(node, pid, rank, self.state, self.reason, self.op, self.frame.where if self.frame else None,
                         self.frame.function if self.frame else None, notes=self.evidence, **more)
 
@@ -118,7 +121,7 @@ def frames_of(dump: list[dict]) -> list[Frame]:
 def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | None = None,
              exit_code: int | None = None) -> RankState:
     if exit_code is not None:
-        return RankState(S.EXITED, evidence=(f"exit code {exit_code}",))
+        return RankState(S.EXITED, evidence=(f"exit code {exit_code}",), exit=ExitStatus(code=exit_code))
     if dump is None:
         return RankState(S.UNKNOWN, evidence=("no stack: py-spy could not read this process",))
     frames = frames_of(dump)

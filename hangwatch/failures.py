@@ -1,7 +1,8 @@
 """What a failure's own words say of its cause: the one catalogue of the messages that name a cause
 (an address family, a busy port, a collective the backend lacks, an NCCL or CUDA error), beside
-tracebacks.py's catalogue of how a rank ended and whether it lost a peer. Read on the master by
-`ddp-preflight explain` on a run's logs; the causes and fixes of each are in causes.py.
+lost_peer.py's catalogue of the messages of a rank that lost a peer (tracebacks.py reads how a
+rank ended). Read on the master by `ddp-preflight explain` on a run's logs; the causes and fixes
+of each are in causes.py.
 
 Pure, standard library only. Every message was seen in a real run (tests/unit/artifacts/logs/ and
 tests/unit/artifacts/explain/: Gloo, torchrun, the store; shared artifacts from an H100: NCCL's

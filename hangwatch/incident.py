@@ -14,7 +14,7 @@ from node.private import hold
 from node.redact import redact_argv, redact_env, redact_json
 
 from .model import Snapshot
-from .render import incident_report
+from .render import incident_report, snapshot_json
 
 
 def write(snapshot: Snapshot, details: dict, folder: str = "hangwatch-incidents") -> str:
@@ -45,4 +45,4 @@ def redact(snapshot: Snapshot, details: dict) -> dict:
     ranks = {key: {**rank, "argv": redact_argv(rank.get("argv") or []),
                    **({"env": redact_env(rank["env"])} if isinstance(rank.get("env"), dict) else {})}
              for key, rank in (details.get("ranks") or {}).items()}
-    return redact_json({"snapshot": snapshot.to_json(), **details, "ranks": ranks})
+    return redact_json({"snapshot": snapshot_json(snapshot), **details, "ranks": ranks})

@@ -4,19 +4,26 @@ watch.py, must do). Plain data."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
+from node import protocol
 from node.protocol import ExitStatus
 
-from .model import Event, Snapshot
+from .events import Event
+from .model import Snapshot
 from .tracebacks import ExceptionInfo
 
 # -- inputs ----------------------------------------------------------------------------------
+
+# What an agent says (node/protocol.py's AGENT_MESSAGES, parsed by protocol.agent_message).
+AgentMessage = Union[protocol.Hello, protocol.RankFound, protocol.Sample, protocol.Stacks, protocol.Stores,
+                     protocol.RankExit, protocol.PySpyAnswer, protocol.ClockAnswer, protocol.LauncherFound]
 
 
 @dataclass(frozen=True)
 class FromAgent:
     node: str
-    message: object            # a node.protocol agent message (Hello, RankFound, Sample, ...)
+    message: AgentMessage
 
 
 @dataclass(frozen=True)
@@ -129,3 +136,9 @@ class BringPySpy:
 @dataclass(frozen=True)
 class HangNamed:
     bundle: str                # --on-hang, --stop-on-hang: the bundle is written
+
+
+# The closed sets the reducer takes and gives back (reducer.step).
+Input = Union[FromAgent, AgentClosed, AgentFailed, Tick, Notice, BundleWritten, BundleAsked, BundleFailed,
+              TakeStacks, Stopping, LauncherStopping, RankError, RankEnded]
+Effect = Union[Say, AskStacks, Send, WriteBundle, BringPySpy, HangNamed]

@@ -9,7 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from .model import RankView, Snapshot, Source
+from node.protocol import ExitStatus
+
+from .model import RankView, Snapshot
+from .source import Source
 
 RATE_WINDOW = 30.0     # seconds of steps behind a step rate
 
@@ -45,7 +48,7 @@ class LaunchedRun(Source):
             view.step_rate = self._rate(rank, state.step, now)
             if state.exit is not None or state.signal is not None:
                 view.state = "exited"
-                view.exit = f"exit code {state.exit}" if state.exit is not None else f"signal {state.signal}"
+                view.exit = ExitStatus(code=state.exit) if state.exit is not None else ExitStatus(signal=state.signal)
         nodes = snap.nodes
         for node in nodes:
             plan_node = next((n for n in self.launch.plan.nodes if n.node == node.name), None)

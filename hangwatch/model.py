@@ -1,57 +1,10 @@
 """What hangwatch knows about a run at one moment: the objects `hangwatch attach --json` prints
 and the dashboard renders. Plain data; `to_json()` gives the contract's JSON form.
 
-A snapshot, as JSON:
-{
-  "time": 1763700000.0,                        # when it was taken (master's clock, epoch s)
-  "threshold": 8.0,                            # stall threshold, seconds
-  "run": {"backend": "gloo", "master": "10.213.5.200:29500", "nnodes": 2,
-          "nproc_per_node": 2, "launched": true} | null,
-  "nodes": [{"name": "master", "status": "watching|connecting|lost|error",
-             "message": str|null, "interface": "eth0"|null, "ranks": 2,
-             "net_bytes_per_s": float|null}],
-  "ranks": [{"node": "master", "pid": 4242, "rank": 0, "local_rank": 0, "world_size": 4,
-             "cpu": 97.0,                      # % of one core over the last sample
-             "history": [97.0, 95.1, ...],     # last 60 samples, oldest first
-             "state": "computing|collective|gpu-wait|rendezvous|loading-data|compiling|saving|idle|stopped|exited"
-                      "|unknown|running",
-             "op": "all_reduce"|null,          # the collective, when state == collective
-             "frame": "train.py:88"|null,      # the training code's innermost line
-             "function": "train_step"|null,
-             "wchan": "futex_do_wait"|null,    # kernel wait channel
-             "idle_for": 0.0,                  # seconds at ~0% CPU
-             "exit": "exit code 1"|"signal 9"|null,
-             "last_line": str|null,            # last output line (launch mode)
-             "step": int|null, "step_rate": float|null,   # from the output's "step N" lines
-             "stack": [{"function": str, "file": str, "line": int}] | null,   # innermost first
-             "flight": {"groups": [{"group": "default_pg", "seq": 1235, "op": "all_reduce"}]} | null,
-                                               # Flight Recorder: launched ranks, or ranks that opted in
-             "gpu": 0|null, "gpu_util": 100.0|null, "gpu_memory_util": 0.0|null}],
-                                               # its GPU (NVML), on GPU nodes
-  "diagnosis": {"kind": "deadlock|mismatch|network-stall|rendezvous-stall|exited|endless|gpu-hang|stall"
-                        "|slow|straggler|unseen|alone",
-                "summary": str,                # rendered from the fields below (text.py)
-                "culprits": [1],               # the ranks named
-                "candidates": [],              # the ranks it cannot tell apart: one of them, not all
-                "reason": "raised|left-loop|...",   # Reason: why the culprits are named
-                "certainty": "certain|likely|unsure",
-                "causes": [str],               # likely causes, each with its fix
-                "since": epoch s,
-                "evidence": [{"rank": 1, "node": "master", "pid": 4242, "state": "exited",
-                              "reason": "raised", "op": null, "frame": "train.py:40", "function": "step",
-                              "exit": "exit code 1", "ended_at": epoch s,
-                              "exception": {"type", "message", "where", "function", "lost_peer", "peer",
-                                            "source": "record|output"} | null,
-                              "seq": 1235 | null, "seq_op": "all_reduce" | null, "completed": 1234 | null,
-                              "quote": str | null, "moved": bytes | null,
-                              "unsent": bytes | null, "notes": [str]}],
-                "nodes": [str], "node_ranks": [1], "waited": s, "bound": s, "idle_share": 0.73, "idle_span": 30,
-                "clocks_apart": s, "margin": s, "world": 4, "store": "10.0.0.1:29500", "unknown_why": str,
-                "notes": [str]} | null,
-  "incidents": ["/var/tmp/hangwatch/incident-20261121-101500-deadlock"],
-  "messages": [str],                           # one-line notices: a node lost, no ptrace, ...
-  "preflight": {"ok": bool, "results": [...]} | null   # the preflight report (launch mode)
-}
+Its JSON form, field by field, is docs/hangwatch.md's "The JSON". A verdict (Diagnosis) is data
+only: its words are rendered from its fields at the edge (text.py: the CLI, the dashboard, the
+bundle, the launch summary, explain's renderer), and the JSON the CLI prints adds them there
+(render.py).
 "state": "running" means sampled but not yet classified from a stack (stacks are taken when
 progress stops, and otherwise rarely).
 """
@@ -61,6 +14,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+
+from node.protocol import ExitStatus
+from rules.fix import Action, Fix
+
+from .who import Unnumbered, Who, label, who_from_json
 
 HISTORY = 60
 
@@ -117,11 +75,24 @@ class Kind(Word):
 
     @property
     def is_hang(self) -> bool:
-        return self in HANGS
+        return is_hang(self)
 
 
 HANGS = frozenset({Kind.DEADLOCK, Kind.MISMATCH, Kind.NETWORK_STALL, Kind.RENDEZVOUS_STALL, Kind.EXITED,
                    Kind.STALL, Kind.ENDLESS, Kind.GPU_HANG})
+
+
+def is_hang(kind: Kind | None) -> bool:
+    """Whether a verdict of this kind is a hang: one rule for the watcher (a bundle, --stop-on-hang,
+    hangwatch's exit code) and the dashboard's colours alike."""
+    return kind in HANGS
+
+
+class Basis(Word):
+    """What named a verdict's reason, which says how its words go (text.summary)."""
+    EVIDENCE = "evidence"     # the ranks' evidence of progress and of how they ended (the watcher's verdicts)
+    WORDS = "words"           # a failure's own words (failures.py's catalogue: explain)
+    SEQUENCE = "sequence"     # the ranks lined up by Flight Recorder sequence number (explain)
 
 
 @dataclass
@@ -149,7 +120,7 @@ class RankView:
     function: str | None = None
     wchan: str | None = None
     idle_for: float = 0.0
-    exit: str | None = None
+    exit: ExitStatus | None = None        # how it ended (None: running, or its code was never read)
     last_line: str | None = None
     step: int | None = None
     step_rate: float | None = None
@@ -160,8 +131,13 @@ class RankView:
     gpu_memory_util: float | None = None
 
     @property
+    def key(self) -> Who:
+        """As verdicts name it (Diagnosis.culprits)."""
+        return self.rank if self.rank is not None else Unnumbered(self.node, self.pid)
+
+    @property
     def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+        return label(self.key)
 
 
 class Reason(Word):
@@ -231,14 +207,14 @@ class Seen:
 class Evidence:
     """One rank as a verdict saw it: where it is or how it ended, and what says so."""
     node: str
-    pid: int
+    pid: int | None                   # None: no process was seen (explain reads files)
     rank: int | None = None
     state: RankStatus = RankStatus.UNKNOWN
     reason: Reason | None = None      # what this rank did (a culprit's cause, or a victim's fate)
     op: str | None = None             # the collective or wait it is in; the CUDA call on a GPU wait
     frame: str | None = None          # its training code's innermost line: "train.py:88"
     function: str | None = None
-    exit: str | None = None           # "exit code 1", "signal 9"
+    exit: ExitStatus | None = None    # how it ended: its code or its signal (None: not ended, or never read)
     ended_at: float | None = None     # when it ended, on the master's clock (epoch s)
     exception: Seen | None = None
     seq: int | None = None            # its last collective's sequence number (Flight Recorder)
@@ -248,30 +224,57 @@ class Evidence:
     moved: int | None = None          # bytes it read or wrote since it stopped using CPU (None: not known)
     unsent: int | None = None         # bytes it sent that its peers have not acknowledged (its sockets)
     notes: tuple[str, ...] = ()       # what else was seen: "CPU 0%", "waiting in the kernel at futex_do_wait"
+    node_rank: int | None = None      # a torchrun that waits in its rendezvous: its node rank (of Diagnosis.world)
+
+    writer: str | None = None         # a rank whose number is unknown, as explain read it (Unnumbered.writer)
 
     @property
-    def key(self) -> int:
-        return self.rank if self.rank is not None else -self.pid
+    def key(self) -> Who:
+        return self.rank if self.rank is not None else Unnumbered(self.node or None, self.pid, self.writer)
 
     @property
     def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+        return label(self.key)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A likely cause of a verdict's reason, in the user's words, and what fixes it: fixes are
+    data (what to run or change, on which node), said by words.cause_line() at the edge."""
+    what: str
+    fixes: tuple[Fix, ...] = ()
+
+    @classmethod
+    def from_json(cls, data) -> Cause:
+        """A bundle or result.json written before causes were typed holds each as its sentence."""
+        if isinstance(data, str):
+            return cls(data)
+        return cls(str(data.get("what") or ""), tuple(Fix(Action(f["action"]), tuple(f.get("steps") or ()),
+                                                          f.get("node"), f.get("note") or "")
+                                                      for f in data.get("fixes") or ()))
+
+
+@dataclass(frozen=True)
+class NodeNote:
+    """What preflight said of a node (under --launch): the clue beside a verdict on its ranks."""
+    node: str
+    said: str
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     """A verdict, as data: what kind; the ranks named (`culprits`) and the ranks it cannot tell apart
     (`candidates`: one of them, not all), kept apart; why (`reason`) and how sure (`certainty`);
-    each rank as it was seen (`evidence`); the likely causes with their fixes. `summary` is the
-    text rendered from the rest (text.py): no code reads it to decide. Ranks are numbers; a rank
-    whose number is unknown is its negated pid."""
+    each rank as it was seen (`evidence`); the likely causes with their fixes. No text: its words
+    are rendered from these fields at the edge (text.summary). Ranks are numbers; a rank whose
+    number is unknown is an Unnumbered (what is known of it), never a made-up number."""
     kind: Kind
-    culprits: Sequence[int] = ()
-    candidates: Sequence[int] = ()
+    culprits: Sequence[Who] = ()
+    candidates: Sequence[Who] = ()
     reason: Reason | None = None
     certainty: Certainty = Certainty.LIKELY
     evidence: Sequence[Evidence] = ()
-    causes: Sequence[str] = ()
+    causes: Sequence[Cause] = ()
     since: float | None = None        # when progress stopped or the first rank ended (epoch s), once reported
     nodes: Sequence[str] = ()         # nodes named, where a node is to blame (its launcher never came)
     node_ranks: Sequence[int] = ()    # node ranks that never checked in (a launcher's rendezvous)
@@ -284,8 +287,8 @@ class Diagnosis:
     world: int | None = None          # the world size, where the verdict is about all of it
     store: str | None = None          # the rendezvous store read (MASTER_ADDR:MASTER_PORT)
     unknown_why: str | None = None    # why whom to blame cannot be told, when it cannot
-    notes: Sequence[str] = ()         # what preflight said of the named ranks' nodes (under --launch)
-    summary: str = ""
+    notes: Sequence[NodeNote] = ()    # what preflight said of the named ranks' nodes (under --launch)
+    basis: Basis = Basis.EVIDENCE     # what named its reason: how its words go
 
     def as_reported(self, since: float) -> Diagnosis:
         """As a snapshot holds it: lists, as its JSON does, and since when."""
@@ -293,7 +296,7 @@ class Diagnosis:
                        evidence=list(self.evidence), nodes=list(self.nodes), notes=list(self.notes), since=since)
 
     @property
-    def named(self) -> tuple[int, ...]:
+    def named(self) -> tuple[Who, ...]:
         """The ranks to look at: the culprits, or failing them the candidates."""
         return tuple(self.culprits) or tuple(self.candidates)
 
@@ -308,7 +311,28 @@ class Diagnosis:
         values["reason"] = Reason(data["reason"]) if data.get("reason") else None
         values["certainty"] = Certainty(data.get("certainty") or Certainty.LIKELY)
         values["evidence"] = [_evidence(e) for e in data.get("evidence") or ()]
+        values["culprits"] = [who_from_json(w) for w in data.get("culprits") or ()]
+        values["candidates"] = [who_from_json(w) for w in data.get("candidates") or ()]
+        values["causes"] = [Cause.from_json(c) for c in data.get("causes") or ()]
+        values["notes"] = [NodeNote(**n) if isinstance(n, dict) else NodeNote("", str(n)) for n in data.get("notes") or ()]
+        values["basis"] = Basis(data.get("basis") or Basis.EVIDENCE)
         return cls(**values)
+
+
+OLD_EXIT = {"exit code": "code", "signal": "signal"}
+
+
+def exit_from_json(value) -> ExitStatus | None:
+    """An exit as the JSON holds it ({"code", "signal"}). A bundle or result.json written before
+    exits were typed holds its text ("exit code 1", "signal 9"): read here, once, as any input is."""
+    if isinstance(value, dict):
+        code, signal = value.get("code"), value.get("signal")
+        return ExitStatus(code if isinstance(code, int) else None, signal if isinstance(signal, int) else None)
+    if isinstance(value, str):
+        words, _, number = value.strip().rpartition(" ")
+        if words in OLD_EXIT and number.lstrip("-").isdigit():
+            return ExitStatus(**{OLD_EXIT[words]: int(number)})
+    return None
 
 
 def _evidence(data: dict) -> Evidence:
@@ -317,6 +341,7 @@ def _evidence(data: dict) -> Evidence:
     values["state"] = RankStatus(data.get("state") or RankStatus.UNKNOWN)
     values["reason"] = Reason(data["reason"]) if data.get("reason") else None
     values["notes"] = tuple(data.get("notes") or ())
+    values["exit"] = exit_from_json(data.get("exit"))
     if data.get("exception"):
         values["exception"] = Seen(**{k: v for k, v in data["exception"].items() if k in Seen.__dataclass_fields__})
     return Evidence(**values)
@@ -343,7 +368,8 @@ class Snapshot:
         return cls(time=data["time"], threshold=data["threshold"], run=data.get("run"),
                    nodes=[NodeView(**{**n, "status": NodeStatus(n.get("status", "connecting"))})
                           for n in data.get("nodes", [])],
-                   ranks=[RankView(**{**r, "state": RankStatus(r.get("state", "running"))}) for r in data.get("ranks", [])],
+                   ranks=[RankView(**{**r, "state": RankStatus(r.get("state", "running")),
+                                       "exit": exit_from_json(r.get("exit"))}) for r in data.get("ranks", [])],
                    diagnosis=Diagnosis.from_json(diagnosis) if diagnosis else None,
                    incidents=list(data.get("incidents", [])), messages=list(data.get("messages", [])),
                    preflight=data.get("preflight"))
@@ -358,37 +384,3 @@ def _plain(value):
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-@dataclass
-class Event:
-    """One line of the watch's stream (`hangwatch attach` prints them; --json as objects)."""
-    kind: str            # rank-found | rank-gone | node | diagnosis | straggler | resumed | incident | notice
-    text: str
-    snapshot: Snapshot | None = None
-    data: dict = field(default_factory=dict)
-
-
-class Source:
-    """What the dashboard reads and asks: implemented by the live watcher (hangwatch/watch.py)
-    and, in tests and benches, by recorded snapshots. Every method returns at once; work
-    happens in the source's own threads."""
-
-    launched: bool = False            # True: quitting may stop the training it started
-
-    def snapshot(self) -> Snapshot:
-        raise NotImplementedError
-
-    def dump_stacks(self) -> None:
-        """Take every rank's stack now (the next snapshot has them)."""
-
-    def write_bundle(self) -> str | None:
-        """Write an incident bundle now; its path."""
-        return None
-
-    def log(self, node: str, rank: int | None = None, lines: int = 200) -> list[str]:
-        """The last output lines of a rank (or a node's whole log)."""
-        return []
-
-    def stop(self) -> None:
-        """Stop the training this source launched (no-op when attached)."""

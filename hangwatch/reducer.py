@@ -7,19 +7,22 @@ node). `now` is monotonic seconds, `wall` the epoch time for what is shown. The 
 in place, by the parts that own each piece (bench/hangwatch_scale.py replays 1,024 ranks through
 it):
 
-- inputs.py      what comes in, what goes out
-- state.py       what is held: nodes, ranks (Track), what was said
+- inputs.py      what comes in, what goes out (the Input and Effect unions)
+- state.py       what is held: nodes, ranks (Track), what was said (Said)
 - agents.py      the agents' messages into the state
 - runs.py        which processes are followed, the run each belongs to (its user, store, world)
 - progress.py    who still makes progress (CPU, helpers, the kernel's state, spinning stacks)
 - ended.py       how each rank ended, from every source; exits.py judges a run's ends
-- verdicts.py    each rank's evidence; what the ranks together say (diagnose.py) once progress has
-                 stopped; saying it once
-- text.py        the verdict's words, rendered from its fields"""
+- evidence.py    each rank's evidence, read from the state without changing it
+- verdicts.py    what a stalled run shows (stalled.Stall), handed to the one pipeline that decides
+                 (diagnose.py); saying each verdict once
+No words are written here: the events carry the verdicts, and the shell (watch.py) renders their
+lines at the edge (render.py, text.py)."""
 
 from __future__ import annotations
 
 from . import agents, ended, progress, runs, stall, verdicts
+from .events import Event, EventKind
 from .inputs import (
     AgentClosed,
     AgentFailed,
@@ -28,8 +31,10 @@ from .inputs import (
     BundleAsked,
     BundleFailed,
     BundleWritten,
+    Effect,
     FromAgent,
     HangNamed,
+    Input,
     LauncherStopping,
     Notice,
     RankEnded,
@@ -41,21 +46,21 @@ from .inputs import (
     Tick,
     WriteBundle,
 )
-from .model import Event, NodeStatus
+from .model import NodeStatus
 from .state import Config, State, details, new_state, notice, snapshot
 from .verdicts import ALONE_AFTER
 
 EXIT_SETTLE = 2 * Config().interval     # seconds after the last end before a run's ends are judged (default)
 
 __all__ = ["ALONE_AFTER", "EXIT_SETTLE", "AgentClosed", "AgentFailed", "AskStacks", "BringPySpy", "BundleAsked", "BundleFailed",
-           "BundleWritten", "Config", "FromAgent", "HangNamed", "LauncherStopping", "Notice", "RankEnded",
+           "BundleWritten", "Config", "Effect", "FromAgent", "HangNamed", "Input", "LauncherStopping", "Notice", "RankEnded",
            "RankError", "Say", "Send", "State", "Stopping", "TakeStacks", "Tick", "WriteBundle", "details", "new_state",
            "snapshot", "step"]
 
 
-def step(state: State, event: object, now: float, wall: float) -> list:
+def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     """Apply one input; the effects the shell must carry out, in order."""
-    out: list = []
+    out: list[Effect] = []
     if isinstance(event, FromAgent):
         agents.from_agent(state, event.node, event.message, now, wall, out)
     elif isinstance(event, Tick):
@@ -70,7 +75,7 @@ def step(state: State, event: object, now: float, wall: float) -> list:
         notice(state, event.text, out)
     elif isinstance(event, BundleWritten):
         state.incidents.append(event.path)
-        out.append(Say(Event("incident", f"incident bundle: {event.path}", data={"path": event.path})))
+        out.append(Say(Event(EventKind.INCIDENT, f"incident bundle: {event.path}", data={"path": event.path})))
         out.append(HangNamed(event.path))
     elif isinstance(event, BundleAsked):
         state.incidents.append(event.path)
@@ -89,7 +94,7 @@ def step(state: State, event: object, now: float, wall: float) -> list:
     return out
 
 
-def _tick(state: State, now: float, wall: float, out: list) -> None:
+def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
     for node, quiet in agents.silent(state, now):
         agents.lose(state, node, agents.SILENT, f"{node} lost: its agent has sent nothing for {quiet:.0f} s (the "
                     "link or the node is down); its ranks are unknown until it reports again; the other nodes "
@@ -101,7 +106,7 @@ def _tick(state: State, now: float, wall: float, out: list) -> None:
         state.exit_check_at = None
         found = ended.judge(state, now, wall)
         if found is not None:
-            verdicts.report(state, found, 0.0, wall, out, key=ended.run_key(state, found))
+            verdicts.report(state, found, 0.0, wall, out, verdicts.ends_said(found))
     spinning = progress.busy_on_gpu(state)
     if spinning and (state.spin_asked_at is None or now - state.spin_asked_at >= state.config.threshold / 2) \
             and state.asked_at is None:

@@ -1,9 +1,11 @@
-"""Text views of hangwatch's objects: the event stream line and the incident report.
-Renderers return strings; only the CLI prints. Every value from a rank or a node (a file or
-function name, an exception's message, an op name, a notice) goes through node/terminal.py here,
-at the edge: the text never carries a raw control character. The verdict's own lines (its
-summary, each rank's evidence line) are rendered from the raw fields by text.py, which takes
-an exception message's first line, and are shown as one line each."""
+"""Views of hangwatch's objects at the edge: an event's line, the JSON the CLI prints and the
+bundle keeps (a verdict's fields, with its words added), the diagnosis block and the incident
+report. Renderers return strings (or JSON-ready dicts); only the CLI prints. Every value from a
+rank or a node (a file or function name, an exception's message, an op name, a notice) goes
+through node/terminal.py here, at the edge: the text never carries a raw control character. The
+verdict's own lines (its summary, each rank's evidence line) are rendered from the raw fields by
+text.py and words.py, which take an exception message's first line, and are shown as one line
+each."""
 
 from __future__ import annotations
 
@@ -11,8 +13,34 @@ import time
 
 from node.terminal import shown, shown_data, shown_text
 
-from .model import RankView, Snapshot
-from .text import evidence_line, who
+from .events import Event, EventKind
+from .model import Diagnosis, RankView, Snapshot
+from .text import summary
+from .words import cause_line, evidence_line, who
+
+
+def event_text(event: Event) -> str:
+    """An event's line: a verdict's words from its fields ("DEADLOCK: rank 3 left the loop ..."
+    for a hang), ranks that connected after all, or the notice as it was said."""
+    if event.verdict is not None:
+        said = summary(event.verdict)
+        return f"{event.verdict.kind.value.upper()}: {said}" if event.kind is EventKind.DIAGNOSIS else said
+    if event.connected:
+        return f"{who(event.connected)} connected after all: a process group was created late"
+    return event.text
+
+
+def diagnosis_json(d: Diagnosis) -> dict:
+    """A verdict as the JSON contract holds it: its fields, and its words (`summary`)."""
+    return {**d.to_json(), "summary": summary(d)}
+
+
+def snapshot_json(snapshot: Snapshot) -> dict:
+    """A snapshot as the JSON contract holds it (`hangwatch attach --json`, incident.json)."""
+    document = snapshot.to_json()
+    if snapshot.diagnosis is not None:
+        document["diagnosis"] = diagnosis_json(snapshot.diagnosis)
+    return document
 
 
 def event_line(kind: str, text: str, at: float | None = None) -> str:
@@ -33,12 +61,12 @@ def diagnosis_block(snapshot: Snapshot) -> str:
     d = snapshot.diagnosis
     if d is None:
         return "no hang\n"
-    lines = [f"{d.kind.upper()}: {shown(d.summary)}"]
+    lines = [f"{d.kind.upper()}: {shown(summary(d))}"]
     if d.culprits:
         lines.append(f"look at: {who(d.culprits)} ({d.reason.value if d.reason else 'see above'}; {d.certainty})")
     elif d.candidates:
         lines.append(f"one of: {who(d.candidates)} (which one, the evidence cannot tell)")
-    lines += [f"likely cause: {shown(c)}" for c in d.causes]
+    lines += [f"likely cause: {shown(cause_line(c))}" for c in d.causes]
     lines += ["ranks:"] + [f"  {rank_line(r)}" for r in snapshot.ranks]
     return shown_text("\n".join(lines) + "\n")
 

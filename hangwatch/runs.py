@@ -26,6 +26,7 @@ from typing import Union
 
 from node import protocol
 
+from .inputs import Effect
 from .state import State, Track, notice
 
 Found = Union[protocol.RankFound, protocol.LauncherFound]     # a rank, or a torchrun that starts ranks
@@ -56,14 +57,14 @@ def followed(state: State, node: str, info: Found) -> bool:
     return True
 
 
-def refuse(state: State, node: str, info: Found, out: list) -> None:
+def refuse(state: State, node: str, info: Found, out: list[Effect]) -> None:
     """A process of another user that claims a rank, not followed: said once per node and user."""
     notice(state, f"{node}: processes of user {info.user or '?'} claim ranks: not followed (this watch follows "
            "its own user's ranks); to watch that user's run, run hangwatch as that user or give one of its pids "
            "(--pid)", out)
 
 
-def drop_others(state: State, node: str, out: list) -> None:
+def drop_others(state: State, node: str, out: list[Effect]) -> None:
     """The watch's own ranks are found: other users' processes followed until now are dropped."""
     if not state.others:
         return

@@ -10,12 +10,14 @@ from node import protocol
 from node.protocol import ExitStatus
 
 from . import stall
-from .inputs import Say
-from .model import Diagnosis, Event, NodeView, RankStatus, RankView, Seen, Snapshot
+from .events import Event, EventKind
+from .inputs import Effect, Say
+from .model import Diagnosis, Kind, NodeView, RankStatus, RankView, Seen, Snapshot, Unnumbered, Who, Word
 
 ENDLESS_TIMES = 5         # a straggler that keeps the others waiting this many thresholds is a hang
 SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
 SILENT_FLOOR = 2.0        # seconds: never less, however short the interval
+GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost (State.lost)
 MESSAGES = 200            # notices kept (the snapshot shows the last 20)
 
 
@@ -59,10 +61,11 @@ class Track:
     talked: bool = False              # it has had a connection: it joined a process group
 
     @property
-    def key(self) -> int:
-        """How verdicts name it: its rank, or its negated pid when its rank is unknown or claimed
-        by another live process too."""
-        return self.view.rank if self.view.rank is not None and not self.duplicate else -self.view.pid
+    def key(self) -> Who:
+        """How verdicts name it: its rank, or its process (Unnumbered) when its rank is unknown or
+        claimed by another live process too."""
+        return self.view.rank if self.view.rank is not None and not self.duplicate else \
+            Unnumbered(self.view.node, self.view.pid)
 
     @property
     def ended(self) -> bool:
@@ -115,6 +118,32 @@ class Config:
         return 2 * self.interval
 
 
+class About(Word):
+    """What a verdict said once is about."""
+    STALL = "stall"              # a run's stall (diagnose.py's pipeline)
+    ENDS = "ends"                # a run's ends, judged once they settled (exits.judge)
+    TORCHRUNS = "torchruns"      # torchruns that wait for the other nodes' before any rank starts
+
+
+@dataclass(frozen=True)
+class Said:
+    """What a verdict is said once for: per run, per kind, per ranks named (an end's: per process,
+    since a later run's ranks are other processes; torchruns': per store and missing node ranks)."""
+    about: About
+    kind: Kind
+    named: tuple[Who, ...] = ()
+    run: int | None = None
+    pids: tuple[int, ...] = ()
+    store: str | None = None
+    node_ranks: tuple[int, ...] = ()
+
+    @property
+    def stands(self) -> bool:
+        """Said of what stays true when progress resumes: a rank's end, ranks that train alone,
+        torchruns that waited for nodes that never came."""
+        return self.kind in (Kind.EXITED, Kind.ALONE) or self.about is About.TORCHRUNS
+
+
 @dataclass
 class State:
     config: Config
@@ -127,7 +156,7 @@ class State:
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding
     asked_at: float | None = None
-    reported: set[str] = field(default_factory=set)          # what was said, so each verdict is said once
+    reported: set[Said] = field(default_factory=set)         # what was said, so each verdict is said once
     exit_check_at: float | None = None  # judge the ends once they have settled
     heard: dict[str, float] = field(default_factory=dict)    # node -> when its agent last said anything
     lost: dict[str, str] = field(default_factory=dict)       # node -> how its agent was lost
@@ -182,14 +211,14 @@ def remember(state: State, text: str) -> None:
     del state.messages[:-MESSAGES]
 
 
-def say(kind: str, text: str, **data) -> Say:
+def say(kind: EventKind, text: str, **data) -> Say:
     """The effect that says an event."""
     return Say(Event(kind, text, None, data))
 
 
-def notice(state: State, text: str, out: list) -> None:
+def notice(state: State, text: str, out: list[Effect]) -> None:
     """A one-line notice, said once."""
     if text in state.messages:
         return
     remember(state, text)
-    out.append(say("notice", text))
+    out.append(say(EventKind.NOTICE, text))

@@ -1,17 +1,14 @@
-"""What a rank's output says about how it ended: the one catalogue of the messages a training
-prints when it fails, read on the master (hangwatch live, `ddp-preflight explain` after the fact).
+"""What a rank's output says about how it ended: the exception it raised (or the C++ abort, or the
+watchdog's error) read from its lines or its own record, on the master (hangwatch live, `ddp-preflight
+explain` after the fact).
 
-Pure: no I/O, standard library only (and hangwatch.model's Word). The Gloo, torchrun and C++ abort messages were seen in real
-runs (tests/unit/artifacts/logs/, each log with the command that made it), NCCL's watchdog and
-error lines on a real H100; NCCL's remote errors and the store's are as NCCL's and torch's sources
-write them (two GPUs were not at hand to record them).
+Pure: no I/O, standard library only (and hangwatch.model's Word). The Gloo, torchrun and C++ abort
+messages were seen in real runs (tests/unit/artifacts/logs/, each log with the command that made
+it), NCCL's watchdog and error lines on a real H100.
 
 A rank ends by its own failure or as a victim. Its own: an uncaught exception, named by its type,
 its message and the innermost line of the training's own code it went through. A victim: it lost a
-peer or the link, and says so: Gloo's "Connection closed by peer [10.213.5.2]:24077", "Read error
-...: Connection reset by peer", "Timed out waiting 8000ms for recv operation to complete", NCCL's
-"remote process exited or there was a network error" and its watchdog's "Watchdog caught
-collective operation timeout". `lost_peer()` is that catalogue.
+peer or the link, and says so: lost_peer.py is the catalogue of those messages.
 
 What is read, and how:
 - A Python traceback, "Traceback (most recent call last):" to its exception line ("Type:
@@ -29,7 +26,7 @@ What is read, and how:
   the watchdog sets on the collective (c10::DistBackendError), logged; the rank may still hang
   after it (recorded on an H100) or abort.
 - torchrun's own lines are not a rank's: its ChildFailedError (the summary table, read by
-  `first_observed_failure()`) and its SignalException when it is stopped are left out, and so is
+  torchrun_table.py) and its SignalException when it is stopped are left out, and so is
   a traceback after "Exception ignored in: ..." (Python's unraisable hook: a __del__ failing at
   exit ends nothing). "Original Traceback (most recent call last):" is a DataLoader worker's, in
   the message of the exception the main process raises.
@@ -51,8 +48,7 @@ one named. After a traceback without the marker (it may have been caught and log
 untyped abort is taken as teardown; a typed abort or a watchdog line is named. A later traceback
 is always named instead (the last one).
 
-Lines may carry prefixes, stripped by `strip_prefix()`: ddp-preflight's launcher "[worker1 r3] "
-(a node's own lines: "[worker1] "), torchrun's --tee "[default0]:", torch's "[rank3]: "."""
+Lines may carry prefixes (prefixes.py: the launcher's, torchrun --tee's, torch's marker)."""
 
 from __future__ import annotations
 
@@ -61,13 +57,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from .lost_peer import lost_peer, peer_in
 from .model import Word
+from .prefixes import Origin, split_prefix
 
 MESSAGE_LINES = 40          # lines of one message kept (NCCL's span 4)
 MESSAGE_CHARS = 4000        # characters of one message kept (node/rank_bootstrap.py records 2000)
 LINE_CHARS = 65536          # characters of one line read (transport/lines.py cuts a rank's line there too)
 TRACEBACK_LINES = 100_000   # lines a traceback may run before it is taken as cut off (none are kept)
-OTHER_FAILURES = 64         # entries of torchrun's "Failures:" table kept
 
 
 class ExceptionKind(Word):
@@ -93,132 +90,6 @@ class ExceptionInfo:
     cause: str | None = None   # the earlier exception of the chain that lost the peer ("RuntimeError: [...] Connection
                                # closed by peer [10.213.5.2]:24077"), when the last one does not say it itself
     kind: ExceptionKind = ExceptionKind.RAISED
-
-
-@dataclass(frozen=True)
-class ChildFailure:
-    """One entry of torchrun's ChildFailedError table, its fields as torchrun printed them."""
-    rank: int | None           # global rank
-    local_rank: int | None
-    exitcode: int | None       # negative: the signal's number
-    pid: int | None
-    signal: str | None         # "SIGTERM", when the exit code is a signal's
-    error_file: str | None     # None for "<N/A>" (the rank did not use @record)
-    timestamp: str | None      # "2026-11-25_03:05:05": the node's local time, to the second
-    host: str | None
-    traceback: str | None      # torchrun's word: "Signal 15 (SIGTERM) received by PID 14266", the error file's traceback, a link
-
-
-@dataclass(frozen=True)
-class FirstObservedFailure(ChildFailure):
-    """torchrun's "Root Cause (first observed failure)": the rank of its node that failed first, by
-    torchrun's clock (the error file's time, else when torchrun saw the exit). Not the run's root
-    cause: only the first on that node, a victim may end before its culprit's exit is seen, and a
-    rank that left cleanly (exit 0) is in no table."""
-    script: str | None = None                   # "/work/main/examples/hang_train.py" of "... FAILED"
-    others: tuple[ChildFailure, ...] = ()       # the "Failures:" above it
-    quote: tuple[str, ...] = ()                 # the root cause's rank and exitcode lines, as they were
-
-
-# -- prefixes ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Origin:
-    """Who wrote a line, as its prefixes say (None: that prefix is absent)."""
-    node: str | None = None          # ddp-preflight's launcher: "[worker1 r3] "; a node's own lines "[worker1] "
-    rank: int | None = None          # the launcher's global rank ("r3")
-    local_rank: int | None = None    # torchrun --tee's "[default1]:"
-    marker: int | None = None        # torch's "[rank3]: " on an uncaught exception's lines and its C++ logs
-
-    @property
-    def writer(self) -> Origin:
-        """The stream the line belongs to: its outermost prefix alone (torch's marker is on some of
-        a rank's lines only, so it names the stream only where nothing else does)."""
-        if self.node is not None:
-            return Origin(node=self.node, rank=self.rank)
-        if self.local_rank is not None:
-            return Origin(local_rank=self.local_rank)
-        return Origin(marker=self.marker)
-
-
-LAUNCHER = re.compile(r"\[(?P<node>[^\]\s]+)(?: r(?P<rank>\d+))?\] ")
-TEE = re.compile(r"\[(?P<role>[A-Za-z_][^\]\d]*)(?P<local>\d+)\]:")
-MARKER = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
-ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-
-
-def split_prefix(line: str) -> tuple[Origin, str]:
-    """The line's prefixes (launcher's, then --tee's, then torch's marker) and its text: without
-    them, its line ending, its colour codes, and what a carriage return wrote over."""
-    text = line.rstrip("\r\n")
-    node = rank = local = marker = None
-    found = LAUNCHER.match(text)
-    if found:
-        node, rank = found["node"], int(found["rank"]) if found["rank"] else None
-        text = text[found.end():]
-    found = TEE.match(text)
-    if found and found["role"] != "rank":
-        local = int(found["local"])
-        text = text[found.end():]
-    if "\r" in text:
-        text = text.rsplit("\r", 1)[1]          # a progress bar's updates: the terminal shows the last
-    found = MARKER.match(text)
-    if found:
-        marker = int(found["rank"])
-        text = text[found.end():]
-    if "\x1b" in text:
-        text = ESCAPES.sub("", text)
-    return Origin(node, rank, local, marker), text
-
-
-def strip_prefix(line: str) -> str:
-    """The line as the rank wrote it: "[worker1 r3] [rank3]: Traceback ..." and
-    "[default0]:[rank0]: Traceback ..." are "Traceback ..."."""
-    return split_prefix(line)[1]
-
-
-# -- the catalogue -----------------------------------------------------------------------------------
-
-# Said only by a rank that lost a peer or waited for one past the timeout.
-LOST_PEER_ALWAYS = (
-    "Connection closed by peer",                              # Gloo: the peer's socket closed (exit, crash, kill)
-    "Watchdog caught collective operation timeout",           # NCCL's watchdog
-    "remote process exited or there was a network error",     # NCCL's ncclRemoteError
-    "ncclRemoteError",
-    "Connection closed by remote peer",                       # NCCL's socket transport
-    "operations have failed or timed out",                    # torch after an NCCL timeout
-    "failed to pass monitoredBarrier",                        # a peer never reached the barrier
-)
-# Said by any socket: a peer or the link only in a message of torch.distributed, Gloo or NCCL (a
-# user's own HTTP error says "Connection reset by peer" too).
-DISTRIBUTED = re.compile(r"gloo|nccl|c10d|ProcessGroup|TCPStore|Dist(?:Backend|Network|Store)Error", re.IGNORECASE)
-LOST_PEER_DISTRIBUTED = re.compile(
-    r"Connection reset by peer|Broken pipe|\bRead error\b|\bWrite error\b|"
-    r"Timed out waiting \d+ ?ms for (?:recv|send) operation"       # Gloo's timeout
-    r"|Connection refused|No route to host|Network is unreachable|Connect timeout"   # the link (connectFullMesh, the store)
-    r"|Failed to recv, got 0 bytes|Failed to send, sent 0 bytes"   # the store's host went away
-    r"|Timed out after \d+ seconds waiting for clients|wait timeout after \d+ ?ms")   # peers that never came
-
-
-def lost_peer(type: str, message: str) -> bool:
-    """The message is one a rank gives when it loses a peer or the link (Gloo, NCCL, the store)."""
-    text = f"{type}: {message}"
-    if any(phrase in text for phrase in LOST_PEER_ALWAYS):
-        return True
-    return bool(DISTRIBUTED.search(text) and LOST_PEER_DISTRIBUTED.search(text))
-
-
-GLOO_PEER = re.compile(r"\[(?P<host>[0-9A-Za-z.:%_-]+)\]:(?P<port>\d+)")      # Gloo: "[10.213.5.2]:24077"
-NCCL_PEER = re.compile(r"(?P<host>[0-9A-Za-z.:%_-]+)<(?P<port>\d+)>")          # NCCL: "10.213.5.2<24077>"
-
-
-def peer_in(message: str) -> str | None:
-    """The peer's address a lost-peer message names: "10.213.5.2:24077", "[fd64::11]:24077"."""
-    found = GLOO_PEER.search(message) or NCCL_PEER.search(message)
-    if found is None or found["host"] == "none":
-        return None
-    host = found["host"]
-    return f"[{host}]:{found['port']}" if ":" in host else f"{host}:{found['port']}"
 
 
 # Frames not of the training's own code: installed packages, the standard library, torch in a
@@ -519,114 +390,3 @@ def from_record(record: dict) -> ExceptionInfo | None:
             line_of = f"{cause.get('type')}: {said.splitlines()[0] if said else ''}"
             return replace(info, lost_peer=True, peer=peer_in(said), cause=line_of, quote=quote + (line_of,))
     return info
-
-
-# -- torchrun's summary --------------------------------------------------------------------------
-
-FAILED_TITLE = re.compile(r"^(?P<script>.+) FAILED$")
-ENTRY = re.compile(r"^\[(?P<index>\d+)\]:$")
-FIELD = re.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*)$")
-RANK_FIELD = re.compile(r"^(?P<rank>-?\d+)(?: \(local_rank: (?P<local>-?\d+)\))?")
-EXITCODE_FIELD = re.compile(r"^(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?\s*(?:\((?P<signal>SIG\w+)\))?")
-ROOT = "Root Cause (first observed failure):"
-NOT_AVAILABLE = "<N/A>"
-
-
-class _Table:
-    """torchrun's ChildFailedError table, read line by line; bounded."""
-
-    def __init__(self) -> None:
-        self.found: FirstObservedFailure | None = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.reading = False
-        self.script: str | None = None
-        self.section = ""                         # "failures" | "root"
-        self.entry: dict[str, str] | None = None
-        self.entry_lines: dict[str, str] = {}
-        self.key: str | None = None               # the field a continued line belongs to (traceback)
-        self.others: list[ChildFailure] = []
-
-    def feed(self, line: str) -> None:
-        text = strip_prefix(line[:LINE_CHARS])
-        if text.rstrip().endswith("ChildFailedError:"):
-            self._reset()                         # a new table
-            self.reading = True
-            return
-        if not self.reading:
-            return
-        if set(text) == {"="} and self.section == "root":
-            self._close()
-            self.reading = False
-            return
-        if set(text) <= {"=", "-"} and text:
-            self._close()
-            return
-        title = FAILED_TITLE.match(text)
-        if title and self.section == "" and self.script is None:
-            self.script = title["script"]
-            return
-        if text == "Failures:":
-            self.section = "failures"
-            return
-        if text == ROOT:
-            self._close()
-            self.section = "root"
-            return
-        if ENTRY.match(text):
-            self._close()
-            self.entry, self.entry_lines, self.key = {}, {}, None
-            return
-        field = FIELD.match(text)
-        if field and self.entry is not None:
-            self.key = field["key"]
-            self.entry[self.key] = field["value"]
-            self.entry_lines[self.key] = line.rstrip("\r\n")
-            return
-        if self.entry is not None and self.key == "traceback" and text.startswith("  "):
-            so_far = self.entry["traceback"]
-            if len(so_far) < MESSAGE_CHARS:
-                self.entry["traceback"] = (so_far + "\n" + text[2:])[:MESSAGE_CHARS]
-
-    def _close(self) -> None:
-        if self.entry is None:
-            return
-        entry, lines = self.entry, self.entry_lines
-        self.entry = None
-        rank = RANK_FIELD.match(entry.get("rank", ""))
-        code = EXITCODE_FIELD.match(entry.get("exitcode", ""))
-        error_file = entry.get("error_file", "").strip()
-        child = ChildFailure(
-            rank=int(rank["rank"]) if rank else None,
-            local_rank=int(rank["local"]) if rank and rank["local"] else None,
-            exitcode=int(code["code"]) if code else None,
-            pid=int(code["pid"]) if code and code["pid"] else None,
-            signal=code["signal"] if code else None,
-            error_file=error_file if error_file and error_file != NOT_AVAILABLE else None,
-            timestamp=entry.get("time", "").strip() or None,
-            host=entry.get("host", "").strip() or None,
-            traceback=entry.get("traceback", "").strip() or None)
-        if self.section == "root":
-            quote = tuple(lines[key] for key in ("rank", "exitcode") if key in lines)
-            self.found = FirstObservedFailure(**vars(child), script=self.script, others=tuple(self.others), quote=quote)
-        elif len(self.others) < OTHER_FAILURES:
-            self.others.append(child)
-
-
-class SummaryReader(_Table):
-    """torchrun's ChildFailedError table, line by line (first_observed_failure's reader): `found`
-    holds the last table's root cause once read; `reading` while inside a table."""
-
-
-def first_observed_failure(lines: Iterable[str]) -> FirstObservedFailure | None:
-    """torchrun's summary of a node's failed ranks (its ChildFailedError: "Failures:" and "Root
-    Cause (first observed failure)"), the last one in these lines; None when there is none. It is
-    torchrun's own output, never a rank's exception."""
-    table = _Table()
-    found = None
-    for line in lines:
-        table.feed(line)
-        if table.found is not None:
-            found, table.found = table.found, None
-    return found

@@ -11,14 +11,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from node import protocol, pyspy
 from transport import Node, NodeError
 
 from . import ended, reducer, stall
+from .events import Event
+from .inputs import Effect, Input
 from .links import LEASE, AgentLink
-from .model import Event, Snapshot, Source
+from .model import Diagnosis, Snapshot
+from .render import event_text
+from .source import Source
 
 COPY_WAIT = 30.0          # seconds the watch's end waits for a py-spy still being copied
 
@@ -54,6 +58,7 @@ class Watcher(Source):
         self._bringing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self.failed: str | None = None      # the watch's own first crash: its verdicts may be missing
 
     # --- life -----------------------------------------------------------------------------
     def start(self) -> Watcher:
@@ -127,31 +132,38 @@ class Watcher(Source):
         """torchrun collected a launched rank's exit code or signal."""
         self.feed(reducer.RankEnded(node, rank, pid, status))
 
-    def verdict(self):
+    def verdict(self) -> Diagnosis | None:
         """The verdict on the ranks' ends as it stands now (the run whose rank ended last), judged
         afresh from everything known; None when nothing failed."""
         with self.lock:
             return ended.judge(self.state, self.clock(), self.wall())
 
-    def feed(self, event: object) -> None:
+    def feed(self, event: Input) -> None:
         try:
             with self.lock:
                 effects = reducer.step(self.state, event, self.clock(), self.wall())
         except Exception as exc:      # the watch goes on; say it once
+            self._failed(exc)
             with self.lock:
                 effects = reducer.step(self.state, reducer.Notice(
                     f"hangwatch: internal error in the watch: {type(exc).__name__}: {exc}"), self.clock(), self.wall())
         for effect in effects:
             self._carry_out(effect)
 
+    def _failed(self, exc: Exception) -> None:
+        """The watch's own crash, remembered (the first): hangwatch then exits 2, never 0 or 1, since
+        a hang may have gone unnamed."""
+        if self.failed is None:
+            self.failed = f"{type(exc).__name__}: {exc}"
+
     def _tick_loop(self) -> None:
         while not self._stop.wait(0.25):
             self.tick()
 
     # --- effects --------------------------------------------------------------------------
-    def _carry_out(self, effect: object) -> None:
+    def _carry_out(self, effect: Effect) -> None:
         if isinstance(effect, reducer.Say):
-            self.on_event(effect.event)
+            self._say(effect.event)
         elif isinstance(effect, reducer.Send):
             link = self.links.get(effect.node)
             if link is not None:
@@ -177,6 +189,13 @@ class Watcher(Source):
             thread = threading.Thread(target=self._bring_py_spy, args=(effect.node,), daemon=True)
             self._bringing.append(thread)
             thread.start()
+
+    def _say(self, event: Event) -> None:
+        """An event to the listener, its line rendered here, at the edge, from what it carries."""
+        try:
+            self.on_event(replace(event, text=event_text(event)))
+        except Exception as exc:      # the listener's own failure (a closed stdout): the watch goes on
+            self._failed(exc)
 
     def _bring_py_spy(self, node: str) -> None:
         """py-spy is missing on a node: copy ours there (a static binary) for this watch, into a

@@ -13,7 +13,8 @@ from textual.message import Message
 from textual.widgets import Footer
 from textual.worker import Worker, get_current_worker
 
-from hangwatch.model import Snapshot, Source
+from hangwatch.model import Snapshot, Who
+from hangwatch.source import Source
 from hangwatch.stacks import stacks_view
 from node.terminal import shown
 
@@ -62,7 +63,7 @@ class DashboardApp(App[str]):
         self.snapshot: Snapshot | None = None
         self.applied = 0              # snapshots shown so far: tests and the bench wait on it
         self._pulling: Worker | None = None
-        self._guilty: list[int] = []
+        self._guilty: list[Who] = []
         self._failing = False
 
     def compose(self) -> ComposeResult:

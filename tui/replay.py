@@ -13,7 +13,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from hangwatch.model import NodeStatus, NodeView, Snapshot, Source
+from hangwatch.model import NodeStatus, NodeView, Snapshot
+from hangwatch.source import Source
 from node.terminal import shown
 
 
@@ -107,8 +108,13 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
         def widened(ranks) -> list[int]:
             keep = {r.rank for r in template if r.rank in ranks}
             return [r for r in range(world) if template[r % len(template)].rank in keep]
+        # Each rank's evidence copies its template's too: the verdict's words are rendered from it.
+        seen = {e.rank: e for e in wide.diagnosis.evidence}
+        evidence = [replace(seen[t.rank], node=r.node, pid=r.pid, rank=r.rank)
+                    for r, t in ((r, template[r.rank % len(template)]) for r in wide.ranks if r.rank is not None)
+                    if t.rank in seen]
         wide.diagnosis = replace(wide.diagnosis, culprits=widened(wide.diagnosis.culprits),
-                                 candidates=widened(wide.diagnosis.candidates))
+                                 candidates=widened(wide.diagnosis.candidates), evidence=evidence)
     if wide.run:
         wide.run.update(nnodes=nodes, nproc_per_node=ranks_per_node)
     return wide

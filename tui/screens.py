@@ -11,8 +11,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from hangwatch.model import RankView, Source
+from hangwatch.ended_text import joined
+from hangwatch.model import RankView
+from hangwatch.source import Source
 from hangwatch.stacks import StacksView
+from hangwatch.words import ranks_of
 from node.terminal import shown, visible
 
 from . import format as fmt
@@ -82,20 +85,21 @@ class StacksScreen(ModalScreen[None]):
 
 def render_groups(view: StacksView) -> Text:
     text = Text()
-    if view.joined:
+    if view.joined is not None:
         text.append("Flight Recorder: ", "bold")
-        text.append(shown(view.joined) + "\n\n")
+        text.append(shown(joined(view.joined)) + "\n\n")
     if not view.groups:
         text.append("no ranks yet")
     for group in view.groups:
         count = f"{len(group.ranks)} rank{'s' if len(group.ranks) != 1 else ''}"
+        who = ranks_of(group.ranks)
         if group.stack is None:
-            text.append(f"  {shown(group.who)} ({count}): no stack yet, press d to take every rank's stack now\n\n")
+            text.append(f"  {shown(who)} ({count}): no stack yet, press d to take every rank's stack now\n\n")
             continue
         if group.differs:
-            text.append(f"! {shown(group.who)} ({count}): differs\n", "bold")
+            text.append(f"! {shown(who)} ({count}): differs\n", "bold")
         else:
-            text.append(f"  {shown(group.who)} ({count})\n", "bold")
+            text.append(f"  {shown(who)} ({count})\n", "bold")
         lines = fmt.stack_lines(group.stack) or ["(empty: the process is between Python frames)"]
         text.append("".join(f"    {shown(line)}\n" for line in lines) + "\n")
     text.rstrip()

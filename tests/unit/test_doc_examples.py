@@ -18,7 +18,7 @@ from launch import parse_command
 from node.facts.launch import torchrun_parse
 from preflight.checks import BY_ID, run_checks
 from preflight.model import Context, NodeFacts, Options, Status
-from preflight.training_env import parse_env_args
+from rules.training_env import parse_env_args
 
 REPO = Path(__file__).parents[2]
 FENCE = re.compile(r"^\s*```(\w*)\s*$")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from hangwatch.classify import classify
 from hangwatch.diagnose import diagnose
+from hangwatch.text import summary
 
 PYSPY = Path(__file__).parent / "artifacts" / "pyspy"
 
@@ -35,9 +36,9 @@ def test_the_deadlock_names_the_guilty_rank_and_its_line_not_the_victim():
              1: classify(dump("deadlock_rank1_left_loop.json"), 0.0, "hrtimer_nanosleep")}
     found = diagnose(seen(ranks))
     assert found.kind == "deadlock" and found.culprits == (1,)
-    assert "rank 1 left the loop: idle at hang.py:11" in found.summary
-    assert "rank 0 waits in all_reduce" in found.summary
-    assert any("uneven data" in c for c in found.causes)
+    assert "rank 1 left the loop: idle at hang.py:11" in summary(found)
+    assert "rank 0 waits in all_reduce" in summary(found)
+    assert any("uneven data" in c.what for c in found.causes)
 
 
 def test_a_busy_rank_makes_it_a_straggler_never_a_deadlock():
@@ -45,20 +46,20 @@ def test_a_busy_rank_makes_it_a_straggler_never_a_deadlock():
     ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0), 1: busy}
     found = diagnose(seen(ranks))
     assert busy.state == "computing"
-    assert found.kind == "straggler" and "not a hang" in found.summary and found.culprits == (1,)
+    assert found.kind == "straggler" and "not a hang" in summary(found) and found.culprits == (1,)
 
 
 def test_an_exited_rank_and_unreadable_stacks_are_said_as_such():
     ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0), 1: classify(None, None, exit_code=-9)}
     found = diagnose(seen(ranks))
-    assert found.kind == "exited" and found.culprits == (1,) and "exit code -9" in found.summary
+    assert found.kind == "exited" and found.culprits == (1,) and "exit code -9" in summary(found)
     assert classify(None, 0.0).state == "unknown"
 
 
 def test_all_ranks_in_one_collective_is_a_network_stall():
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
     found = diagnose(seen({0: waiting, 1: waiting}))
-    assert found.kind == "network-stall" and "all_reduce" in found.summary
+    assert found.kind == "network-stall" and "all_reduce" in summary(found)
 
 
 def test_a_rank_in_torch_compile_is_compiling_at_its_own_line_not_a_library_line():
@@ -68,7 +69,7 @@ def test_a_rank_in_torch_compile_is_compiling_at_its_own_line_not_a_library_line
     assert state.frame.where == "comp.py:4"
     ranks = {0: state, 1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0)}
     found = diagnose(seen(ranks))
-    assert found.kind == "straggler" and found.culprits == (0,) and "compiling at comp.py:4" in found.summary
+    assert found.kind == "straggler" and found.culprits == (0,) and "compiling at comp.py:4" in summary(found)
 
 
 def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop():
@@ -77,7 +78,7 @@ def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop
              2: classify(None, None)}
     found = diagnose(seen(ranks))
     assert found.kind == "deadlock" and found.culprits == (0,)
-    assert "rank 2 unknown (no stack" in found.summary
+    assert "rank 2 unknown (no stack" in summary(found)
 
 
 def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
@@ -86,14 +87,14 @@ def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
     lost = RankState("unknown", evidence=("not watched: worker1's agent is gone",))
     found = diagnose(seen({0: waiting, 2: waiting, 1: lost}))
     assert found.kind == "unseen" and found.culprits == ()
-    assert found.summary == ("ranks 0,2 wait in all_reduce; rank 1 unknown (not watched: worker1's agent is gone): "
+    assert summary(found) == ("ranks 0,2 wait in all_reduce; rank 1 unknown (not watched: worker1's agent is gone): "
                              "a hang cannot be told from a straggler")
     # A rank without a stack (no ptrace) is no culprit either; one without a rank number is named by pid.
     found = diagnose(seen({0: waiting, -4242: classify(None, 97.0)}))
-    assert found.kind == "unseen" and found.culprits == () and "pid 4242 unknown (no stack" in found.summary
+    assert found.kind == "unseen" and found.culprits == () and "pid 4242 unknown (no stack" in summary(found)
     # Nobody waits in a collective, and the ranks not seen may be anywhere: said as seen, no hang.
     rendezvous = RankState("rendezvous", evidence=("in init_process_group",))
     found = diagnose(seen({0: rendezvous, 1: rendezvous, 2: lost, 3: lost}))
     assert found.kind == "unseen" and found.culprits == ()
-    assert found.summary == ("ranks 0,1: rendezvous; ranks 2,3 unknown (not watched: worker1's agent is gone): "
+    assert summary(found) == ("ranks 0,1: rendezvous; ranks 2,3 unknown (not watched: worker1's agent is gone): "
                              "a hang cannot be told from a straggler")

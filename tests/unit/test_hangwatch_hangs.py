@@ -12,6 +12,7 @@ from hangwatch import stall
 from hangwatch.classify import classify
 from hangwatch.diagnose import diagnose
 from hangwatch.model import Kind, RankStatus
+from hangwatch.text import summary
 from hangwatch.watch import Watcher, WatchTarget
 from transport import LocalNode
 
@@ -54,7 +55,7 @@ def test_the_rank_in_work_wait_is_not_blamed_the_one_that_left_is():
     waiting = classify(dump(WAITS / "native_work.json"), 0.0)
     found = diagnose(seen({0: waiting, 1: left}))
     assert found.kind is Kind.DEADLOCK and found.culprits == (1,), found
-    assert found.summary.endswith("rank 0 waits in Work.wait()")
+    assert summary(found).endswith("rank 0 waits in Work.wait()")
 
 
 def test_a_wait_on_an_async_handle_never_makes_a_mismatch():
@@ -69,7 +70,7 @@ def test_two_ranks_in_two_collectives_name_no_culprit():
     from hangwatch.classify import RankState
     found = diagnose(seen({0: RankState("collective", "all_reduce"), 1: RankState("collective", "barrier")}))
     assert found.kind is Kind.MISMATCH and found.culprits == (), found
-    assert "cannot be told" in found.summary
+    assert "cannot be told" in summary(found)
 
 
 # -- over time, through the watcher -------------------------------------------------------------
@@ -130,7 +131,7 @@ def test_a_gpu_that_never_finishes_is_named_from_its_progress_not_its_memory_act
     diagnosis = said.snapshot.diagnosis
     assert (diagnosis.kind, diagnosis.culprits, diagnosis.candidates, diagnosis.reason, diagnosis.certainty) == \
         (Kind.GPU_HANG, [0], [], "waits-on-gpu", "likely"), diagnosis
-    assert diagnosis.summary.startswith("rank 0 waits on its GPU (cuStreamSynchronize at gpu_hang2.py:20) and no "
+    assert summary(diagnosis).startswith("rank 0 waits on its GPU (cuStreamSynchronize at gpu_hang2.py:20) and no "
                                         "rank makes progress for ")
     # Stacks are taken every half threshold while it spins; the first that shows the wait is when
     # progress is known to have stopped, and the hang is named a threshold later.
@@ -175,9 +176,9 @@ def test_a_rank_that_computes_for_ever_is_a_hang_after_the_bound_a_straggler_is_
         [said] = said
         diagnosis = said.snapshot.diagnosis
         assert diagnosis.kind is Kind.ENDLESS and diagnosis.culprits == [1], diagnosis
-        assert "rank 1 has computed for 4" in diagnosis.summary and "at hang.py:11" in diagnosis.summary
-        assert "never reaches all_reduce, where rank 0 waits" in diagnosis.summary
-        assert "preflight said of h100: data-shards: 1 shard here, 4 on master" in diagnosis.summary
+        assert "rank 1 has computed for 4" in summary(diagnosis) and "at hang.py:11" in summary(diagnosis)
+        assert "never reaches all_reduce, where rank 0 waits" in summary(diagnosis)
+        assert "preflight said of h100: data-shards: 1 shard here, 4 on master" in summary(diagnosis)
         assert said.snapshot.time - diagnosis.since >= 5 * stall.DEFAULT_THRESHOLD    # the bound, not before
 
 
@@ -192,7 +193,7 @@ def test_the_rank_that_left_first_with_code_0_is_the_one_named(tmp_path):
     [said] = run.said("diagnosis")
     diagnosis = said.snapshot.diagnosis
     assert diagnosis.kind is Kind.EXITED and diagnosis.culprits == [1], diagnosis
-    assert diagnosis.summary.startswith("rank 1 on h100 left first, while the others still ran (exit code 0); "
+    assert summary(diagnosis).startswith("rank 1 on h100 left first, while the others still ran (exit code 0); "
                                         "then rank 0 (exit code 1, +0.30 s)")
 
 

@@ -14,6 +14,7 @@ import time
 
 from hangwatch import classify
 from hangwatch.reducer import ALONE_AFTER
+from hangwatch.text import summary
 from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
 from node import agent, store
 
@@ -63,7 +64,7 @@ def test_a_rank_that_never_called_init_process_group_is_named_with_its_node(tmp_
     header, watcher, events = replay("skip-init", tmp_path)
     diagnosis = _diagnosis(events)
     assert diagnosis.kind == "rendezvous-stall" and diagnosis.culprits == [header["rank"]] == [3]
-    assert diagnosis.summary == ("rank 3 never checked in (worker1's): it is idle at hang_train.py:65 (main); "
+    assert summary(diagnosis) == ("rank 3 never checked in (worker1's): it is idle at hang_train.py:65 (main); "
                                  "ranks 0,1,2 wait in init_process_group")
     assert len([e for e in events if e.kind == "incident"]) == 1
 
@@ -73,15 +74,15 @@ def test_no_rank_is_named_missing_unless_the_store_says_so(tmp_path):
                    "failed to connect to 10.213.1.200:29690 (Connection refused)"}]
     header, watcher, events = replay("skip-init", tmp_path / "unreadable", **changed("skip-init", _stores(unreadable)))
     diagnosis = _diagnosis(events)
-    assert diagnosis.culprits == [] and diagnosis.summary == (
+    assert diagnosis.culprits == [] and summary(diagnosis) == (
         "ranks 0,1,2 wait in init_process_group; rank 3 is idle at hang_train.py:65 (main); the store at "
         f"{STORE} could not be read ({unreadable[0]['error']}), so who never checked in cannot be told")
     # An agent that does not read the store (older), or keys it does not know (NCCL keeps none per rank).
     header, watcher, events = replay("skip-init", tmp_path / "unread", **changed("skip-init", _stores(None)))
-    assert _diagnosis(events).summary.endswith("; the store was not read, so who never checked in cannot be told")
+    assert summary(_diagnosis(events)).endswith("; the store was not read, so who never checked in cannot be told")
     empty = [{"master": STORE, "world_size": 4, "checked_in": [], "how": "list_keys"}]
     header, watcher, events = replay("skip-init", tmp_path / "empty", **changed("skip-init", _stores(empty)))
-    assert _diagnosis(events).summary.endswith(f"; the store at {STORE} holds no rank's check-in (with NCCL it "
+    assert summary(_diagnosis(events)).endswith(f"; the store at {STORE} holds no rank's check-in (with NCCL it "
                                                "never does), so who never checked in cannot be told")
 
 
@@ -93,7 +94,7 @@ def test_what_the_store_said_before_the_ranks_waited_is_not_used(tmp_path):
     header, watcher, events = replay("skip-init", tmp_path, lost=changed("skip-init", _stores(None))["lost"],
                                      then=then)
     diagnosis = _diagnosis(events)
-    assert diagnosis.culprits == [] and "the store was not read" in diagnosis.summary
+    assert diagnosis.culprits == [] and "the store was not read" in summary(diagnosis)
 
 
 def test_a_rank_no_agent_found_is_placed_by_the_launch_plan(tmp_path):
@@ -101,10 +102,10 @@ def test_a_rank_no_agent_found_is_placed_by_the_launch_plan(tmp_path):
     header, watcher, events = replay("skip-init", tmp_path / "plan", lost=unseen,
                                      planned={0: "master", 1: "master", 2: "worker1", 3: "worker1"})
     diagnosis = _diagnosis(events)
-    assert diagnosis.culprits == [3] and diagnosis.summary == (
+    assert diagnosis.culprits == [3] and summary(diagnosis) == (
         "rank 3 never checked in (worker1's); ranks 0,1,2 wait in init_process_group")
     header, watcher, events = replay("skip-init", tmp_path / "attach", lost=unseen)
-    assert _diagnosis(events).summary.startswith("rank 3 never checked in (node unknown: no agent found it); ")
+    assert summary(_diagnosis(events)).startswith("rank 3 never checked in (node unknown: no agent found it); ")
 
 
 # -- ranks that never talk ---------------------------------------------------------------------

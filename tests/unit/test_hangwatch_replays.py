@@ -6,6 +6,7 @@ Watcher on a driven clock. Each asserts the exact verdict."""
 from __future__ import annotations
 
 from hangwatch import stall
+from hangwatch.text import summary
 
 from .test_hangwatch_watch import replay
 
@@ -25,16 +26,16 @@ def test_an_uncaught_exception_is_the_rank_that_closed_its_connections_first(tmp
     header, d, after = _verdict("raise", tmp_path)
     assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
         ("exited", [header["rank"]], [], "failed", "certain") and header["rank"] == 1
-    assert d.summary.startswith("rank 1 on master failed first (exit code 1): it closed its connections with ranks "
+    assert summary(d).startswith("rank 1 on master failed first (exit code 1): it closed its connections with ranks "
                                 "0,2,3 before they closed theirs (the kernel's TIME_WAIT on its side); then rank 0 "
-                                "(stopped by its launcher, +0.14 s)"), d.summary
+                                "(stopped by its launcher, +0.14 s)"), summary(d)
 
 
 def test_a_rank_stopped_by_sigstop_is_named_from_the_kernels_state(tmp_path):
     header, d, after = _verdict("stop", tmp_path)
     assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
         ("deadlock", [header["rank"]], [], "stopped", "certain") and header["rank"] == 1
-    assert d.summary == ("rank 1 is stopped (SIGSTOP or a debugger: the kernel's state T) at hang_train.py:192 (main); "
+    assert summary(d) == ("rank 1 is stopped (SIGSTOP or a debugger: the kernel's state T) at hang_train.py:192 (main); "
                          "ranks 0,2,3 wait in all_reduce")
     assert after <= stall.DEFAULT_THRESHOLD + 2
 
@@ -43,7 +44,7 @@ def test_a_hung_dataloader_worker_is_its_rank_waiting_for_data_at_its_own_line(t
     header, d, after = _verdict("loader", tmp_path)
     assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
         ("deadlock", [header["rank"]], [], "waits-for-data", "certain") and header["rank"] == 1
-    assert d.summary == ("rank 1 waits for its data: loading-data at hang_train.py:204 (main), and its DataLoader "
+    assert summary(d) == ("rank 1 waits for its data: loading-data at hang_train.py:204 (main), and its DataLoader "
                          "workers do nothing; ranks 0,2,3 wait in all_reduce")
     assert after <= stall.DEFAULT_THRESHOLD + 2
 

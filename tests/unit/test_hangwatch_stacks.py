@@ -6,10 +6,11 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from hangwatch import text
+from hangwatch.ended_text import joined as said
 from hangwatch.model import Diagnosis, Evidence, Kind, RankView
 from hangwatch.sequence import Entered, join
 from hangwatch.stacks import StackGroup, group_stacks, joined, stacks_view
+from hangwatch.words import ranges, ranks_of
 
 from .wide_snapshots import deadlock_of_64
 
@@ -26,7 +27,7 @@ def test_64_ranks_with_one_odd_rank_read_as_two_groups_the_odd_one_marked():
     groups = group_stacks(WIDE.ranks)
     assert groups == (StackGroup(WAITING, tuple(r for r in range(64) if r != 32), differs=False),
                       StackGroup(LEFT, (32,), differs=True))
-    assert [g.who for g in groups] == ["ranks 0-31,33-63", "rank 32"]
+    assert [ranks_of(g.ranks) for g in groups] == ["ranks 0-31,33-63", "rank 32"]
     assert [f["function"] for f in groups[0].stack] == ["all_reduce", "_exception_logger.<locals>.wrapper",
                                                          "train_step", "<module>"]
 
@@ -48,21 +49,22 @@ def test_ranks_without_a_stack_come_last_unmarked_and_unnumbered_ranks_by_pid():
     views = ranks(None, WAITING, WAITING, LEFT, None)
     views.append(RankView("worker1", 4242, rank=None, stack=copy.deepcopy(LEFT)))
     groups = group_stacks(views)
-    assert [(g.who, g.differs, g.stack is None) for g in groups] == [
+    assert [(ranks_of(g.ranks), g.differs, g.stack is None) for g in groups] == [
         ("ranks 1,2", False, False), ("rank 3 and pid 4242", True, False), ("ranks 0,4", False, True)]
     assert group_stacks([]) == ()
 
 
 def test_ranges():
-    assert [text.ranges(r) for r in ([5], [0, 1, 3], [0, 1, 2], [3, 1, 2, 2], [0, 1, 2, 4, 6, 7, 8, 9],
+    assert [ranges(r) for r in ([5], [0, 1, 3], [0, 1, 2], [3, 1, 2, 2], [0, 1, 2, 4, 6, 7, 8, 9],
                                       [r for r in range(64) if r != 32], [])] == \
         ["5", "0,1,3", "0-2", "1-3", "0-2,4,6-9", "0-31,33-63", ""]
 
 
 def test_a_named_hang_with_the_flight_recorders_numbers_joins_the_ranks():
     view = stacks_view(WIDE.ranks, WIDE.diagnosis)
-    assert view.joined == ("rank 32 never entered all_reduce #12 (its last: #11 all_reduce; it was at hang.py:11), "
-                           "which ranks 0-31,33-63 issued at hang.py:6")
+    assert view.joined is not None
+    assert said(view.joined) == ("rank 32 never entered all_reduce #12 (its last: #11 all_reduce; it was at hang.py:11), "
+                                 "which ranks 0-31,33-63 issued at hang.py:6")
     assert (view.ranks, len(view.groups)) == (64, 2)
 
 
@@ -82,10 +84,10 @@ def test_ranks_behind_at_one_place_are_said_once_and_none_behind_is_said():
     behind = [seen(r, 11 if r in (4, 5, 6, 9) else 12, "train.py:80" if r in (4, 5, 6, 9) else "train.py:88")
               for r in range(10)]
     d = Diagnosis(Kind.DEADLOCK, culprits=(4, 5, 6, 9), evidence=tuple(behind))
-    assert joined(d) == ("ranks 4-6,9 never entered all_reduce #12 (their last: #11 all_reduce; they were at "
+    assert said(joined(d)) == ("ranks 4-6,9 never entered all_reduce #12 (their last: #11 all_reduce; they were at "
                          "train.py:80), which ranks 0-3,7,8 issued at train.py:88")
     level = Diagnosis(Kind.NETWORK_STALL, evidence=tuple(seen(r, 12, "train.py:88") for r in range(4)))
-    assert joined(level) == "ranks 0-3 all entered all_reduce #12 at train.py:88: none is behind"
+    assert said(joined(level)) == "ranks 0-3 all entered all_reduce #12 at train.py:88: none is behind"
 
 
 def test_the_join_is_the_one_explain_uses():

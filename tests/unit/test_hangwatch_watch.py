@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from hangwatch import stall
+from hangwatch.text import summary
 from hangwatch.watch import Watcher, WatchTarget
 from transport import LocalNode
 
@@ -54,7 +55,7 @@ def test_the_recorded_deadlock_is_named_with_rank_and_line_within_the_threshold(
     diagnosis = first.snapshot.diagnosis
     assert (diagnosis.kind, diagnosis.culprits, diagnosis.candidates, diagnosis.reason, diagnosis.certainty) == \
         ("deadlock", [header["rank"]], [], "left-loop", "certain") and header["rank"] == 3
-    assert diagnosis.summary == "rank 3 left the loop: idle at hang_train.py:149 (main); ranks 0,1,2 wait in all_reduce"
+    assert summary(diagnosis) == "rank 3 left the loop: idle at hang_train.py:149 (main); ranks 0,1,2 wait in all_reduce"
     assert first.data["at"] - header["fault_at"] <= stall.DEFAULT_THRESHOLD + 2
     assert first.data["at"] - header["fault_at"] >= stall.DEFAULT_THRESHOLD - 1     # not before the stall is long
     # One bundle for the stall; the recording's end (the test stopped the job: SIGTERM) is no new failure.
@@ -104,7 +105,8 @@ def test_a_rank_caught_as_a_zombie_is_reported_gone_once_with_its_signal(tmp_pat
         now[0] += 1
         watcher.receive("master", msg)
     gone = [e for e in events if e.kind == "rank-gone"]
-    assert len(gone) == 1 and gone[0].data["exit"] == "signal 15", [e.text for e in events]
+    # The exit is data, as the JSON holds it (ExitStatus): signal 15, no code.
+    assert len(gone) == 1 and gone[0].data["exit"] == {"code": None, "signal": 15}, [e.text for e in events]
 
 
 def test_an_agent_lost_while_its_rank_straggles_gives_no_deadlock_and_no_bundle(tmp_path):

@@ -18,20 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from hangwatch.lost_peer import lost_peer
+from hangwatch.prefixes import Origin, split_prefix, strip_prefix
+from hangwatch.torchrun_table import first_observed_failure
 from hangwatch.tracebacks import (
     LINE_CHARS,
     MESSAGE_CHARS,
     MESSAGE_LINES,
     ExceptionKind,
-    Origin,
     Reader,
     exception_in,
     exceptions_by_writer,
-    first_observed_failure,
     from_record,
-    lost_peer,
-    split_prefix,
-    strip_prefix,
 )
 from node import rank_bootstrap
 

@@ -10,15 +10,22 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from hangwatch.model import Snapshot
-from hangwatch.text import evidence_line
+from hangwatch.model import Diagnosis, Snapshot, is_hang, label
+from hangwatch.text import summary
+from hangwatch.words import cause_line, evidence_line, who
 from node.terminal import shown, shown_data
 
 from .. import format as fmt
 
-# A straggler is named by the diagnosis but is "not a hang", an unseen rank leaves it untold, and
-# ranks that train alone stop nothing: they get the milder colour.
-MILD = {"straggler", "unseen", "alone"}
+HANG, MILD = "-hang", "-mild"       # the panel's border: red, or the milder colour
+
+
+def colour(diagnosis: Diagnosis | None) -> str | None:
+    """A hang (model.is_hang: the one rule, the watcher's too) in red; a verdict that is no hang
+    (a straggler, a slow collective, ranks unseen or alone) in the milder colour; none: neither."""
+    if diagnosis is None:
+        return None
+    return HANG if is_hang(diagnosis.kind) else MILD
 
 
 class DiagnosisPanel(VerticalScroll):
@@ -36,9 +43,9 @@ class DiagnosisPanel(VerticalScroll):
 
     def show(self, snapshot: Snapshot) -> None:
         diagnosis = snapshot.diagnosis
-        kind = diagnosis.kind if diagnosis else None
-        self.set_class(kind is not None and kind not in MILD, "-hang")
-        self.set_class(kind in MILD, "-mild")
+        painted = colour(diagnosis)
+        self.set_class(painted == HANG, HANG)
+        self.set_class(painted == MILD, MILD)
         if diagnosis:
             named = ",".join(str(r) for r in diagnosis.named)
             look = (f"look at rank{'s' if len(diagnosis.culprits) > 1 else ''} {named}" if diagnosis.culprits else
@@ -62,16 +69,16 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
     text = Text()
     diagnosis = snapshot.diagnosis
     if diagnosis:
-        text.append(shown(diagnosis.summary) + "\n", "bold")
-        where = {r.rank: r for r in snapshot.ranks}
+        text.append(shown(summary(diagnosis)) + "\n", "bold")
+        where = {r.key: r for r in snapshot.ranks}
         named = list(diagnosis.named)
         for rank in named[:SHOWN_GUILTY]:
             view = shown_data(where.get(rank))
             place = f" on {view.node} at {view.frame or '?'} ({view.function or '?'})" if view else ""
-            text.append(f"{'!' if diagnosis.culprits else '?'} rank {rank}{place}\n", "bold red")
+            text.append(f"{'!' if diagnosis.culprits else '?'} {label(rank)}{place}\n", "bold red")
         rest = named[SHOWN_GUILTY:]
         if rest:
-            text.append(f"! and {len(rest)} more: ranks {','.join(str(r) for r in rest)}\n", "bold red")
+            text.append(f"! and {len(rest)} more: {who(rest)}\n", "bold red")
     else:
         states = Counter(shown(r.state) for r in snapshot.ranks)
         text.append(", ".join(f"{n} {state}" for state, n in states.most_common()) or "no ranks found yet")
@@ -82,7 +89,7 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
     if diagnosis:
         for i, cause in enumerate(diagnosis.causes):
             text.append("likely: " if i == 0 else "    or: ", "bold")
-            text.append(shown(cause) + "\n")
+            text.append(shown(cause_line(cause)) + "\n")
     for path in snapshot.incidents:
         text.append("bundle: ", "bold")
         text.append(shown(path) + "\n")

@@ -8,7 +8,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from hangwatch.model import RankView, Snapshot
+from hangwatch.model import RankView, Snapshot, Who
 from node.terminal import shown, visible
 
 from .. import format as fmt
@@ -74,10 +74,10 @@ class RanksTable(DataTable):
         key = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0)).row_key.value
         return self._ranks.get(key) if key is not None else None
 
-    def point_at(self, rank: int) -> None:
+    def point_at(self, rank: Who) -> None:
         """Put the cursor on a rank (the guilty one, when a diagnosis appears)."""
         for index, key in enumerate(self._cells):
-            if self._ranks[key].rank == rank:
+            if self._ranks[key].key == rank:
                 self.move_cursor(row=index)
                 return
 

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT))
 from hangwatch.classify import classify, frames_of  # noqa: E402
 from hangwatch.diagnose import diagnose  # noqa: E402
 from hangwatch.model import NodeView, RankView, Snapshot  # noqa: E402
+from hangwatch.render import snapshot_json  # noqa: E402
 from preflight.checks import FACT_CHECKS, run_checks  # noqa: E402
 from preflight.model import Report  # noqa: E402
 from tests.unit import facts_fixtures as ff  # noqa: E402
@@ -88,5 +89,5 @@ def deadlock() -> Snapshot:
 
 if __name__ == "__main__":
     for name, snap in (("healthy", healthy()), ("deadlock", deadlock())):
-        (HERE / f"{name}.json").write_text(json.dumps(snap.to_json(), indent=1) + "\n")
+        (HERE / f"{name}.json").write_text(json.dumps(snapshot_json(snap), indent=1) + "\n")
         print(f"wrote {name}.json: {len(snap.ranks)} ranks, diagnosis {snap.diagnosis and snap.diagnosis.kind}")

@@ -1,0 +1,84 @@
+"""One rank as the verdicts read it (model.Evidence), from what the watcher holds of it: its stack,
+its CPU and its helpers', its kernel state, its Flight Recorder, its sockets, how it ended. Pure:
+it reads the state and changes nothing (`shown` is what updates the dashboard's view from it, where
+the reducer chooses to). Used by the stall's verdict (verdicts.py), the judging of ends (ended.py)
+and the ranks that never connect."""
+
+from __future__ import annotations
+
+from .classify import BUSY_CPU, RankState, classify, frames_of
+from .model import Evidence, NodeStatus, RankStatus, Reason
+from .state import GONE, State, Track
+
+S = RankStatus
+
+
+def evidence_of(state: State, t: Track, now: float) -> Evidence:
+    """One rank as its stack, its CPU and its helpers', its kernel state, its Flight Recorder and
+    its sockets show it now."""
+    v = t.view
+    if t.ended:
+        return Evidence(v.node, v.pid, _rank(t), S.EXITED, exit=v.exit, ended_at=t.exit_t, frame=v.frame,
+                        function=v.function, exception=t.exception, quote=t.quote, **_flight(t))
+    if state.nodes[v.node].status in (NodeStatus.LOST, NodeStatus.ERROR):
+        # Its stack and CPU are from before the node was lost: they say nothing now.
+        return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
+                        notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
+    found = classify(t.dump, v.cpu, v.wchan)
+    if found.state in (S.COLLECTIVE, S.RENDEZVOUS, S.IDLE, S.GPU_WAIT) and t.idle_since is None and \
+            t.busy_at is not None and t.stack_at is not None and t.busy_at > t.stack_at:
+        # It has used CPU since its stack showed it waiting: the stack no longer says where.
+        found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING,
+                          evidence=(f"CPU {v.cpu:.0f}%", "working since its last stack"))
+    notes = list(found.evidence)
+    if t.dump is None and t.dump_error:
+        notes = [f"no stack: {t.dump_error}"]
+    state_, reason = found.state, found.reason
+    if t.stopped:
+        state_, reason = S.STOPPED, Reason.STOPPED
+        notes.append("the kernel holds it: state " + ("T (stopped)" if t.proc_state == "T" else "t (traced)"))
+    elif t.idle_since is not None and state_ in (S.LOADING_DATA, S.SAVING):
+        # Quiet (neither it nor its helpers use CPU), in a phase that works through helpers or I/O:
+        # its own bytes say whether it still progresses (a loader's workers, a slow disk).
+        if (t.io_known and t.moved == 0) or (not t.io_known and state_ is S.LOADING_DATA):
+            reason = Reason.WAITS_FOR_DATA if state_ is S.LOADING_DATA else Reason.WAITS_ON_IO
+            notes.append(f"its helpers used {t.children_cpu or 0:.0f}% CPU" if t.children_cpu is not None
+                         else "it has no helper processes")
+    elif state_ is S.IDLE and t.proc_state == "D":
+        reason = Reason.WAITS_ON_IO
+        notes.append("in the kernel's uninterruptible wait (state D)")
+    if t.spinning:
+        notes.append("its stacks show it waiting at one place, unchanged, while its host thread spins")
+    if t.idle_since is not None and t.io_known:
+        notes.append(f"{t.moved} B read or written since it stopped")
+    if t.sockets is not None and t.sockets.unsent:
+        notes.append(f"{t.sockets.unsent} B sent and not acknowledged by its peers")
+    return Evidence(v.node, v.pid, _rank(t), state_, reason, found.op, found.frame.where if found.frame else None,
+                    found.frame.function if found.frame else None,
+                    moved=t.moved if t.io_known and t.idle_since is not None else None,
+                    unsent=t.sockets.unsent if t.sockets is not None else None, notes=tuple(notes), **_flight(t))
+
+
+def shown(state: State, t: Track, e: Evidence) -> None:
+    """The dashboard's view of a live rank, as its evidence shows it: where it is, and its stack
+    (a lost node's ranks keep the stack they had, marked unknown)."""
+    if t.ended:
+        return
+    v = t.view
+    v.state, v.op, v.frame, v.function = e.state, e.op, e.frame, e.function
+    if state.nodes[v.node].status not in (NodeStatus.LOST, NodeStatus.ERROR):
+        v.stack = [{"function": f.function, "file": f.file, "line": f.line} for f in frames_of(t.dump)] \
+            if t.dump else None
+
+
+def _rank(t: Track) -> int | None:
+    return t.view.rank if not t.duplicate else None
+
+
+def _flight(t: Track) -> dict:
+    """Its last collective, from its Flight Recorder (the default process group's)."""
+    groups = (t.view.flight or {}).get("groups") or []
+    main = next((g for g in groups if g.get("group") == "default_pg"), groups[0] if groups else None)
+    if main is None:
+        return {}
+    return {"seq": main.get("seq"), "seq_op": main.get("op"), "completed": main.get("completed")}
