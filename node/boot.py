@@ -56,9 +56,16 @@ def read_header(stream):
     return int(parts[2]), int(parts[3])
 
 
+_HELD = None
+
+
 def install(payload):
     """The package, in a private folder put first on sys.path: (folder, zip path)."""
     folder = tempfile.mkdtemp(prefix="ddp-preflight-node-")
+    # Held open for the program's life: whose the folder is can be read from /proc (PID/fd), so a
+    # folder left behind is told from one a live program still uses.
+    global _HELD
+    _HELD = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     path = os.path.join(folder, "node.zip")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "wb") as f:

@@ -7,14 +7,23 @@ import pytest
 @pytest.hookimpl(tryfirst=True)      # before xdist's, which reads the group marker
 def pytest_collection_modifyitems(config, items):
     # Lab tests are marked by folder, so a test cannot forget the marker. With `-n 2 --dist
-    # loadgroup` (make test) they run one after another in one group, on one worker and one lab,
-    # while the other worker runs the unit tests. Not two labs at once: the lab's nodes share this
-    # machine's /tmp, and a test that checks a stopped run left no folder there would see the
-    # other lab's live runs' folders.
+    # loadgroup` (make test) they run in two groups, one after another within each, each group on
+    # one worker and its own lab (the unit tests fill in around them). The labs share this
+    # machine's /tmp: a test that checks a stopped run left no folder there leaves out the folders
+    # a live process still uses (test_node_safety.py). Slurm's tests share one group (one Slurm).
     for item in items:
-        if "/tests/lab/" in str(item.fspath):
+        path = str(item.fspath)
+        if "/tests/lab/" in path:
             item.add_marker(pytest.mark.lab)
-            item.add_marker(pytest.mark.xdist_group("lab"))
+            group = "lab2" if os.path.basename(path) in SECOND_LAB else "lab"
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# The lab tests the second lab runs: about half of the lab's time (the watcher's tests, the
+# preflight's, the dashboard's), the rest (launch, Slurm, the lab's own, the hostile user's) in the first.
+SECOND_LAB = {"test_hangwatch_lab.py", "test_hangwatch_real_programs.py", "test_hangwatch_permissions.py",
+              "test_preflight_lab.py", "test_probes_network.py", "test_dashboard_tmux.py", "test_explain_lab.py",
+              "test_path_mtu_lab.py"}
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from node.facts import shards
 from transport.node import FACTS_LEASE
 
 from .test_launch_lab import CLI, REPO
@@ -25,14 +26,16 @@ from .test_launch_lab import CLI, REPO
 
 @pytest.fixture
 def huge_data():
-    """A data folder (the lab's nodes share this machine's files) with one shard of 8 TiB: sparse,
-    so it takes no disk, and hashing it takes far longer than any test."""
+    """A data folder (the lab's nodes share this machine's files) of 1,024 sparse shards of 1 GiB
+    each: no disk, and hashing them takes far longer than any test. Each is exactly at the size
+    over which a shard is only sampled (node/facts/shards.py), so every byte of each is read."""
     folder = Path(tempfile.mkdtemp(prefix="ddpp-huge-data-"))
     folder.chmod(0o755)
-    shard = folder / "shard_0000.bin"
-    shard.touch()
-    os.truncate(shard, 8 << 40)
-    yield folder, shard
+    for n in range(1024):
+        shard = folder / f"shard_{n:04d}.bin"
+        shard.touch()
+        os.truncate(shard, shards.SAMPLE_OVER)
+    yield folder, folder
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -43,12 +46,12 @@ def alive(pid: int) -> bool:
         return False
 
 
-def reading(path: Path) -> list[int]:
-    """The processes that have the file open."""
+def reading(folder: Path) -> list[int]:
+    """The processes that have a file of the folder open."""
     out = []
     for fds in Path("/proc").glob("[0-9]*/fd"):
         try:
-            if any(os.readlink(fd) == str(path) for fd in fds.iterdir()):
+            if any(os.readlink(fd).startswith(f"{folder}/") for fd in fds.iterdir()):
                 out.append(int(fds.parent.name))
         except OSError:
             continue

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -134,12 +136,36 @@ def quiet_counts(lab) -> dict:
     return last
 
 
+def _in_use() -> set[str]:
+    """The folders under /tmp that a live process holds (an open descriptor, its working folder)
+    or names (its command line, its environment: torchrun's --log-dir, a rank's
+    TORCHELASTIC_ERROR_FILE). The lab's nodes share this machine's /tmp with whatever else runs
+    here (another lab of the suite's other worker): a folder still in use is someone's live run,
+    not one this run left."""
+    used: set[str] = set()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        names: list[str] = []
+        with contextlib.suppress(OSError):
+            names.append(os.readlink(f"/proc/{pid}/cwd"))
+        with contextlib.suppress(OSError):
+            names += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        for part in ("cmdline", "environ"):
+            with contextlib.suppress(OSError):
+                names += re.findall(r"/tmp/[^/\0=\s]+", Path(f"/proc/{pid}/{part}").read_bytes().decode("utf-8", "replace"))
+        used.update(n.split("/")[2] for n in names if n.startswith("/tmp/") and n.count("/") >= 2)
+    return used
+
+
 def _leftovers() -> set[str]:
     """What a run could leave in /tmp (the lab's nodes share this machine's /tmp): the node
-    programs' private folders, and torchrun's own log folders."""
-    return {p.name for p in Path("/tmp").iterdir()
-            if p.name.startswith(("ddp-preflight-node-", "ddp-preflight-torchrun-", "torchelastic_"))
-            and p.stat().st_uid == os.getuid()}
+    programs' private folders, and the log folders the launch gives torchrun; none that a live
+    process uses."""
+    # Not torchrun's default torchelastic_* folders: a launch gives torchrun its own --log-dir
+    # (ddp-preflight-torchrun-*), and torchruns started by hand in other tests (attach) make them.
+    found = {p.name for p in Path("/tmp").iterdir()
+             if p.name.startswith(("ddp-preflight-node-", "ddp-preflight-torchrun-"))
+             and p.stat().st_uid == os.getuid()}
+    return found - _in_use() if found else found
 
 
 def test_a_stopped_run_leaves_no_folder_on_any_node(clean_lab, tmp_path):
