@@ -15,6 +15,8 @@ missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done
+# A node whose wall clock is behind (tests/lab/test_hangwatch_lab.py): libfaketime, preloaded.
+compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || missing+=(libfaketime)
 # `python3 -m venv` (make setup) needs ensurepip, which Debian ships apart from python3.
 python3 -c 'import ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -5,6 +5,7 @@ and checks what hangwatch names, how fast, and that it names nothing when nothin
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -117,15 +118,15 @@ def test_a_rank_that_exits_is_named_from_its_exit_alone(watched):
 
 
 def test_exits_are_ordered_on_the_masters_clock_when_a_nodes_clock_is_behind(watched, tmp_path):
-    # A lab's nodes share one clock; a node whose clock is 3 s behind is made by shifting its
-    # agent's time.time() (the only clock its stamps and its clock readings read) through a
-    # sitecustomize on worker1.
-    skew = tmp_path / "skew"
-    skew.mkdir()
-    (skew / "sitecustomize.py").write_text("import time\n_real = time.time\ntime.time = lambda: _real() - 3.0\n")
+    # A lab's nodes share one clock; a node whose clock is 3 s behind is made with libfaketime on
+    # worker1 (the wall clock of every process there, the agent's and its children's; monotonic
+    # time as it is). Node programs run `python -I`, so no PYTHON* variable could do it.
+    faketime = next(iter(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")), None)
+    assert faketime, "libfaketime is missing: scripts/system-deps.sh installs it"
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nif [ "$(cat /proc/sys/kernel/hostname)" = worker1 ]; then '
-                      f'export PYTHONPATH={skew}; fi\nexec {sys.executable} "$@"\n')
+                      f'export LD_PRELOAD={faketime} FAKETIME=-3 FAKETIME_DONT_FAKE_MONOTONIC=1; fi\n'
+                      f'exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     # Rank 0 on master raises (exit code 1, as a lost peer gives too); worker1's ranks lose it and
     # die after it, but their own stamps are 3 s early: read as stamped, a rank on worker1 would
