@@ -35,4 +35,4 @@ def main(argv: list[str]) -> int:
     except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
         return internal_error("ddp-preflight explain", exc)
     sys.stdout.write(as_json(explanation) + "\n" if args.json else as_text(explanation))
-    return Exit.OK if explanation.diagnosis is None else Exit.FOUND
+    return Exit.OK if explanation.ok else Exit.FOUND

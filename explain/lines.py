@@ -1,6 +1,7 @@
 """A file, line by line, in bounded memory and at the speed of a byte search: a block in which no
-line can matter (none of the words that start a failure's lines, and every reader between
-failures) is counted, not split (a 1 GB log of step lines is mostly such blocks)."""
+line can matter (none of the catalogue's words, none of the words that start a failure's lines,
+and every reader between failures) is counted, not split (a 1 GB log of step lines is mostly such
+blocks); an input shorter than a block (a paste) is read whole."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from typing import BinaryIO
 BLOCK = 1 << 20             # bytes read at a time
 LINE_BYTES = 1 << 16        # a line longer than this is cut (transport/lines.py cuts a rank's line there too)
 
-# Any line a reader acts on holds one of these (tracebacks.py's Reader and its summary table,
-# failures.py's lines outside a traceback: watchdog, usage error, the OOM killer, Slurm; torchrun's
-# "failed (exitcode: N)" line, logs.py).
+# A failure's lines in a long log come with one of these, in their block or the one before: the
+# catalogue's messages (rules/failures.py) with the traceback or the C++ abort of the exception
+# that carries them, NCCL's and the store's warnings before it, torchrun's table after its own
+# traceback; failures.py's lines outside a traceback: watchdog, usage error, the OOM killer;
+# torchrun's "failed (exitcode: N)" line. Each word costs a search of every block (0.3-0.6 s per
+# GB here, loaded): the set stays small.
 TRIGGERS = (b"Traceback", b"terminate called", b"Watchdog caught", b"Exception ignored", b": error: ",
             b"Out of memory", b"last_enqueued_collective", b"failed (exitcode")
 
@@ -24,10 +28,14 @@ def scan(stream: BinaryIO, feed: Callable[[int, str], None], idle: Callable[[], 
     number = 0
     carry = b""
     hot = False              # the block before had a trigger: what follows it may continue it
+    first = True
     while True:
-        chunk = stream.read(BLOCK)
+        chunk = _block(stream)
         if not chunk:
             break
+        if first and len(chunk) < BLOCK:
+            hot = True       # an input shorter than a block (a paste, stdin) is read whole, every line
+        first = False
         data = carry + chunk if carry else chunk
         cut = data.rfind(b"\n") + 1
         if cut == 0:
@@ -51,3 +59,15 @@ def scan(stream: BinaryIO, feed: Callable[[int, str], None], idle: Callable[[], 
         number += 1
         feed(number, carry.decode("utf-8", "replace"))
     return number
+
+
+def _block(stream: BinaryIO) -> bytes:
+    """BLOCK bytes, or what is left: a pipe gives less at a time."""
+    parts, size = [], 0
+    while size < BLOCK:
+        data = stream.read(BLOCK - size)
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts)

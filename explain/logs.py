@@ -27,6 +27,7 @@ from node.protocol import ExitStatus
 
 from .inputs import LOG_HEAD, LOG_TAIL
 from .lines import scan
+from .messages import MessageReader
 from .seen import Gathered, NodeSaid, Quote
 
 REMEMBERED = 5000            # lines remembered per writer to give a quote its number
@@ -53,12 +54,14 @@ class LogReader:
         self.table = SummaryReader()
         self.tables: list = []            # this file's torchrun tables
         self.failed: list[tuple[str | None, int, int, ExitStatus, Quote]] = []   # torchrun's "failed (exitcode" lines
+        self.messages = MessageReader(gathered.messages, path)
 
     def idle(self) -> bool:
         return not self.table.reading and all(w.reader.idle for w in self.writers.values())
 
     def feed(self, number: int | None, line: str) -> None:
         """One line, with its number in the file (None: past the part of a long log not read)."""
+        self.messages.feed(number, line)
         self.table.feed(line)
         if self.table.found is not None:
             found, self.table.found = self.table.found, None

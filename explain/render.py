@@ -9,28 +9,55 @@ from __future__ import annotations
 import json
 
 from hangwatch import text
+from hangwatch.model import Certainty
 from hangwatch.words import cause_line, evidence_line
 from node.redact import redact_json, redact_text
 from node.terminal import shown, shown_text
 
+from .finding_text import finding_line
 from .verdict import Explanation
 
 
 def as_json(e: Explanation) -> str:
     """The explanation's fields, and the verdict's sentence rendered from them ("summary")."""
+    return json.dumps(redact_json(_data(e)), indent=2)
+
+
+def _data(e: Explanation) -> dict:
     data = e.to_json()
     if e.diagnosis is not None:
         data["diagnosis"]["summary"] = text.summary(e.diagnosis)
-    return json.dumps(redact_json(data), indent=2)      # what the inputs quoted loses its secrets, as the launcher's
+    data["runs"] = [_data(r) for r in e.runs]
+    return data      # what the inputs quoted loses its secrets, as the launcher's
 
 
 def as_text(e: Explanation) -> str:
+    if e.runs:
+        lines = [f"{len(e.runs)} separate runs (their logs name different stores, world sizes or days): "
+                 "each explained alone"]
+        for number, run in enumerate(e.runs, 1):
+            lines += ["", f"run {number}: {', '.join(shown(p) for p in run.read)}"]
+            lines += ["  " + line for line in as_text(run).rstrip("\n").splitlines()]
+        return "\n".join(lines) + "\n"
     d = e.diagnosis
-    if d is None:
+    if d is None and e.finding is not None:
+        lines = [shown(finding_line(e.finding))]
+        if e.quotes:
+            lines += ["", "the lines it rests on:"] + [f"  {shown(str(q))}" for q in e.quotes]
+        if e.fix:
+            lines += ["", f"fix: {shown(e.fix.text())}"]
+    elif d is None:
         lines = [f"no failure found in {len(e.read)} input{'s' if len(e.read) != 1 else ''}: no rank raised, was "
                  "killed or lost a peer, and no launcher failed"]
     else:
-        lines = [f"{d.kind.value} ({d.certainty.value}): {shown(text.summary(d))}"]
+        verdict = f"{d.kind.value} ({d.certainty.value}): {shown(text.summary(d))}"
+        if e.finding is not None and d.certainty is Certainty.UNSURE and not d.culprits:
+            # the ends name no one for sure: what the failure's own words show comes first
+            lines = [shown(finding_line(e.finding)), f"how the ranks ended: {verdict}"]
+        elif e.finding is not None:
+            lines = [verdict, f"the failure's own words: {shown(finding_line(e.finding))}"]
+        else:
+            lines = [verdict]
         if e.saved:
             lines.append("(the verdict ddp-preflight --launch saved in result.json, decided while the run was watched)")
         if e.quotes:

@@ -13,16 +13,8 @@ from hangwatch.tracebacks import ExceptionInfo
 from hangwatch.who import Unnumbered, Who
 from node.protocol import ExitStatus
 
-
-@dataclass(frozen=True)
-class Quote:
-    path: str
-    line: int | None          # None: a JSON document's field, not a line
-    text: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line is not None else self.path
-        return f"{where}: {self.text.strip()[:300]}"
+from .messages import Messages
+from .quote import Quote
 
 
 @dataclass
@@ -80,6 +72,7 @@ class Gathered:
     result: Quote | None = None                              # a launch's result.json with a verdict, when read
     finished: bool = False                                   # ... a result.json that says every rank exited 0
     saved: Diagnosis | None = None                           # ... and the verdict it saved (hangwatch's, live)
+    messages: Messages = field(default_factory=Messages)     # the catalogued messages of every log, in order
     read: list[str] = field(default_factory=list)            # inputs read
     skipped: list[str] = field(default_factory=list)         # inputs not read, with why
 

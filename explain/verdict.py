@@ -12,16 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hangwatch import causes
-from hangwatch.model import Basis, Diagnosis, Evidence, Reason
+from hangwatch.model import Basis, Certainty, Diagnosis, Evidence, Reason
+from rules.failures import BY_ID
 from rules.fix import Fix
 
 from . import inputs
 from .ended import judged
 from .evidence import evidence
+from .finding import Finding, find
 from .gather import gather
-from .root import quotes
+from .root import Root, quotes
+from .runs import separate
 from .seen import Gathered, Quote
+from .watchdog_root import from_watchdog
 from .words import named_by_words
+
+LONGEST_TIMEOUT_FIX_MS = 30 * 60 * 1000      # hangwatch/causes.py's TIMED_OUT fix: timeout=timedelta(minutes=30)
 
 
 @dataclass(frozen=True)
@@ -34,17 +40,33 @@ class Explanation:
     read: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     saved: bool = False              # the verdict is the one a launch saved in its result.json
+    finding: Finding | None = None   # what the catalogued messages say failed (finding.py)
+    runs: tuple[Explanation, ...] = ()   # inputs of separate runs (runs.py): each explained alone
+
+    @property
+    def ok(self) -> bool:
+        """No failure found: no verdict, and no catalogued failure in any log (of any run)."""
+        return self.diagnosis is None and self.finding is None and all(r.ok for r in self.runs)
 
     def to_json(self) -> dict:
-        return {"ok": self.diagnosis is None, "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+        return {"ok": self.ok, "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+                "finding": self.finding.to_json() if self.finding else None,
+                "runs": [r.to_json() for r in self.runs],
                 "fix": self.fix.text() if self.fix else None, "saved": self.saved,
                 "quotes": [{"path": q.path, "line": q.line, "text": q.text} for q in self.quotes],
                 "read": list(self.read), "skipped": list(self.skipped)}
 
 
 def explain(paths: list[str]) -> Explanation:
-    """Read every input (inputs.InputError when a path cannot be read at all) and name the root."""
-    return decide(gather(inputs.find(paths)))
+    """Read every input (inputs.InputError when a path cannot be read at all) and name the root;
+    inputs of separate runs (runs.py) are explained each alone."""
+    found = inputs.find(paths)
+    gathered = gather(found)
+    runs = separate(paths, found, gathered.messages)
+    if len(runs) == 1:
+        return decide(gathered)
+    return Explanation(None, read=tuple(gathered.read), skipped=tuple(gathered.skipped),
+                       runs=tuple(decide(gather(run)) for run in runs))
 
 
 def decide(g: Gathered) -> Explanation:
@@ -53,16 +75,46 @@ def decide(g: Gathered) -> Explanation:
         return _as_saved(g)
     if g.finished:
         return Explanation(None, read=read, skipped=skipped)      # the launch's word: every rank exited 0
-    root = named_by_words(g) or judged(g)
+    finding = find(g.messages)
+    root = from_watchdog(g, finding) or named_by_words(g) or judged(g)
+    if root is not None and finding is not None and _writers_only(root) and not _agrees(g, root, finding):
+        # a writer nothing numbers, whose words are not what the messages show: a candidate at most
+        root.candidates, root.culprits, root.certainty = [*root.culprits, *root.candidates], [], Certainty.UNSURE
     if root is None:
-        return Explanation(None, read=read, skipped=skipped)
+        return Explanation(None, finding.fix if finding else None, finding.quotes if finding else (), read, skipped,
+                           finding=finding)
     found = evidence(g, root)
     basis = (Basis.SEQUENCE if root.reason is Reason.BEHIND and any(e.seq is not None for e in found) else
              Basis.WORDS if root.named_by_words else Basis.EVIDENCE)
     d = Diagnosis(kind=root.kind, culprits=tuple(root.culprits), candidates=tuple(root.candidates), reason=root.reason,
-                  certainty=root.certainty, evidence=tuple(found), causes=causes.of(root.reason, root.fix),
+                  certainty=root.certainty, evidence=tuple(found), causes=_causes(root, finding),
                   nodes=tuple(root.nodes), store=root.store, unknown_why=root.unknown_why, world=g.world, basis=basis)
-    return Explanation(d, root.fix, tuple(root.quotes), read, skipped)
+    return Explanation(d, root.fix or (finding.fix if finding else None), tuple(root.quotes), read, skipped,
+                       finding=finding)
+
+
+def _writers_only(root: Root) -> bool:
+    """The root names only writers whose rank no line says (never a culprit the finding could be wrong beside)."""
+    named = [*root.culprits, *root.candidates]
+    return bool(named) and not any(isinstance(k, int) for k in named)
+
+
+def _agrees(g: Gathered, root: Root, finding: Finding) -> bool:
+    """The writers it names raised the very failure the messages show (the catalogue's kind of it)."""
+    named = {*root.culprits, *root.candidates}
+    kinds = {BY_ID[r.exception.failure].kind for r in g.ranks
+             if r.key in named and r.exception is not None and r.exception.failure in BY_ID}
+    return finding.kind in kinds
+
+
+def _causes(root: Root, finding: Finding | None) -> tuple:
+    """hangwatch's causes of the root's reason, less one whose fix the log shows was already so: a
+    run whose watchdog said Timeout(ms)=1800000 is not fixed by timeout=30 minutes."""
+    found = causes.of(root.reason, root.fix)
+    had = finding.detail.get("timeout_ms") if finding is not None else None
+    if root.reason is Reason.TIMED_OUT and isinstance(had, int) and had >= LONGEST_TIMEOUT_FIX_MS:
+        return ()
+    return found
 
 
 def _as_saved(g: Gathered) -> Explanation:

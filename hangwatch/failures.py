@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rules.failures import BY_ID
+
 from .model import Word
 
 
@@ -41,7 +43,8 @@ class Said:
     detail: dict                               # e.g. {"own": 10, "peer": 2}, {"port": 29500}, {"call": "Work::getFuture"}
 
 
-FAMILY = re.compile(r"ss1\.ss_family == ss2\.ss_family\. (?P<own>\d+) vs (?P<peer>\d+)")
+# The messages the one catalogue (rules/failures.py) holds are read by its patterns.
+FAMILY = BY_ID["address-family"].pattern
 CONNECT = re.compile(r"connectFullMesh failed with .*?(?P<why>Connect timeout|Connection refused|No route to host"
                      r"|Network is unreachable)(?:,? (?:remote=)?\[(?P<peer>[^\]]*)\](?::(?P<port>\d+))?)?")
 IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
@@ -55,8 +58,9 @@ NOT_IMPLEMENTED = re.compile(r"(?P<call>[\w:]+) not implemented|does not support
 USAGE_ERROR = re.compile(r"^(?P<prog>torchrun|run\.py|[\w./-]*run\.py): error: (?P<what>.+)$")
 OPTION = re.compile(r"(?:ambiguous option: |unrecognized arguments: |argument )(?P<option>-[-\w=.]+)")
 NCCL = re.compile(r"NCCL error|nccl\w*Error|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError")
-DUPLICATE_GPU = re.compile(r"Duplicate GPU detected ?: rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device (?P<device>\w+)")
-CUDA_OOM = re.compile(r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ [KMG]iB)(?:\. GPU (?P<gpu>\d+))?")
+DUPLICATE_GPU = BY_ID["duplicate-gpu"].pattern
+EPHEMERAL = BY_ID["gloo-pair-bind"].pattern
+CUDA_OOM = BY_ID["cuda-oom"].pattern
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation")
 WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>\d+))?\) "
                       r"ran for (?P<ran>\d+) milliseconds")
@@ -77,7 +81,7 @@ def said_by(type: str, message: str) -> Said | None:
     found = CONNECT.search(text)
     if found:
         return Said(Failure.CANNOT_CONNECT, {"why": found["why"], "peer": _peer(found["peer"], found["port"])})
-    if IN_USE.search(text):
+    if IN_USE.search(text) and not EPHEMERAL.search(text):     # Gloo's own pair socket: not the master port
         port = PORT.search(text)
         return Said(Failure.PORT_IN_USE, {"port": int(port["port"]) if port else None})
     found = WAITING_CLIENTS.search(text)

@@ -28,7 +28,8 @@ class Origin:
         return Origin(marker=self.marker)
 
 
-LAUNCHER = re.compile(r"\[(?P<node>[^\]\s]+)(?: r(?P<rank>\d+))?\] ")
+# a node's name is never all digits: "[80746] " is a user's line number ("rank 0 on 80746")
+LAUNCHER = re.compile(r"\[(?P<node>(?!\d+[\] ])[^\]\s]+)(?: r(?P<rank>\d+))?\] ")
 TEE = re.compile(r"\[(?P<role>[A-Za-z_][^\]\d]*)(?P<local>\d+)\]:")
 MARKER = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -62,3 +63,85 @@ def strip_prefix(line: str) -> str:
     """The line as the rank wrote it: "[worker1 r3] [rank3]: Traceback ..." and
     "[default0]:[rank0]: Traceback ..." are "Traceback ..."."""
     return split_prefix(line)[1]
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line as whoever wrote it meant it, whatever launchers, loggers and pastes added around it:
+    its message and what the prefixes said (None: not said)."""
+    text: str
+    rank: int | None = None          # a global rank: torch's [rank3]:, srun --label's "3: ", mpirun's [1,3]<stderr>:
+    local_rank: int | None = None    # torchrun --tee's [default1]:, srun's [host:1]: (a node's own numbering)
+    host: str | None = None          # srun's [host:1]:, Ray's ip=, NCCL's host:pid:tid, ddp-preflight's [worker1]
+    time: str | None = None          # a timestamp as printed (logging, glog, a log collector)
+
+
+# What launchers, loggers and pastes put before a message, tried at the start of the line until none
+# is left: each pattern's named groups are what it says. Kept narrow: a word of the message itself
+# ("step 10: loss") must not read as one.
+OUTER = tuple(re.compile(p) for p in (
+    r"\s*>\s?(?=\S)",                                                      # a markdown quote
+    r"\*\*(?=\S)",                                                         # markdown bold
+    r"\[\d{3,}\] (?=\[|\S)",                                               # a user's line numbers: [80746]
+    r"(?:std(?:err|out)): ",                                               # accelerate test's stderr:
+    r"\[1,(?P<rank>\d+)\]<std(?:err|out)>:",                               # mpirun --tag-output
+    r"\((?:\w+) pid=\d+(?:, ip=(?P<host>[\d.:a-f]+))?\) ",                 # Ray's worker
+    r"\[(?P<host>[A-Za-z][\w.-]*):(?P<local>\d+)\]:\s?",                   # srun --label with a host: [gpu187:1]:
+    r"(?P<rank>\d{1,5}): (?=\S)",                                          # srun --label: "10: "
+    r"\[RANK (?P<rank>\d+)\] ",                                            # a training script's own
+    r"(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?)\s*(?:\|\s*)?",   # ISO timestamps, logging's
+    r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s*",         # DeepSpeed's [2023-04-14 13:11:27,885]
+    r"(?P<time>\d\d/\d\d/\d{4} \d\d:\d\d:\d\d)\s*-\s*",                     # logging's 05/10/2023 23:07:45 -
+    r"\[\s*(?P<time>\d+\.\d+)\]\s*",                                       # dmesg's [2059991.491436]
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s*[|-]\s*[\w.]+\s*[|-]\s*",      # logging: INFO | module |
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[\w.]+:",                      # logging's basicConfig: ERROR:torch...:
+    r"\[(?:INFO|WARNING|ERROR|DEBUG)\]\s*(?:\[[\w.:]+\]\s*)?",              # DeepSpeed's [ERROR] [launch.py:434:x]
+    r"[EWIF](?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)\s+\d+\s+\S+:\d+\]\s*",      # glog: E1126 hh:mm:ss.uuuuuu pid file:line]
+    # c10's [E1206 hh:mm:ss.n file:line] (torch 2.4+), [W x.cpp:721] (older)
+    r"\[[EWIF](?:(?P<time>\d{3,4} \d\d:\d\d:\d\d\.\d+)\s+|\s)[\w./]+:\d+\]\s*",
+    r"\[c10d\]\s*",
+    r"(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] ",                          # NCCL's host:pid:tid [device]
+))
+RANK_SAID = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")            # the watchdog's own [Rank 3], [PG 1 Rank 3]
+
+
+def normalize(line: str) -> Line:
+    """The one reader of line prefixes for what users paste: ddp-preflight's, torchrun's and torch's
+    (split_prefix), then srun's, mpirun's, Ray's, loggers' and timestamps, markdown, in any order
+    and nesting, each read into what it says."""
+    origin, text = split_prefix(line)
+    rank = origin.rank if origin.rank is not None else origin.marker
+    local, host, time = origin.local_rank, origin.node, None
+    for _ in range(12):
+        for pattern in OUTER:
+            found = pattern.match(text)
+            if found is None or found.end() == 0:
+                continue
+            said = found.groupdict()
+            rank = int(said["rank"]) if said.get("rank") is not None and rank is None else rank
+            local = int(said["local"]) if said.get("local") is not None and local is None else local
+            host = said.get("host") or host
+            time = said.get("time") or time
+            text = text[found.end():]
+            inner, text = _torch_prefixes(text)     # torch's [rank3]: after a logger's prefix
+            rank = inner.marker if inner.marker is not None and rank is None else rank
+            local = inner.local_rank if inner.local_rank is not None and local is None else local
+            break
+        else:
+            break
+    if rank is None and "Rank " in text[:160]:
+        found = RANK_SAID.search(text[:160])
+        rank = int(found["rank"]) if found else None
+    return Line(text, rank, local, host, time)
+
+
+def _torch_prefixes(text: str) -> tuple[Origin, str]:
+    """torchrun's [default1]: and torch's [rank3]: where a logger put them after its own prefix."""
+    local = marker = None
+    found = TEE.match(text)
+    if found and found["role"] != "rank":
+        local, text = int(found["local"]), text[found.end():]
+    found = MARKER.match(text)
+    if found:
+        marker, text = int(found["rank"]), text[found.end():]
+    return Origin(local_rank=local, marker=marker), text

@@ -57,6 +57,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from rules import failures
+
 from .lost_peer import lost_peer, peer_in
 from .model import Word
 from .prefixes import Origin, split_prefix
@@ -90,6 +92,7 @@ class ExceptionInfo:
     cause: str | None = None   # the earlier exception of the chain that lost the peer ("RuntimeError: [...] Connection
                                # closed by peer [10.213.5.2]:24077"), when the last one does not say it itself
     kind: ExceptionKind = ExceptionKind.RAISED
+    failure: str | None = None  # its message's id in the one catalogue (rules/failures.py: "cuda-oom"); None: not there
 
 
 # Frames not of the training's own code: installed packages, the standard library, torch in a
@@ -280,13 +283,14 @@ class Reader:
         base = self._base
         message = "\n".join(self._lines)[:MESSAGE_CHARS]
         chain = self._chain
+        failure = failures.id_of(f"{base.type}: {message}")
         if lost_peer(base.type, message):
-            found = replace(base, message=message, lost_peer=True, peer=peer_in(message))
+            found = replace(base, message=message, lost_peer=True, peer=peer_in(message), failure=failure)
         elif chain.lost_peer:
             found = replace(base, message=message, lost_peer=True, peer=chain.peer, cause=chain.cause,
-                            quote=base.quote + ((chain.cause_line,) if chain.cause_line else ()))
+                            quote=base.quote + ((chain.cause_line,) if chain.cause_line else ()), failure=failure)
         else:
-            found = replace(base, message=message)
+            found = replace(base, message=message, failure=failure)
         self._last = found
         return found
 
@@ -322,7 +326,7 @@ class Reader:
         message = what["message"][:MESSAGE_CHARS]
         lost = lost_peer(self._base.type, message)
         return replace(self._base, message=message, lost_peer=lost, peer=peer_in(message) if lost else None,
-                       quote=self._base.quote + (raw,))
+                       quote=self._base.quote + (raw,), failure=failures.id_of(f"{self._base.type}: {message}"))
 
     def _logged(self, message: str, raw: str) -> ExceptionInfo | None:
         self._chain, self._chain_open = _Chain(), False
@@ -380,7 +384,8 @@ def from_record(record: dict) -> ExceptionInfo | None:
     quote: tuple[str, ...] = (f"{type_}: {first}" if message else type_,)
     if own:
         quote += (f'  File "{path}", line {line}, in {function}',)
-    info = ExceptionInfo(type_, message, short_name(path) if path else None, line, function, False, None, quote, path=path)
+    info = ExceptionInfo(type_, message, short_name(path) if path else None, line, function, False, None, quote,
+                         path=path, failure=failures.id_of(f"{type_}: {message}"))
     if lost_peer(type_, message):
         return replace(info, lost_peer=True, peer=peer_in(message))
     causes = record.get("causes")

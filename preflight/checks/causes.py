@@ -9,7 +9,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from rules import failures as catalogue
 from rules.facts import Missing
+from rules.failures import Cause as MessageCause
+from rules.failures import FailureKind
 from rules.fix import Fix, run
 from rules.routes import toward_master
 
@@ -52,10 +55,23 @@ def is_gpu_error(error: str) -> bool:
     return any(word in error for word in GPU_WORDS)
 
 
+# What each kind of catalogued failure message (rules/failures.py, the one catalogue explain and
+# hangwatch read too) points at here.
+SYMPTOMS = {FailureKind.ADDRESS_FAMILY: "family", FailureKind.NCCL_ERROR: "gpu", FailureKind.OOM_CUDA: "gpu",
+            FailureKind.STORE_TIMEOUT: "rendezvous", FailureKind.GLOO_ADDRESS: "other"}
+
+
 def symptom_of(error: str, timed_out: bool = False) -> str:
-    """What a failed job's own error (or its bound) points at, for likely_causes."""
+    """What a failed job's own error (or its bound) points at, for likely_causes: the catalogue's
+    word on it first, then the words of a backend's errors it does not hold."""
     if timed_out:
         return "timeout"
+    for found in catalogue.find(error):
+        symptom = SYMPTOMS.get(found.message.kind)
+        if found.message.cause is MessageCause.MASTER_PORT:
+            symptom = "rendezvous"
+        if symptom is not None:
+            return symptom
     if "ss_family" in error:
         return "family"
     if is_gpu_error(error):
