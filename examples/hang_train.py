@@ -26,6 +26,14 @@ faults:
             inherits its environment (RANK included), as subprocess(..., shell=True) does; nothing
             is wrong
   recv      at step STEP every rank receives from the next one (a cycle of receives): nobody sends
+  drained   rank R runs out of batches at step STEP and waits in its final dist.barrier() while the
+            others still call all_reduce (uneven data, as it really ends)
+  sleep     rank R sleeps for --seconds (default 30) at step STEP, inside its loop, before its next
+            collective (a stall in time.sleep); with --pg-timeout shorter than that, the others'
+            collectives time out first (a timeout cascade)
+  subgroup  ranks 0,1 also all_reduce on a subgroup (new_group([0, 1])) each step; from step STEP
+            rank R (0 or 1) skips it: the other waits in the subgroup's all_reduce, rank R and the
+            ranks outside the group in the default group's (DDP's gradients)
 --wait {blocking,work,future}: each step also all_reduces a metric: blocking, or with async_op=True
 and then work.wait() inside a wrapper (the seed's _AsyncWorkWrapper) or get_future().wait(): a
 rank that waits there waits in C++ under the script's own frame.
@@ -50,13 +58,14 @@ def arguments():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--fault", choices=["leave", "mismatch", "straggle", "exit", "quit", "endless", "child",
                                         "skip-init", "alone", "raise", "kill", "stop", "stuck", "loader", "shell",
-                                        "recv"])
+                                        "recv", "subgroup", "sleep", "drained"])
     p.add_argument("--wait", choices=["blocking", "work", "future"], help="a metric all_reduce each step")
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--step-time", type=float, default=0.05, help="compute per step, seconds")
     p.add_argument("--flight", action="store_true", help="opt in to hangwatch's Flight Recorder fetch")
+    p.add_argument("--pg-timeout", type=float, default=600.0, help="init_process_group's timeout, seconds")
     return p.parse_args()
 
 
@@ -153,11 +162,13 @@ def main():
     if args.flight:
         import hangwatch.flight  # noqa: F401  (before the process group: it sets TORCH_FR_BUFFER_SIZE)
     if not alone:
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     torch.manual_seed(0)
     model = torch.nn.Linear(256, 256) if alone else torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     mine = args.fault and rank == args.rank
+    # Every rank creates the subgroup (new_group must be called by all), only its members use it.
+    subgroup = dist.new_group([0, 1]) if args.fault == "subgroup" else None
     data = batches(args, rank)
     helper = None
     finished = False
@@ -168,15 +179,22 @@ def main():
             dist.recv(torch.zeros(4), src=(rank + 1) % dist.get_world_size())     # everyone receives, nobody sends
         if mine and step == args.at and args.fault == "loader":
             fault_starts(args.fault, rank, step)         # the main process asks for the batch its worker never brings
-        if mine and step == args.at and args.fault not in ("recv", "loader"):
+        if subgroup is not None and rank in (0, 1):
+            if mine and step == args.at:
+                fault_starts(args.fault, rank, step)
+            if not (mine and step >= args.at):
+                dist.all_reduce(torch.ones(4), group=subgroup)      # rank R skips it from step STEP
+        if mine and step == args.at and args.fault not in ("recv", "loader", "subgroup"):
             fault_starts(args.fault, rank, step)
-            if args.fault == "leave":
+            if args.fault in ("leave", "drained"):
                 break                                    # uneven data: this rank ran out of batches
             if args.fault == "mismatch":
                 out = [torch.zeros(4) for _ in range(dist.get_world_size())]
                 dist.all_gather(out, torch.ones(4))      # the others are in all_reduce
             if args.fault == "straggle":
                 compute(args.seconds)
+            if args.fault == "sleep":
+                time.sleep(args.seconds)                 # no CPU, inside the loop, outside any collective
             if args.fault == "exit":
                 sys.exit(3)
             if args.fault == "raise":
@@ -208,6 +226,8 @@ def main():
             print(f"step {step} loss {loss:.4f}", flush=True)
     else:
         finished = True                                  # every step trained: no break
+    if mine and args.fault == "drained":
+        dist.barrier()                                   # the end of its loop: the others are still in theirs
     if mine and args.fault in ("leave", "child"):
         time.sleep(3600)                                 # evaluation, saving: anything but the loop
     if helper is not None:                               # the helper the shell runs, then the shell

@@ -23,6 +23,13 @@ RANK_DEPENDENT = Cause("rank-dependent code: an `if rank == ...` around a collec
                        "per rank")
 
 
+# A rank alone in a barrier while the others call another collective: the end of its loop, the
+# shape uneven data really takes (it ran out of batches first and reached its final barrier).
+END_OF_ITS_DATA = Cause("it waits in a barrier the others have not reached: most often the one after its loop, "
+                        "reached first because it ran out of batches first (uneven data across ranks)",
+                        UNEVEN_DATA.fixes)
+
+
 def _then_uneven(what: str) -> Cause:
     """A cause whose usual root is uneven data: its words, then uneven data's, with its fixes."""
     return Cause(f"{what}. {UNEVEN_DATA.what}", UNEVEN_DATA.fixes)
@@ -73,6 +80,9 @@ CAUSES: dict[Reason, tuple[Cause, ...]] = {
     Reason.BEHIND: (Cause("it called fewer collectives than the others: a collective behind a rank-dependent "
                           f"condition, or uneven data (one rank ran out of batches): {UNEVEN_DATA.what}",
                           UNEVEN_DATA.fixes),),
+    Reason.SKIPPED_GROUP: (Cause("a collective of a subgroup (dist.new_group) behind a rank-dependent condition: every "
+                                 "member of a group must call each of its collectives, in the same order as the "
+                                 "others call theirs; one member skipped it (or another called one more)"),),
     Reason.WAIT_FOR_EACH_OTHER: (Cause("send/recv in an order that waits in a cycle (each rank receives before it "
                                        "sends)", _alternatives("send first on even ranks and receive first on odd ones",
                                                                "use isend/irecv (batch_isend_irecv)")),),

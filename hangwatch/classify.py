@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from node.protocol import ExitStatus
+from node.pyspy import main_thread
 
 from .model import Evidence, RankStatus, Reason
 from .model import RankStatus as S
@@ -110,8 +111,9 @@ class RankState:
 
 
 def frames_of(dump: list[dict]) -> list[Frame]:
-    """The main thread's frames from `py-spy dump --json`, innermost first."""
-    main = next((t for t in dump if t.get("thread_name") == "MainThread"), dump[0] if dump else None)
+    """The main thread's frames from `py-spy dump --json`, innermost first (found by its thread id,
+    not its name, which the script may have changed)."""
+    main = main_thread(dump)
     if main is None:
         return []
     return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"], f.get("filename") or "")

@@ -22,7 +22,7 @@ from .model import Certainty, Diagnosis, Evidence, Kind, NodeNote, Word
 from .model import RankStatus as S
 from .rendezvous import never_checked_in
 from .stalled import Stall
-from .waiting import all_waiting, deadlock, ended_first, straggler, unseen, unseen_while_waiting
+from .waiting import all_waiting, deadlock, ended_first, skipped_in_group, straggler, unseen, unseen_while_waiting
 from .who import Who
 
 
@@ -59,6 +59,7 @@ RULES: tuple[Rule, ...] = (
     ended_first,             # ranks wait while others ended: the ends no other explains
     deadlock,                # ranks wait while others are stuck outside the collective
     unseen_while_waiting,    # ranks wait and only unseen ranks could be to blame (or stacks are unavailable)
+    skipped_in_group,        # every rank waits, in different groups' collectives: who skipped a subgroup's
     all_waiting,             # every rank waits: a mismatch, a rank behind, a GPU, a cycle, a slow or lost link
     unseen,                  # nobody waits and some ranks are unseen
     nothing,

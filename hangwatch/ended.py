@@ -23,7 +23,7 @@ from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
 from .model import Diagnosis, NodeNote, RankStatus, RankView, Seen, Who
 from .state import State, Track, say
-from .tracebacks import ExceptionInfo, exception_in, from_record
+from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
 S = RankStatus
 CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
@@ -74,6 +74,11 @@ def _ended(state: State, t: Track, status: ExitStatus | None, at: float | None, 
     if status is not None:
         v.exit = status             # None stays None: its parent collected the code before anyone read it
     v.state, v.cpu, t.idle_since, v.idle_for = S.EXITED, 0.0, None, 0.0
+    if t.stack_at is None or (t.busy_at is not None and t.busy_at > t.stack_at):
+        # Its stack is older than its last work (often its startup's: the import line): it says
+        # nothing of where it ended, and is never shown as that.
+        v.frame = v.function = v.op = None
+        v.stack, t.dump = None, None
     if t.gone_at is None:
         t.gone_at, t.exit_t = now, on_one_clock(state, v.node, at)
     t.exit_status = status if status is not None else t.exit_status
@@ -174,10 +179,23 @@ def ending_of(state: State, t: Track, closed: dict[Who, tuple[frozenset, frozens
     stopped_by = _stopped_by(state, t)
     first, on = (closed or {}).get(t.key, (frozenset(), frozenset()))
     peer = t.exception.peer if t.exception is not None and t.exception.lost_peer else None
+    frame, function = crashed_at(t.ending)
     return Ending(t.view.node, t.view.pid, t.view.rank if not t.duplicate else None, t.exit_t, margin(state, t.view.node),
                   t.exit_status, t.ending, t.exception, t.quote, t.oom, stopped_by, t.launcher,
-                  None, None, t.leaving, first, on,
+                  frame, function, t.leaving, first, on,
                   frozenset(o.key for o in _peers(state, t)), (owner or {}).get(peer) if peer else None)
+
+
+def crashed_at(record: dict | None) -> tuple[str | None, str | None]:
+    """The training's own line a fatal signal ended the rank at ("train.py:40", its function), as
+    faulthandler wrote it (node/flight.py's fatal_record; under --launch); (None, None) else."""
+    if not isinstance(record, dict) or record.get("how") != "fatal":
+        return None, None
+    own = [f for f in record.get("frames") or () if isinstance(f, dict) and isinstance(f.get("file"), str)
+           and own_code(f["file"])]
+    if not own:
+        return None, None
+    return f"{short_name(own[-1]['file'])}:{own[-1].get('line')}", str(own[-1].get("function"))
 
 
 def owners(tracks: list[Track]) -> dict[str, Who]:
@@ -219,12 +237,18 @@ def _stopped_by(state: State, t: Track) -> exits.StoppedBy | None:
     return exits.StoppedBy(max(stops)[2]) if stops else None
 
 
+def last_run(state: State, run: int | None = None) -> int | None:
+    """The run whose ends are judged: `run`, or the one whose rank ended last; None when no rank
+    of it ended."""
+    ended = [t for t in state.ranks.values() if t.ended and t.gone_at is not None and (run is None or t.run == run)]
+    return max(ended, key=lambda t: t.gone_at or 0.0).run if ended else None
+
+
 def judge(state: State, now: float, wall: float, run: int | None = None) -> Diagnosis | None:
     """The verdict on a run's ends (by default the run whose rank ended last)."""
-    ended = [t for t in state.ranks.values() if t.ended and t.gone_at is not None and (run is None or t.run == run)]
-    if not ended:
+    run = last_run(state, run)
+    if run is None:
         return None
-    run = max(ended, key=lambda t: t.gone_at or 0.0).run
     tracks = [t for t in state.ranks.values() if t.run == run]
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
     closed, owner = closed_first(state, tracks), owners(tracks)

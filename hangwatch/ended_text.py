@@ -37,8 +37,11 @@ def _ended(e: Evidence) -> str:
     form = ENDED.get(e.reason or Reason.FAILED, ENDED[Reason.FAILED])
     if e.reason is Reason.FAILED and e.notes:       # what says it went first: its own failure
         form = "failed first ({signal}): {basis}"
-    return form.format(exception=exception, exit=e.exit or "its code unread", signal=signal_name(e.exit),
+    said = form.format(exception=exception, exit=e.exit or "its code unread", signal=signal_name(e.exit),
                        basis=e.notes[0] if e.notes else "its own end unseen")
+    if e.frame and e.reason in (Reason.KILLED, Reason.FAILED) and e.exception is None:
+        said += f" at {e.frame}" + (f" ({e.function})" if e.function else "")     # faulthandler's line
+    return said
 
 
 def _ended_in_order(d: Diagnosis) -> list[Evidence]:
@@ -140,6 +143,7 @@ def named(d: Diagnosis) -> str:
                                                     and d.reason is not Reason.BEHIND else d.unknown_why or ""),
                         op=(f"{first.op} #{first.seq}" if first is not None and first.op and first.seq is not None
                             else first.op if first is not None and first.op else "a collective"))
+    text = text.removesuffix(": ")          # a template's {exception} where the ranks raised none (a watchdog line)
     if d.unknown_why and "{basis}" not in words:
         text += f"; {d.unknown_why}"
     others = [e for e in d.evidence if e.key not in d.named and e.reason is not None]

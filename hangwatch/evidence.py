@@ -7,7 +7,7 @@ and the ranks that never connect."""
 from __future__ import annotations
 
 from .classify import BUSY_CPU, RankState, classify, frames_of
-from .model import Evidence, NodeStatus, RankStatus, Reason
+from .model import Evidence, InGroup, NodeStatus, RankStatus, Reason
 from .state import GONE, State, Track
 
 S = RankStatus
@@ -76,9 +76,21 @@ def _rank(t: Track) -> int | None:
 
 
 def _flight(t: Track) -> dict:
-    """Its last collective, from its Flight Recorder (the default process group's)."""
-    groups = (t.view.flight or {}).get("groups") or []
-    main = next((g for g in groups if g.get("group") == "default_pg"), groups[0] if groups else None)
-    if main is None:
+    """Its last collective, from its Flight Recorder: the default process group's (`seq`), and
+    where it is in each group it has used (`groups`: sequence numbers count per group)."""
+    groups = [g for g in (t.view.flight or {}).get("groups") or [] if isinstance(g, dict)]
+    if not groups:
         return {}
-    return {"seq": main.get("seq"), "seq_op": main.get("op"), "completed": main.get("completed")}
+    # A summary from before groups had ids holds one group: taken as the default one. Never another
+    # group's numbers for the default group's: they count apart.
+    old = groups[0] if len(groups) == 1 and "id" not in groups[0] else {}
+    main = next((g for g in groups if is_default(g)), old)
+    return {"seq": main.get("seq"), "seq_op": main.get("op"), "completed": main.get("completed"),
+            "groups": tuple(InGroup(str(g.get("id") or g.get("group")), g["seq"], g.get("op"), g.get("completed"),
+                                    bool(g.get("last")), tuple(g.get("ranks") or ()))
+                            for g in groups if isinstance(g.get("seq"), int))}
+
+
+def is_default(group: dict) -> bool:
+    """The default (world) process group: torch names it "0" and describes it "default_pg"."""
+    return group.get("group") == "default_pg" or group.get("id") == "0"

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from node.protocol import ExitStatus
 from rules.fix import Action, Fix
 
+from .observed import InGroup, Seen  # noqa: F401  (part of the model: Evidence holds them)
 from .who import Unnumbered, Who, label, who_from_json
 
 HISTORY = 60
@@ -166,6 +167,8 @@ class Reason(Word):
     WAITS_ON_GPU = "waits-on-gpu"             # its host thread waits for a GPU that makes no progress
     DIFFERENT_COLLECTIVE = "different-collective"   # it waits in another collective than the others
     BEHIND = "behind"                         # it never entered the collective the others wait in (sequence numbers)
+    SKIPPED_GROUP = "skipped-group"           # it never entered a collective of a subgroup (new_group) that the group's
+                                              # other ranks wait in, and waits in another group's (sequence numbers)
     WAIT_FOR_EACH_OTHER = "wait-for-each-other"     # every rank waits to receive and nothing is in flight
     NEVER_CHECKED_IN = "never-checked-in"     # the store has no key of it: it never reached init_process_group
     CANNOT_REACH_STORE = "cannot-reach-store"  # it waits in init_process_group, unregistered, while the others did
@@ -191,19 +194,6 @@ class Certainty(Word):
 
 
 @dataclass(frozen=True)
-class Seen:
-    """An exception as the evidence shows it: the rank's own record (node/rank_bootstrap.py) or its
-    output (hangwatch/tracebacks.py)."""
-    type: str
-    message: str
-    where: str | None = None          # the training's own line that raised it: "train.py:40"
-    function: str | None = None
-    lost_peer: bool = False           # a message of a rank that lost a peer or the link
-    peer: str | None = None           # the peer's address when the message names it
-    source: str = "output"            # "record" (the rank wrote it) | "output" (read in its lines)
-
-
-@dataclass(frozen=True)
 class Evidence:
     """One rank as a verdict saw it: where it is or how it ended, and what says so."""
     node: str
@@ -225,6 +215,7 @@ class Evidence:
     unsent: int | None = None         # bytes it sent that its peers have not acknowledged (its sockets)
     notes: tuple[str, ...] = ()       # what else was seen: "CPU 0%", "waiting in the kernel at futex_do_wait"
     node_rank: int | None = None      # a torchrun that waits in its rendezvous: its node rank (of Diagnosis.world)
+    groups: tuple[InGroup, ...] = ()  # where it is in each process group it has used (Flight Recorder)
 
     writer: str | None = None         # a rank whose number is unknown, as explain read it (Unnumbered.writer)
 
@@ -289,6 +280,8 @@ class Diagnosis:
     unknown_why: str | None = None    # why whom to blame cannot be told, when it cannot
     notes: Sequence[NodeNote] = ()    # what preflight said of the named ranks' nodes (under --launch)
     basis: Basis = Basis.EVIDENCE     # what named its reason: how its words go
+    group: str | None = None          # the process group (its id) whose collective the culprits never entered,
+    group_ranks: Sequence[int] = ()   # and the ranks seen in it, where that is not the default group
 
     def as_reported(self, since: float) -> Diagnosis:
         """As a snapshot holds it: lists, as its JSON does, and since when."""
@@ -342,6 +335,9 @@ def _evidence(data: dict) -> Evidence:
     values["reason"] = Reason(data["reason"]) if data.get("reason") else None
     values["notes"] = tuple(data.get("notes") or ())
     values["exit"] = exit_from_json(data.get("exit"))
+    values["groups"] = tuple(InGroup(**{**{k: v for k, v in g.items() if k in InGroup.__dataclass_fields__},
+                                        "ranks": tuple(g.get("ranks") or ())})
+                             for g in data.get("groups") or () if isinstance(g, dict) and "group" in g and "seq" in g)
     if data.get("exception"):
         values["exception"] = Seen(**{k: v for k, v in data["exception"].items() if k in Seen.__dataclass_fields__})
     return Evidence(**values)

@@ -106,7 +106,7 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
         state.exit_check_at = None
         found = ended.judge(state, now, wall)
         if found is not None:
-            verdicts.report(state, found, 0.0, wall, out, verdicts.ends_said(found))
+            verdicts.report(state, found, 0.0, wall, out, verdicts.ends_said(found), run=ended.last_run(state))
     spinning = progress.busy_on_gpu(state)
     if spinning and (state.spin_asked_at is None or now - state.spin_asked_at >= state.config.threshold / 2) \
             and state.asked_at is None:

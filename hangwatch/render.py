@@ -15,6 +15,7 @@ from node.terminal import shown, shown_data, shown_text
 
 from .events import Event, EventKind
 from .model import Diagnosis, RankView, Snapshot
+from .stacks import group_stacks
 from .text import summary
 from .words import cause_line, evidence_line, who
 
@@ -77,11 +78,15 @@ def incident_report(snapshot: Snapshot, details: dict) -> str:
     if snapshot.diagnosis and snapshot.diagnosis.evidence:
         out += ["evidence:"] + [f"  {shown(evidence_line(e))}" for e in snapshot.diagnosis.evidence] + [""]
     snapshot, details = shown_data(snapshot), shown_data(details)
-    out.append("stacks (innermost first):")
-    for r in snapshot.ranks:
-        out.append(f"  {r.label} on {r.node} (pid {r.pid}):")
-        if r.stack:
-            out += [f"    {f['file']}:{f['line']} {f['function']}" for f in r.stack]
+    # Ranks that do the same thing read once (stacks.group_stacks: Python frames and named native
+    # functions, not the addresses that differ per process); each rank's pid beside it.
+    out.append("stacks (innermost first; ranks with the same stack together):")
+    by_key = {r.key: r for r in snapshot.ranks}
+    for group in group_stacks(snapshot.ranks):
+        members = ", ".join(f"{by_key[k].label} on {by_key[k].node} (pid {by_key[k].pid})" for k in group.ranks)
+        out.append(f"  {members}{' (differs)' if group.differs else ''}:")
+        if group.stack:
+            out += [f"    {f['file']}:{f['line']} {f['function']}" for f in group.stack]
         else:
             out.append("    (no stack)")
     out += ["", "CPU history (% of a core, oldest first):"]

@@ -6,6 +6,7 @@ ended_text.joined)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,9 +34,16 @@ def _key(rank: RankView) -> Who:
     return rank.rank if rank.rank is not None else Unnumbered(rank.node, rank.pid)
 
 
+RAW_ADDRESS = re.compile(r"^(0x)?[0-9a-fA-F]{6,}$")     # a native frame py-spy could not name: "0x7f875b6a3f16"
+
+
 def _frames(stack: list[dict]) -> tuple[tuple[str, str, str], ...]:
-    """What makes two stacks the same: each frame's file, line and function, innermost first."""
-    return tuple((str(f.get("file", "?")), str(f.get("line", "?")), str(f.get("function", "?"))) for f in stack)
+    """What makes two stacks the same: what the rank does, innermost first: each Python frame's
+    file, line and function, and each named native function. A native frame py-spy could not name
+    is an address, different in every process (where its libraries were loaded): it says nothing
+    of what the rank does, and would split ranks that wait at the same line."""
+    return tuple((str(f.get("file", "?")), str(f.get("line", "?")), str(f.get("function", "?"))) for f in stack
+                 if not RAW_ADDRESS.match(str(f.get("function", ""))))
 
 
 def group_stacks(ranks: Sequence[RankView]) -> tuple[StackGroup, ...]:

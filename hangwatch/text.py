@@ -5,7 +5,7 @@ strings, and no decision module imports this one (tests/unit/test_layers.py)."""
 
 from __future__ import annotations
 
-from . import ended_text
+from . import ended_text, sequence
 from .model import Basis, Diagnosis, Evidence, Kind, Reason, Who, label
 from .model import RankStatus as S
 from .waiting import CANNOT_TELL  # the why of a verdict that cannot tell (a decision's data)
@@ -82,8 +82,35 @@ def _deadlock(d: Diagnosis) -> str:
     return f"{'; '.join(parts)}; {wait([e.key for e in waiting])} in {ops(waiting)}" + _flight(d)
 
 
+def _skipped_group(d: Diagnosis) -> str:
+    """"rank 1 never entered all_reduce #7 of group [0,1], where rank 0 waits; rank 1 waits in
+    all_reduce #12 of the default group (hang_train.py:190)"."""
+    joined = sequence.by_group(d.evidence)
+    group = joined.get(d.group or "")
+    by = by_key(d)
+    there = (f"{group.op} #{group.seq}" if group else "a collective") + f" of {_group_name(d.group, d.group_ranks)}"
+    waiting = f", where {wait(list(group.waiting))}" if group and group.waiting else ""
+    elsewhere = []
+    for key in d.culprits:
+        e = by[key]
+        g = next((g for g in e.groups if g.last), None)
+        if g is not None:
+            members = joined[g.group].members if g.group in joined else ()
+            elsewhere.append(f"{e.label} waits in {g.op} #{g.seq} of {_group_name(g.group, members)}"
+                             + (f" ({e.frame})" if e.frame else ""))
+    return f"{who(d.culprits)} never entered {there}{waiting}" + "".join(f"; {w}" for w in elsewhere)
+
+
+def _group_name(group: str | None, members) -> str:
+    if group in sequence.DEFAULT or group is None:
+        return "the default group"
+    return f"group [{','.join(map(str, members))}]"
+
+
 def _mismatch(d: Diagnosis) -> str:
     waiting = _waiting(d)
+    if d.reason is Reason.SKIPPED_GROUP:
+        return _skipped_group(d)
     if d.reason is Reason.BEHIND:
         places: dict[int, list[Who]] = {}
         for e in waiting:

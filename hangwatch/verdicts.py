@@ -38,6 +38,8 @@ def stalled(state: State, waiting: float, now: float, wall: float, out: list[Eff
         for each in sorted({t.run for t in state.live() if t.idle_since is not None}):
             stalled(state, waiting, now, wall, out, each)
         return
+    if stopped_by_us(state):
+        return           # its own freeze (SIGSTOP) and stop: never a hang of the ranks
     tracks = [t for t in state.ranks.values() if t.run == run]
     found = decide(stall_of(state, run, tracks, waiting, now, wall))
     if isinstance(found, Hold):
@@ -127,6 +129,8 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
            run: int | None = None) -> None:
     """Say a verdict, once: a hang with a bundle; anything else as a notice. What another run says
     that is no hang (ranks unknown, a straggler) does not take a hang's place in the snapshot."""
+    if consequence(state, run):
+        return
     reported = found.as_reported(round(wall - waiting, 3))
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
@@ -143,6 +147,22 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
         out.append(Say(Event(kind, snapshot=snap, verdict=reported)))
 
 
+def consequence(state: State, run: int | None) -> bool:
+    """A hang stands named for this run: whatever it shows next (victims' timeouts and exits, lost
+    peers, torchrun's stop of the others, ddp-preflight's own freeze and stop) is that hang's
+    consequence, never a verdict of its own: no new culprit, no second bundle, and the verdict
+    said stays the run's. Decided by what was said (the state), not by a time window; only
+    progress resuming ends it (resumed)."""
+    d = state.diagnosis
+    return run is not None and d is not None and d.kind.is_hang and state.diagnosis_run == run
+
+
+def stopped_by_us(state: State) -> bool:
+    """ddp-preflight has begun stopping every node (it freezes the ranks with SIGSTOP, then stops
+    them): what the ranks show from then on is its own doing."""
+    return any(node is None for node, _, _ in state.launcher_stops)
+
+
 def ends_said(found: Diagnosis) -> Said:
     """What a verdict on ended ranks is said once for: its kind, its named ranks' processes (a
     later run's ranks are other processes)."""
@@ -151,7 +171,13 @@ def ends_said(found: Diagnosis) -> Said:
 
 
 def resumed(state: State, out: list[Effect]) -> None:
-    """Every rank makes progress again: a hang said is over (an exit or 'alone' stands)."""
+    """Every rank makes progress again: a hang said is over (an exit or 'alone' stands). Not while
+    ddp-preflight stops the run (its frozen ranks, let go to be stopped, use CPU), nor once a rank
+    of the hang's run has ended since (a run that lost a rank does not resume)."""
+    run = state.diagnosis_run
+    if stopped_by_us(state) or state.stopping or \
+            any(t.ended and (run is None or t.run == run) for t in state.ranks.values()):
+        return
     if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
         state.diagnosis = None
         state.reported = {said for said in state.reported if said.stands}

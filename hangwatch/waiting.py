@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from .causes import CAUSES
+from . import sequence
+from .causes import CAUSES, END_OF_ITS_DATA
 from .classify import GENERIC_WAITS
 from .model import Certainty, Diagnosis, Evidence, Kind, Reason
 from .model import RankStatus as S
@@ -18,6 +19,8 @@ from .who import Who
 
 P2P = "send/recv"
 CANNOT_TELL = "a hang cannot be told from a straggler"
+APART = ("they wait in it at different lines: a collective of a subgroup, or one only some ranks call; which rank "
+         "diverged cannot be told from where they wait (the Flight Recorder's numbers per group would say)")
 
 
 def straggler(s: Stall) -> Diagnosis | None:
@@ -49,9 +52,14 @@ def deadlock(s: Stall) -> Diagnosis | None:
     # Seen outside the collective the others wait in: certain, unless a rank nobody sees could be
     # the one (it is named beside them, "unknown").
     certainty = Certainty.CERTAIN if not s.unknown else Certainty.LIKELY
-    behind = _behind_of(s.waiting, halted)
+    causes = CAUSES.get(reason, ())
+    # One behind by the Flight Recorder: its cause too, unless the reason's causes say it already
+    # (left the loop: uneven data and its fixes, said once).
+    said = {fix for c in causes for fix in c.fixes}
+    behind = tuple(c for c in CAUSES[Reason.BEHIND] if not (c.fixes and set(c.fixes) <= said)) \
+        if _behind_of(s.waiting, halted) else ()
     return Diagnosis(kind=Kind.DEADLOCK, culprits=tuple(sorted(halted)), reason=reason, certainty=certainty,
-                     evidence=s.evidence, causes=CAUSES.get(reason, ()) + (CAUSES[Reason.BEHIND] if behind else ()))
+                     evidence=s.evidence, causes=causes + behind)
 
 
 def unseen(s: Stall) -> Diagnosis | None:
@@ -72,6 +80,22 @@ def unseen_while_waiting(s: Stall) -> Diagnosis | None:
     return unseen(s) if s.waiting else None
 
 
+def skipped_in_group(s: Stall) -> Diagnosis | None:
+    """Every rank waits, in collectives of different process groups (the Flight Recorder): the
+    members of a subgroup that never entered the collective the group's other ranks wait in (and
+    wait in another group's). Likely, never certain: the numbers cannot tell a member that skipped
+    the subgroup's collective from one that called one more."""
+    waiting = s.waiting
+    if not waiting or len(waiting) < len(s.ranks):
+        return None
+    found = sequence.skipped_in_group(waiting.values())
+    if found is None:
+        return None
+    return Diagnosis(kind=Kind.MISMATCH, culprits=found.behind, reason=Reason.SKIPPED_GROUP,
+                     certainty=Certainty.LIKELY, evidence=s.evidence, causes=CAUSES[Reason.SKIPPED_GROUP],
+                     group=found.group, group_ranks=found.members)
+
+
 def all_waiting(s: Stall) -> Diagnosis | None:
     """Every rank waits. Who is to blame: the ranks in another collective (a mismatch), the ranks at
     another collective number (the Flight Recorder), none in a cycle of receives with nothing in
@@ -85,13 +109,16 @@ def all_waiting(s: Stall) -> Diagnosis | None:
     apart = _odd_ones_out({r: e.op for r, e in named.items()})
     if apart is not None:
         odd, tied = apart
+        in_barrier = bool(odd) and all(named[r].op == "barrier" for r in odd)
         return Diagnosis(kind=Kind.MISMATCH, culprits=odd, candidates=tied, reason=Reason.DIFFERENT_COLLECTIVE,
                          certainty=Certainty.CERTAIN if odd else Certainty.UNSURE, evidence=evidence,
-                         causes=CAUSES[Reason.DIFFERENT_COLLECTIVE],
+                         causes=((END_OF_ITS_DATA,) if in_barrier else ()) + CAUSES[Reason.DIFFERENT_COLLECTIVE],
                          unknown_why=None if odd else "which one took the other branch cannot be told from where "
                                                       "they wait")
     numbered = {r: e.seq for r, e in waiting.items() if e.seq is not None}
-    if len(numbered) == len(waiting):
+    # The default group's numbers line up only ranks that wait in it: one that waits in a
+    # subgroup's collective has not reached the default group's next one, and is behind nobody.
+    if len(numbered) == len(waiting) and not sequence.across_groups(waiting.values()):
         apart = _odd_ones_out(numbered)
         if apart is not None:
             odd, tied = apart
@@ -103,6 +130,13 @@ def all_waiting(s: Stall) -> Diagnosis | None:
     on_gpu = sorted(r for r, e in waiting.items() if e.state is S.GPU_WAIT)
     if on_gpu:
         return _on_gpu(s, on_gpu)
+    lines = {e.frame for e in named.values()}
+    if len(named) == len(waiting) and None not in lines and len(lines) > 1:
+        # The same collective at different lines of the training: not one collective. Who diverged
+        # (a subgroup's collective, a collective only some ranks call) the places alone cannot say.
+        return Diagnosis(kind=Kind.MISMATCH, candidates=tuple(sorted(waiting)), reason=Reason.DIFFERENT_COLLECTIVE,
+                         certainty=Certainty.UNSURE, evidence=evidence, causes=CAUSES[Reason.DIFFERENT_COLLECTIVE],
+                         unknown_why=APART)
     if all(e.op == P2P for e in waiting.values()) and all(e.unsent == 0 for e in waiting.values()) \
             and all(e.moved == 0 for e in waiting.values()):
         return Diagnosis(kind=Kind.DEADLOCK, candidates=tuple(sorted(waiting)), reason=Reason.WAIT_FOR_EACH_OTHER,

@@ -9,9 +9,9 @@ or, to interleave a dashboard, Ctrl-C or a quit (the CLI does):
     run = WatchedLaunch(cluster, plan, "runs/x", on_event=print_it)
     run.start(); ...; run.stop("interrupted"); result = run.conclude(run.wait(30))
 
-The run's verdict is hangwatch's: who failed first (exits.judge, over the ends on one clock);
-when nothing failed on its own (the run was stopped), the hang it named, if it named one and
-progress never resumed."""
+The run's verdict is hangwatch's: the hang it named while every rank still ran, if progress never
+resumed (what followed is its consequence); else who failed first (exits.judge, over the ends on
+one clock)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ STOP_WAIT = 30.0      # seconds for every node to confirm a stop (the freeze, up
 
 class RunVerdict:
     """What hangwatch said of a run, kept for its end: the hang it named, while progress has not
-    resumed. `of(result, ended)` is the run's verdict: who failed first (`ended`: exits.judge on
-    the ends, as the watcher saw them), else that hang; None for a run that finished."""
+    resumed. `of(result, ended)` is the run's verdict: that hang, when it was named before any rank
+    ended (the ends are its consequence); else who failed first (`ended`: exits.judge on the ends,
+    as the watcher saw them), else the hang; None for a run that finished."""
 
     def __init__(self) -> None:
         self.named: Diagnosis | None = None
@@ -47,6 +48,10 @@ class RunVerdict:
     def of(self, result: LaunchResult, ended: Diagnosis | None) -> Diagnosis | None:
         if result.ok:
             return None
+        if self.named is not None and self.named.kind is not Kind.EXITED:
+            # A hang named while every rank still ran: the ends after it (victims' timeouts, torchrun's
+            # stop, ddp-preflight's) are its consequence, never the run's verdict.
+            return self.named
         return ended if ended is not None else self.named
 
 

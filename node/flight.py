@@ -26,7 +26,8 @@ import stat
 import time
 
 from . import proc
-from .rank_bootstrap import FOLDER_VARIABLE
+from .fatal import fatal_record
+from .rank_bootstrap import FATAL, FOLDER_VARIABLE
 
 FOLDER_PREFIX = "/tmp/hangwatch-fr-"    # + the rank's uid: each user's folder, for ranks that opted in
 ANSWER_LIMIT = 64 << 20           # bytes: a Flight Recorder dump of 2000 entries is a few MB
@@ -107,9 +108,10 @@ def ending(folder, uid, pid):
     if not isinstance(fd, int):
         return None
     try:
-        name = "%d.end" % pid
+        name, fatal = "%d.end" % pid, FATAL % pid
+        crash = _read_own(fatal, fd, uid, remove=True) if _exists(fatal, fd) else None
         if not _exists(name, fd):
-            return None
+            return fatal_record(crash) if isinstance(crash, bytes) else None
         raw = _read_own(name, fd, uid, remove=True)
     finally:
         os.close(fd)
@@ -321,25 +323,54 @@ def plain_data(raw: bytes):
 
 def summary(trace) -> dict:
     """The last collective of each process group in a dump (pickled or JSON: the same fields), and
-    the last one completed ("completed": its sequence number, None when none is recorded so)."""
+    the last one completed ("completed": its sequence number, None when none is recorded so).
+    Each group by its id ("id": torch's pg name, "0" the default group; "group": its description,
+    which two subgroups may share: "undefined"), its members where the dump lists them ("ranks":
+    NCCL's pg_config; Gloo's is empty), and "last": whether the rank's last collective of all is
+    this group's, which is where a rank that waits waits. Sequence numbers count per group: only
+    a group's own are ever compared (hangwatch/sequence.py)."""
     entries = trace.get("entries") if isinstance(trace, dict) else None
     entries = entries if isinstance(entries, list) else []
     last: dict = {}
     completed: dict = {}
+    newest = None
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue
         where = entry.get("process_group")
-        group = where[-1] if isinstance(where, (list, tuple)) and where else "?"
-        seq, name = entry.get("collective_seq_id"), entry.get("profiling_name")
-        if isinstance(group, str) and isinstance(seq, int) and isinstance(name, str):
+        where = where if isinstance(where, (list, tuple)) and where else ("?",)
+        group, name = str(where[0]), where[-1]
+        seq, op = entry.get("collective_seq_id"), entry.get("profiling_name")
+        if isinstance(name, str) and isinstance(seq, int) and isinstance(op, str):
             state = entry.get("state") if isinstance(entry.get("state"), str) else None
-            last[group] = {"group": group, "seq": seq, "op": name.split(":")[-1], "state": state}
+            last[group] = {"group": name, "id": group, "seq": seq, "op": op.split(":")[-1], "state": state}
+            newest = group           # entries are in the order the rank issued them
             if state == "completed":
                 completed[group] = max(seq, completed.get(group, seq))
+    members = _members(trace.get("pg_config") if isinstance(trace, dict) else None)
     for group, e in last.items():
         e["completed"] = completed.get(group)
-    return {"groups": sorted(last.values(), key=lambda e: e["group"]), "entries": len(entries)}
+        e["last"] = group == newest
+        if group in members:
+            e["ranks"] = members[group]
+    return {"groups": sorted(last.values(), key=lambda e: (e["group"], e["id"])), "entries": len(entries)}
+
+
+def _members(config) -> dict:
+    """Each group's ranks as the dump's pg_config lists them ({"0": {"name": "0", "ranks": "[0, 1]"}}),
+    where it does (Gloo's lists none)."""
+    found: dict = {}
+    for key, value in (config.items() if isinstance(config, dict) else ()):
+        if not isinstance(value, dict) or not isinstance(value.get("ranks"), str):
+            continue
+        try:
+            ranks = json.loads(value["ranks"])
+        except ValueError:
+            continue
+        name = value.get("name") if isinstance(value.get("name"), str) and value.get("name") else key
+        if isinstance(ranks, list) and ranks and all(isinstance(r, int) for r in ranks) and name:
+            found[str(name)] = sorted(ranks)
+    return found
 
 
 def folder_of(uid: int) -> str:

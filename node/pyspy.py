@@ -99,8 +99,18 @@ def stopped(pid: int) -> bool:
     return st is not None and st.state in ("T", "t")
 
 
+def main_thread(stack):
+    """The main thread of `py-spy dump --json`: the one whose OS thread id is the process's pid
+    (a script may rename it: threading.current_thread().name = "x"); by its name where py-spy
+    gave no ids; else the first. None for an empty dump."""
+    threads = [t for t in stack if isinstance(t, dict)] if isinstance(stack, list) else []
+    by_id = next((t for t in threads if t.get("pid") is not None and t.get("os_thread_id") == t.get("pid")), None)
+    by_name = next((t for t in threads if t.get("thread_name") == "MainThread"), None)
+    return by_id or by_name or (threads[0] if threads else None)
+
+
 def _innermost(stack) -> str:
-    main = next((t for t in stack if t.get("thread_name") == "MainThread"), stack[0] if stack else None)
+    main = main_thread(stack)
     frames = (main or {}).get("frames") or []
     return (frames[0].get("short_filename") or "") if frames else ""
 

@@ -18,7 +18,11 @@ How the script ended: the moment it returns, calls sys.exit or raises, before Py
 teardown, the rank writes PID.end in the same folder (record_ending): how, when (its clock), the
 exit code or the exception's type, message and frames. The agent reads it when the process is
 gone. Teardown takes half a second or more with torch loaded, and a rank's peers may die of the
-lost connection before its process is gone: the time it wrote is when it really left."""
+lost connection before its process is gone: the time it wrote is when it really left.
+
+A fatal signal (SIGSEGV in an extension, torch's abort) runs no Python: faulthandler, turned on
+into PID.fatal in the same folder, writes the crashing thread's frames there, and the agent reads
+them as the rank's record (node/flight.py's fatal_record), so the verdict names the line."""
 
 import atexit
 import json
@@ -142,6 +146,27 @@ def exit_code(exc):
     return exc.code if isinstance(exc.code, int) else 1
 
 
+# -- a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) -------------------------------------
+
+FATAL = "%d.fatal"            # in the folder, by pid: faulthandler's dump of the crashing thread
+
+
+def record_fatal(folder):
+    """Turn on faulthandler into PID.fatal in the folder: a crash in native code (a SIGSEGV in an
+    extension, torch's abort) then names the Python line the rank was at, for the agent to read
+    when the rank is gone (node/flight.py's ending). A file of this process's own, never through a
+    link; removed at a normal end. Returns it (it must stay open), or None (never raises)."""
+    try:
+        import faulthandler
+        path = os.path.join(folder, FATAL % os.getpid())
+        fatal = os.fdopen(os.open(path, CREATE, 0o600), "w")
+        faulthandler.enable(file=fatal, all_threads=False)
+        atexit.register(_forget, path, os.getpid())
+        return fatal
+    except Exception:
+        return None
+
+
 def _forget(ready, pid):
     if os.getpid() != pid:       # a forked child (a DataLoader worker) exiting: not ours to remove
         return
@@ -205,8 +230,10 @@ def _scripts_own(tb):
 
 if __name__ == "__main__":
     _folder = os.environ.get(FOLDER_VARIABLE)
+    _fatal = None
     if _folder:
         start_answering(_folder)
+        _fatal = record_fatal(_folder)
     try:
         run(sys.argv[1:])
     except SystemExit as exc:

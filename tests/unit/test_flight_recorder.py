@@ -262,12 +262,14 @@ def test_a_real_gloo_dump_and_the_recorded_h100_one_are_read_as_plain_data(tmp_p
     trace = flight.plain_data(dumped.read_bytes())
     assert trace == pickle.loads(dumped.read_bytes())
     completed = max((e["collective_seq_id"] for e in trace["entries"] if e["state"] == "completed"), default=None)
-    assert flight.summary(trace)["groups"] == [{"group": "default_pg", "seq": 4, "op": "barrier",
-                                                "state": trace["entries"][-1]["state"], "completed": completed}]
+    assert flight.summary(trace)["groups"] == [{"group": "default_pg", "id": "0", "seq": 4, "op": "barrier",
+                                                "state": trace["entries"][-1]["state"], "completed": completed,
+                                                "last": True}]
     h100 = recorded_h100_dump()
     assert len(h100["entries"]) == 4
     assert flight.summary(flight.plain_data(pickle.dumps(h100))) == {
-        "groups": [{"group": "default_pg", "seq": 66, "op": "all_reduce", "state": "scheduled", "completed": 64}],
+        "groups": [{"group": "default_pg", "id": "0", "seq": 66, "op": "all_reduce", "state": "scheduled",
+                    "completed": 64, "last": True, "ranks": [0]}],
         "entries": 4}
 
 
@@ -339,8 +341,8 @@ def test_an_nccl_rank_is_asked_through_its_pipe_and_its_dump_read(tmp_path):
     finally:
         rank.kill()
         rank.wait()
-    assert first == again == {"groups": [{"group": "default_pg", "seq": 66, "op": "all_reduce", "state": "scheduled",
-                                          "completed": 64}],
+    assert first == again == {"groups": [{"group": "default_pg", "id": "0", "seq": 66, "op": "all_reduce",
+                                          "state": "scheduled", "completed": 64, "last": True, "ranks": [0]}],
                               "entries": 4}
 
 
@@ -363,3 +365,29 @@ def test_the_variables_for_nccl_and_what_the_user_set_wins(tmp_path):
     mine = flight.rank_environment(folder, {"TORCH_FR_BUFFER_SIZE": "50"}, nccl=True)
     assert "TORCH_FR_BUFFER_SIZE" not in mine and mine["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50"
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in flight.rank_environment(folder, {}, nccl=False)
+
+
+SUBGROUP_RANK = """\
+import json, sys, torch, torch.distributed as dist
+import torch._C._distributed_c10d as c10d
+dist.init_process_group("gloo", rank=0, world_size=1)
+subgroup = dist.new_group([0])
+t = torch.ones(2)
+for _ in range(3):
+    dist.all_reduce(t)                       # the default group: #1..#3
+    dist.all_reduce(t, group=subgroup)       # the subgroup: its own #1..#3
+dist.all_reduce(t)                           # the default group's #4: the last collective of all
+sys.stdout.buffer.write(c10d._dump_fr_trace_json(True, False))
+"""
+
+
+def test_each_process_group_is_summarised_by_its_id_with_its_own_sequence_numbers(tmp_path):
+    """A real Gloo rank with a subgroup: each group keeps its own count (the default group's #4 is
+    not the subgroup's #3 plus one); the group the rank's last collective is in is marked, which is
+    where a rank that waits waits (hangwatch/sequence.py compares numbers within a group only)."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "TORCH_FR_BUFFER_SIZE": "100"}
+    done = run([sys.executable, "-c", SUBGROUP_RANK], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    found = flight.summary(json.loads(done.stdout))
+    assert [(g["id"], g["group"], g["seq"], g["op"], g["last"]) for g in found["groups"]] == \
+        [("0", "default_pg", 4, "all_reduce", True), ("1", "undefined", 3, "all_reduce", False)], found

@@ -98,8 +98,8 @@ def test_the_flight_recorder_is_asked_and_read_in_the_ranks_own_folder(flight_fo
     server = _answer_once(flight_folder, json.dumps({"entries": [entry]}))
     found = flight.ask(os.getpid(), wait=3.0)
     server.join()
-    assert found == {"groups": [{"group": "default_pg", "seq": 12, "op": "all_reduce", "state": "started",
-                                 "completed": None}], "entries": 1}
+    assert found == {"groups": [{"group": "default_pg", "id": "0", "seq": 12, "op": "all_reduce", "state": "started",
+                                 "completed": None, "last": True}], "entries": 1}
     assert not (flight_folder / f"{os.getpid()}.json").exists()     # read once, then gone
 
 

@@ -98,3 +98,30 @@ def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
     assert found.kind == "unseen" and found.culprits == ()
     assert summary(found) == ("ranks 0,1: rendezvous; ranks 2,3 unknown (not watched: worker1's agent is gone): "
                              "a hang cannot be told from a straggler")
+
+
+def test_a_rank_that_renamed_its_main_thread_is_read_from_its_main_thread():
+    # threading.current_thread().name = "trainer": py-spy lists a sleeping helper thread first; the
+    # main thread is the one whose OS thread id is the pid, whatever its name.
+    native = classify(dump("native_renamed_main.json"), cpu_percent=0.0, wchan="futex_do_wait")
+    assert (native.state, native.reason, native.frame.where) == ("idle", "waits-on-lock", "renamed_main.py:15")
+    plain = classify(dump("python_renamed_main.json"), cpu_percent=0.0, wchan="futex_do_wait")
+    assert (plain.state, plain.frame.where, plain.frame.function) == ("idle", "renamed_main.py:15", "<module>")
+
+
+def test_a_rank_that_left_the_loop_and_is_behind_by_the_flight_recorder_has_uneven_data_said_once():
+    # The recorded stacks (rank 2 left the loop) with the sequence numbers the recorded launch's
+    # Flight Recorders gave (artifacts/explain/launch-leave: ranks 0,1,3 at all_reduce #12, rank 2 at
+    # #11): the left loop's causes and the one behind's are the same uneven data, said once.
+    from dataclasses import replace
+
+    from hangwatch.words import cause_line
+    waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait")
+    left = classify(dump("deadlock_rank1_left_loop.json"), 0.0, "hrtimer_nanosleep")
+    ranks = {r: replace(e, seq=11 if r == 2 else 12, seq_op="all_reduce")
+             for r, e in seen({0: waiting, 1: waiting, 2: left, 3: waiting}).items()}
+    found = diagnose(ranks)
+    assert (found.kind, found.culprits, found.reason) == ("deadlock", (2,), "left-loop")
+    lines = [cause_line(c) for c in found.causes]
+    assert len(lines) == len(set(lines)) == 2, lines
+    assert sum("drop_last=True" in line for line in lines) == 1, lines

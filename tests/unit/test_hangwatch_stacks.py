@@ -99,3 +99,42 @@ def test_the_join_is_the_one_explain_uses():
     assert found is not None
     assert (found.behind, found.ahead, found.seq, found.op, found.frame) == ((1,), (0,), 4, "broadcast", "t.py:9")
     assert found.entered[1].quote == quote  # type: ignore[attr-defined]
+
+
+def test_native_frames_group_by_their_names_not_their_addresses():
+    # Two real processes blocked at the same line, --native: the same Python frames and named
+    # native functions, other raw addresses (where each loaded libc). One group, as the dashboard
+    # builds each rank's stack (evidence.shown: frames_of the dump).
+    import json
+    from pathlib import Path
+
+    from hangwatch.classify import frames_of
+    pyspy = Path(__file__).parent / "artifacts" / "pyspy"
+    stacks = [[{"function": f.function, "file": f.file, "line": f.line}
+               for f in frames_of(json.loads((pyspy / name).read_text()))]
+              for name in ("native_renamed_main.json", "native_renamed_main_2.json")]
+    assert stacks[0] != stacks[1]                       # the addresses differ
+    groups = group_stacks(ranks(*stacks))
+    assert [(g.ranks, g.differs) for g in groups] == [((0, 1), False)]
+    assert [f["function"] for f in groups[0].stack][2:5] == ["PyThread_acquire_lock_timed",
+                                                             "lock_PyThread_acquire_lock", "<module>"]
+
+
+def test_the_incident_report_lists_a_stack_once_for_the_ranks_that_share_it():
+    import json
+    from pathlib import Path
+
+    from hangwatch.classify import frames_of
+    from hangwatch.model import Snapshot
+    from hangwatch.render import incident_report
+    pyspy = Path(__file__).parent / "artifacts" / "pyspy"
+    stacks = [[{"function": f.function, "file": f.file, "line": f.line}
+               for f in frames_of(json.loads((pyspy / name).read_text()))]
+              for name in ("native_renamed_main.json", "native_renamed_main_2.json")]
+    report = incident_report(Snapshot(time=0.0, threshold=8.0, ranks=ranks(*stacks)), {}).splitlines()
+    start = report.index("stacks (innermost first; ranks with the same stack together):")
+    assert report[start + 1] == "  rank 0 on master (pid 100), rank 1 on master (pid 101):"
+    assert report[start + 2:start + 8] == ["    libc.so.6:0 0x7efe1c0a3f16", "    libc.so.6:0 0x7efe1c0aed90",
+                                           "    libpython3.11.so.1.0:0 PyThread_acquire_lock_timed",
+                                           "    libpython3.11.so.1.0:0 lock_PyThread_acquire_lock",
+                                           "    renamed_main.py:15 <module>", "    libc.so.6:0 0x7efe1c04524a"]
