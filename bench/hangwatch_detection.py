@@ -101,7 +101,7 @@ def main() -> int:
     results = []
     try:
         with tempfile.TemporaryDirectory() as incidents:
-            watch = hangwatch(lab, "--incident-dir", incidents)
+            watch = hangwatch(lab, "--incident-dir", incidents, "--keep-watching")
             try:
                 wait_until(lambda: {e.get("node") for e in watch.events if e["event"] == "node"
                                     and e.get("status") == "watching"} >= {"master", "worker1"},

@@ -46,7 +46,7 @@ def one(lab: Lab, way: str, port: int, scratch: Path) -> dict:
         crowd = impostors.start(intruder, 6, host=lab.node("master").ipv4, world=4,
                                 wrap=lambda argv: lab.command("master", impostors.as_intruder(intruder) + argv))
     args = ("--pid", str(crowd.pids[0])) if way == "followed" and crowd is not None else ()
-    watch = hangwatch(lab, "--incident-dir", str(scratch / f"incidents-{port}"), *args)
+    watch = hangwatch(lab, "--incident-dir", str(scratch / f"incidents-{port}"), "--keep-watching", *args)
     job = None
     try:
         wait_until(lambda: {e.get("node") for e in watch.events if e["event"] == "node"

@@ -55,6 +55,10 @@ class Shape:
     steps: int = 500
     watch_for: float = 0.0         # healthy shapes: how long nothing may be named
     quiet: bool = False            # healthy shapes: nothing at all may be named, not even a straggler
+    members: int | None = None     # the faulty rank is one of ranks 0..members-1 (a subgroup's)
+    options: tuple[str, ...] = ()  # launched shapes: ddp-preflight's own options
+    kept: bool = False             # launched: the run keeps its first verdict (one bundle; result.json's
+                                   # verdict names the same rank alone) whatever the hang causes after it
 
 
 EXIT_LIMIT = SETTLE + 2
@@ -78,6 +82,17 @@ SHAPES = {s.name: s for s in (
     Shape("launch-raise", ("--fault", "raise"), "exited", ("raised",), EXIT_LIMIT + 2, launch=True),
     Shape("launch-raise-1node", ("--fault", "raise"), "exited", ("raised",), EXIT_LIMIT + 2, nodes=("master",),
           launch=True),
+    # A subgroup's all_reduce skipped by one of its two members: named for that group, never the
+    # other member "behind" by the default group's numbers.
+    Shape("launch-subgroup", ("--fault", "subgroup"), "mismatch", ("skipped-group",), launch=True, members=2,
+          options=("--stop-on-hang",), kept=True),
+    # A timeout cascade: the others' collectives time out 20 s into the rank's sleep, they exit,
+    # torchrun stops the rest; the hang named first stays the run's verdict.
+    Shape("launch-cascade", ("--fault", "sleep", "--seconds", "60", "--pg-timeout", "20"), "deadlock",
+          ("left-loop",), launch=True, kept=True),
+    # ddp-preflight's own freeze (SIGSTOP) and stop of a deadlocked run: one verdict, one bundle.
+    Shape("launch-stop", ("--fault", "leave"), "deadlock", ("left-loop",), launch=True, options=("--stop-on-hang",),
+          kept=True),
     Shape("endless", ("--fault", "endless"), "endless", ("computes-forever",), ENDLESS_AFTER + DEFAULT_THRESHOLD + 2),
     # The rank prints its fault instead of init_process_group; the others wait there.
     Shape("skip-init", ("--fault", "skip-init"), "rendezvous-stall", ("never-checked-in",)),
@@ -169,11 +184,12 @@ def one_attached(lab: Lab, watch: Watch, shape: Shape, port: int, rank: int, ste
 
 def one_launched(lab: Lab, shape: Shape, port: int, rank: int, step: int, folder: Path) -> dict:
     ranks = 2 * len(shape.nodes)
+    faulty = rank % (shape.members or ranks)
     log_dir = folder / f"run-{port}"
     argv = [sys.executable, "-m", "cli.ddp_preflight", *shape.nodes, "--ssh-config", str(lab.ssh_config),
             "--launch", "--nproc-per-node", "2", "--no-probes", "--master-port", str(port), "--log-dir", str(log_dir),
-            "--", str(ROOT / "examples" / "hang_train.py"), "--steps", str(shape.steps), *shape.args,
-            "--rank", str(rank % ranks), "--at", str(step)]
+            *shape.options, "--", str(ROOT / "examples" / "hang_train.py"), "--steps", str(shape.steps), *shape.args,
+            "--rank", str(faulty), "--at", str(step)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     headline = next((line for line in done.stderr.splitlines() if "training failed" in line),
                     (done.stderr.strip().splitlines() or ["(no output)"])[-1])
@@ -188,11 +204,21 @@ def one_launched(lab: Lab, shape: Shape, port: int, rank: int, step: int, folder
     if snapshot["time"] < began:
         return {"latency": None, "result": "false-alarm",
                 "why": f"before the fault: {snapshot['diagnosis']['summary']} | {headline}"}
-    result, why = judge(shape, snapshot["diagnosis"], rank % ranks, ranks)
+    result, why = judge(shape, snapshot["diagnosis"], faulty, ranks)
+    if result == "right" and shape.kept:
+        kept = json.loads((log_dir / "result.json").read_text()).get("verdict") if (log_dir / "result.json").is_file() \
+            else None
+        if len(bundles) != 1 or kept is None or (kept.get("culprits"), kept.get("candidates")) != ([faulty], []):
+            result, why = "wrong", (f"{len(bundles)} bundles; result.json's verdict: "
+                                    f"{kept and (kept.get('kind'), kept.get('culprits'), kept.get('candidates'))}")
     return {"latency": snapshot["time"] - began, "result": result, "why": f"{why} | {headline}".lstrip(" |")}
 
 
 def main() -> int:
+    if "--attach" in sys.argv[1:]:
+        # Attach mode: torchruns started by hand, output to files (bench/hangwatch_attach.py).
+        from bench.hangwatch_attach import main as attach
+        return attach([a for a in sys.argv[1:] if a != "--attach"])
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--shapes", default=",".join(SHAPES))
@@ -207,10 +233,16 @@ def main() -> int:
     port = 29800
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            watch = hangwatch(lab, "--incident-dir", scratch, "--endless-after", str(ENDLESS_AFTER))
+            # The attached shapes' watcher, only where one is run: beside a launch it would be a second
+            # tracer of the launched ranks (its py-spy holds them in state t), which is not their shape.
+            attached = any(not shape.launch for shape in shapes)
+            watch = hangwatch(lab, "--incident-dir", scratch, "--endless-after", str(ENDLESS_AFTER),
+                              "--keep-watching") if attached else None
             try:
-                wait_until(lambda: {e.get("node") for e in watch.events if e["event"] == "node"
-                                    and e.get("status") == "watching"} >= set(NODES), 60, "the agents did not start")
+                if watch is not None:
+                    wait_until(lambda: {e.get("node") for e in watch.events if e["event"] == "node"
+                                        and e.get("status") == "watching"} >= set(NODES), 60,
+                               "the agents did not start")
                 for shape in shapes:
                     runs = []
                     for rank, step in RANKS[:args.runs]:
@@ -218,14 +250,16 @@ def main() -> int:
                         if shape.launch:
                             r = one_launched(lab, shape, port, rank, step, Path(scratch))
                         else:
+                            assert watch is not None
                             r = one_attached(lab, watch, shape, port, rank, step)
                         runs.append(r)
                         shown = f"{r['latency']:.2f} s" if r["latency"] is not None else "-"
-                        print(f"{shape.name:18} rank {rank % (2 * len(shape.nodes))} at step {step:2}: "
+                        print(f"{shape.name:18} rank {rank % (shape.members or 2 * len(shape.nodes))} at step {step:2}: "
                               f"{r['result']:11} {shown:>8}  {r['why'][:400]}", flush=True)
                     table.append((shape, runs))
             finally:
-                watch.stop()
+                if watch is not None:
+                    watch.stop()
     finally:
         Lab.down(name)
     print()

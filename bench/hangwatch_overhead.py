@@ -100,7 +100,7 @@ def rate(steps: list[tuple[float, int]], start: float, end: float) -> float:
 
 
 def watched_block(lab: Lab, steps, incidents: str) -> dict:
-    watch: Watch = hangwatch(lab, "--incident-dir", incidents)
+    watch: Watch = hangwatch(lab, "--incident-dir", incidents, "--keep-watching")
     try:
         wait_until(lambda: {e.get("rank") for e in watch.events if e["event"] == "rank-found"} >= {0, 1, 2, 3},
                    60, f"the watcher did not find the 4 ranks: {[e['text'] for e in watch.events]} {watch.stderr}")

@@ -1,9 +1,12 @@
-"""The `hangwatch` command: `hangwatch attach [HOST ...] [--pid PID ...]`.
+"""The `hangwatch` command: `hangwatch attach [HOST ...] [--pid [HOST:]PID ...]`.
 
-Text events by default, `--json` for one JSON object per event, `--tui` for the dashboard.
-Exit codes: 0 watched until stopped (or --for ran out) with no hang, 1 a hang was named,
-2 usage error, no node could be watched, or the watch's own crash (whatever it named before:
-a hang may have gone unnamed)."""
+Text events by default, `--json` for one JSON object per event, `--tui` for the dashboard. The
+watch ends with the run it follows (every rank ended, its torchruns leaving), unless
+--keep-watching; when no node holds a rank or a torchrun, it says so within seconds.
+Exit codes: 0 the run finished (every rank exited 0), or watched until stopped (or --for ran out)
+with no hang; 1 a hang was named, or a rank of the run did not exit 0; 2 usage error, no node
+could be watched, no rank found, or the watch's own crash (whatever it named before: a hang may
+have gone unnamed)."""
 
 from __future__ import annotations
 
@@ -32,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("attach", help="watch the ranks on these nodes (default: this machine)")
     a.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; none: this machine")
-    a.add_argument("--pid", type=int, action="append", default=[], help="watch this process too (repeatable)")
+    a.add_argument("--pid", action="append", default=[], metavar="[HOST:]PID",
+                   help="watch this process as a rank whatever it looks like, on HOST (default: the first "
+                        "host, or this machine); repeatable, on any host")
     a.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     a.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
     a.add_argument("--slurm-job", metavar="ID",
@@ -51,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--incident-dir", default="hangwatch-incidents", help="where bundles go (default ./hangwatch-incidents)")
     a.add_argument("--for", dest="duration", type=float, help="stop watching after this many seconds")
     a.add_argument("--exit-on-hang", action="store_true", help="stop at the first hang named (exit 1): for CI and scripts")
+    a.add_argument("--keep-watching", action="store_true",
+                   help="watch on when the run ends, and when no rank is found yet: for the runs to come")
     return p
 
 
@@ -78,6 +85,23 @@ def main(argv: list[str] | None = None) -> int:
 
 class UsageError(Exception):
     pass
+
+
+def given_pids(given: list[str], hosts: list[str], aliases: tuple[str, ...] = ()) -> dict[str, tuple[int, ...]]:
+    """--pid's processes by host: "HOST:PID" on that host (one of those watched; an IPv6 address
+    keeps its colons: the last one splits), a bare PID on the first host. UsageError otherwise."""
+    out: dict[str, list[int]] = {}
+    for value in given:
+        host, colon, number = value.rpartition(":")
+        host = host.strip("[]") if colon else hosts[0]
+        if host in aliases:
+            host = hosts[0]
+        if not number.isdigit() or int(number) <= 0:
+            raise UsageError(f"--pid {value!r}: give PID or HOST:PID, PID a process id")
+        if host not in hosts:
+            raise UsageError(f"--pid {value!r}: {host} is not a watched host (watched: {', '.join(hosts)})")
+        out.setdefault(host, []).append(int(number))
+    return {host: tuple(pids) for host, pids in out.items()}
 
 
 def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
@@ -146,14 +170,16 @@ def attach(args) -> int:
     nodes = []
     if args.hosts or slurm_job is not None:
         hosts = args.hosts or list(slurm_job.nodes if slurm_job is not None else ())
+        pids = given_pids(args.pid, hosts)
         targets, nodes, problems = _connect(hosts, ssh_config, python, slurm_job)
-        if args.pid and targets:
-            targets[0] = WatchTarget(targets[0].node, tuple(args.pid))
+        targets = [WatchTarget(t.node, pids.get(t.name, ())) for t in targets]
     else:
         import socket
 
         from transport import LocalNode
-        targets = [WatchTarget(LocalNode(socket.gethostname(), python), tuple(args.pid))]
+        here = socket.gethostname()
+        pids = given_pids(args.pid, [here], aliases=("localhost",))
+        targets = [WatchTarget(LocalNode(here, python), pids.get(here, ()))]
     from node.terminal import shown  # a node's error may quote its words: shown, never obeyed
     for problem in problems:
         print(f"hangwatch: {shown(problem)}", file=sys.stderr)
@@ -161,12 +187,19 @@ def attach(args) -> int:
         print("hangwatch: no node could be watched", file=sys.stderr)
         return Exit.USAGE
 
-    hung = threading.Event()
+    from hangwatch.events import Event, EventKind
+
+    hung, alone = threading.Event(), threading.Event()
+    failed = nothing = False
     write_lock = threading.Lock()
 
     def on_event(event):
         if event.hang:
             hung.set()
+        if "alone" in event.data:
+            # Ranks of a world of more than one that never connected: no hang (nothing stops), but
+            # the run is not what it claims to be, so it fails (exit 1) unless they connect after all.
+            (alone.set if event.data["alone"] else alone.clear)()
         if args.tui:
             return
         with write_lock:
@@ -206,6 +239,17 @@ def attach(args) -> int:
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 if args.exit_on_hang and hung.is_set():
                     break
+                if not args.keep_watching:
+                    ended = watcher.over()
+                    if ended is not None:
+                        on_event(Event(EventKind.FINISHED, over_text(ended), data=over_data(ended)))
+                        failed = bool(ended.failed or ended.alone)
+                        break
+                    empty = watcher.none_found()
+                    if empty:
+                        print(f"hangwatch: {none_found_text(empty)}", file=sys.stderr)
+                        nothing = True
+                        break
                 stop.wait(0.2)
     except KeyboardInterrupt:
         pass
@@ -213,7 +257,44 @@ def attach(args) -> int:
         watcher.close()
         for node in nodes:
             node.close()
-    return outcome(hung.is_set(), watcher.failed)
+    if nothing and watcher.failed is None:
+        return Exit.USAGE
+    return outcome(hung.is_set() or alone.is_set() or failed, watcher.failed)
+
+
+def over_text(ended) -> str:
+    """The end of the run, in words (runs.Over's fields)."""
+    from hangwatch.who import label
+    if ended.finished:
+        return f"finished: {'all ' if len(ended.ranks) > 1 else ''}{len(ended.ranks)} " \
+               f"rank{'s' if len(ended.ranks) > 1 else ''} exited 0"
+    parts = []
+    if ended.failed:
+        parts.append(f"{', '.join(label(w) for w in ended.failed)} did not exit 0")
+    if ended.unknown:
+        parts.append(f"the exit of {', '.join(label(w) for w in ended.unknown)} was collected by its parent "
+                     "before it could be read")
+    if ended.alone:
+        parts.append(f"{', '.join(label(w) for w in ended.alone)} never had a connection to a store or a peer: "
+                     "each trained alone, in no process group (its WORLD_SIZE is more than 1)")
+    return f"the run is over: its {len(ended.ranks)} ranks have ended; " + "; ".join(parts)
+
+
+def over_data(ended) -> dict:
+    from dataclasses import asdict
+
+    def who_json(who):
+        return who if isinstance(who, int) else asdict(who)
+    return {"finished": ended.finished, "ranks": [who_json(w) for w in ended.ranks],
+            "failed": [who_json(w) for w in ended.failed], "unknown": [who_json(w) for w in ended.unknown],
+            "alone": [who_json(w) for w in ended.alone]}
+
+
+def none_found_text(nodes: tuple[str, ...]) -> str:
+    from hangwatch.runs import FIRST_SCANS
+    return (f"no rank found on {', '.join(nodes)}: no process with RANK and WORLD_SIZE in its environment and no "
+            f"torchrun, in {FIRST_SCANS} scans of every process of each; start the training first, give a "
+            "rank's process with --pid HOST:PID, or --keep-watching to wait for one")
 
 
 def outcome(hang_named: bool, failed: str | None) -> Exit:

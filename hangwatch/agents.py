@@ -5,6 +5,8 @@ ended), verdicts.py (what the ranks together say)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from node import protocol
 
 from . import ended, progress, runs, stall, verdicts
@@ -12,6 +14,7 @@ from .events import EventKind
 from .evidence import evidence_of, shown
 from .inputs import AgentMessage, AskStacks, BringPySpy, Effect, Send
 from .model import NodeStatus, RankStatus, RankView
+from .prefixes import split_prefix
 from .state import GONE, SILENT, Launcher, State, Track, notice, remember, say
 
 S = RankStatus
@@ -52,6 +55,7 @@ def from_agent(state: State, node: str, message: AgentMessage, now: float, wall:
             if runs.own(state, node, message):
                 runs.drop_others(state, node, out)
             state.launchers[(node, message.pid)] = Launcher(node, message)
+            state.found_any = True
         else:
             runs.refuse(state, node, message, out)
     elif isinstance(message, protocol.ClockAnswer):
@@ -59,7 +63,26 @@ def from_agent(state: State, node: str, message: AgentMessage, now: float, wall:
     elif isinstance(message, protocol.RankExit):
         track = state.ranks.get((node, message.pid))
         if track is not None:
-            ended.rank_exit(state, track, message, now, out)
+            ended.rank_exit(state, track, own_lines(track, message), now, out)
+
+
+def own_lines(t: Track, exit: protocol.RankExit) -> protocol.RankExit:
+    """Its exit with the output lines that are its own. A file other processes write too (every
+    rank of `torchrun ... > node.log` inherits it) holds every rank's lines: a line is this rank's
+    only where its own prefix says so (torch's "[rank3]: " on an uncaught exception's lines, or
+    --tee's "[default1]:" of its local rank; prefixes.py reads them as everywhere). A line without
+    one could be any of them, and is pinned on none."""
+    if not exit.shared or not exit.output:
+        return exit
+    mine = []
+    for line in exit.output:
+        origin = split_prefix(line)[0]
+        if origin.marker is not None:
+            if origin.marker == t.view.rank:
+                mine.append(line)
+        elif origin.local_rank is not None and origin.local_rank == t.view.local_rank:
+            mine.append(line)
+    return replace(exit, output=tuple(mine))
 
 
 CLOCK_EVERY = 10.0        # seconds between readings of each node's clock
@@ -150,6 +173,7 @@ def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, o
                    "(two runs at once, or a helper the rank finder took for a rank); both are watched and named "
                    "by pid", out)
     state.ranks[(node, info.pid)] = track
+    state.found_any = True
     state.nodes[node].ranks = sum(1 for t in state.tracks(node))
     env = info.env or {}
     state.nodes[node].interface = env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME") \
@@ -163,6 +187,7 @@ def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, o
 
 
 def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list[Effect]) -> None:
+    state.samples[node] = state.samples.get(node, 0) + 1
     state.nodes[node].net_bytes_per_s = msg.net
     state.closures.update(msg.closures)
     _launchers(state, node, msg, now)
@@ -187,7 +212,9 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
 
 def _launchers(state: State, node: str, msg: protocol.Sample, now: float) -> None:
     """Each torchrun's CPU and ranks: one that uses no CPU and has started no rank waits in its
-    rendezvous for the other nodes' torchruns."""
+    rendezvous for the other nodes' torchruns, unless a torchrun of its run (its store) has started
+    ranks: the nodes came, and one whose ranks ended waits at its exit barrier for the others to
+    finish, or is leaving."""
     sampled = {s.pid: s for s in msg.launchers}
     for (where, pid), launcher in list(state.launchers.items()):
         if where != node:
@@ -195,10 +222,15 @@ def _launchers(state: State, node: str, msg: protocol.Sample, now: float) -> Non
         s = sampled.get(pid)
         if s is None:
             del state.launchers[(where, pid)]          # gone
+            if not any(other.info.master == launcher.info.master for other in state.launchers.values()):
+                state.formed.discard(launcher.info.master)      # that run is over: the next at its store is another
             continue
         launcher.ranks = s.ranks
         launcher.had_ranks = launcher.had_ranks or s.ranks > 0
-        quiet = s.cpu is not None and s.cpu < stall.IDLE_CPU and not launcher.had_ranks
+        if launcher.had_ranks:
+            state.formed.add(launcher.info.master)
+        quiet = s.cpu is not None and s.cpu < stall.IDLE_CPU and not launcher.had_ranks \
+            and launcher.info.master not in state.formed
         if not quiet:
             launcher.quiet_since = None
         elif launcher.quiet_since is None:

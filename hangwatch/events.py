@@ -20,6 +20,7 @@ class EventKind(Word):
     RESUMED = "resumed"           # every rank makes progress again
     INCIDENT = "incident"         # a bundle written
     NOTICE = "notice"             # anything else worth a line: a verdict that is no hang, a refusal, a fix
+    FINISHED = "finished"         # attach: the run it followed is over (every rank ended, its torchruns leaving)
 
 
 @dataclass

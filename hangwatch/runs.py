@@ -22,12 +22,15 @@ its world size.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Union
 
 from node import protocol
 
 from .inputs import Effect
+from .model import NodeStatus
 from .state import State, Track, notice
+from .who import Who
 
 Found = Union[protocol.RankFound, protocol.LauncherFound]     # a rank, or a torchrun that starts ranks
 
@@ -100,3 +103,61 @@ def quiet_runs(state: State) -> list[int]:
 
 def of_run(state: State, run: int) -> list[Track]:
     return [t for t in state.ranks.values() if t.run == run]
+
+
+# -- the end of what the watch followed, and nothing to follow -------------------------------------
+
+FIRST_SCANS = 3     # samples of every watched node with nothing found: nothing is there to watch (a
+                    # process too young to have exec'd its program is looked at again at the next)
+
+
+@dataclass(frozen=True)
+class Over:
+    """Every rank the watch followed has ended, its end judged, and every torchrun of theirs is
+    gone or leaving: the run is over. Decided from the ranks' exits and the torchruns' children,
+    never from a time without progress."""
+    ranks: tuple[Who, ...]               # every rank followed, in order
+    failed: tuple[Who, ...] = ()         # those that did not exit 0 (a signal, a code)
+    unknown: tuple[Who, ...] = ()        # those whose exit no one read (their parent collected it first)
+    alone: tuple[Who, ...] = ()          # ranks of a world of more than one that never held a TCP socket
+                                         # (counted: none; a rank without one is counted every sample, so
+                                         # one it opened later shows): no process group, each trained alone
+
+    @property
+    def finished(self) -> bool:
+        """Every rank exited 0, each in a process group when its world was more than itself: the
+        run finished."""
+        return not self.failed and not self.unknown and not self.alone
+
+
+def over(state: State) -> Over | None:
+    """The run the watch followed is over, or None while anything of it may still run: a live
+    rank, a node whose ranks cannot be seen, an end not yet judged, a torchrun that has started no
+    rank yet (it may still), or one that stays after its ranks failed (it may restart them). A
+    torchrun whose ranks all exited 0 never restarts them: it is leaving (its exit barrier waits
+    for the other nodes' torchruns)."""
+    tracks = list(state.ranks.values())
+    if not tracks or state.live() or state.exit_check_at is not None or state.lost:
+        return None
+    ok = all(t.exit_status is not None and t.exit_status.ok for t in tracks)
+    for launcher in state.launchers.values():
+        if not launcher.had_ranks or launcher.ranks > 0 or not ok:
+            return None
+    keys = sorted(t.key for t in tracks)
+    return Over(tuple(keys), tuple(sorted(t.key for t in tracks if t.exit_status is not None
+                                          and not t.exit_status.ok)),
+                tuple(sorted(t.key for t in tracks if t.exit_status is None)),
+                tuple(sorted(t.key for t in tracks if (t.view.world_size or 0) > 1 and not t.talked
+                             and t.alone_since is not None and not t.endpoints)))
+
+
+def none_found(state: State) -> tuple[str, ...]:
+    """The watched nodes, when their agents have scanned FIRST_SCANS times and found nothing to
+    follow: no rank (a process with RANK and WORLD_SIZE, or a --pid), no torchrun. Empty while
+    something was found, or a node has not scanned that often yet."""
+    if state.found_any:
+        return ()
+    watched = [name for name, n in state.nodes.items() if n.status is NodeStatus.WATCHING]
+    if not watched or any(state.samples.get(name, 0) < FIRST_SCANS for name in watched):
+        return ()
+    return tuple(watched)

@@ -175,6 +175,10 @@ class State:
     launchers: dict[tuple[str, int], Launcher] = field(default_factory=dict)   # (node, pid) -> a torchrun
     closures: set[tuple[str, str]] = field(default_factory=set)   # (local, remote) of TIME_WAIT sockets seen:
                                                                    # the local side closed first
+    # attach: what the watch has found, and whether the run it followed is over (runs.py)
+    formed: set[str | None] = field(default_factory=set)    # stores whose torchruns have started ranks
+    samples: dict[str, int] = field(default_factory=dict)   # node -> samples its agent has sent
+    found_any: bool = False                   # a rank or a torchrun has been followed
 
     def tracks(self, node: str | None = None) -> list[Track]:
         return [t for t in self.ranks.values() if node is None or t.view.node == node]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from node import protocol, pyspy
 from transport import Node, NodeError
 
-from . import ended, reducer, stall
+from . import ended, reducer, runs, stall
 from .events import Event
 from .inputs import Effect, Input
 from .links import LEASE, AgentLink
@@ -239,6 +239,17 @@ class Watcher(Source):
     def details(self) -> dict:
         with self.lock:
             return reducer.details(self.state)
+
+    # --- attach: the end of what it followed ------------------------------------------------
+    def over(self) -> runs.Over | None:
+        """The run followed is over (runs.over): every rank ended and judged, its torchruns leaving."""
+        with self.lock:
+            return runs.over(self.state)
+
+    def none_found(self) -> tuple[str, ...]:
+        """The watched nodes, when every one has been scanned a few times and nothing was found."""
+        with self.lock:
+            return runs.none_found(self.state)
 
 
 def local_py_spy() -> str | None:

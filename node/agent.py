@@ -30,6 +30,8 @@ Lines out (AGENT + JSON), as node/protocol.py types them:
   the last lines of its stdout and stderr when they are regular files, read through the
   descriptors opened from /proc/PID/fd when it was found (never a pipe, FIFO, socket or terminal);
   its own record of how its script ended (PID.end in its Flight Recorder folder, flight.ending);
+  "shared" with the output: the file is another process's output too (its torchrun's, another
+  rank's), so only the lines whose prefix names it are its own;
 - {"type": "clock", "asked", "t"}; {"type": "py-spy", "path", "given", "refused"}.
 Commands: {"cmd": "stacks", "id", "native", "pids": {node: [pids]} (the ranks to read; absent: all)},
 {"cmd": "clock", "t"}, {"cmd": "py-spy", "path", "remove": folder}."""
@@ -49,9 +51,13 @@ from .gpus import Gpus
 from .keeper import Keeper, children_of
 from .ranks import Finder
 from .redact import redact_env
+from .sockets import closures, connections, held_sockets, rank_sockets, socket_queues
+
+__all__ = ["Agent", "closures", "connections", "held_sockets", "main", "rank_sockets", "redact_env", "socket_queues"]
 
 CONNECTIONS_EVERY = 5     # samples: the ranks' TCP connections are counted in one sample of so many
 TIME_WAIT_LEN = 60.0      # seconds the kernel keeps a closed connection in TIME_WAIT (TCP_TIMEWAIT_LEN)
+MAX_KEPT = 4096           # ranks whose output files are remembered (an ended rank's too: its peers end after it)
 
 
 class Agent:
@@ -70,6 +76,7 @@ class Agent:
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
         self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
+        self.outputs = {}             # pid -> (its stdout/stderr files, its parent's): proc.output_files
         self.keeping = threading.Lock()   # the keeper is used by the sampling and the exits' threads
         self.stop = threading.Event()
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
@@ -203,8 +210,21 @@ class Agent:
                 closed = self.closed_since(pid)
                 with self.keeping:
                     kept = self.keeper.ended(pid)
+                    if kept.get("output"):
+                        kept["shared"] = self.shared_output(pid)
                 self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": closed, **kept})
         codes.close()
+
+    def shared_output(self, pid) -> bool:
+        """Whether its output file is written by another process too: its launcher's (`torchrun >
+        node.log`: every rank of the node inherits the file) or another rank's. The master then
+        takes only the lines whose own prefix names it (`[rank3]: `): the others may be any rank's."""
+        mine, parent = self.outputs.get(pid, (set(), set()))
+        others = set(parent)
+        for other, (files, _) in self.outputs.items():
+            if other != pid:
+                others |= files
+        return bool(mine & others)
 
     def closed_since(self, gone):
         """For each other live rank: how many fewer TCP sockets it holds than the most it held (a
@@ -282,6 +302,9 @@ class Agent:
                     announced.add((pid, info["start"]))
                     with self.keeping:
                         self.keeper.found(pid)
+                        self.outputs[pid] = (proc.output_files(pid), proc.output_files(info["ppid"]))
+                        while len(self.outputs) > MAX_KEPT:
+                            del self.outputs[next(iter(self.outputs))]      # the oldest: long gone
                     self.emit({"type": "rank", **info, "started": boot + info["start"] / proc.TICK})
                 with self.keeping:
                     sample.update(self.keeper.sample(pid, now, self.ranks.stats, children))
@@ -331,62 +354,6 @@ class Agent:
                 threading.Thread(target=self.stacks, args=(None, None, wanted), daemon=True).start()
                 self.last_stacks = time.monotonic()
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
-
-
-def rank_sockets(pids, tables=None) -> dict:
-    """Each rank's TCP sockets ({pid: [proc.TcpSocket]}), every network namespace's table read
-    once (into `tables`, {netns: table}, when given: reading one costs milliseconds of the
-    kernel's time, whatever its size). A rank whose files this user may not list is left out:
-    unknown, never "none"."""
-    tables = {} if tables is None else tables
-    out = {}
-    for pid in pids:
-        inodes = proc.socket_inodes(pid)
-        if inodes is None:
-            continue
-        netns = proc.netns(pid)
-        if netns not in tables:
-            tables[netns] = proc.tcp_table(pid)
-        out[pid] = [s for s in tables[netns] if s.inode in inodes]
-    return out
-
-
-def socket_queues(pids) -> dict:
-    """Each rank's established TCP connections as the kernel holds them: how many, the bytes sent
-    and not yet acknowledged (unsent), the bytes arrived and not yet read (unread), and how many
-    its peer closed (CLOSE_WAIT)."""
-    out = {}
-    for pid, mine in rank_sockets(pids).items():
-        established = [s for s in mine if s.state == proc.ESTABLISHED]
-        out[str(pid)] = {"established": len(established), "unsent": sum(s.unsent for s in established),
-                         "unread": sum(s.unread for s in established),
-                         "peer_closed": sum(1 for s in mine if s.state == proc.CLOSE_WAIT)}
-    return out
-
-
-def held_sockets(pids) -> dict:
-    """Each rank's TCP sockets in any state (the ones it has not closed itself)."""
-    return {pid: len(mine) for pid, mine in rank_sockets(pids).items()}
-
-
-def closures(tables=None) -> list:
-    """(local, remote) of every TIME_WAIT socket in this node's network namespace (the agent's, its
-    ranks' too): the side that closed a connection first holds it, for a minute after (the watcher
-    knows whose endpoint each one is). Read from the agent's own /proc entry (the ranks may be
-    gone), or taken from `tables` when this sample read it already."""
-    own = proc.netns(os.getpid())
-    table = tables.get(own) if tables is not None and own is not None else None
-    if table is None:
-        table = proc.tcp_table(os.getpid())
-        if tables is not None and own is not None:
-            tables[own] = table
-    return [[s.local, s.remote] for s in table if s.state == proc.TIME_WAIT]
-
-
-def connections(pids) -> dict:
-    """Each rank's established TCP connections (to the store, to its peers, to anything): none
-    at all for a while means it joined no process group."""
-    return {pid: sum(1 for s in mine if s.state == proc.ESTABLISHED) for pid, mine in rank_sockets(pids).items()}
 
 
 def main(spec: dict, work=None) -> int:

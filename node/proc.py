@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import stat as stat_module
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set
@@ -257,3 +258,18 @@ def tcp_sockets(pid: int) -> Set[int]:
 def tcp_established(pid: int) -> Set[int]:
     """The inodes of the established TCP sockets (IPv4 and IPv6) in its network namespace."""
     return {s.inode for s in tcp_table(pid) if s.state == ESTABLISHED}
+
+
+def output_files(pid: int) -> Set[tuple]:
+    """(device, inode) of its stdout and stderr where they are regular files (stat through its
+    /proc entry: nothing is opened): the same pair on two processes is one file they both write,
+    whose lines are each one's only where a prefix says so (`[rank3]: `)."""
+    found = set()
+    for n in (1, 2):
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{n}")
+        except OSError:
+            continue
+        if stat_module.S_ISREG(st.st_mode):
+            found.add((st.st_dev, st.st_ino))
+    return found

@@ -271,6 +271,9 @@ class RankExit:
     ending: Any = None               # how its script ended, as the rank itself recorded it (a dict:
                                      # node/rank_bootstrap.py's record_ending), when it ran under
                                      # ddp-preflight's bootstrap or imported hangwatch.flight
+    shared: Optional[bool] = None    # its output file is another process's output too (its torchrun's:
+                                     # `torchrun ... > node.log`; another rank's): a line there is its
+                                     # own only where its prefix names it ("[rank3]: ")
     closed: Any = None               # {pid: n} for the node's other live ranks at this exit: how many
                                      # fewer TCP sockets each holds than the most it held at a count
                                      # (those its peer closed stay open, CLOSE_WAIT: only its own

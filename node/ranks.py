@@ -5,7 +5,9 @@ A rank is a worker that a launcher started, told by its environment and its ance
 is a rank when
 - it is a Python process whose environment has RANK and WORLD_SIZE (what torch.distributed's
   env:// needs; torchrun, the launcher, DeepSpeed and Slurm scripts set both), or its environment
-  is one this user may not read and torchrun started it (its rank number is then unknown);
+  is one this user may not read and torchrun started it (its rank number is then unknown), or
+  torch.multiprocessing.spawn started it with the store's MASTER_ADDR and MASTER_PORT in its
+  environment (spawned_rank: its number is an argument, unknown here);
 - and no ancestor of it is a rank.
 
 An ancestor is a rank when it was given by pid, was found a rank before, or is itself a Python
@@ -56,6 +58,13 @@ def has_rank(env: Optional[Dict[str, str]]) -> bool:
 
 
 def is_launcher(argv) -> bool:
+    """torchrun itself: a Python running torchrun (its entry script runs in the Python its #! names,
+    so argv[0] is that Python). A shell, `timeout`, `nohup` or srun whose command line only mentions
+    torchrun (`sh -c "torchrun ... > node.log"`, `timeout 600 torchrun ...`) starts no rank itself:
+    taken for one, it was a second torchrun of the node that never started a rank, read as waiting
+    for the other nodes' at the run's end."""
+    if not is_python(argv):
+        return False
     joined = " ".join(argv)
     return any(word in joined for word in LAUNCHERS)
 
@@ -65,14 +74,26 @@ def is_python(argv) -> bool:
     return program.startswith("python") or program == "pt_main_thread"
 
 
+def spawned_rank(argv: List[str], env: Optional[Dict[str, str]]) -> bool:
+    """A rank of torch.multiprocessing.spawn: a Python that multiprocessing's spawn started
+    (`python -c 'from multiprocessing.spawn import spawn_main; ...' --multiprocessing-fork`) with
+    the store it is to join, MASTER_ADDR and MASTER_PORT, in its environment: mp.spawn hands a
+    rank its number as an argument, never in RANK, and the script sets the store's address in
+    os.environ before it spawns (env://), which the spawned Python starts with. Its rank number
+    is then unknown here: it is named by its process, never by a guess."""
+    return env is not None and is_python(argv) and "--multiprocessing-fork" in argv \
+        and "MASTER_ADDR" in env and "MASTER_PORT" in env
+
+
 def looks_like_rank(argv: List[str], env: Optional[Dict[str, str]], ppid: int) -> bool:
     """The first half of the rule, the process alone: a Python with RANK and WORLD_SIZE, or
-    unreadable and torchrun's child. Not a launcher, a shell, or a tool a rank ran (gcc)."""
+    unreadable and torchrun's child, or mp.spawn's (spawned_rank). Not a launcher, a shell, or a
+    tool a rank ran (gcc)."""
     if is_launcher(argv):
         return False
     if env is None:
         return is_launcher(proc.cmdline(ppid))
-    return has_rank(env) and is_python(argv)
+    return (has_rank(env) and is_python(argv)) or spawned_rank(argv, env)
 
 
 def launcher_options(argv, env) -> dict:

@@ -268,3 +268,85 @@ def test_ranks_whose_environment_cannot_be_read_are_torchruns_children(trees):
     assert done.returncode == 0, done.stderr
     readable = {int(pid): r for pid, r in json.loads(done.stdout).items() if int(pid) in trees.all_pids()}
     assert readable == {pids["r"]: False, shell: False}
+
+
+def test_a_shell_or_timeout_whose_command_line_names_torchrun_is_no_torchrun(trees):
+    # `sh -c "torchrun ... > node.log; ..."` and `timeout 600 torchrun ...`: the shell and timeout
+    # stay the parent of the Python that runs torchrun, and only mention it. Taken for torchruns
+    # they were a node's second torchrun that never starts a rank: at the run's end, "torchrun on
+    # worker1 ..., worker1 ... has started no rank" named the master's node rank as never come.
+    from .ports import free_port
+    script = trees.folder / "never.py"
+    script.write_text("")
+
+    def torchrun():     # waits in its rendezvous for node rank 1, which never comes: alive, quiet
+        return shlex.join([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "0",
+                           "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+                           str(free_port()), str(script)])
+    shell = trees.start(["sh", "-c", f"{torchrun()} > {trees.folder / 'node.log'} 2>&1; true"], env=_env())
+    timeout = trees.start(["sh", "-c", f"exec timeout 300 {torchrun()}"], env=_env())
+    deadline = time.monotonic() + READY_WAIT
+    pythons: Dict[int, int] = {}
+    while len(pythons) < 2:
+        assert time.monotonic() < deadline, "the torchruns did not start"
+        for pid, _ in _descendants([shell.pid, timeout.pid]):
+            argv = proc.cmdline(pid)
+            if argv and argv[0] == sys.executable and "torch.distributed.run" in argv:
+                pythons[_parent(pid)] = pid
+        time.sleep(0.05)
+    assert _program(timeout.pid) == "timeout" and set(pythons) == {shell.pid, timeout.pid}
+
+    finder = Finder()
+    finder.scan()
+    assert set(finder.launchers) & trees.all_pids() == set(pythons.values())
+
+
+SPAWNED = '''
+import multiprocessing, os, sys, time
+
+
+def helper():
+    time.sleep(300)
+
+
+def rank(i, folder):
+    # a helper of its own (a DataLoader worker's way): spawned too, the store's address inherited
+    multiprocessing.get_context("spawn").Process(target=helper, daemon=True).start()
+    with open("/proc/self/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    with open(os.path.join(folder, f"rank{i}.tmp"), "w") as f:
+        f.write(f"{os.getpid()} {start}")
+    os.rename(os.path.join(folder, f"rank{i}.tmp"), os.path.join(folder, f"rank{i}"))
+    time.sleep(300)
+
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp      # here: the spawned ranks need not import torch
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[2]
+    mp.spawn(rank, args=(sys.argv[1],), nprocs=2)
+'''
+
+
+def test_the_ranks_torch_multiprocessing_spawn_started_are_found_their_numbers_unknown(trees, monkeypatch):
+    # mp.spawn gives a rank its number as an argument: no RANK, no WORLD_SIZE, no torchrun. What
+    # says it is a rank is how it was started and the store it is to join (env://).
+    monkeypatch.setattr(sys.modules[__name__], "READY_WAIT", 240)   # three imports of torch, on a busy machine
+    script = trees.folder / "spawned.py"
+    script.write_text(SPAWNED)
+    main = trees.start([sys.executable, str(script), str(trees.ready), "29999"], env=_env())
+    pids = trees.pids("rank0", "rank1")
+    assert {_parent(p) for p in pids.values()} == {main.pid}
+    assert all("--multiprocessing-fork" in proc.cmdline(p) for p in pids.values())
+    assert all("RANK" not in proc.environ(p) for p in pids.values())
+    helpers = set()
+    deadline = time.monotonic() + READY_WAIT
+    while len(helpers) < 2:
+        assert time.monotonic() < deadline, "the ranks' helpers did not start"
+        helpers = {pid for pid, _ in _descendants(list(pids.values())) if pid not in pids.values()
+                   and "--multiprocessing-fork" in proc.cmdline(pid)}
+        time.sleep(0.05)
+
+    found = Finder().scan()
+    assert set(found) & trees.all_pids() == set(pids.values())
+    assert [(found[p]["rank"], found[p]["world_size"], found[p]["master"]) for p in pids.values()] == \
+        [(None, None, "127.0.0.1:29999")] * 2
