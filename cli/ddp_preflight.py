@@ -34,8 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
     p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     p.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
-    p.add_argument("--data-dir", help="the folder of training shards, compared across nodes")
-    p.add_argument("--code-dir", help="the training code's folder, compared across nodes")
+    p.add_argument("--data-dir", action="append", default=[], metavar="[NODE:]PATH",
+                   help="the folder of training shards, compared across nodes: PATH on every node, or NODE:PATH "
+                        "for a node whose folder differs (repeatable; as data_dir in [nodes.NAME] of --config)")
+    p.add_argument("--code-dir", action="append", default=[], metavar="[NODE:]PATH",
+                   help="the training code's folder, compared across nodes (and where a node's launch starts): "
+                        "PATH on every node, or NODE:PATH for one (repeatable)")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default gloo")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default cpu")
     p.add_argument("--master-port", type=int, help="default 29500")
@@ -152,6 +156,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     slurm_job = _slurm_job(args)
     hosts, slots = _hosts(args, config, slurm_job)
     training_env = _training_env(args, config, hosts)
+    data_paths, code_paths = _folders(args, hosts)
 
     def pick(name, default):
         value = getattr(args, name)
@@ -168,17 +173,19 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         min_time_left = 60 * float(pick("min_time_left", 10))
     except (TypeError, ValueError):
         raise UsageError("min_time_left must be a number of minutes") from None
-    targets_data = [config.for_node(h, "data_dir") for h in hosts]
+    # Each node's own folder (--data-dir NODE:PATH, else [nodes.NAME] data_dir), unless --data-dir
+    # PATH names one for every node, which wins over the config's.
+    names = hosts or [socket.gethostname()]
+    targets_data = _data_dirs(data_paths, config, names)
     options = Options(
         backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
         nproc_per_node=nproc, launch_args=tuple(launch_args),
         params=int(args.params) if args.params else None, scan=args.scan,
-        # A data folder given only per node (config [nodes.X]) still means: compare shards.
-        data_dir=pick("data_dir", None) or next((d for d in targets_data if d), None),
+        # A data folder given only per node (NODE:PATH, config [nodes.X]) still means: compare shards.
+        data_dir=data_paths.every or config.values.get("data_dir") or next((d for d in targets_data if d), None),
         env=training_env, launch=launch is not None,
         min_time_left=min_time_left,
-        # Each node's own folder ([nodes.X] data_dir), unless --data-dir names one for all.
-        data_dirs={} if args.data_dir else {h: d for h, d in zip(hosts, targets_data, strict=True) if d},
+        data_dirs={h: d for h, d in zip(names, targets_data, strict=True) if d},
         pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := _python_of(args, config, h)).named})
     if options.nproc_per_node < 1:
         given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
@@ -196,7 +203,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
 
     if args.no_probes:
         checks = tuple(c for c in checks if not c.needs)
-    targets = _targets(args, config, hosts, launch_args)
+    targets = _targets(args, config, hosts, launch_args, targets_data, code_paths)
     from preflight import api
     from preflight.cluster import Cluster
 
@@ -300,17 +307,42 @@ def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str],
     return [host for _, hosts in sources for host in hosts], slots
 
 
-def _targets(args, config, hosts, launch_args):
+def _folders(args: argparse.Namespace, hosts: list[str]):
+    """--data-dir and --code-dir, each PATH for every node or NODE:PATH for one: checked before
+    any node is contacted."""
+    from preflight.hosts import HostListError, node_paths
+
+    names = hosts or [socket.gethostname()]
+    try:
+        return (node_paths("--data-dir", args.data_dir or [], names),
+                node_paths("--code-dir", args.code_dir or [], names))
+    except HostListError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _data_dirs(data_paths, config, names: list[str]) -> list[str | None]:
+    """Each node's data folder, in host order: --data-dir NODE:PATH, else --data-dir PATH, else the
+    config's for that node ([nodes.NAME] data_dir, else the top-level one)."""
+    return [data_paths.nodes.get(h) or data_paths.every or config.for_node(h, "data_dir") for h in names]
+
+
+def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
+    """Each node's Target; `data_dirs`: each node's data folder, in host order; `code_paths`:
+    --code-dir as given (both from the arguments when not given). A node's own folder
+    (NODE:PATH) wins over the one for every node, and the command line over the config."""
     from preflight.cluster import Target
 
-    code_dir = args.code_dir or config.values.get("code_dir") or _code_dir_of(launch_args)
+    if data_dirs is None or code_paths is None:
+        data_paths, code_paths = _folders(args, hosts)
+        data_dirs = _data_dirs(data_paths, config, hosts or [socket.gethostname()])
+    code_dir = code_paths.every or config.values.get("code_dir") or _code_dir_of(launch_args)
     if not hosts:
         here = socket.gethostname()
-        return [Target(here, _python_of(args, config, here).path, args.data_dir or config.values.get("data_dir"),
-                       code_dir, local=True)]
-    return [Target(h, _python_of(args, config, h).path,
-                   args.data_dir or config.for_node(h, "data_dir"),
-                   args.code_dir or config.for_node(h, "code_dir", code_dir)) for h in hosts]
+        return [Target(here, _python_of(args, config, here).path, data_dirs[0],
+                       code_paths.nodes.get(here) or code_dir, local=True)]
+    return [Target(h, _python_of(args, config, h).path, data_dir,
+                   code_paths.nodes.get(h) or code_paths.every or config.for_node(h, "code_dir", code_dir))
+            for h, data_dir in zip(hosts, data_dirs, strict=True)]
 
 
 def _python_of(args, config, host: str):

@@ -14,7 +14,7 @@ from transport.host_names import MAX_HOSTS, HostListError, bad_host_reason, chec
 from transport.slurm_job import hostnames
 
 __all__ = ["MAX_HOSTS", "MAX_HOSTFILE_BYTES", "HostListError", "HostfileEntry", "bad_host_reason", "check_hosts",
-           "check_unique", "hostfile_slots", "read_hostfile", "slurm_hosts"]
+           "check_unique", "hostfile_slots", "node_paths", "NodePaths", "read_hostfile", "slurm_hosts"]
 
 # A hostfile of MAX_HOSTS long lines (`host-name.domain slots=8  # rack 12`) fits in far less:
 # a bigger file is not a hostfile of one run, and is refused before it is read.
@@ -143,3 +143,42 @@ def slurm_hosts(environ: Mapping[str, str]) -> tuple[str, list[str]]:
         return variable, hostnames(value)
     except HostListError as exc:
         raise HostListError(f"--slurm: {variable}={value!r}: {exc}") from None
+
+
+# --- a folder per node: --data-dir NODE:PATH, --code-dir NODE:PATH -----------------------------
+
+@dataclass(frozen=True)
+class NodePaths:
+    """A folder option as given: one for every node, and each node's own (which wins there)."""
+    every: str | None = None
+    nodes: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, node: str) -> str | None:
+        return self.nodes.get(node) or self.every
+
+
+def node_paths(option: str, values: list[str], hosts: list[str]) -> NodePaths:
+    """`--data-dir PATH` (every node) and `--data-dir NODE:PATH` (that node; repeatable), as
+    `[nodes.NAME] data_dir` in the config. NODE: is a host of this run (an IPv6 address too);
+    a word before ':' that names none is refused, so a typo never becomes a folder's name."""
+    every: str | None = None
+    nodes: dict[str, str] = {}
+    for value in values:
+        host = next((h for h in sorted(hosts, key=len, reverse=True) if value.startswith(h + ":")), None)
+        if host is not None:
+            path = value[len(host) + 1:]
+            if not path:
+                raise HostListError(f"{option} {value}: no folder after '{host}:': write {option} {host}:PATH")
+            if host in nodes and nodes[host] != path:
+                raise HostListError(f"{option} names two folders for {host} ({nodes[host]}, {path}): give one")
+            nodes[host] = path
+            continue
+        word, colon, _ = value.partition(":")
+        if colon and word and "/" not in word and not word.startswith(("~", ".")):
+            raise HostListError(f"{option} {value}: {word} is not one of the hosts ({', '.join(hosts) or 'none given'}):"
+                                f" write {option} NODE:PATH with a host of this run, or {option} PATH for every node")
+        if every is not None and every != value:
+            raise HostListError(f"{option} names two folders for every node ({every}, {value}): give one, "
+                                f"and {option} NODE:PATH for a node whose folder differs")
+        every = value
+    return NodePaths(every, nodes)

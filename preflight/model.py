@@ -51,6 +51,8 @@ class Result:
     summary: str                # one line: what is wrong (or right)
     fix: str | None = None      # what to paste to fix it: the verdict's Fix as text (the JSON contract)
     details: Mapping[str, Any] = field(default_factory=dict)
+    remedy: Fix | None = field(default=None, compare=False, repr=False)   # that fix as data: the
+    #                             report says one cause's fix once, however many checks see it
 
     def __post_init__(self):
         object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
@@ -130,6 +132,31 @@ class Report:
     def ok_strict(self) -> bool:
         return not any(r.status.severity >= 1 for r in self.results)
 
+    @property
+    def fixes(self) -> tuple[FixSaid, ...]:
+        """Each fix of a warning, failure or error once, in the order first seen, with every
+        result that offers it: one Fix value (its steps and its node) is one fix, whichever
+        checks found its cause. A fix that came as words only (no Fix) is its result's own."""
+        groups: dict[object, list[Result]] = {}
+        for r in self.results:
+            if r.fix and r.status.severity >= 1:
+                groups.setdefault(r.remedy if r.remedy is not None else id(r), []).append(r)
+        return tuple(FixSaid(found[0].fix or "", found[0].remedy, tuple(found)) for found in groups.values())
+
     def to_json(self, strict: bool = False) -> dict:
         return {"ok": self.ok_strict() if strict else self.ok, "nodes": list(self.nodes),
                 "results": [r.to_json() for r in self.results]}
+
+
+@dataclass(frozen=True)
+class FixSaid:
+    """One fix as the text report says it: its text, and the results (checks, nodes) that offer
+    it. The JSON report keeps each result's own `fix` (the contract); this is the table's list."""
+    text: str
+    remedy: Fix | None
+    results: tuple[Result, ...]
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.check for r in self.results))
+

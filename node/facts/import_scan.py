@@ -7,8 +7,13 @@ Nothing of the user's is run: each file is read with `ast`, and each name is fou
 submodule with the path finder over its package's folders, so no package's __init__ runs).
 
 The imports followed are the entry's (the script, or the module and the packages `-m` imports
-first) and those of the project's own modules it imports (files under the start folder, not in
-site-packages), at module level: a function's imports run only when it is called. An import
+first) and those of the project's own modules it imports, at module level: a function's imports
+run only when it is called. Followed are the modules found in the folder Python puts first (the
+start folder for -m, the script's folder: the project's own, "own") or in a folder of the
+training's PYTHONPATH ("pythonpath", counted as external too), never in site-packages:
+nanochat's `python scripts/base_train.py` with PYTHONPATH=. imports nanochat/* from there.
+A folder without __init__.py is a namespace package, which Python imports
+(nanochat's scripts/ in `-m scripts.base_train`): it has no file of its own to read. An import
 inside `try: ... except ImportError` (or ModuleNotFoundError, Exception, a bare except) is
 optional; one under `if TYPE_CHECKING:` never runs.
 
@@ -110,31 +115,77 @@ def imports_of(tree: ast.Module, package: str | None):
     return out
 
 
-def _own(origin: str | None, root: str) -> bool:
-    """A file of the project itself: under the start folder and not an installed package."""
+def _inside(path: str, folders) -> bool:
+    return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+
+def _own(origin: str | None, project) -> bool:
+    """A file of the project itself: found in one of the project's folders (the one Python puts
+    first, the training's PYTHONPATH), not an installed package."""
     if not origin or not origin.endswith(".py"):
         return False
     path = os.path.realpath(origin)
-    return path.startswith(root + os.sep) and not any(d in path.split(os.sep) for d in SITE_DIRS)
+    return _inside(path, project) and not any(d in path.split(os.sep) for d in SITE_DIRS)
 
 
-def scan(entry: str, module: bool, root: str) -> dict:
+def _namespace(spec) -> bool:
+    """A folder without __init__.py: Python imports it (a namespace package), and it has no file."""
+    return spec is not None and not spec.origin and spec.submodule_search_locations is not None
+
+
+def _own_label(spec, root: str, project) -> str | None:
+    """Where a top-level module of the project lives (its file, or a namespace package's folder,
+    relative to the start folder where it is under it); None: not the project's."""
+    if _namespace(spec):
+        where = [os.path.realpath(p) for p in spec.submodule_search_locations]
+        if not where or not all(_inside(p, project) for p in where):
+            return None
+        return _label(where[0], root) + "/"
+    if spec is None or not _own(spec.origin, project):
+        return None
+    return _label(os.path.realpath(spec.origin), root)
+
+
+def _record(out: dict, top: str, where) -> None:
+    """A top-level module followed: the project's own (under the start folder: `own`), or found
+    in a folder of the training's PYTHONPATH (`pythonpath`, read all the same, and outside the
+    project: counted with the `external` modules, as an installed one)."""
+    if where is None:
+        return
+    if not where.startswith("/"):
+        out["own"].setdefault(top, where)
+        return
+    out["pythonpath"].setdefault(top, where)
+    if top not in out["external"]:
+        out["external"].append(top)
+
+
+def _label(real: str, root: str) -> str:
+    return os.path.relpath(real, root) if real.startswith(root + os.sep) else real
+
+
+def scan(entry: str, module: bool, root: str, path=()) -> dict:
+    """`path`: the training's PYTHONPATH folders (the project's too, where its modules are found)."""
     root = os.path.realpath(root)
+    project = [root] + [os.path.realpath(p) for p in path]
     out: dict = {"python": sys.executable, "entry": entry, "module": module, "root": root,
                  "files": [], "unreadable": [], "missing": [], "optional_missing": [], "own": {},
-                 "external": [], "torch": find("torch") is not None}
+                 "pythonpath": {}, "external": [], "torch": find("torch") is not None}
     queue: list = []                 # (file, its module name or None, its package or None)
     if module:
-        # `-m a.b.c` imports a and a.b (their __init__) before it runs a/b/c.py (or its __main__).
+        # `-m a.b.c` imports a and a.b (their __init__) before it runs a/b/c.py (or its __main__);
+        # a namespace package among them has no __init__ to run.
         parts = entry.split(".")
         for at in range(1, len(parts) + 1):
             name = ".".join(parts[:at])
             spec = find(name)
-            if spec is None or not spec.origin:
+            if spec is None or not (spec.origin or _namespace(spec)):
                 out["entry_error"] = f"no module named {name!r} from {root}"
                 return out
-            if at == 1 and _own(spec.origin, root):
-                out["own"][name] = os.path.relpath(os.path.realpath(spec.origin), root)
+            if at == 1:
+                _record(out, name, _own_label(spec, root, project))
+            if _namespace(spec):
+                continue
             if spec.submodule_search_locations is not None and spec.origin.endswith("__init__.py"):
                 queue.append((spec.origin, name, name))
             else:
@@ -161,7 +212,7 @@ def scan(entry: str, module: bool, root: str) -> dict:
         if real in seen:
             continue
         seen.add(real)
-        label = os.path.relpath(real, root) if real.startswith(root + os.sep) else real
+        label = _label(real, root)
         if len(out["files"]) >= MAX_FILES:
             out["not_followed"] = out.get("not_followed", 0) + 1
             continue
@@ -192,19 +243,20 @@ def scan(entry: str, module: bool, root: str) -> dict:
                     if sub is not None:
                         candidates.append((f"{wanted}.{n}", sub))
             for full, found in candidates:
-                if _own(found.origin, root):
+                if _own(found.origin, project):
                     parts = full.split(".")
-                    top_spec = find(parts[0])
-                    if top_spec is not None and top_spec.origin:
-                        out["own"].setdefault(parts[0], os.path.relpath(os.path.realpath(top_spec.origin), root))
-                    # Importing a.b.c runs a's and a.b's __init__ first.
+                    _record(out, parts[0], _own_label(find(parts[0]), root, project))
+                    # Importing a.b.c runs a's and a.b's __init__ first (a namespace package has none).
                     for at in range(1, len(parts)):
                         parent = ".".join(parts[:at])
                         parent_spec = find(parent)
-                        if parent_spec is not None and _own(parent_spec.origin, root):
+                        if parent_spec is not None and _own(parent_spec.origin, project):
                             queue.append((parent_spec.origin, parent, parent))
                     is_package = found.submodule_search_locations is not None
                     queue.append((found.origin, full, full if is_package else full.rpartition(".")[0] or None))
+                elif _namespace(found) and _own_label(found, root, project) is not None:
+                    top = full.split(".")[0]            # the project's folder without __init__.py
+                    _record(out, top, _own_label(find(top), root, project))
                 else:
                     top = full.split(".")[0]
                     stdlib = top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ())
@@ -303,7 +355,7 @@ def main() -> None:
         sys.path.insert(0, root)
     first = 0 if request.get("safe_path") else 1
     sys.path[first:first] = list(request.get("path") or [])     # walked by the caller
-    print(json.dumps(scan(entry, module, root)))
+    print(json.dumps(scan(entry, module, root, list(request.get("path") or []))))
 
 
 if __name__ == "__main__":

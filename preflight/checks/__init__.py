@@ -105,7 +105,7 @@ def run_checks(ctx: Context, checks: Iterable[Check]) -> list[Result]:
     results: list[Result] = []
     for check in checks:
         try:
-            results.extend(Result(check.id, v.status, v.node, v.summary, text_of(v.fix), v.details)
+            results.extend(Result(check.id, v.status, v.node, v.summary, text_of(v.fix), v.details, v.fix)
                            for v in check.run(ctx))
         except Exception as exc:
             frame = traceback.extract_tb(exc.__traceback__)[-1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from rules.collectives import workaround, wrong_numbers
+from rules.facts import TorchFacts
 from rules.fix import change
 
 from ..model import Context, Status, Verdict
@@ -166,21 +167,32 @@ def _scan_hits(op: str, modes: list[str], scan: Scan, *, wrapped: bool = False) 
 
 def _group_only_under_cuda(ctx: Context, scan: Scan) -> Verdict | None:
     """A CPU run of code that calls init_process_group only under a CUDA condition (nanochat's
-    compute_init): every rank would train alone, in no group, until hangwatch notices."""
+    compute_init): every rank would train alone, in no group, until hangwatch notices. A failure
+    when the training is about to start (--launch) on CPUs alone with more than one rank: the
+    run would "finish" with every rank's own model; otherwise a warning (a GPU on some node may
+    take the branch, and --scan alone only reads code)."""
     inits = scan.inits
     if ctx.options.device != "cpu" or not inits or not all(i.cuda_only for i in inits):
         return None
     first = inits[0]
     where = f"{first.file}:{first.line}"
-    otherwise = " and ".join(first.otherwise)
-    branch = f"elif {otherwise}:" if otherwise else "else:"
-    return Verdict(Status.WARN, None,
+    # After the whole `if` (its else included, which may set what the code needs, as nanochat's
+    # sets `device`), a group created where that `if` created none: one line that works pasted.
+    module = first.call.rpartition(".")[0] or "torch.distributed"
+    wanted = " and ".join([*first.otherwise, f"not {module}.is_initialized()"])
+    after = f"after line {first.statement_end} (the end of that `if`), indented as it" if first.statement_end \
+        else "after that `if`"
+    world = len(ctx.reachable) * ctx.options.nproc_per_node
+    alone = ctx.options.launch and world > 1 and not any(
+        isinstance(t := n.parsed.torch, TorchFacts) and t.cuda_available for n in ctx.reachable)
+    return Verdict(Status.FAIL if alone else Status.WARN, None,
                    f"the training code creates its process group only under CUDA ({where}, inside "
                    f"`if {first.guard}:` at line {first.guard_line}): on this CPU run no rank joins a "
-                   "group and each trains alone (seed 000's compute_init)",
-                   change(f"in {first.file}, after that branch: {branch} "
-                          f"dist.init_process_group(backend=\"{ctx.options.backend}\")", note="seed 000's first patch"),
-                   {"scan_path": scan.path, "inits": [dict(i.sent) for i in inits]})
+                   "group and each trains alone (seed 000's compute_init)"
+                   + (f"; all {world} ranks would train {world} separate models" if alone else ""),
+                   change(f"in {first.file}, {after}: if {wanted}: "
+                          f"{first.call}(backend=\"{ctx.options.backend}\")", note="as seed 000's first patch"),
+                   {"scan_path": scan.path, "inits": [dict(i.sent) for i in inits], "world": world})
 
 
 def _init_failure(ctx: Context, seen: CollectivesSeen, base: dict) -> Verdict:

@@ -5,6 +5,7 @@ user's run). Without it the launch dies on its first line: `ModuleNotFoundError:
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Iterator
 
@@ -32,7 +33,7 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
     pip: dict[str, str] = {}
     for name, found in scans.items():
         if isinstance(found, TrainingImports):
-            for top, file in found.own.items():
+            for top, file in [*found.own.items(), *found.pythonpath.items()]:
                 own.setdefault(top, (name, file, found.root or ""))
             for top, dist in found.distributions.items():
                 pip.setdefault(top, dist)
@@ -49,9 +50,7 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.SKIP, name, f"{name}: {found.skipped}", None, details)
             continue
         if found.entry_error:
-            yield Verdict(Status.FAIL, name, f"{name}: {found.entry_error}",
-                          change("copy the training code to the same path, or set code_dir for this node in --config",
-                                 name), details)
+            yield Verdict(Status.FAIL, name, f"{name}: {found.entry_error}", _copy_code(ctx, name, found), details)
             continue
         missing = ([] if found.torch else [TORCH]) + [m for m in found.missing if m.top != "torch" or found.torch]
         optional = sorted({m.top for m in found.optional_missing})
@@ -76,13 +75,47 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
             if name not in ctx.options.pythons:
                 # Not named by --python or the config: ddp-preflight's own interpreter was used.
                 fixes.append(f"or --python PATH if {found.python} (ddp-preflight's own) is not the training's")
-        for top in sorted({m.top for m in theirs}):
+        in_tree = sorted({m.top for m in theirs if not own[m.top][1].startswith("/")})
+        for top in in_tree:
             node, file, root = own[top]
             where = (root.rstrip("/") or "/") + "/"
             fixes.append(f"{top} is the project's own ({file} on {node}): copy the training code to {name}: "
                          f"run on {name}: rsync -a {shlex.quote(f'{node}:{where}')} {shlex.quote(found.root or where)}/")
+        # Found on the other node outside its start folder: through the training's PYTHONPATH
+        # there. Copying the project would not bring it; that folder and the variable would.
+        folders: dict[tuple[str, str], list[str]] = {}
+        for top in sorted({m.top for m in theirs} - set(in_tree)):
+            node, file, _ = own[top]
+            folders.setdefault((node, _path_folder(file)), []).append(top)
+        for (node, folder), tops in folders.items():
+            fixes.append(f"{', '.join(tops)} {'is' if len(tops) == 1 else 'are'} found on {node} through the "
+                         f"training's PYTHONPATH ({folder}): run on {name}: rsync -a "
+                         f"{shlex.quote(f'{node}:{folder}/')} {shlex.quote(folder)}/ and give {name} the same "
+                         f"PYTHONPATH (--env {name}:PYTHONPATH={shlex.quote(folder)})")
         yield Verdict(Status.FAIL, name, summary, Fix(Action.RUN, tuple(fixes), name),
                       {**details, "cannot_import": [m.module for m in missing]})
+
+
+def _copy_code(ctx: Context, name: str, found: TrainingImports) -> Fix:
+    """The entry is not where this node's launch starts: copy the master's code into this node's
+    own folder (its --code-dir NODE:PATH, where it has one), or name the folder it is in."""
+    master = ctx.master.parsed.imports
+    elsewhere = f"or give {name}'s own folder: --code-dir {name}:PATH"
+    if name == ctx.master.node or not isinstance(master, TrainingImports) or master.entry_error \
+            or not master.root or not found.root:
+        return change("copy the training code to the same path, " + elsewhere, name)
+    source = f"{ctx.master.node}:{master.root.rstrip('/') or '/'}/"
+    return Fix(Action.RUN, (f"copy the training code to {name}: run on {name}: rsync -a {shlex.quote(source)} "
+                            f"{shlex.quote(found.root.rstrip('/') or '/')}/", elsewhere), name)
+
+
+def _path_folder(file: str) -> str:
+    """The sys.path folder a top-level module was found in: its file's folder (a module), or the
+    one above its package (`/x/deps/wandb/__init__.py`, a namespace package's `/x/deps/wandb/`)."""
+    path = file.rstrip("/")
+    if file.endswith("/") or path.endswith("/__init__.py"):
+        path = posixpath.dirname(path)
+    return posixpath.dirname(path) or "/"
 
 
 def _where(m: MissingImport) -> str:

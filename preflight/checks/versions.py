@@ -16,13 +16,26 @@ def _torch_label(t: TorchFacts) -> str:
     return f"torch {t.version} ({t.build}{', CUDA ' + t.cuda if t.cuda else ''})"
 
 
-def _wanted_torch(master: TorchFacts | Missing) -> str:
-    """pip's arguments for the master's torch release, and which build to take: plain `torch==X`
-    is the CUDA build on Linux, so a +cpu or +cuXXX build comes from PyTorch's index for it."""
+# PyTorch's own wheel index, one folder per build (cpu, cu128, rocm6.3), as its install page
+# writes the command: `pip install torch --index-url https://download.pytorch.org/whl/cpu`.
+PYTORCH_WHEELS = "https://download.pytorch.org/whl/"
+
+
+def _wanted_torch(master: TorchFacts | Missing, node: TorchFacts | Missing) -> str:
+    """pip's arguments for the master's torch release in the build this node needs, the index in
+    the command: plain `torch==X` from PyPI is the CUDA build on Linux, so a +cpu or +cuXXX
+    build comes only from PyTorch's index for it. The build is the node's own (a CPU node stays on
+    the CPU build), the master's where the node has none; the master's exact wheel where their
+    builds are of one kind (it exists for that release)."""
     if isinstance(master, Missing):
         return "torch"
-    release, _, build = master.version.partition("+")
-    return f"torch=={release}" + (f"  # the {build} build: from the PyTorch {build} wheel index" if build else "")
+    release, _, master_build = master.version.partition("+")
+    build = master_build
+    if isinstance(node, TorchFacts) and node.build != master.build:
+        own = node.version.partition("+")[2]
+        # A CPU build exists for every release; a node's other CUDA or ROCm build, by its own label.
+        build = "cpu" if node.build == "cpu" else own
+    return f"torch=={release}" + (f" --index-url {PYTORCH_WHEELS}{build}" if build else "")
 
 
 def _short(git_version: str | None) -> str:
@@ -35,7 +48,7 @@ def check_torch_parity(ctx: Context) -> Iterator[Verdict]:
         torch = node.parsed.torch
         if isinstance(torch, Missing):
             yield Verdict(Status.FAIL, node.node, f"{node.node}: {torch.reason}",
-                          on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master)}"),
+                          on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master, torch)}"),
                           {"python": python_of(node)})
             continue
         if node is ctx.master:
@@ -51,7 +64,7 @@ def check_torch_parity(ctx: Context) -> Iterator[Verdict]:
             # Gloo/NCCL wire formats and the store protocol are only tested within one release.
             yield Verdict(Status.FAIL, node.node,
                           f"{node.node} has {_torch_label(torch)}, the master {_torch_label(master)}",
-                          on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master)}"),
+                          on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master, torch)}"),
                           {"version": torch.version, "master_version": master.version})
         elif torch.git_version != master.git_version:
             yield Verdict(Status.WARN, node.node,
@@ -121,13 +134,16 @@ def check_code_parity(ctx: Context) -> Iterator[Verdict]:
                       change("pass --code-dir PATH, or the training command after --"))
         return
     master = ctx.master.parsed.code
+    master_folder = master.dir if isinstance(master, CodeFacts) else master.path
     for node in ctx.reachable:
         code = codes[node.node]
-        folder = (master.dir if isinstance(master, CodeFacts) else None) or \
-            (code.dir if isinstance(code, CodeFacts) else code.path) or "?"
+        # The node's own folder (--code-dir NODE:PATH, [nodes.NAME] code_dir): where its launch
+        # starts, so the copy goes there, from wherever the master keeps it.
+        folder = (code.dir if isinstance(code, CodeFacts) else code.path) or master_folder or "?"
+        origin = master_folder or folder
         # From the master's address as the workers dial it: the ssh alias is known on this machine only.
         source = ctx.options.master_addr or ctx.master.node
-        sync = on_node(node.node, f"rsync -a --delete {source}:{shlex.quote(folder)}/ {shlex.quote(folder)}/")
+        sync = on_node(node.node, f"rsync -a --delete {source}:{shlex.quote(origin)}/ {shlex.quote(folder)}/")
         if isinstance(code, Missing):
             yield Verdict(Status.FAIL, node.node, f"{node.node}: {code.reason}", sync)
         elif node is ctx.master:

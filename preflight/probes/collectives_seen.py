@@ -148,12 +148,16 @@ class InitSite:
     guard: str | None = None
     guard_line: int | None = None
     otherwise: tuple[str, ...] = ()
+    call: str = "dist.init_process_group"    # as the code writes it
+    statement_end: int | None = None   # the last line of that `if` (its else too): the CPU fix goes after it
+    column: int | None = None          # the `if`'s indentation
     sent: Sent = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> InitSite:
         return cls(wire["file"], wire["line"], bool(wire.get("cuda_only")), wire.get("guard"), wire.get("guard_line"),
-                   tuple(wire.get("otherwise") or ()), _sent(wire))
+                   tuple(wire.get("otherwise") or ()), wire.get("call") or "dist.init_process_group",
+                   wire.get("statement_end"), wire.get("column"), _sent(wire))
 
 
 @dataclass(frozen=True)

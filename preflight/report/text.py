@@ -15,7 +15,7 @@ from rich.text import Text
 
 from node.terminal import shown
 
-from ..model import Report, Status
+from ..model import FixSaid, Report, Status
 
 # Passes worth a line even when passes are hidden: which nodes were reached, and the GPUs and
 # topology each node's ranks will use.
@@ -31,14 +31,14 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     table.add_column("status", no_wrap=True)
     table.add_column("#", no_wrap=True, justify="right")
     table.add_column("summary", overflow="fold")
-    fixes = []
+    # Each fix once (one Fix value, however many checks found its cause), numbered in the order
+    # the table first shows it; every row that offers it carries its number.
+    fixes = report.fixes
+    number = {id(r): n for n, said in enumerate(fixes, 1) for r in said.results}
     for r in report.results:
         if not verbose and r.status == Status.PASS and r.check not in ALWAYS_SHOWN:
             continue
-        mark = ""
-        if r.fix and r.status.severity >= 1:      # warnings, failures and errors
-            fixes.append(r)
-            mark = str(len(fixes))
+        mark = str(number.get(id(r), ""))
         table.add_row(Text(shown(r.check)), Text(shown(r.node or "-")), Text(r.status.value, style=STYLE[r.status]),
                       mark, Text(shown(r.summary)))
     out = io.StringIO()
@@ -47,8 +47,8 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     console.print(table)
     if fixes:
         console.print(Text("fixes:", style="bold"))
-        for number, r in enumerate(fixes, 1):
-            console.print(Text.assemble(f"{number:>3}. ", (shown(r.fix or ""), "cyan")), soft_wrap=True)
+        for n, said in enumerate(fixes, 1):
+            console.print(Text.assemble(f"{n:>3}. ", (shown(_with_checks(said)), "cyan")), soft_wrap=True)
     counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
     verdict = Text("OK" if report.ok else "NOT READY", style="bold green" if report.ok else "bold red")
     line = Text.assemble(verdict, f": {counts[Status.PASS]} passed, {counts[Status.WARN]} warnings, "
@@ -58,3 +58,14 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
         line.append("  (passes hidden: -v shows them)", style="dim")
     console.print(line)
     return out.getvalue()
+
+
+def _with_checks(said: FixSaid) -> str:
+    """The fix's line; when several checks found its cause, they are named after it as a shell
+    comment (in the fix's own note where it has one), so the line still pastes as it is."""
+    checks = said.checks
+    if len(checks) < 2 or said.remedy is None:
+        return said.text
+    seen = f"seen by {', '.join(checks)}"
+    remedy = said.remedy
+    return remedy.with_note(f"{remedy.note}; {seen}" if remedy.note else seen).text()

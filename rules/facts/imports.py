@@ -41,6 +41,7 @@ class TrainingImports(Sent):
     missing: tuple[MissingImport, ...] = ()
     optional_missing: tuple[MissingImport, ...] = ()    # under try/except ImportError
     own: Mapping[str, str] = field(default_factory=dict)     # the project's own top-level modules -> file
+    pythonpath: Mapping[str, str] = field(default_factory=dict)   # followed, found through PYTHONPATH -> file
     external: tuple[str, ...] = ()             # installed top-level modules it imports
     distributions: Mapping[str, str] = field(default_factory=dict)   # top-level module -> its pip name
 
@@ -51,5 +52,6 @@ class TrainingImports(Sent):
                    texts(wire, "files"), texts(wire, "unreadable"),
                    objects(wire, "missing", MissingImport.from_json),
                    objects(wire, "optional_missing", MissingImport.from_json),
-                   strings(wire, "own"), texts(wire, "external"), strings(wire, "distributions"),
+                   strings(wire, "own"), strings(wire, "pythonpath"), texts(wire, "external"),
+                   strings(wire, "distributions"),
                    sent=sent_of(wire))

@@ -530,7 +530,7 @@ def test_a_group_created_only_under_cuda_is_named_on_a_cpu_run(recorded, tmp_pat
 
     assert found["inits"] == [{"line": 10, "call": "dist.init_process_group", "cuda_only": True,
                                "guard": "is_ddp_requested and device_type == 'cuda'", "guard_line": 7,
-                               "otherwise": ["is_ddp_requested"], "file": "common.py",
+                               "statement_end": 13, "column": 4, "otherwise": ["is_ddp_requested"], "file": "common.py",
                                "text": 'dist.init_process_group(backend="nccl", device_id=device)'}]
     alone = [r for r in results if "process group only under CUDA" in r.summary]
     assert [(r.status, r.summary, r.fix) for r in alone] == [(
@@ -538,8 +538,9 @@ def test_a_group_created_only_under_cuda_is_named_on_a_cpu_run(recorded, tmp_pat
         "the training code creates its process group only under CUDA (common.py:10, inside "
         "`if is_ddp_requested and device_type == 'cuda':` at line 7): on this CPU run no rank joins a group "
         "and each trains alone (seed 000's compute_init)",
-        'in common.py, after that branch: elif is_ddp_requested: dist.init_process_group(backend="gloo")   '
-        "# seed 000's first patch")]
+        'in common.py, after line 13 (the end of that `if`), indented as it: if is_ddp_requested and not '
+        'dist.is_initialized(): dist.init_process_group(backend="gloo")   '
+        "# as seed 000's first patch")]
 
 
 def test_the_cuda_only_group_is_named_even_when_the_job_could_not_run(recorded, tmp_path):

@@ -32,9 +32,10 @@ def test_torch_release_mismatch_fails_with_the_masters_release_from_its_index():
     result = one(results, "torch-parity", "worker1")
     assert result.status is Status.FAIL
     assert result.summary == "worker1 has torch 2.9.1+cpu (cpu), the master torch 2.13.0+cpu (cpu)"
-    # The CPU build: plain torch==2.13.0 from PyPI would be the CUDA build on Linux.
-    assert result.fix == (f"ssh worker1 '{PYTHON} -m pip install torch==2.13.0  "
-                          "# the cpu build: from the PyTorch cpu wheel index'")
+    # The CPU build: plain torch==2.13.0 from PyPI would be the CUDA build on Linux; the index
+    # is in the command, so pasted it installs what it says.
+    assert result.fix == (f"ssh worker1 '{PYTHON} -m pip install torch==2.13.0 "
+                          "--index-url https://download.pytorch.org/whl/cpu'")
     assert one(results, "torch-parity", "master").status is Status.PASS
 
 
