@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
 # preflight's, the dashboard's), the rest (launch, Slurm, the lab's own, the hostile user's) in the first.
 SECOND_LAB = {"test_hangwatch_lab.py", "test_hangwatch_real_programs.py", "test_hangwatch_permissions.py",
               "test_preflight_lab.py", "test_probes_network.py", "test_dashboard_tmux.py", "test_explain_lab.py",
-              "test_path_mtu_lab.py"}
+              "test_path_mtu_lab.py", "test_hangwatch_verdicts_lab.py", "test_nanochat_lab.py"}
 
 
 @pytest.fixture(scope="session")
