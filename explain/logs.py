@@ -24,6 +24,7 @@ from hangwatch.torchrun_table import SummaryReader
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node.bounded import Skipped, open_regular, size_text
 from node.protocol import ExitStatus
+from rules.failures import FAILED_LINE
 
 from .inputs import LOG_HEAD, LOG_TAIL
 from .lines import scan
@@ -34,7 +35,6 @@ REMEMBERED = 5000            # lines remembered per writer to give a quote its n
 # torchrun's own line on the first worker of its node that it saw fail (torch.distributed.elastic's
 # multiprocessing api: "failed (exitcode: -9) local_rank: 1 (pid: 123) of binary: ..."): a negative
 # exitcode is the signal's number.
-FAILED_LINE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 TORCHRUN_LOGS = re.compile(r"(?:^|/)attempt_\d+/(?P<local>\d+)/(?:stdout|stderr)\.log$")
 
 

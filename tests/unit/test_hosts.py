@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -70,7 +69,6 @@ def _slurm_conf(folder: Path) -> Path:
     return conf
 
 
-@pytest.mark.skipif(shutil.which("scontrol") is None, reason="no Slurm client here")
 def test_where_slurm_answers_its_own_expansion_is_used_and_the_same(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(_slurm_conf(tmp_path)))
     for nodelist in ("a[1-2]b[1-2]c[1-2]", "node[01-03,07],gpu5"):
