@@ -5,7 +5,9 @@ COMPUTE line of JSON with the GFLOP/s.
 
 Training's heavy work is mostly matmuls, so their rate compares the nodes' speed fairly. The
 figure is the best of many timed products: what the node can do. Another process that takes
-the cores for a moment slows some products, not all (the median is reported beside it).
+the cores for a moment slows some products, not all (the median is reported beside it). One
+thread's rate on its own CPU clock, and the CPUs the process may use, come beside it: what the
+node computes whatever its neighbours do (docs/checks/compute-balance.md).
 
 The GPU branch has not run on a GPU in this project's tests (there is none where they run): it
 is kept small and plain; docs/gpu.md says what was verified where."""
@@ -19,6 +21,7 @@ from .. import protocol
 SIZE = 1024                 # one size on every node, so the rates compare: 2.1 GFLOP per product
 BUDGET_SECONDS = 0.5         # default; a second look at a suspected straggler takes longer
 MIN_ITERATIONS = 5          # even on a slow node (a 5 GFLOP/s one takes 2 s)
+PER_THREAD_PRODUCTS = 3    # timed on one thread's CPU clock: the fastest of them
 GPU_SIZE = 8192             # 1.1 TFLOP per product: about 2 ms on an H100 in bf16, 20 ms on a T4 in fp16
 GPU_WARM_SECONDS = 0.2      # cuBLAS picks its kernel on the first call, and the clocks rise under load
 
@@ -48,12 +51,67 @@ def main(spec: dict, work=None) -> int:
         torch.mm(a, b)
         times.append(time.perf_counter() - start)
     flop = 2 * SIZE ** 3
+    used = torch.get_num_threads()
     protocol.emit(protocol.COMPUTE, {
         "gflops": round(flop / min(times) / 1e9, 2), "median_gflops": round(flop / statistics.median(times) / 1e9, 2),
-        "size": SIZE, "iterations": len(times), "threads": torch.get_num_threads(), "default_threads": default_threads,
+        "size": SIZE, "iterations": len(times), "threads": used, "default_threads": default_threads,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
+        "thread_gflops": round(flop / per_thread_seconds(torch, a, b, used) / 1e9, 2),
+        "cpus_usable": usable_cpus(),
     })
     return 0
+
+
+def per_thread_seconds(torch, a, b, used: int) -> float:
+    """The CPU time one product takes on one thread: the core's own speed, which another
+    process's load on the machine does not change (a product it delays takes the same CPU time),
+    unlike the wall time of a product on several threads, which needs every core at once."""
+    torch.set_num_threads(1)       # the product then runs on this thread: its CPU clock counts it
+    try:
+        spent = []
+        for _ in range(PER_THREAD_PRODUCTS):
+            start = time.thread_time()
+            torch.mm(a, b)
+            spent.append(time.thread_time() - start)
+        return max(min(spent), 1e-9)
+    finally:
+        torch.set_num_threads(used)
+
+
+def usable_cpus() -> float:
+    """The CPUs this process may run on: its affinity, and its cgroup's CPU quota (a container
+    or a Slurm step limited to 1.5 CPUs gets 1.5 however many threads it starts)."""
+    cpus = float(len(os.sched_getaffinity(0)))
+    quota = cgroup_quota()
+    return min(cpus, quota) if quota else cpus
+
+
+def cgroup_quota() -> "float | None":
+    """CPUs allowed by the cgroup's quota (v2 cpu.max, v1 cpu.cfs_quota_us), None for none."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii", errors="replace") as f:
+            lines = f.read(65536).splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        try:
+            if controllers == "":
+                with open(f"/sys/fs/cgroup{path.rstrip('/')}/cpu.max", encoding="ascii") as f:
+                    quota, period = (f.read(100).split() + ["100000"])[:2]
+            elif "cpu" in controllers.split(","):
+                base = f"/sys/fs/cgroup/{controllers}{path.rstrip('/')}"
+                with open(f"{base}/cpu.cfs_quota_us", encoding="ascii") as f:
+                    quota = f.read(100).strip()
+                with open(f"{base}/cpu.cfs_period_us", encoding="ascii") as f:
+                    period = f.read(100).strip()
+            else:
+                continue
+        except OSError:
+            continue
+        if quota not in ("max", "-1") and quota.lstrip("-").isdigit() and period.isdigit() and int(period) > 0:
+            return int(quota) / int(period)
+    return None
 
 
 def on_gpus(torch, count: int, seconds: float) -> dict:

@@ -179,7 +179,20 @@ def _break_even_tokens(ctx: Context, params: int, seconds: float) -> int | None:
 
 def _threads(figures: NodeFigures) -> str:
     n = figures.threads
-    return f"{n} thread{'s' if n != 1 else ''}, {figures.threads_from}"
+    said = f"{n} thread{'s' if n != 1 else ''}, {figures.threads_from}"
+    if figures.cpus_usable and n and figures.cpus_usable < n:
+        said += f", {figures.cpus_usable:g} CPUs usable"
+    return said
+
+
+def _shared(measured: Mapping[str, NodeFigures]) -> str:
+    """What a reader needs when a node's timed products were slowed by its neighbours."""
+    busy = [name for name, f in measured.items() if f.shared]
+    if not busy:
+        return ""
+    return (f"; {', '.join(busy)} computed {'its' if len(busy) == 1 else 'their'} timed products slower "
+            f"({', '.join(f'{measured[n].gflops:.0f}' for n in busy)} GFLOP/s): other processes took the cores "
+            "while it was measured, and one thread's CPU-clocked rate times its threads is what it computes alone")
 
 
 def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
@@ -196,28 +209,30 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
     if any("gpus" in f.sent for f in measured.values()):
         yield from _gpu_balance(ctx, measured)
         return
-    fastest_node = max(measured, key=lambda n: measured[n].gflops)
-    top = measured[fastest_node].gflops
-    listed = ", ".join(f"{name} {f.gflops:.0f} GFLOP/s ({_threads(f)})" for name, f in measured.items())
+    fastest_node = max(measured, key=lambda n: measured[n].rate)
+    top = measured[fastest_node].rate
+    listed = ", ".join(f"{name} {f.rate:.0f} GFLOP/s ({_threads(f)})" for name, f in measured.items())
     details = {"nodes": {name: f.to_json() for name, f in measured.items()}, "fastest": fastest_node,
-               "threshold_ratio": STRAGGLER_RATIO}
-    slow = sorted((n for n in measured if measured[n].gflops < STRAGGLER_RATIO * top),
-                  key=lambda n: measured[n].gflops)
+               "threshold_ratio": STRAGGLER_RATIO,
+               "rates": {name: f.rate for name, f in measured.items()}}
+    slow = sorted((n for n in measured if measured[n].rate < STRAGGLER_RATIO * top),
+                  key=lambda n: measured[n].rate)
+    shared = _shared(measured)
     if not slow:
         balance = (f"all within {STRAGGLER_RATIO}x of the fastest" if len(measured) > 1
                    else "one node, no one to wait for")
-        yield Verdict(Status.PASS, None, f"fp32 matmul: {listed}; {balance}", None, details)
+        yield Verdict(Status.PASS, None, f"fp32 matmul: {listed}; {balance}{shared}", None, details)
         return
     by_name = {n.node: n for n in ctx.nodes}
     others = f". All: {listed}" if len(measured) > 2 else ""
     for name in slow:
         figures = measured[name]
-        slowdown = top / figures.gflops
+        slowdown = top / figures.rate
         role = "the straggler every synchronous step waits for" if name == slow[0] else "also slower than the rest"
         yield Verdict(Status.WARN, name,
-                      f"{name} is {role}: {figures.gflops:.0f} GFLOP/s ({_threads(figures)}) against {fastest_node}'s "
+                      f"{name} is {role}: {figures.rate:.0f} GFLOP/s ({_threads(figures)}) against {fastest_node}'s "
                       f"{top:.0f} GFLOP/s ({_threads(measured[fastest_node])}): every synchronous step's compute takes "
-                      f"about {slowdown:.1f}x as long as at {fastest_node}'s pace{others}",
+                      f"about {slowdown:.1f}x as long as at {fastest_node}'s pace{others}{shared}",
                       _straggler_fix(ctx, name, figures, measured[fastest_node], by_name.get(name)),
                       {**details, "straggler": name, "slowdown": round(slowdown, 2)})
 

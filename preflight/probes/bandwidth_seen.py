@@ -67,17 +67,45 @@ class NodeFigures:
     gpus: tuple[GpuFigures, ...] = ()
     slowest_gpu: int | None = None
     sent: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    thread_gflops: float | None = None  # one thread's rate, timed on its own CPU clock
+    cpus_usable: float | None = None    # its affinity and its cgroup's quota
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> NodeFigures:
         gpus = tuple(GpuFigures(g["index"], g["gflops"], g.get("name"), g.get("dtype")) for g in wire.get("gpus", ()))
         return cls(wire["gflops"], wire.get("threads"), wire.get("threads_from"), wire.get("cpus"), gpus,
-                   wire.get("slowest_gpu"), MappingProxyType(dict(wire)))
+                   wire.get("slowest_gpu"), MappingProxyType(dict(wire)), wire.get("thread_gflops"),
+                   wire.get("cpus_usable"))
+
+    @property
+    def working_threads(self) -> float | None:
+        """The threads that compute at once: those set, within the CPUs it may use."""
+        if not self.threads:
+            return None
+        return min(float(self.threads), self.cpus_usable) if self.cpus_usable else float(self.threads)
+
+    @property
+    def rate(self) -> float:
+        """What its CPU computes with its threads when nothing else takes the cores, GFLOP/s: the
+        best timed product, or one thread's rate (CPU-clocked: others' load does not lower it)
+        times the threads that compute at once, whichever is higher. Nodes sharing one machine's
+        cores (VMs, containers, the lab) slow each other's timed products, never their CPU-clocked
+        one: a node is not a straggler because its neighbour was busy while it was measured. A node
+        with fewer threads, fewer usable CPUs (its quota) or a slower core is. For GPUs: `gflops`."""
+        if self.gpus or not self.thread_gflops or not self.working_threads:
+            return self.gflops
+        return max(self.gflops, round(self.thread_gflops * self.working_threads, 2))
+
+    @property
+    def shared(self) -> bool:
+        """Its timed products ran well below what its threads compute alone: something else on
+        its machine took the cores while it was measured."""
+        return self.rate > self.gflops / 0.7
 
     @property
     def fastest(self) -> float:
-        """Its best rate in GFLOP/s: its fastest GPU's, or its CPU's."""
-        return max((g.gflops for g in self.gpus), default=self.gflops)
+        """Its best rate in GFLOP/s: its fastest GPU's, or its CPU's (`rate`)."""
+        return max((g.gflops for g in self.gpus), default=self.rate)
 
     def gpu(self, index: int | None) -> GpuFigures:
         return next(g for g in self.gpus if g.index == index)

@@ -81,12 +81,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     for _ in range(2):     # a second look can make another node the slow one: look at it too
         measured = {i: f for i, f in figures.items() if "gflops" in f}
         top = max((NodeFigures.from_json(f).fastest for f in measured.values()), default=0.0)
-        slow = [i for i, f in measured.items() if f["gflops"] < STRAGGLER_RATIO * top and "first_gflops" not in f]
+        slow = [i for i, f in measured.items()
+                if NodeFigures.from_json(f).fastest < STRAGGLER_RATIO * top and "first_gflops" not in f]
         if not slow:
             break
         for i, again in _in_turns(cluster, nodes, options, slow, SECOND_SECONDS).items():
             first = figures[i]["gflops"]
-            if again.get("gflops", 0) > first:
+            if "gflops" in again and NodeFigures.from_json(again).fastest > NodeFigures.from_json(figures[i]).fastest:
                 figures[i] = again
             figures[i]["first_gflops"] = first
     return {"nodes": {nodes[i].node: f for i, f in figures.items() if "error" not in f},

@@ -3,7 +3,10 @@
 lab_bandwidth_clean: the clean 2-node lab (veth, CPU-bound all_reduce; both nodes on 2 threads).
 lab_bandwidth_wifi: the same with wifi@worker1:100mbit (tc tbf on both directions of worker1's link).
 lab_compute_straggler: worker1's training Python wrapped to set OMP_NUM_THREADS=1.
-All three were recorded with the probes themselves (preflight.probes.run.run_probes) on a lab."""
+lab_compute_shared, lab_compute_straggler_shared: the clean lab, and worker1 on one thread, each
+recorded while two busy loops on the host took the lab's two cores (as the other half of the test
+suite does, and as VMs on one host do).
+All five were recorded with the probes themselves (preflight.probes.run.run_probes) on a lab."""
 
 import copy
 import json
@@ -187,6 +190,71 @@ def test_the_thread_count_is_the_one_training_gets():
     assert threads_for(master, Options()) == (None, "torch's default")
     assert threads_for(worker, Options()) == (1, "OMP_NUM_THREADS=1")
     assert threads_for(master, Options(nproc_per_node=2))[0] == 1     # torchrun's own default
+
+
+def test_nodes_slowed_by_their_neighbours_are_no_stragglers_and_it_says_why_figures_differ():
+    art = load("lab_compute_shared")
+    nodes = art["probes"]["compute"]["nodes"]
+    # Both timed products ran well below what two threads compute (the busy loops took the cores).
+    assert all(f["gflops"] < 0.7 * 2 * f["thread_gflops"] for f in nodes.values()), nodes
+    result = only(results(art), "compute-balance")
+    assert (result.status, result.node) == (Status.PASS, None), result
+    assert "master, worker1 computed their timed products slower" in result.summary
+    assert "other processes took the cores while it was measured" in result.summary
+
+
+def test_a_one_thread_node_is_the_straggler_even_when_the_busy_machine_slowed_the_other_more():
+    art = load("lab_compute_straggler_shared")
+    nodes = art["probes"]["compute"]["nodes"]
+    # The wall-clock figures alone blame the wrong node: master's two threads rarely had both
+    # cores at once, worker1's one thread often had one.
+    assert nodes["master"]["gflops"] < STRAGGLER_RATIO * nodes["worker1"]["gflops"], nodes
+    found = [r for r in results(art) if r.check == "compute-balance"]
+    assert [(r.node, r.status) for r in found] == [("worker1", Status.WARN)], found
+    [result] = found
+    assert "worker1 is the straggler every synchronous step waits for" in result.summary
+    assert "(1 thread, OMP_NUM_THREADS=1)" in result.summary
+    slowdown = result.details["slowdown"]
+    # One thread against two of about the same core: about 2x (the recorded cores: 77 and 90).
+    assert 1.5 < slowdown < 2.1 and f"about {slowdown:.1f}x" in result.summary
+    assert result.fix == "export OMP_NUM_THREADS=2   # on worker1: 2 cores, 1 process(es) per node"
+
+
+def test_a_cpu_quota_below_the_threads_makes_a_straggler_however_fast_its_core():
+    art = load("lab_compute_shared")
+    probes = copy.deepcopy(art["probes"])
+    # DERIVED: worker1 in a cgroup with cpu.max "50000 100000" (half a CPU), as node/jobs/compute.py
+    # reads it; its products then take twice their CPU time on the wall.
+    probes["compute"]["nodes"]["worker1"].update(cpus_usable=0.5, gflops=35.0)
+    result = only(results(art, probes), "compute-balance")
+    assert (result.node, result.status) == ("worker1", Status.WARN), result
+    assert "(2 threads, torch's default, 0.5 CPUs usable)" in result.summary
+
+
+def test_a_cgroup_cpu_quota_is_read_as_the_cpus_a_benchmark_may_use(tmp_path):
+    # A real cgroup (v1's cpu controller on this machine, v2's cpu.max elsewhere) with a quota of
+    # half a CPU: the compute program, started in it, reads 0.5 usable CPUs.
+    import os
+    from pathlib import Path
+    base = Path("/sys/fs/cgroup/cpu")
+    if not (base / "cpu.cfs_quota_us").exists():
+        pytest.skip("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu on this machine")
+    group = base / f"ddpp-quota-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("50000")
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from node.jobs.compute import usable_cpus; "
+                "print(usable_cpus())")
+        root = str(Path(__file__).resolve().parents[2])
+        out = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh",
+                              sys.executable, "-c", code, root], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert float(out.stdout) == 0.5
+        outside = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, timeout=60)
+        assert float(outside.stdout) == len(os.sched_getaffinity(0))
+    finally:
+        group.rmdir()
 
 
 def test_the_probes_import_without_torch():

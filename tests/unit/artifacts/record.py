@@ -1,5 +1,6 @@
 """Re-record the facts artifacts from a running lab (root):
-[DDP_PREFLIGHT_LAB=LAB] [DDP_PREFLIGHT_NPROC=N] python tests/unit/artifacts/record.py NAME [PROBE,...]
+[DDP_PREFLIGHT_LAB=LAB] [DDP_PREFLIGHT_NPROC=N] [DDP_PREFLIGHT_PYTHONS=NODE=PATH,...] \
+    python tests/unit/artifacts/record.py NAME [PROBE,...]
 
 Writes NAME.json: the real facts each lab node reported, as the checks receive them."""
 
@@ -16,7 +17,9 @@ from preflight.probes.run import run_probes  # noqa: E402
 from preflight.cluster import Cluster, Target, gather  # noqa: E402
 
 lab = Lab.open(os.environ.get("DDP_PREFLIGHT_LAB", "lab"))
-targets = [Target(n.name, sys.executable, str(lab.state.data_dir)) for n in lab.nodes]
+# A node's own training Python (a wrapper that sets its environment, as lab_compute_straggler's)
+pythons = dict(p.split("=", 1) for p in os.environ.get("DDP_PREFLIGHT_PYTHONS", "").split(",") if p)
+targets = [Target(n.name, pythons.get(n.name, sys.executable), str(lab.state.data_dir)) for n in lab.nodes]
 nproc = int(os.environ.get("DDP_PREFLIGHT_NPROC", "1"))     # ranks per node the probes plan for
 request = {"master_port": 29500, "master_addr": None, "nnodes": len(targets), "nproc_per_node": nproc,
            "launch_args": ["-m", "scripts.base_train", "--run=x", "--depth", "4"]}
