@@ -238,7 +238,7 @@ def _launchers(state: State, node: str, msg: protocol.Sample, now: float) -> Non
 
 
 def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list[Effect]) -> None:
-    permission = []
+    permission, traced = [], []
     # Asked for: taken after the ask. Taken by the agent on its own: shortly before now.
     taken = state.asked.get(node, now - 1.0) if msg.id is not None else now - 1.0
     for pid, dump in (msg.stacks or {}).items():
@@ -250,6 +250,8 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
             t.dump, t.dump_error = None, dump.get("error")
             if dump.get("permission"):
                 permission.append(str(pid))
+            elif dump.get("traced_by"):
+                traced.append(f"pid {pid} is {dump.get('error')}")
         else:
             t.dump, t.dump_error = dump, None
         if msg.flight and pid in msg.flight:
@@ -269,6 +271,11 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
         notice(state, f"{node}: not permitted to read the stacks of pid {', '.join(permission)} (ptrace); "
                "fix: run hangwatch as the user who runs the training, or as root, or "
                "`sudo sysctl kernel.yama.ptrace_scope=0`; watching CPU and /proc alone", out)
+    for said in traced:
+        # Another tracer (a debugger, strace) holds the rank: a process has one. No permission
+        # would help, and its stack could not be read even without suspending it.
+        notice(state, f"{node}: {said}: a process has one ptrace tracer, so its stack cannot be read while that "
+               "one holds it (detach it to let hangwatch read it); watching CPU and /proc alone", out)
 
 
 def _stores(state: State, answers: tuple, now: float) -> None:

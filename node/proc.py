@@ -123,6 +123,15 @@ def uid(pid: int) -> Optional[int]:
     return None
 
 
+def tracer(pid: int) -> Optional[int]:
+    """The pid of the process that ptrace-traces it (a debugger, strace, a py-spy record), or None."""
+    for line in (read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("TracerPid:"):
+            value = line.split()[1:2]
+            return int(value[0]) if value and value[0].isdigit() and int(value[0]) > 0 else None
+    return None
+
+
 def owner(pid: int) -> Optional[int]:
     """The uid that owns its /proc entry (its real owner, for ps-like listings)."""
     try:

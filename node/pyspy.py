@@ -67,9 +67,12 @@ def dump(py_spy: str, pid: int, native) -> object:
     torch.distributed: a wait in C++ under the user's own frame, work.wait() in a wrapper, a
     future's wait(), the store's get, cudaStreamSynchronize under loss.item(), shows only there)."""
     argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native is True else [])
-    if stopped(pid):
-        # py-spy cannot suspend a process the kernel holds ("Failed to suspend process"); read as it
-        # is: stopped, its memory does not change under the read.
+    traced_by = proc.tracer(pid)
+    if stopped(pid) or traced_by:
+        # py-spy cannot suspend a process the kernel holds ("Failed to suspend process"), nor one
+        # another tracer holds (a process has one ptrace tracer: gdb, strace, a py-spy record; its
+        # attach fails with EPERM). Read it as it is, without suspending it: stopped, its memory
+        # does not change under the read; traced and running, the read may catch it mid-call.
         argv.append("--nonblocking")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
@@ -88,6 +91,11 @@ def dump(py_spy: str, pid: int, native) -> object:
     if not os.path.exists(f"/proc/{pid}"):
         return {"error": "the process exited"}
     if re.search(r"Permission denied|Operation not permitted|EPERM", text, re.IGNORECASE):
+        if traced_by:
+            # Not a missing permission: another tracer holds it (ptrace_scope changes nothing).
+            name = (proc.read(f"/proc/{traced_by}/comm") or "").strip()[:32]
+            return {"error": f"traced by pid {traced_by}" + (f" ({name})" if name else ""),
+                    "traced_by": traced_by, "tracer": name or None}
         return {"error": "ptrace not permitted", "permission": True}
     lines = [line for line in text.splitlines() if line.strip() and not re.match(r"\s*\d+: ", line)]
     return {"error": lines[0][:200] if lines else f"py-spy exit {done.returncode}"}
