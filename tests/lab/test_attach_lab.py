@@ -3,7 +3,8 @@ starts them: `torchrun ... > node.log 2>&1` from a shell on each node, or with t
 per-rank files (`--log-dir DIR --redirects 3`). The job (attach_train.py) trains until the test
 says go, once hangwatch has found all four ranks: nothing here waits on a clock.
 
-- Healthy runs watched to their end: the watch ends by itself with "finished", exit 0, no verdict.
+- Healthy runs watched to their end (2 ranks per torchrun, and 1, in turn): the watch ends by itself
+  with "finished", exit 0, no verdict.
 - A rank that crashes (SIGSEGV), raises MemoryError, or two that raise ValueError at once: the
   exact culprit set, whichever file their lines went to."""
 
@@ -61,14 +62,15 @@ class HandRun:
         return out
 
 
-def start_by_hand(lab, folder: Path, port: int, *script_args: str, per_rank: bool = False) -> HandRun:
+def start_by_hand(lab, folder: Path, port: int, *script_args: str, per_rank: bool = False,
+                  nproc: int = 2) -> HandRun:
     """torchrun on each node from `sh -c`, the way a user types it: output to one file per node
     (node.log), or torchrun's per-rank files under --log-dir (--redirects 3)."""
     folder.mkdir(parents=True, exist_ok=True)
     run = HandRun(lab, folder, f"ATTACH_TRAIN_JOB={port}")
     master = lab.node("master").ipv4
     for i, node in enumerate(NODES):
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", str(nproc),
                     "--node-rank", str(i), "--master-addr", master, "--master-port", str(port)]
         if per_rank:
             torchrun += ["--log-dir", str(folder / f"logs-{node}"), "--redirects", "3"]
@@ -84,9 +86,9 @@ def watching(lab, tmp_path: Path, *args: str) -> Watch:
     return hangwatch(lab, "--incident-dir", str(tmp_path / "incidents"), *args)
 
 
-def all_found(watch: Watch) -> None:
-    wait_until(lambda: len({e["rank"] for e in watch.of("rank-found")}) == WORLD, 120,
-               f"hangwatch did not find the {WORLD} ranks")
+def all_found(watch: Watch, world: int = WORLD) -> None:
+    wait_until(lambda: len({e["rank"] for e in watch.of("rank-found")}) == world, 120,
+               f"hangwatch did not find the {world} ranks")
 
 
 def ended(watch: Watch, timeout: float = 120) -> int:
@@ -98,11 +100,14 @@ def ended(watch: Watch, timeout: float = 120) -> int:
 
 
 def test_ten_healthy_runs_started_by_hand_are_watched_to_their_end_each_exit_0(clean_lab, tmp_path):
+    # Two shapes in turn: 2 ranks per torchrun (4 in all), and 1 (2 in all: no local peer to end with).
     for n in range(10):
-        run = start_by_hand(clean_lab, tmp_path / f"run{n}", 29710 + n)
+        nproc = 2 if n % 2 == 0 else 1
+        world = 2 * nproc
+        run = start_by_hand(clean_lab, tmp_path / f"run{n}", 29710 + n, nproc=nproc)
         watch = watching(clean_lab, tmp_path / f"run{n}")
         try:
-            all_found(watch)
+            all_found(watch, world)
             run.go.touch()
             code = ended(watch)
             assert run.wait(60) == [0, 0], (tmp_path / f"run{n}" / "master.log").read_text()[-2000:]
@@ -114,8 +119,8 @@ def test_ten_healthy_runs_started_by_hand_are_watched_to_their_end_each_exit_0(c
         assert not watch.of("diagnosis") and not watch.of("incident"), (n, said)
         assert not [e for e in watch.events if (e.get("snapshot") or {}).get("diagnosis")], (n, said)
         [finished] = watch.of("finished")
-        assert finished["text"] == "finished: all 4 ranks exited 0", (n, said)
-        assert finished["finished"] is True and finished["ranks"] == [0, 1, 2, 3], finished
+        assert finished["text"] == f"finished: all {world} ranks exited 0", (n, said)
+        assert finished["finished"] is True and finished["ranks"] == list(range(world)), finished
 
 
 def _culprits(clean_lab, tmp_path, port: int, fault: str, ranks: str, per_rank: bool) -> tuple[dict, int]:

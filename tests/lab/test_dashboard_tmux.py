@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.lab.test_launch_lab import NODES, assert_nothing_left, counts
 
 REPO = Path(__file__).parents[2]
@@ -60,6 +58,11 @@ class Terminal:
         """The normal screen and its history: what was printed around the dashboard, with the
         lines the terminal wrapped joined again."""
         return self.tmux("capture-pane", "-p", "-J", "-S", "-2000").stdout
+
+    def resize(self, width: int, height: int) -> None:
+        """The terminal takes a new size, as a user's window does (the program gets SIGWINCH)."""
+        self.tmux("resize-window", "-x", str(width), "-y", str(height))
+        self.width, self.height = width, height
 
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", *keys)
@@ -127,32 +130,41 @@ def guilty_row(screen: str) -> bool:
     return re.search(rf"^\s*!{GUILTY}\s+worker1\s+\d+", screen, re.M) is not None
 
 
-@pytest.mark.parametrize("width, height, no_color", [(100, 30, False), (80, 24, True)],
-                         ids=["100x30", "80x24-NO_COLOR"])
-def test_the_dashboard_names_a_deadlock_and_quitting_stops_every_node(clean_lab, tmp_path, width, height, no_color):
+def test_the_dashboard_names_a_deadlock_and_quitting_stops_every_node(clean_lab, tmp_path):
+    # One live run, two terminal sizes: named on a 100x30 terminal, then the terminal shrinks to
+    # 80x24 (tmux resizes the window; the dashboard gets SIGWINCH) and the narrow layout still names
+    # it. NO_COLOR's rendering is pinned by the unit tests (test_tui_app.py): nothing is colour alone.
     before = settled_counts(clean_lab)
     logs = tmp_path / "run"
-    term = Terminal(tmp_path, width, height)
+    term = Terminal(tmp_path, 100, 30)
     try:
         started = time.monotonic()
         term.start(launch_argv(clean_lab, logs, HANG, "--steps", "500", "--fault", "leave",
                                "--rank", str(GUILTY), "--at", "5"),
-                   {"NO_COLOR": "1" if no_color else None, "COLUMNS": None, "LINES": None})
-        screen = term.wait_for("deadlock naming rank 3 on the dashboard",
-                               lambda s: "DEADLOCK · for" in s and f"look at rank {GUILTY}" in s
-                               and guilty_row(s) and f"hang_train.py:{IDLE_LINE}" in s, timeout=90)
-        named_after = time.monotonic() - started
-        # The panel's summary and the guilty rank's own line, with its node and the line it sits on.
-        assert re.search(rf"rank {GUILTY} left the loop", screen), screen
-        if width >= 100:
-            assert f"! rank {GUILTY} on worker1 at hang_train.py:{IDLE_LINE}" in screen, screen
-        # Every rank has its row; only rank 3 carries the '!' (with NO_COLOR too: nothing is colour alone).
-        for rank, node in ((0, "master"), (1, "master"), (2, "worker1")):
-            assert re.search(rf"^\s+{rank}\s+{node}\s+\d+", screen, re.M), screen
-        assert re.findall(r"^\s*!(\d+)\s", screen, re.M) == [str(GUILTY)], screen
-        row = next(line for line in screen.splitlines() if re.match(rf"^\s*!{GUILTY}\s", line))
-        assert "idle" in row and f"hang_train.py:{IDLE_LINE}" in row, row
-        assert "q quit" in screen
+                   {"NO_COLOR": None, "COLUMNS": None, "LINES": None})
+        named_after = None
+        for width, height in ((100, 30), (80, 24)):
+            if width != term.width:
+                term.resize(width, height)
+            screen = term.wait_for(f"deadlock naming rank 3 on the dashboard at {width}x{height}",
+                                   lambda s: "DEADLOCK · for" in s and f"look at rank {GUILTY}" in s
+                                   and guilty_row(s) and f"hang_train.py:{IDLE_LINE}" in s
+                                   # the footer too: a screen read mid-redraw (after the resize) lacks it
+                                   and "q quit" in s
+                                   and max(map(len, s.splitlines()), default=0) <= term.width, timeout=90)
+            named_after = named_after or time.monotonic() - started
+            # The panel's summary and the guilty rank's own line, with its node and the line it sits on.
+            assert re.search(rf"rank {GUILTY} left the loop", screen), screen
+            if width >= 100:
+                assert f"! rank {GUILTY} on worker1 at hang_train.py:{IDLE_LINE}" in screen, screen
+            # Every rank has its row; only rank 3 carries the '!'.
+            for rank, node in ((0, "master"), (1, "master"), (2, "worker1")):
+                assert re.search(rf"^\s+{rank}\s+{node}\s+\d+", screen, re.M), screen
+            assert re.findall(r"^\s*!(\d+)\s", screen, re.M) == [str(GUILTY)], screen
+            row = next(line for line in screen.splitlines() if re.match(rf"^\s*!{GUILTY}\s", line))
+            assert "idle" in row and f"hang_train.py:{IDLE_LINE}" in row, row
+            assert "q quit" in screen
+            assert len(screen.splitlines()) <= height, screen
 
         term.keys("q")
         term.wait_for("question on quit", lambda s: "Stop the training on every node?" in s
@@ -176,7 +188,7 @@ def test_the_dashboard_names_a_deadlock_and_quitting_stops_every_node(clean_lab,
         # The launcher's own stop (q, y: SIGTERM to every rank) is a stop, not a failure to report.
         assert not list((logs / "incidents").glob("*exited*")), list((logs / "incidents").iterdir())
         assert_nothing_left(clean_lab, before)
-        print(f"\n{width}x{height}: deadlock on screen {named_after:.1f} s after the command started")
+        print(f"\ndeadlock on screen {named_after:.1f} s after the command started")
     finally:
         term.kill()
         wind_down(clean_lab, before)
