@@ -116,6 +116,8 @@ class Search:
         self.answered = set()     # sizes answered
         self.tried = set()        # sizes sent
         self.refused = None       # the smallest size send() refused (EMSGSIZE: the kernel knows a smaller MTU)
+        self.blocked = None       # the smallest size send() refused with EPERM: this node's own firewall
+                                  # (a netfilter output rule dropped it: the kernel says so to the sender)
         self.rtt = None           # the shortest round trip seen, seconds
         self.times = {}           # id -> when sent
         self.next_id = 1
@@ -130,8 +132,7 @@ class Search:
         """The smallest size known not to pass: never answered, or refused by the kernel."""
         good = self.good or 0
         lost = [s for s in self.tried if s > good and s not in self.answered]
-        if self.refused is not None:
-            lost.append(self.refused)
+        lost += [s for s in (self.refused, self.blocked) if s is not None]
         return min(lost) if lost else None
 
     def send(self, size):
@@ -148,6 +149,10 @@ class Search:
         except OSError as exc:
             if exc.errno == errno.ECONNREFUSED:
                 self.port_refused = True
+                self.tried.discard(size)
+                return
+            if exc.errno == errno.EPERM:
+                self.blocked = size if self.blocked is None else min(self.blocked, size)
                 self.tried.discard(size)
                 return
             if exc.errno != errno.EMSGSIZE:
@@ -239,11 +244,12 @@ def measure(target, address, token, timeout):
             search.round([bad] * 3, wait=CONFIRM_WAIT)
             if search.bad() == bad and bad not in search.answered:
                 break
-        out.update(passed=search.good, lost=search.bad(), refused=search.refused,
+        out.update(passed=search.good, lost=search.bad(), refused=search.refused, blocked=search.blocked,
                    learned_mtu=sock.getsockopt(level, mtu_opt), rtt_ms=None if search.rtt is None
                    else round(search.rtt * 1000, 3), sent=search.next_id - 1, rounds=search.rounds,
                    port_refused=search.port_refused)
-        out["outcome"] = ("unanswered" if search.good is None else
+        out["outcome"] = ("blocked-here" if search.blocked is not None else
+                          "unanswered" if search.good is None else
                           "fits" if search.good >= route_mtu else
                           "learned" if out["learned_mtu"] < route_mtu or search.refused is not None else
                           "blackhole")

@@ -29,6 +29,9 @@ def _mtu(name: str, interface: str | None, mtu: int | None) -> str:
 
 def lost_words(d: Direction) -> str:
     """What the probe saw on one direction, with both ends' MTUs, in one clause."""
+    if d.outcome == "blocked-here":
+        return (f"{d.src} -> {d.dst}: {d.src}'s own firewall refuses "
+                + (f"packets over {d.passed} bytes" if d.passed else "every packet") + f" it sends to {d.dst}")
     src_mtu = d.src_end_mtu
     ends = (f"{d.src_interface or 'interface'} MTU {src_mtu} on both ends"
             if src_mtu == d.dst_mtu and d.src_interface == d.dst_interface else
@@ -52,6 +55,23 @@ def _fix(d: Direction, size: int, nodes: list[str]) -> Fix:
                f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
 
 
+def _blocked_here(d: Direction, details: dict[str, Any]) -> Verdict:
+    """src's kernel refused to send a size with EPERM: a netfilter rule on src's own output
+    dropped it (the kernel tells the sender so; a drop on the way, or at dst, is silent). The
+    finding is on src, whatever dst's MTU."""
+    src, dst = d.src, d.dst
+    sizes = (f"packets of {d.blocked} bytes and more it sends to {dst} ({d.address}), while "
+             f"{d.passed}-byte ones pass" if d.passed else f"the packets it sends to {dst} ({d.address})")
+    return Verdict(Status.FAIL, src,
+                   f"{src} -> {dst}: {src}'s own firewall refuses {sizes}: the kernel answered the send with "
+                   f"EPERM, which a netfilter output rule on {src} gives (nothing on the way or at {dst} does); "
+                   f"Gloo's {'large messages' if d.passed else 'connections'} from {src} to {dst} will not get through",
+                   Fix(Action.CHANGE, (f"on {src}: remove or narrow the output rule that drops them: "
+                                       "`sudo nft -a list ruleset` shows the output hook's rules with their handles "
+                                       "(`sudo iptables -S OUTPUT` where iptables is used)",), src),
+                   {**details, "blocked": d.blocked})
+
+
 def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
     seen, early = probed(ctx, "path-mtu", PathMtuSeen.from_json)
     if seen is None:
@@ -65,6 +85,8 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
         details: dict[str, Any] = {"pair": d.to_json(), "probe_seconds": seen.seconds}
         if d.outcome in PASSES:
             fine.setdefault(src, []).append(d)
+        elif d.outcome == "blocked-here":
+            yield _blocked_here(d, details)
         elif d.outcome == "error":
             yield Verdict(Status.ERROR, src, f"{src} -> {dst}: the path-MTU probe failed: {d.detail}",
                           None, details)

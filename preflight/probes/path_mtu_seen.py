@@ -15,7 +15,7 @@ from typing import Any
 class Direction:
     """From `src` to `dst`'s echo; `outcome` as node/pathmtu.py names it: fits (the route's full
     size passed), learned (a hop said a smaller size with ICMP), blackhole (larger packets vanish,
-    nothing said), unanswered, error."""
+    nothing said), blocked-here (src's own firewall refused a size: EPERM on send), unanswered, error."""
     src: str
     dst: str
     outcome: str
@@ -30,13 +30,14 @@ class Direction:
     detail: str | None = None
     port_refused: bool = False      # ICMP port unreachable: nothing listened at the echo
     sent: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    blocked: int | None = None      # bytes: the smallest packet src's own firewall refused (EPERM on send)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Direction:
         return cls(wire["src"], wire["dst"], wire["outcome"], wire.get("passed"), wire.get("route_mtu"),
                    wire.get("src_interface"), wire.get("src_mtu"), wire.get("dst_interface"), wire.get("dst_mtu"),
                    wire.get("address"), wire.get("port"), wire.get("detail"), bool(wire.get("port_refused")),
-                   MappingProxyType(dict(wire)))
+                   MappingProxyType(dict(wire)), wire.get("blocked"))
 
     @property
     def src_end_mtu(self) -> int | None:
@@ -69,8 +70,9 @@ class PathMtuSeen:
                    wire.get("seconds"))
 
     def blackholes(self) -> list[Direction]:
-        """The directions where large TCP segments vanish (for the probes that move large messages)."""
-        return [d for d in self.directions if d.hangs]
+        """The directions where large TCP segments vanish (for the probes that move large messages):
+        on the way, or in the sender's own firewall."""
+        return [d for d in self.directions if d.hangs or d.outcome == "blocked-here"]
 
     def back(self, d: Direction) -> Direction | None:
         """The other direction of the same pair, when it too is a black hole."""

@@ -165,3 +165,41 @@ def test_a_router_that_answers_fragmentation_needed_is_learned_not_a_black_hole(
     finally:
         for n in (a, r, b):
             run(["ip", "netns", "del", n], check=False)
+
+
+def test_a_drop_rule_on_a_nodes_own_output_is_named_on_that_node_and_removing_it_lets_training_through(clean_lab):
+    # Issue 26: a netfilter rule in worker1's own output hook drops its packets over 1000 bytes to
+    # the master. The kernel answers such a send with EPERM (nothing on the way does): that is the
+    # finding, on worker1, with where to look. The large all_reduce hangs with it, and passes once
+    # the rule is gone (the fix), as preflight then says too.
+    lab = clean_lab
+    netns, master = lab.node("worker1").netns, lab.node("master").ipv4
+    table = "ddpp_own_output_" + secrets.token_hex(3)
+    rules = (f"add table inet {table}\n"
+             f"add chain inet {table} out {{ type filter hook output priority 0 ; }}\n"
+             f"add rule inet {table} out ip daddr {master} meta length > 1000 drop\n")
+    subprocess.run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        _, report = preflight(lab, "--only", "path-mtu", expect=1)
+        found = {(r["node"], r["status"]) for r in by(report, "path-mtu")}
+        assert found == {("worker1", "fail"), ("master", "pass")}, by(report, "path-mtu")
+        [result] = [r for r in by(report, "path-mtu") if r["node"] == "worker1"]
+        blocked, passed = result["details"]["blocked"], result["details"]["pair"]["passed"]
+        assert passed <= 1000 < blocked <= 1500, result["details"]
+        assert result["summary"] == (
+            f"worker1 -> master: worker1's own firewall refuses packets of {blocked} bytes and more it sends to "
+            f"master ({master}), while {passed}-byte ones pass: the kernel answered the send with EPERM, which a "
+            "netfilter output rule on worker1 gives (nothing on the way or at master does); Gloo's large messages "
+            "from worker1 to master will not get through")
+        assert result["fix"].startswith("on worker1: remove or narrow the output rule that drops them: "
+                                        "`sudo nft -a list ruleset`"), result["fix"]
+        steps = all_reduce(lab, port=29563, pg_timeout=10)
+        assert all(s["small"]["ok"] for s in steps.values()) and not any(s["large"]["ok"] for s in steps.values()), \
+            steps
+    finally:
+        subprocess.run(["ip", "netns", "exec", netns, "nft", "delete", "table", "inet", table], check=True)
+    # The fix: the rule is gone. preflight passes and the large all_reduce goes through.
+    _, report = preflight(lab, "--only", "path-mtu", expect=0)
+    assert {(r["node"], r["status"]) for r in by(report, "path-mtu")} == {("worker1", "pass"), ("master", "pass")}
+    steps = all_reduce(lab, port=29564)
+    assert all(s["small"]["ok"] and s["large"]["ok"] for s in steps.values()), steps

@@ -1,5 +1,7 @@
 """path-mtu, and what the bandwidth check says beside it, judged from recorded real probe data of the
-lab: mtu-blackhole on both nodes, on worker1 only, and none (tests/unit/artifacts/record.py)."""
+lab: mtu-blackhole on both nodes, on worker1 only, and none (tests/unit/artifacts/record.py); and
+lab_path_mtu_own_output: a netfilter rule in worker1's own output hook dropping its packets over
+1000 bytes to the master (`meta length > 1000 drop`)."""
 
 import copy
 import json
@@ -49,6 +51,26 @@ def test_jumbo_frames_on_one_end_warn_there_and_the_other_direction_passes():
          "hop between them (switch port, VLAN, tunnel) carry 9000-byte packets"),
         ("path-mtu", "master", Status.PASS,
          "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)", None)}
+
+
+def test_a_drop_rule_in_a_nodes_own_output_is_a_failure_on_that_node_with_where_to_look():
+    art = load("lab_path_mtu_own_output")
+    master = art["master_addr"]
+    assert set(results(art)) == {
+        ("path-mtu", "worker1", Status.FAIL,
+         f"worker1 -> master: worker1's own firewall refuses packets of 1001 bytes and more it sends to master "
+         f"({master}), while 1000-byte ones pass: the kernel answered the send with EPERM, which a netfilter output "
+         "rule on worker1 gives (nothing on the way or at master does); Gloo's large messages from worker1 to master "
+         "will not get through",
+         "on worker1: remove or narrow the output rule that drops them: `sudo nft -a list ruleset` shows the output "
+         "hook's rules with their handles (`sudo iptables -S OUTPUT` where iptables is used)"),
+        ("path-mtu", "master", Status.PASS,
+         "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)", None)}
+    # The bandwidth probe is not started over it (preflight/probes/bandwidth.py), and says why in these words.
+    from preflight.checks.path_mtu import lost_words
+    from preflight.probes.path_mtu_seen import PathMtuSeen
+    [lost] = PathMtuSeen.from_json(art["probes"]["path-mtu"]).blackholes()
+    assert lost_words(lost) == "worker1 -> master: worker1's own firewall refuses packets over 1000 bytes it sends to master"
 
 
 def test_a_clean_lab_passes_from_each_node():
