@@ -25,6 +25,7 @@ from hangwatch.tracebacks import ExceptionInfo, Reader
 from node.bounded import Skipped, open_regular, size_text
 from node.protocol import ExitStatus
 from rules.failures import FAILED_LINE
+from rules.message_parts import FAILED_LINE_WORD, OOM_KILL_WORDS, USAGE_ERROR_WORD, WATCHDOG_WORDS
 
 from .inputs import LOG_HEAD, LOG_TAIL
 from .lines import scan
@@ -86,22 +87,22 @@ class LogReader:
 
     def _lines(self, origin: Origin, text: str, number: int | None, raw: str) -> None:
         """The lines outside a traceback that name a failure."""
-        if "failed (exitcode" in text:
+        if FAILED_LINE_WORD in text:
             found = FAILED_LINE.search(text)
             if found is not None:     # read into an ExitStatus here, once
                 self.failed.append((origin.node or self.node, int(found["local"]), int(found["pid"]),
                                     ExitStatus.from_returncode(int(found["code"])), Quote(self.path, number, raw)))
-        if ": error: " in text:
+        if USAGE_ERROR_WORD in text:
             said = failures.usage_error(text)
             if said is not None:
                 self.gathered.nodes.append(NodeSaid(origin.node or self.node, said, text, [Quote(self.path, number, raw)]))
                 return
-        if "Out of memory" in text or "oom" in text:
+        if any(w in text for w in OOM_KILL_WORDS):
             said = failures.oom_kill(text)
             if said is not None:
                 self.gathered.nodes.append(NodeSaid(origin.node or self.node, said, text, [Quote(self.path, number, raw)]))
                 return
-        if "Watchdog" in text or "last enqueued" in text or "last_enqueued" in text or "Last enqueued" in text:
+        if any(w in text for w in WATCHDOG_WORDS):
             line = failures.watchdog(text)
             if line is None:
                 return

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from hangwatch.prefixes import Line, normalize
 from rules import failures
+from rules import message_parts as parts
 
 from .quote import Quote
 
@@ -70,8 +71,7 @@ class Messages:
 RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?::\s|$)")
 NOT_RAISED = ("ChildFailedError", "SignalException", "KeyboardInterrupt")
 # A line of how a launcher says a rank ended (failures.FAILED_LINE, DEEPSPEED_EXIT, TABLE_*)
-EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID"
-                       r"|\b(?:time|host|rank)\s*:|^\s*\[\d+\]:\s*$")
+EXIT_HINT = parts.EXIT_HINT
 
 
 class MessageReader:
@@ -128,17 +128,17 @@ class MessageReader:
             self.root_next, self.entry = True, None
         if failures.TABLE_ENTRY.match(text.strip()):
             self.entry = None          # the next fields are the next entry's
-        if "failed (exitcode" in text:
+        if parts.FAILED_LINE_WORD in text:
             found = failures.FAILED_LINE.search(text)
             if found:
                 self._add(LauncherExit("failed-line", local_rank=int(found["local"]), code=int(found["code"]),
                                        pid=int(found["pid"]), host=line.host, time=line.time, quotes=[quote]))
-        if "exits with return code" in text:
+        if parts.DEEPSPEED_EXIT_WORD in text:
             found = failures.DEEPSPEED_EXIT.search(text)
             if found:
                 self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] else None,
                                        code=int(found["code"]), host=line.host, time=line.time, quotes=[quote]))
-        if "rank" in text or "exitcode" in text or "PID" in text or "time" in text or "host" in text:
+        if any(w in text for w in parts.TABLE_FIELDS_WORDS):
             for found in failures.TABLE_FIELDS.finditer(text):
                 self._field(found.groupdict(), quote)
 

@@ -1,5 +1,6 @@
-"""What a failure's own words say of its cause: the one catalogue of the messages that name a cause
-(an address family, a busy port, a collective the backend lacks, an NCCL or CUDA error), beside
+"""What a failure's own words say of its cause: the messages that name a cause (an address family,
+a busy port, a collective the backend lacks, an NCCL or CUDA error), as the one catalogue
+(rules/failures.py) words them and its patterns read them (none is matched here), beside
 lost_peer.py's catalogue of the messages of a rank that lost a peer (tracebacks.py reads how a
 rank ended). Read on the master by `ddp-preflight explain` on a run's logs; the causes and fixes
 of each are in causes.py.
@@ -11,10 +12,25 @@ of memory, taken from NCCL's and torch's sources (no GPU at hand to make them)."
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from rules.failures import BY_ID
+from rules.failures import (
+    BACKEND_NAMED,
+    BY_ID,
+    CLIENT_TIMEOUT,
+    CONNECT,
+    CUDA_OOM_TYPE,
+    GLOO_TIMEOUT,
+    IN_USE,
+    NCCL,
+    NOT_IMPLEMENTED,
+    OOM_KILL,
+    RENDEZVOUS,
+    USAGE_ERROR,
+    WAITING_CLIENTS,
+    WATCHDOG,
+)
+from rules.message_parts import OPTION, PG_STATUS, PORT, RANK_IN_LOG
 
 from .model import Word
 
@@ -43,32 +59,14 @@ class Said:
     detail: dict                               # e.g. {"own": 10, "peer": 2}, {"port": 29500}, {"call": "Work::getFuture"}
 
 
-# The messages the one catalogue (rules/failures.py) holds are read by its patterns.
+# Every message is read by a pattern of the one catalogue (rules/failures.py: its messages, and those
+# read in their own form), every field by one of rules/message_parts.py.
 FAMILY = BY_ID["address-family"].pattern
-CONNECT = re.compile(r"connectFullMesh failed with .*?(?P<why>Connect timeout|Connection refused|No route to host"
-                     r"|Network is unreachable)(?:,? (?:remote=)?\[(?P<peer>[^\]]*)\](?::(?P<port>\d+))?)?")
-IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
-PORT = re.compile(r"port: (?P<port>\d+)")
-WAITING_CLIENTS = re.compile(r"Timed out after (?P<seconds>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<world>\d+)")
-CLIENT_TIMEOUT = re.compile(r"client socket has timed out after (?P<seconds>[\d.]+)(?:ms|s)? while trying to connect to "
-                            r"\((?P<host>[^,]+), (?P<port>\d+)\)")
-RENDEZVOUS = re.compile(r"RendezvousTimeoutError|rendezvous .*timed out", re.IGNORECASE)
-NOT_IMPLEMENTED = re.compile(r"(?P<call>[\w:]+) not implemented|does not support (?P<what>[\w ]+?)(?:\.|,|$)"
-                             r"|(?P<op>\w+) is not supported (?:by|on|with) (?:the )?(?P<backend>\w+)")
-USAGE_ERROR = re.compile(r"^(?P<prog>torchrun|run\.py|[\w./-]*run\.py): error: (?P<what>.+)$")
-OPTION = re.compile(r"(?:ambiguous option: |unrecognized arguments: |argument )(?P<option>-[-\w=.]+)")
-NCCL = re.compile(r"NCCL error|nccl\w*Error|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError")
 DUPLICATE_GPU = BY_ID["duplicate-gpu"].pattern
 EPHEMERAL = BY_ID["gloo-pair-bind"].pattern
 CUDA_OOM = BY_ID["cuda-oom"].pattern
-GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+) ?ms for (?P<op>recv|send) operation")
-WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*?(?:Timeout\(ms\)=(?P<timeout>\d+))?\) "
-                      r"ran for (?P<ran>\d+) milliseconds")
-PG_STATUS = re.compile(r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last completed (?:NCCL )?work: (?P<completed>-?\d+)",
-                       re.IGNORECASE)
-RANK_IN_LOG = re.compile(r"\[Rank (?P<rank>\d+)\]|Rank (?P<pgrank>\d+)\]")
-OOM_KILL = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)"
-                      r"|Detected (?P<events>\d+) oom[-_]kill event")
+NCCL_INVALID_USAGE = BY_ID["nccl-invalid-usage"].pattern      # "invalid usage|ncclInvalidUsage"
+NCCL_SYSTEM_ERROR = BY_ID["nccl-system-error"].pattern        # "unhandled system error|ncclSystemError"
 
 
 def said_by(type: str, message: str) -> Said | None:
@@ -98,16 +96,16 @@ def said_by(type: str, message: str) -> Said | None:
     if found:
         return Said(Failure.DUPLICATE_GPU, {"ranks": [int(found["a"]), int(found["b"])], "device": found["device"]})
     if NCCL.search(text):
-        if "ncclInvalidUsage" in text or "invalid usage" in text:
+        if NCCL_INVALID_USAGE.search(text):
             return Said(Failure.NCCL_INVALID_USAGE, {})
-        if "ncclSystemError" in text or "unhandled system error" in text:
+        if NCCL_SYSTEM_ERROR.search(text):
             return Said(Failure.NCCL_SYSTEM_ERROR, {})
         return Said(Failure.NCCL_ERROR, {})
     found = CUDA_OOM.search(text)
-    if found or type.endswith("OutOfMemoryError"):
+    if found or type.endswith(CUDA_OOM_TYPE):
         return Said(Failure.CUDA_OUT_OF_MEMORY, {"size": found["size"] if found else None})
     found = NOT_IMPLEMENTED.search(text)
-    if found and ("Gloo" in text or "gloo" in text or "Work::" in text or "ProcessGroup" in text or "NCCL" in text):
+    if found and BACKEND_NAMED.search(text):
         return Said(Failure.UNSUPPORTED, {"call": found["call"] or found["what"] or found["op"]})
     found = GLOO_TIMEOUT.search(text)
     if found:

@@ -4,9 +4,16 @@ rank's exception (tracebacks.py leaves it out). Pure, standard library only."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from rules.message_parts import TABLE_EXITCODE as EXITCODE_FIELD
+from rules.message_parts import TABLE_FIELD as FIELD
+from rules.message_parts import TABLE_LINE_ENTRY as ENTRY
+from rules.message_parts import TABLE_NOT_AVAILABLE as NOT_AVAILABLE
+from rules.message_parts import TABLE_RANK as RANK_FIELD
+from rules.message_parts import TABLE_ROOT_LINE as ROOT
+from rules.message_parts import TABLE_START, TABLE_TITLE
 
 from .prefixes import strip_prefix
 from .tracebacks import LINE_CHARS, MESSAGE_CHARS
@@ -39,13 +46,6 @@ class FirstObservedFailure(ChildFailure):
     quote: tuple[str, ...] = ()                 # the root cause's rank and exitcode lines, as they were
 
 
-FAILED_TITLE = re.compile(r"^(?P<script>.+) FAILED$")
-ENTRY = re.compile(r"^\[(?P<index>\d+)\]:$")
-FIELD = re.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*)$")
-RANK_FIELD = re.compile(r"^(?P<rank>-?\d+)(?: \(local_rank: (?P<local>-?\d+)\))?")
-EXITCODE_FIELD = re.compile(r"^(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?\s*(?:\((?P<signal>SIG\w+)\))?")
-ROOT = "Root Cause (first observed failure):"
-NOT_AVAILABLE = "<N/A>"
 
 
 class _Table:
@@ -66,7 +66,7 @@ class _Table:
 
     def feed(self, line: str) -> None:
         text = strip_prefix(line[:LINE_CHARS])
-        if text.rstrip().endswith("ChildFailedError:"):
+        if text.rstrip().endswith(TABLE_START):
             self._reset()                         # a new table
             self.reading = True
             return
@@ -79,7 +79,7 @@ class _Table:
         if set(text) <= {"=", "-"} and text:
             self._close()
             return
-        title = FAILED_TITLE.match(text)
+        title = TABLE_TITLE.match(text)
         if title and self.section == "" and self.script is None:
             self.script = title["script"]
             return

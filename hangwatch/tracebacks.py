@@ -128,10 +128,10 @@ NO_EXCEPTION = "std::terminate"      # the type of an abort without an exception
 # A log line of c10 (glog's form, "[W1125 03:04:58.715994756 socket.cpp:207] ...") or torchrun's
 # logging ("W1125 03:05:05.715000 14257 .../api.py:1028] ...").
 LOG_LINE = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")
-WATCHDOG = re.compile(r"(?:\[Rank \d+\] )?Watchdog caught collective operation timeout: .*")
+WATCHDOG = failures.WATCHDOG_CAUGHT      # NCCL's watchdog line, as the one catalogue words it
 WATCHDOG_TYPE = "c10::DistBackendError"     # what the watchdog sets on the collective, with that message
 # A line without one of these starts nothing (the header, an abort, the watchdog's line).
-TRACEBACK_WORD, WATCHDOG_WORDS = "Traceback", "Watchdog caught"
+TRACEBACK_WORD, WATCHDOG_WORDS = "Traceback", failures.WATCHDOG_CAUGHT_WORD
 
 
 def header(text: str) -> bool:

@@ -31,9 +31,8 @@ CAUSES_FOR = {
 NETWORK = ("address-family", "interface-choice", "master-port")      # from facts alone
 PROBED = ("ephemeral-ports", "master-reachable")                     # need the network probe
 
-# What a CUDA or NCCL error says of itself ("CUDA error: invalid device ordinal", "NCCL error in:
-# ...", "Torch not compiled with CUDA enabled", torch._C's missing _cuda_setDevice on a CPU build).
-GPU_WORDS = ("CUDA", "cuda", "NCCL", "Duplicate GPU", "device ordinal", "NVML")
+# What a CUDA or NCCL error says of itself: the one catalogue's words (rules/failures.py GPU_WORDS).
+GPU_WORDS = catalogue.GPU_WORDS
 
 NOT_KNOWN = "the cause is not known"
 
@@ -72,11 +71,11 @@ def symptom_of(error: str, timed_out: bool = False) -> str:
             symptom = "rendezvous"
         if symptom is not None:
             return symptom
-    if "ss_family" in error:
+    if catalogue.says("address-family", error):
         return "family"
     if is_gpu_error(error):
         return "gpu"
-    if any(word in error for word in ("DistNetworkError", "DistStoreError", "endezvous")):
+    if any(word in error for word in catalogue.RENDEZVOUS_WORDS):
         return "rendezvous"
     return "other"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+from rules import failures as catalogue
 from rules.collectives import workaround, wrong_numbers
 from rules.facts import TorchFacts
 from rules.fix import change
@@ -202,12 +203,11 @@ def _init_failure(ctx: Context, seen: CollectivesSeen, base: dict) -> Verdict:
     reason = ""
     if not init:
         reason = _job_reason(seen.first.jobs)
-        symptom = "rendezvous" if any(w in reason for w in ("DistNetworkError", "DistStoreError", "endezvous",
-                                                              "timed out")) else \
+        symptom = "rendezvous" if any(w in reason for w in catalogue.STORE_WORDS) else \
             "gpu" if is_gpu_error(reason) else "no rank"
     elif any(r.timed_out for r in failed):
         symptom = "timeout"
-    elif any("ss_family" in r.sent.get("error", "") for r in failed):
+    elif any(catalogue.says("address-family", r.sent.get("error", "")) for r in failed):
         symptom = "family"
     else:
         symptom = "gpu" if any(is_gpu_error(r.message) for r in failed) else "other"

@@ -212,3 +212,75 @@ def test_hangwatchs_modules_import_one_another_without_a_cycle():
         visit([start])
     assert not cycles, "\n".join(cycles)
 
+
+
+# -- One catalogue of what a message means (issue 24) -----------------------------------------------
+
+# Where the words of torch, NCCL, Gloo, the launchers and the kernel may be matched: rules/ only
+# (failures.py: the catalogue and the messages read in their own form; message_parts.py: their fields).
+MATCHING = ("hangwatch", "explain", "launch", "preflight", "cli", "tui")
+# A literal is matched against text when it is a pattern (re.compile(...), re.search(...)), a
+# string method's argument (line.startswith(...)), a side of `in`, or what a comprehension runs over
+# (any(w in line for w in (...))); a module-level name in one of those places stands for its value
+# (a string, or a tuple, list or set of them).
+MATCH_CALLS = {"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split",
+               "startswith", "endswith", "find", "rfind", "index", "count", "removeprefix", "removesuffix"}
+
+
+def matched_literals(tree: ast.Module) -> list[ast.Constant]:
+    """The string literals a module matches text with, as MATCH_CALLS and the comment above say."""
+    module_values = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                     and isinstance(node.value, (ast.Constant, ast.Tuple, ast.List, ast.Set))
+                     for t in node.targets if isinstance(t, ast.Name)}
+    places: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in MATCH_CALLS:
+                places += node.args
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            places += [node.left, *node.comparators]
+        elif isinstance(node, ast.comprehension):
+            places.append(node.iter)
+    found = []
+    for place in places:
+        for node in ast.walk(place):
+            if isinstance(node, ast.Name) and node.id in module_values:
+                found += [n for n in ast.walk(module_values[node.id]) if isinstance(n, ast.Constant)]
+            elif isinstance(node, ast.Constant):
+                found.append(node)
+    return [n for n in found if isinstance(n.value, str)]
+
+
+def failure_text_matched_outside_the_catalogue(paths, root: Path = ROOT) -> list[str]:
+    from rules.failures import WORDS
+    broken = []
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        for literal in matched_literals(ast.parse(path.read_text())):
+            words = [w for w in WORDS if w in literal.value]
+            if words:
+                broken.append(f"{rel}:{literal.lineno} matches {literal.value[:60]!r} ({', '.join(words)})")
+    return sorted(set(broken))
+
+
+def test_no_module_outside_the_catalogue_matches_failure_text():
+    # rules/failures.py is the one catalogue of what torch, NCCL, Gloo, the launchers and the kernel
+    # say: hangwatch, explain, launch, preflight and the edges take its patterns and words by name.
+    paths = [p for package in MATCHING for p in sorted((ROOT / package).rglob("*.py"))]
+    broken = failure_text_matched_outside_the_catalogue(paths)
+    assert not broken, "\n".join(broken)
+
+
+def test_the_catalogue_check_sees_a_pattern_of_its_own(tmp_path):
+    # The check above catches the old ways: a module's own regex, a substring test, a tuple of words.
+    from rules.failures import CATALOGUE, WORDS
+    assert {w for m in CATALOGUE for w in m.words} <= set(WORDS)
+    (tmp_path / "old.py").write_text(
+        "import re\n"
+        "IN_USE = re.compile(r'EADDRINUSE|[Aa]ddress already in use')\n"
+        "PHRASES = ('Connection closed by peer',)\n"
+        "def f(line):\n"
+        "    return 'ss_family' in line or any(p in line for p in PHRASES) or line.endswith('ChildFailedError:')\n")
+    found = failure_text_matched_outside_the_catalogue([tmp_path / "old.py"], tmp_path)
+    assert [f.split(" matches")[0] for f in found] == ["old.py:2", "old.py:3", "old.py:5", "old.py:5"], found

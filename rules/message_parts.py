@@ -1,0 +1,44 @@
+"""Parts of messages: fields read out of lines the catalogue (rules/failures.py) matched, and the
+words a line is searched for before a pattern of it, apart from it so that module stays a catalogue
+of whole messages (and under 400 lines). Each reads one field of a message of torch, NCCL, Gloo or
+torchrun (a port, an option, a rank, a peer's address, where a process group was, a field of
+torchrun's table), or is one of its words.
+
+Pure, standard library only."""
+
+from __future__ import annotations
+
+import re
+
+PORT = re.compile(r"port: (?P<port>\d+)")                              # the store's port, in IN_USE's message
+OPTION = re.compile(r"(?:ambiguous option: |unrecognized arguments: |argument )(?P<option>-[-\w=.]+)")   # USAGE_ERROR's
+PG_STATUS = re.compile(r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last completed (?:NCCL )?work: "
+                       r"(?P<completed>-?\d+)", re.IGNORECASE)         # the watchdog's word on a group
+RANK_IN_LOG = re.compile(r"\[Rank (?P<rank>\d+)\]|Rank (?P<pgrank>\d+)\]")     # the rank a watchdog line is of
+GLOO_PEER = re.compile(r"\[(?P<host>[0-9A-Za-z.:%_-]+)\]:(?P<port>\d+)")      # Gloo: "[10.213.5.2]:24077"
+NCCL_PEER = re.compile(r"(?P<host>[0-9A-Za-z.:%_-]+)<(?P<port>\d+)>")          # NCCL: "10.213.5.2<24077>"
+
+# torchrun's ChildFailedError table, line by line (hangwatch/torchrun_table.py; its flattened fields,
+# as explain reads them, are rules/failures.py's TABLE_*): the line it starts after, the script's
+# "... FAILED", an entry's "[0]:", its fields and their values.
+TABLE_START = "ChildFailedError:"
+TABLE_TITLE = re.compile(r"^(?P<script>.+) FAILED$")
+TABLE_LINE_ENTRY = re.compile(r"^\[(?P<index>\d+)\]:$")
+TABLE_FIELD = re.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*)$")
+TABLE_RANK = re.compile(r"^(?P<rank>-?\d+)(?: \(local_rank: (?P<local>-?\d+)\))?")
+TABLE_EXITCODE = re.compile(r"^(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?\s*(?:\((?P<signal>SIG\w+)\))?")
+TABLE_ROOT_LINE = "Root Cause (first observed failure):"
+TABLE_NOT_AVAILABLE = "<N/A>"
+# A line that may be one of the lines of how a launcher says a rank ended (rules/failures.py's
+# FAILED_LINE, DEEPSPEED_EXIT, TABLE_*): a cheap test before them all; one of TABLE_FIELDS_WORDS is in
+# every line TABLE_FIELDS reads.
+EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID"
+                       r"|\b(?:time|host|rank)\s*:|^\s*\[\d+\]:\s*$")
+TABLE_FIELDS_WORDS = ("rank", "exitcode", "PID", "time", "host")
+
+# Words a line is searched for before a pattern of rules/failures.py (a cheap test: most lines hold none).
+FAILED_LINE_WORD = "failed (exitcode"                  # FAILED_LINE
+DEEPSPEED_EXIT_WORD = "exits with return code"         # DEEPSPEED_EXIT
+USAGE_ERROR_WORD = ": error: "                         # USAGE_ERROR
+OOM_KILL_WORDS = ("Out of memory", "oom")              # OOM_KILL
+WATCHDOG_WORDS = ("Watchdog", "last enqueued", "last_enqueued", "Last enqueued")   # WATCHDOG, PG_STATUS
