@@ -11,6 +11,7 @@ from ..checks.path_mtu import lost_words
 from ..model import NodeFacts, Options
 from . import torchjob
 from .gpus import Plan, collective_plan, cuda_blocked
+from .network_seen import DialKind, NetworkSeen
 from .path_mtu_seen import PathMtuSeen
 
 TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
@@ -37,8 +38,9 @@ def plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list[int]) -> P
     return collective_plan(nodes, options, usable)
 
 
-def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | None = None) -> dict:
-    """`seen`: the path-MTU probe's data, when it ran first."""
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | None = None,
+          network: dict | None = None) -> dict:
+    """`seen`: the path-MTU probe's data, `network`: the network probe's, when they ran first."""
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     ranks = plan(nodes, options, usable)
     if ranks.skipped:
@@ -51,6 +53,16 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
         # Its large all_reduce would hang until the job's bound: say what hangs it instead.
         return {"skipped": f"{lost_words(lost[0])}; a large all_reduce would hang there (see path-mtu)",
                 "path_mtu": [d.to_json() for d in lost]}
+    # A node's own dials matter when its ranks connect to each other (more than one per node).
+    blocked = [d for d in NetworkSeen.from_json(network or {}).blocked(names)
+               if d.src != d.dst or ranks.ranks_per_node > 1]
+    if blocked:
+        # Its ranks could not connect there: the job would wait out its bound. Say what blocks it.
+        d = blocked[0]
+        what = "the master port" if d.kind is DialKind.MASTER else f"{d.dst}'s port {d.port}"
+        return {"skipped": f"{d.src} -> {what} is blocked ({d.outcome}), so the job's ranks could not connect "
+                           f"(see {'master-reachable' if d.kind is DialKind.MASTER else 'ephemeral-ports'})",
+                "blocked": [b.to_json() for b in blocked]}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)

@@ -94,6 +94,12 @@ class NetworkSeen:
                    None if master is None else MasterListener.from_json(master),
                    dict(wire.get("errors", {})), int(wire.get("nproc_per_node", 2)))
 
+    def blocked(self, names: set[str]) -> list[Dial]:
+        """The dials between these nodes that found the path blocked: a listener's port (as Gloo's
+        would be) not opened, a free port dropped or rejected, the master port not reached."""
+        return [d for d in self.dials if d.src in names and d.dst in names and
+                (d.blocks or d.kind is DialKind.MASTER and d.outcome not in ("open", "open-unverified"))]
+
     def into(self, dst: str, own: bool) -> list[Dial]:
         """The dials into `dst`'s listener: from the other nodes, or (own) from itself."""
         return [d for d in self.dials if d.dst == dst and (d.src == dst) == own and d.kind is not DialKind.MASTER]

@@ -15,16 +15,17 @@ PROBES: dict[str, Callable[..., dict]] = {
     "compute": compute.probe,
     "path-mtu": path_mtu.probe,
 }
-# A probe that reads another's data runs after it and gets it: the bandwidth job moves large
-# messages, and a pair whose path drops them would hang it until its bound.
-READS = {"bandwidth": "path-mtu"}
+# A probe that reads another's data runs after it and gets it (by keyword): the bandwidth job
+# moves large messages between every pair, and a pair whose path drops them (path-mtu) or whose
+# connections a firewall blocks (network) would hang it until its bound.
+READS = {"bandwidth": {"seen": "path-mtu", "network": "network"}}
 
 
 def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     out: dict = {}
     for name in sorted(names, key=lambda n: n in READS):
         try:
-            seen = {"seen": out.get(READS[name])} if name in READS else {}
+            seen = {keyword: out.get(probe) for keyword, probe in READS.get(name, {}).items()}
             out[name] = PROBES[name](cluster, nodes, options, **seen)
         except Exception as exc:   # a broken probe must not lose the report
             frame = traceback.extract_tb(exc.__traceback__)[-1]

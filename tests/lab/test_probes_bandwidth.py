@@ -79,3 +79,24 @@ def test_a_held_master_port_skips_the_job_and_says_why(clean_lab):
     _, report = preflight(clean_lab, "--only", "bandwidth", expect=0)
     result = cluster_wide(report, "bandwidth")
     assert result["status"] == "skip" and "29500 is held on master" in result["summary"]
+
+
+def test_a_firewall_the_network_probe_found_skips_the_job_instead_of_waiting_out_its_bound(clean_lab):
+    # Issue 26: with ephemeral-ports' block already found, the bandwidth job waited out its 65 s
+    # bound (preflight 98-130 s against 24-50 s clean). Its ranks could not connect: it is not
+    # started, and says why.
+    from preflight.probes import bandwidth
+    clean_lab.add_fault("firewall@worker1")
+    before = snapshot(clean_lab)
+    started = time.monotonic()
+    _, report = preflight(clean_lab, "--only", "ephemeral-ports,bandwidth", expect=1)
+    took = time.monotonic() - started
+    assert took < bandwidth.TIMEOUT / 2, took
+    result = cluster_wide(report, "bandwidth")
+    assert (result["status"], result["fix"]) == ("skip", None), result
+    assert result["summary"].startswith("not probed: master -> worker1's port "), result["summary"]
+    assert result["summary"].endswith(" is blocked (filtered), so the job's ranks could not connect "
+                                      "(see ephemeral-ports)"), result["summary"]
+    assert {(r["node"], r["status"]) for r in by(report, "ephemeral-ports")} == {("worker1", "fail"),
+                                                                                 ("master", "pass")}
+    assert_nothing_left(clean_lab, before)
