@@ -6,6 +6,7 @@ on its end quotes the line (hangwatch/ended.py's crashed_at, exits.judge, ended_
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 from hangwatch import exits
@@ -64,7 +65,13 @@ def test_a_rank_that_ends_normally_leaves_no_fatal_record(tmp_path: Path):
     a = _agent([rank.pid], messages)
     try:
         _sampled(messages, rank.pid, 2)
-        assert (folder / f"{rank.pid}.fatal").exists()              # faulthandler's file, while it runs
+        # faulthandler's file, while it runs: the bootstrap makes it before the script's first line
+        # (the script waits for "go"), however long a loaded machine takes to get there.
+        fatal = folder / f"{rank.pid}.fatal"
+        deadline = time.monotonic() + 60
+        while not fatal.exists() and rank.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fatal.exists()
         (tmp_path / "go").touch()
         said = _exit_of(messages, rank.pid)
         assert said.code == 0 and said.ending["how"] == "returned", said.ending

@@ -18,6 +18,7 @@ from transport import LocalNode
 RANK = """
 import time
 def waits_in_its_loop():
+    print("ready", flush=True)
     time.sleep(120)
 waits_in_its_loop()
 """
@@ -38,7 +39,8 @@ pytestmark = pytest.mark.skipif(local_py_spy() is None, reason="py-spy is a test
 
 @pytest.fixture
 def traced_rank():
-    rank = subprocess.Popen([sys.executable, "-c", RANK])
+    rank = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, text=True)
+    assert rank.stdout.readline().strip() == "ready"          # in its function, whatever the load
     tracer = subprocess.Popen([sys.executable, "-c", TRACER, str(rank.pid)], stdout=subprocess.PIPE, text=True)
     try:
         assert tracer.stdout.readline().strip() == "holding"
