@@ -9,8 +9,11 @@ bundles (they carry no such evidence). Pure, over what messages.py read."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import re
 from dataclasses import dataclass, field
+
+from rules.message_parts import GLOO_PEER
 
 from .inputs import Input, InputKind
 from .messages import Messages
@@ -24,6 +27,7 @@ class Said:
     hosts: set[str] = field(default_factory=set)
     worlds: set[int] = field(default_factory=set)
     days: set[datetime.date] = field(default_factory=set)
+    peers: set[bool] = field(default_factory=set)       # Gloo peers seen: loopback (True), another host (False)
 
     def same_run(self, other: Said) -> bool:
         return bool(self.stores & other.stores or self.pids & other.pids or self.hosts & other.hosts)
@@ -31,8 +35,11 @@ class Said:
     def other_run(self, other: Said) -> bool:
         apart = bool(self.days and other.days) and \
             min(abs((a - b).days) for a in self.days for b in other.days) > 1
+        # Gloo binds one address per rank: a run whose peers are all on loopback (one machine) is
+        # not a run whose peers are other hosts' (a loopback rank is unreachable from them).
+        apart_hosts = self.peers in ({True}, {False}) and other.peers in ({True}, {False}) and self.peers != other.peers
         return bool(self.stores and other.stores and not self.stores & other.stores
-                    or self.worlds and other.worlds and not self.worlds & other.worlds or apart)
+                    or self.worlds and other.worlds and not self.worlds & other.worlds or apart or apart_hosts)
 
 
 DATE = re.compile(r"(?P<y>20\d\d)-(?P<m>\d\d)-(?P<d>\d\d)")
@@ -49,6 +56,13 @@ def _day(text: str | None) -> datetime.date | None:
 NOT_A_HOST = ("localhost", "127.0.0.1", "::1")
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def said_in(m: Messages, paths: set[str]) -> Said:
     out = Said()
     for hit in m.hits:
@@ -63,6 +77,10 @@ def said_in(m: Messages, paths: set[str]) -> Said:
             out.stores.add(f":{g['port']}")
         if g.get("world"):
             out.worlds.add(int(g["world"]))
+        if hit.message.id == "lost-peer":
+            peer = GLOO_PEER.search(hit.line.text)
+            if peer:
+                out.peers.add(_loopback(peer["host"]))
         day = _day(hit.line.time)
         if day is not None:
             out.days.add(day)

@@ -229,6 +229,19 @@ def test_unrelated_logs_given_together_are_separate_runs():
     assert [r["finding"]["culprits"] for r in json.loads(as_json(e))["runs"]] == [[], [3]]
 
 
+def test_a_run_whose_gloo_peers_are_on_loopback_is_not_a_run_whose_peers_are_other_hosts():
+    # 068a (the reporter: "Connection closed by peer [127.0.0.1]:10895", one machine) and 068b
+    # (another user in the same thread: "Read error [192.168.70.92]:25266") name no store, world or
+    # date: their Gloo peers tell them apart (a rank bound to loopback is unreachable from another host).
+    e = explain([str(PASTED / "068a-rvc-gloo-connection-closed-loopback.log"),
+                 str(PASTED / "068b-rvc-gloo-read-error-reset-by-peer.log")])
+    assert len(e.runs) == 2 and as_text(e).startswith("2 separate runs"), as_text(e)[:400]
+    assert _runs("068a-rvc-gloo-connection-closed-loopback.log", "068b-rvc-gloo-read-error-reset-by-peer.log") == \
+        [("exited", "unknown"), ("exited", "unknown")]
+    # Two files of one machine's run (both peers on loopback) stay one.
+    assert len(explain([str(PASTED / "068a-rvc-gloo-connection-closed-loopback.log")] * 2).runs) <= 1
+
+
 def test_torchruns_own_traceback_is_never_a_certain_culprit():
     # torchrun's ChildFailedError traceback above its table, read as a bare writer's exception, named
     # "the writer of ..." as the certain culprit before; the table says rank 0 was SIGKILLed
