@@ -124,6 +124,11 @@ def _loopback_host(state: LabState, node: Node, param: str | None) -> list[dict]
     return [{"kind": "hosts", "node": node.name}]
 
 
+def _ipv6_host(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # The hosts files are rendered from the faults (lab/hosts.py): the node's name, to its eth0's IPv6.
+    return [{"kind": "hosts", "node": node.name}]
+
+
 LEFTOVER_SCRIPT = """\
 # A training run's leftover (seed 002): it still holds the rendezvous port.
 import socket, sys, time
@@ -192,6 +197,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "ways with tc tbf (default 50mbit)", _wifi, DEFAULT_WIFI_RATE),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "
               "binds loopback", _loopback_host),
+    FaultKind("ipv6-host", "issue 26", "the hostname resolves to the node's LAN IPv6 address (its eth0 carries one), "
+              "so Gloo binds IPv6 there, reachable from the other nodes; on every node: an IPv6 cluster",
+              _ipv6_host),
     FaultKind("port-busy", "002", "a leftover train.py process holds the master port "
               "(default 29500)", _port_busy, DEFAULT_BUSY_PORT),
     FaultKind("mtu-blackhole", "none: issue 17", "sets the node's LAN interface to MTU 9000 (or PARAM) "

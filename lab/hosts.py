@@ -19,6 +19,8 @@ def render_hosts(state: LabState, node: Node) -> str:
             address = "127.0.1.1"          # Debian's default: Gloo then binds loopback
         elif other.name == node.name and "vpn-ipv6" in faults:
             address = vpn_ipv6_address(other.ipv4)   # Gloo then binds IPv6
+        elif other.name == node.name and "ipv6-host" in faults:
+            address = other.ipv6                      # Gloo binds IPv6, on the LAN
         lines.append(f"{address}\t{other.name}")
     for other in state.nodes:
         lines.append(f"{other.ipv6}\t{other.name}-v6")

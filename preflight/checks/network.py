@@ -31,21 +31,37 @@ def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "")
                    every_node=iface is not None and names == {iface.name}, note=note)
 
 
-def _reference_family(ctx: Context) -> int | None:
-    """The family workers dial the master with; else the master's own bind family."""
-    # The master's own route first; any node's when the master's facts are missing.
-    for node in (ctx.master, *ctx.reachable):
-        route = route_to_master(node)
-        if not isinstance(route, Missing) and route.address:
-            return 6 if ":" in route.address else 4
-    network = ctx.master.parsed.network
-    bind = network if isinstance(network, Missing) else network.gloo_bind
-    return None if isinstance(bind, Missing) else bind.family
+def _families(ctx: Context) -> dict[str, int]:
+    """The address family each reachable node's ranks will bind for Gloo (a bind known, usable)."""
+    out = {}
+    for node in ctx.reachable:
+        network = node.parsed.network
+        bind = network if isinstance(network, Missing) else network.gloo_bind
+        if not isinstance(bind, Missing) and not bind.error and bind.family and not _is_loopback(bind.address):
+            out[node.node] = bind.family
+    return out
+
+
+def _reference_family(ctx: Context, families: dict[str, int]) -> tuple[int | None, str]:
+    """The family the other ranks bind, and whose it is: rank 0's node (the master) when its bind
+    is known; else the one most nodes bind (None on a tie: who is odd cannot be told)."""
+    if ctx.master.node in families:
+        return families[ctx.master.node], ctx.master.node
+    counts = sorted({f: list(families.values()).count(f) for f in families.values()}.items(), key=lambda c: -c[1])
+    if not counts or len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return None, ""
+    return counts[0][0], "most nodes"
 
 
 def check_address_family(ctx: Context) -> Iterator[Verdict]:
+    """As Gloo judges it: each rank's device binds one address (GLOO_SOCKET_IFNAME's, else its
+    hostname's), the ranks exchange these through the store, and every pair connects device to
+    device; two ends of different families fail process-group creation (gloo's tcp/device.cc:
+    'ss1.ss_family == ss2.ss_family. 10 vs 2'). The master address's family is the store's
+    connection, not a pair's: nodes that all bind IPv6 behind an IPv4 MASTER_ADDR train."""
     multi = len(ctx.nodes) > 1
-    reference = _reference_family(ctx)
+    families = _families(ctx)
+    reference, whose = _reference_family(ctx, families)
     for node in ctx.reachable:
         network = node.parsed.network
         bind = network if isinstance(network, Missing) else network.gloo_bind
@@ -57,7 +73,8 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
         why = {"GLOO_SOCKET_IFNAME": "set by GLOO_SOCKET_IFNAME",
                "hostname": f"its hostname {bind.hostname} resolves to it",
                "fallback": f"its hostname {bind.hostname} resolves to nothing bindable"}[bind.source]
-        details = {"bind": bind.to_json(), "reference_family": reference}
+        details = {"bind": bind.to_json(), "reference_family": reference, "families": families}
+        differ = multi and len(set(families.values())) > 1 and node.node in families
         if bind.error:
             yield Verdict(Status.FAIL, node.node, f"{node.node}: {bind.error}", _pin(ctx, node, iface), details)
         elif multi and _is_loopback(bind.address):
@@ -65,12 +82,20 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
                           f"Gloo on {node.node} will bind loopback {where} ({why}); other nodes cannot reach it",
                           _pin(ctx, node, iface, f"or map {bind.hostname} to its LAN address in /etc/hosts"),
                           details)
-        elif multi and reference and bind.family != reference:
+        elif differ and reference is None:
+            listed = ", ".join(f"{name} {FAMILY.get(f, '?')}" for name, f in families.items())
             yield Verdict(Status.FAIL, node.node,
-                          f"Gloo on {node.node} will bind {FAMILY.get(bind.family or 0, '?')} {where} ({why}) while the "
-                          f"master is reached over {FAMILY[reference]}: process-group creation fails with "
-                          f"'ss1.ss_family == ss2.ss_family. {10 if bind.family == 6 else 2} vs "
-                          f"{10 if reference == 6 else 2}'",
+                          f"Gloo's ranks will bind different address families ({listed}), and which node is odd "
+                          f"cannot be told without the master's: {node.node} binds {where} ({why}); pairs of two "
+                          "families fail process-group creation with 'ss1.ss_family == ss2.ss_family'",
+                          _pin(ctx, node, iface), details)
+        elif differ and bind.family != reference:
+            others = whose if whose == "most nodes" else f"{whose}'s ranks"
+            yield Verdict(Status.FAIL, node.node,
+                          f"Gloo on {node.node} will bind {FAMILY.get(bind.family or 0, '?')} {where} ({why}) while "
+                          f"{others} bind {FAMILY[reference]}: every pair of ranks connects these addresses, and "
+                          f"process-group creation fails with 'ss1.ss_family == ss2.ss_family. "
+                          f"{10 if bind.family == 6 else 2} vs {10 if reference == 6 else 2}'",
                           _pin(ctx, node, iface), details)
         else:
             yield Verdict(Status.PASS, node.node,

@@ -77,6 +77,35 @@ def test_vpn_ipv6_is_caught_as_an_address_family_mismatch_on_that_node(clean_lab
     assert by(report, "address-family", "master")["status"] == "pass"
 
 
+def test_every_node_binding_ipv6_behind_an_ipv4_master_address_passes_and_trains_and_one_alone_fails(clean_lab):
+    # Issue 26: with every hostname resolving to IPv6, address-family failed every node with an
+    # ss_family error that does not happen (it compared each node with the IPv4 master address).
+    # Gloo's pairs connect device to device: all that matters is that every rank binds one family.
+    from .ddp import run_job
+    clean_lab.add_fault("ipv6-host@master")
+    clean_lab.add_fault("ipv6-host@worker1")
+    _, report = preflight(clean_lab, "--only", "address-family", expect=0)
+    assert {(r["node"], r["status"], r["summary"]) for r in by(report, "address-family")} == {
+        (name, "pass", f"Gloo binds IPv6 {clean_lab.node(name).ipv6} on eth0 (its hostname {name} resolves to it)")
+        for name in ("master", "worker1")}
+    # The real thing, unpinned, MASTER_ADDR the master's IPv4: the group forms and the all_reduce is right.
+    outcomes = run_job(clean_lab, ["master", "worker1"], port=29571, pg_timeout=15)
+    assert [(o.returncode, o.result.get("ok")) for o in outcomes] == [(0, True), (0, True)], \
+        [o.output[-1500:] for o in outcomes]
+    # One node alone on IPv6: the failure is there, on worker1, against master's IPv4 ranks, and real.
+    clean_lab.clear_faults(["ipv6-host@master"])
+    _, report = preflight(clean_lab, "--only", "address-family", expect=1)
+    results = {r["node"]: r for r in by(report, "address-family")}
+    assert {name: r["status"] for name, r in results.items()} == {"master": "pass", "worker1": "fail"}
+    assert results["worker1"]["summary"] == (
+        f"Gloo on worker1 will bind IPv6 {clean_lab.node('worker1').ipv6} on eth0 (its hostname worker1 resolves to "
+        "it) while master's ranks bind IPv4: every pair of ranks connects these addresses, and process-group "
+        "creation fails with 'ss1.ss_family == ss2.ss_family. 10 vs 2'")
+    outcomes = run_job(clean_lab, ["master", "worker1"], port=29572, pg_timeout=10)
+    errors = " ".join(o.result.get("error", "") for o in outcomes)
+    assert "ss1.ss_family == ss2.ss_family" in errors, [o.output[-1500:] for o in outcomes]
+
+
 def test_loopback_host_is_caught(clean_lab):
     clean_lab.add_fault("loopback-host@worker1")
     _, report = preflight(clean_lab, "--only", "address-family", expect=1)

@@ -161,7 +161,7 @@ def test_ipv6_worker_against_an_ipv4_master_predicts_glooss_family_error():
     result = one(run(faulted(), "address-family"), "address-family", "worker1")
 
     assert result.status is Status.FAIL
-    assert "while the master is reached over IPv4" in result.summary
+    assert "while master's ranks bind IPv4" in result.summary
     assert result.summary.endswith("'ss1.ss_family == ss2.ss_family. 10 vs 2'")
 
 
