@@ -197,6 +197,7 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
         if t is None:
             continue
         t.view.wchan = s.wchan
+        t.view.waits_in = s.waits_in if isinstance(s.waits_in, dict) else None
         if s.endpoints is not None:
             t.endpoints = t.endpoints | frozenset(s.endpoints)     # every endpoint it had: closed ones too
         if s.exit is not None:       # caught as a zombie, before its exit notice

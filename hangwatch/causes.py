@@ -56,6 +56,13 @@ CAUSES: dict[Reason, tuple[Cause, ...]] = {
                              "outage, a firewall change), or a rank that nobody watches ended"),),
     # where a live rank is stuck
     Reason.LEFT_LOOP: (UNEVEN_DATA, RANK_DEPENDENT),
+    Reason.SLEEPS: (Cause("it sleeps inside its code, outside any collective (time.sleep, at the line shown): a wait "
+                          "for a file or a condition that never comes, a retry loop's back-off, a rate limiter, a "
+                          "debugging pause left in; the others wait in their collective for it"),),
+    Reason.WAITS_TO_RECEIVE: (Cause("it waits to receive from a connection outside any collective (the address "
+                                    "shown: a data or parameter server, an HTTP API, a database; or a pipe: a "
+                                    "subprocess's output) that does not answer: that service, and the line "
+                                    "above"),),
     Reason.WAITS_ON_LOCK: (Cause("a lock, an event or a queue that another thread or process never releases: its "
                                  "line above; a thread of its own that died holding it"),),
     Reason.WAITS_FOR_DATA: (Cause("a DataLoader worker that hangs: a dataset's __getitem__ that blocks (a network file "
@@ -101,6 +108,15 @@ CAUSES: dict[Reason, tuple[Cause, ...]] = {
 # started, or it cannot reach the store.
 LAUNCHERS_NEVER_CAME = CAUSES[Reason.NEVER_CHECKED_IN][1:] + (
     Cause("it cannot reach the store: ddp-preflight's master-reachable"),)
+
+DUPLICATE_NODE_RANK = (
+    Cause("the node rank was written once for every node: `--node-rank $SLURM_NODEID` (or $NODE_RANK) expanded by "
+          "the batch script on the first node, so every srun task got that node's value",
+          (change("let each task expand it: srun bash -c 'torchrun --node-rank $SLURM_NODEID ...' (single quotes), "
+                  "or use torchrun's c10d rendezvous (--rdzv-backend c10d --rdzv-endpoint HOST:PORT, no --node-rank), "
+                  "which numbers the nodes itself"),)),
+    Cause("the same command, with the same --node-rank, was typed on two nodes"),
+)
 
 TRAINS_ALONE = (Cause("init_process_group behind a condition: nanochat, for one, creates its process group on CUDA "
                       "only, so on CPU it needs its Gloo patch"),

@@ -65,6 +65,7 @@ class Frame:
     file: str          # as py-spy's short_filename: relative to site-packages where it can
     line: int
     path: str = ""     # the full file name, which says whether it is installed code
+    in_loop: bool | None = None   # the line sits inside a for/while body (node/loops.py; None: not read)
 
     @property
     def where(self) -> str:
@@ -116,12 +117,13 @@ def frames_of(dump: list[dict]) -> list[Frame]:
     main = main_thread(dump)
     if main is None:
         return []
-    return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"], f.get("filename") or "")
+    return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"], f.get("filename") or "",
+                  f.get("in_loop") if isinstance(f.get("in_loop"), bool) else None)
             for f in main["frames"]]
 
 
 def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | None = None,
-             exit_code: int | None = None) -> RankState:
+             exit_code: int | None = None, waits_in: dict | None = None) -> RankState:
     if exit_code is not None:
         return RankState(S.EXITED, evidence=(f"exit code {exit_code}",), exit=ExitStatus(code=exit_code))
     if dump is None:
@@ -163,8 +165,26 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
         return RankState(S.COLLECTIVE, "all_reduce", user, tuple(evidence + [
             f"in backward ({frames[0].where}) without using CPU: likely DDP's gradient all_reduce "
             "(native frames were not taken to confirm)"]))
+    blocked = _blocked(waits_in, [f for f in frames if not f.in_library]) if not busy else None
+    if blocked is not None:
+        reason, op, said = blocked
+        return RankState(S.IDLE, op, user or (frames[0] if frames else None), tuple(evidence + [said]), reason=reason)
     return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence), reason=None if busy else Reason.LEFT_LOOP)
+
+
+def _blocked(waits_in: dict | None, own: list[Frame]) -> tuple[Reason, str | None, str] | None:
+    """What an idle rank's main thread is blocked in outside any collective, by its system call
+    (node/blocked.py): asleep inside a loop of its code (a frame of its own inside a for/while
+    body; after its loop it left the loop: uneven data's shape), or reading a socket or a pipe (not
+    a collective's: its frames would have said one). None when that says nothing more than "idle"."""
+    call = (waits_in or {}).get("call")
+    if call == "sleep" and any(f.in_loop for f in own):
+        return Reason.SLEEPS, None, "asleep in the kernel (nanosleep: time.sleep)"
+    on = str((waits_in or {}).get("on") or "")
+    if call == "recv" and (on.startswith("tcp ") or on in ("socket", "pipe")):
+        return Reason.WAITS_TO_RECEIVE, on, f"blocked reading {on} (its system call)"
+    return None
 
 
 def _lock_wait(frames: list[Frame]) -> str | None:

@@ -24,7 +24,7 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
         # Its stack and CPU are from before the node was lost: they say nothing now.
         return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
-    found = classify(t.dump, v.cpu, v.wchan)
+    found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
     if found.state in (S.COLLECTIVE, S.RENDEZVOUS, S.IDLE, S.GPU_WAIT) and t.idle_since is None and \
             t.busy_at is not None and t.stack_at is not None and t.busy_at > t.stack_at:
         # It has used CPU since its stack showed it waiting: the stack no longer says where.

@@ -120,6 +120,7 @@ class RankView:
     frame: str | None = None
     function: str | None = None
     wchan: str | None = None
+    waits_in: dict | None = None          # its main thread's blocking system call (node/blocked.py)
     idle_for: float = 0.0
     exit: ExitStatus | None = None        # how it ended (None: running, or its code was never read)
     last_line: str | None = None
@@ -159,6 +160,8 @@ class Reason(Word):
     TERMINATED = "terminated"                 # SIGTERM/SIGINT/SIGHUP with no failure before: the run was stopped
     # where a live rank is stuck
     LEFT_LOOP = "left-loop"                   # idle outside any collective, at its own line
+    SLEEPS = "sleeps"                         # asleep in the kernel (time.sleep) outside any collective
+    WAITS_TO_RECEIVE = "waits-to-receive"     # blocked reading a socket or a pipe outside any collective
     WAITS_ON_LOCK = "waits-on-lock"           # blocked on a lock, a condition or a queue, outside any collective
     WAITS_FOR_DATA = "waits-for-data"         # waits for a batch its DataLoader workers never bring
     WAITS_ON_IO = "waits-on-io"               # blocked in the kernel on a disk or a file system (state D)
@@ -171,6 +174,7 @@ class Reason(Word):
                                               # other ranks wait in, and waits in another group's (sequence numbers)
     WAIT_FOR_EACH_OTHER = "wait-for-each-other"     # every rank waits to receive and nothing is in flight
     NEVER_CHECKED_IN = "never-checked-in"     # the store has no key of it: it never reached init_process_group
+    DUPLICATE_NODE_RANK = "duplicate-node-rank"   # two torchruns of one run claim one node rank: another never comes
     CANNOT_REACH_STORE = "cannot-reach-store"  # it waits in init_process_group, unregistered, while the others did
     CANNOT_CONNECT = "cannot-connect"         # every rank checked in and still they wait: they cannot connect
     LINK = "link"                             # every rank waits in one collective, none behind: a peer or the link

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from node.protocol import StoreAnswer
 
-from .causes import CAUSES, LAUNCHERS_NEVER_CAME
+from .causes import CAUSES, DUPLICATE_NODE_RANK, LAUNCHERS_NEVER_CAME
 from .model import Certainty, Diagnosis, Evidence, Kind, Reason
 from .model import RankStatus as S
 from .stalled import Stall, held_up_by
@@ -102,6 +102,15 @@ def torchruns_waiting(store: str, run: Sequence[Torchrun], watched: Sequence[str
     missing = sorted(set(range(nnodes)) - present)
     if not nnodes or not missing:
         return None
+    claimed = [t.node_rank for t in run if t.node_rank is not None]
+    twice = sorted({r for r in claimed if claimed.count(r) > 1})
+    if twice:
+        # Two torchruns of one run claim one node rank: the one missing never comes, whoever waits.
+        evidence = tuple(Evidence(t.node, t.pid, None, S.RENDEZVOUS, node_rank=t.node_rank) for t in run)
+        return Diagnosis(kind=Kind.RENDEZVOUS_STALL, reason=Reason.DUPLICATE_NODE_RANK, certainty=Certainty.CERTAIN,
+                         evidence=evidence, nodes=tuple(sorted({t.node for t in run if t.node_rank in twice})),
+                         node_ranks=tuple(missing), store=store, world=nnodes, waited=round(waited, 1),
+                         causes=DUPLICATE_NODE_RANK)
     hosts = {t.node for t in run}
     absent = [name for name in watched if name not in hosts]
     named = tuple(absent) if len(absent) == len(missing) else ()

@@ -57,6 +57,8 @@ def _flight(d: Diagnosis) -> str:
 STUCK = {
     Reason.LEFT_LOOP: "left the loop: {where}",
     Reason.WAITS_ON_LOCK: "waits on a lock outside any collective: {where}",
+    Reason.SLEEPS: "sleeps outside any collective: {where}",
+    Reason.WAITS_TO_RECEIVE: "waits to receive on {op} outside any collective: {where}",
     Reason.WAITS_FOR_DATA: "waits for its data: {where}, and its DataLoader workers do nothing",
     Reason.WAITS_ON_IO: "waits on I/O in the kernel (state D): {where}",
     Reason.STOPPED: "is stopped (SIGSTOP or a debugger: the kernel's state T){where_at}",
@@ -76,7 +78,7 @@ def _deadlock(d: Diagnosis) -> str:
         e = by[key]
         where = describe(e) if e.state is not S.STOPPED else f"stopped{at(e)}"
         form = STUCK.get(e.reason or Reason.LEFT_LOOP, STUCK[Reason.LEFT_LOOP])
-        parts.append(f"{e.label} " + form.format(where=where, where_at=at(e)))
+        parts.append(f"{e.label} " + form.format(where=where, where_at=at(e), op=e.op or "a connection"))
     if any(e.state is S.UNKNOWN for e in d.evidence):
         parts.append(_unknown(d))
     return f"{'; '.join(parts)}; {wait([e.key for e in waiting])} in {ops(waiting)}" + _flight(d)
@@ -220,6 +222,16 @@ def _launchers(d: Diagnosis) -> str:
     waiting = ", ".join(f"{e.node} (node rank {'?' if e.node_rank is None else e.node_rank} of {d.world or '?'})"
                         for e in d.evidence)
     missing = ",".join(map(str, d.node_ranks))
+    if d.reason is Reason.DUPLICATE_NODE_RANK:
+        claims: dict[int, list[str]] = {}
+        for e in d.evidence:
+            if e.node_rank is not None:
+                claims.setdefault(e.node_rank, []).append(e.node)
+        twice = "; ".join(f"{' and '.join(nodes)} both claim node rank {r}" for r, nodes in sorted(claims.items())
+                          if len(nodes) > 1)
+        return (f"the torchruns of the run at {d.store} number their nodes wrong: {twice} (of {d.world or '?'}), so "
+                f"node rank{'s' if len(d.node_ranks) > 1 else ''} {missing} never comes and no rank starts "
+                f"({d.waited or 0:.0f} s)")
     where = (f": {', '.join(d.nodes)} {'runs' if len(d.nodes) == 1 else 'run'} no torchrun of this run" if d.nodes
              else ": no watched node runs it")
     return (f"torchrun on {waiting} has started no rank for {d.waited or 0:.0f} s: it waits in its rendezvous at "

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from . import flight, proc, protocol, pyspy, store
+from . import blocked, flight, loops, proc, protocol, pyspy, store
 from .control import Control
 from .gpus import Gpus
 from .keeper import Keeper, children_of
@@ -107,8 +107,12 @@ class Agent:
             out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
         else:
             how = native if native is not None else self.native
-            threads = [threading.Thread(target=lambda p=p: out.__setitem__(str(p), pyspy.dump(self.py_spy, p, how)))
-                       for p in pids]
+            def one(p):
+                dump = pyspy.dump(self.py_spy, p, how)
+                loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
+                out[str(p)] = dump
+
+            threads = [threading.Thread(target=one, args=(p,)) for p in pids]
             with self.dumping_lock:
                 self.dumping.update(pids)
             try:
@@ -286,6 +290,10 @@ class Agent:
                 state = None if st.state == "t" and self.dumping[pid] > 0 else st.state
                 sample = {"pid": pid, "rank": info["rank"], "state": state, "threads": proc.threads(pid),
                           "wchan": proc.wchan(pid)}
+                if st.state == "S":
+                    waits = blocked.waits_in(pid)      # its main thread's system call: a sleep, a socket...
+                    if waits is not None:
+                        sample["waits_in"] = waits
                 if st.state == "Z":
                     sample["exit"] = st.exit_status
                 if self.gpus.of(pid) is not None:

@@ -184,6 +184,7 @@ class RankSample:
     state: Optional[str] = None      # /proc's: R, S, D, Z ...
     threads: Optional[int] = None
     wchan: Optional[str] = None
+    waits_in: Any = None             # its main thread's blocking system call (node/blocked.py), when asleep
     cpu: Optional[float] = None      # % of one core since the last sample (None: the first)
     exit: Optional[int] = None       # the wait status, when caught as a zombie
     gpu: Optional[int] = None        # the GPU it has a context on (NVML's index), on GPU nodes

@@ -63,7 +63,7 @@ class HandRun:
 
 
 def start_by_hand(lab, folder: Path, port: int, *script_args: str, per_rank: bool = False,
-                  nproc: int = 2) -> HandRun:
+                  nproc: int = 2, node_ranks: tuple[int, ...] = (0, 1)) -> HandRun:
     """torchrun on each node from `sh -c`, the way a user types it: output to one file per node
     (node.log), or torchrun's per-rank files under --log-dir (--redirects 3)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -71,7 +71,7 @@ def start_by_hand(lab, folder: Path, port: int, *script_args: str, per_rank: boo
     master = lab.node("master").ipv4
     for i, node in enumerate(NODES):
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", str(nproc),
-                    "--node-rank", str(i), "--master-addr", master, "--master-port", str(port)]
+                    "--node-rank", str(node_ranks[i]), "--master-addr", master, "--master-port", str(port)]
         if per_rank:
             torchrun += ["--log-dir", str(folder / f"logs-{node}"), "--redirects", "3"]
         torchrun += [str(SCRIPT), "--go", str(run.go), *script_args]
@@ -149,6 +149,24 @@ def test_attached_a_failing_rank_is_named_whichever_file_its_lines_went_to(clean
     expected = [int(r) for r in ranks.split(",")]
     assert (d["kind"], d["culprits"], d["candidates"]) == ("exited", expected, []), d["summary"]
     assert code == 1, d["summary"]
+
+
+def test_two_torchruns_that_claim_one_node_rank_are_named_with_the_cause(clean_lab, tmp_path):
+    # The classic sbatch mistake: `--node-rank $SLURM_NODEID` expanded once, so both nodes' torchruns
+    # say node rank 0. They wait in their rendezvous for node rank 1 for ever; no rank starts.
+    run = start_by_hand(clean_lab, tmp_path / "run", 29741, node_ranks=(0, 0))
+    watch = watching(clean_lab, tmp_path, "--exit-on-hang")
+    try:
+        d = watch.wait_for("diagnosis", 90)["snapshot"]["diagnosis"]
+        code = ended(watch)
+    finally:
+        watch.stop()
+        run.stop()
+    assert (d["kind"], d["reason"], d["certainty"], d["nodes"], d["node_ranks"]) == \
+        ("rendezvous-stall", "duplicate-node-rank", "certain", ["master", "worker1"], [1]), d["summary"]
+    assert d["summary"].startswith(f"the torchruns of the run at {clean_lab.node('master').ipv4}:29741 number their "
+                                   "nodes wrong: master and worker1 both claim node rank 0 (of 2)"), d["summary"]
+    assert "$SLURM_NODEID" in d["causes"][0]["what"] and code == 1
 
 
 def test_with_no_rank_on_any_node_it_says_so_and_exits_2(clean_lab, tmp_path):

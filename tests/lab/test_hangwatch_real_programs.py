@@ -105,13 +105,14 @@ def test_a_rank_that_leaves_cleanly_first_is_named_not_the_peer_it_made_fail(cle
     ("loader", 2, ("deadlock", [2], [], "waits-for-data", "certain")),
     ("stuck", 0, ("deadlock", [0], [], "waits-on-lock", "certain")),
     ("recv", 3, ("deadlock", [], [0, 1, 2, 3], "wait-for-each-other", "unsure")),
-], ids=["sigstop", "dataloader-worker-hangs", "lock", "cycle-of-receives"])
+    ("sleep", 2, ("deadlock", [2], [], "sleeps", "certain")),
+], ids=["sigstop", "dataloader-worker-hangs", "lock", "cycle-of-receives", "asleep-inside-its-loop"])
 def test_a_rank_stuck_outside_the_collective_is_named_with_why(watched, fault, rank, expected):
     # Each was told wrong or not at all before verdicts came from evidence (issue 16): a stopped rank
     # as a stall with no stacks, a hung loader as a straggler for ever, a cycle of receives as the
     # network.
-    watch, job = watched("--steps", "500", "--fault", fault, "--rank", str(rank), "--at", "5",
-                         port={"stop": 29648, "loader": 29649, "stuck": 29650, "recv": 29651}[fault])
+    watch, job = watched("--steps", "500", "--fault", fault, "--rank", str(rank), "--at", "5", "--seconds", "600",
+                         port={"stop": 29648, "loader": 29649, "stuck": 29650, "recv": 29651, "sleep": 29656}[fault])
     started = job.fault_time()
     event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
     d = event["snapshot"]["diagnosis"]
@@ -120,6 +121,9 @@ def test_a_rank_stuck_outside_the_collective_is_named_with_why(watched, fault, r
     if fault == "loader":        # the user's own line, not the C file the worker's queue waits in
         assert d["summary"].startswith(f"rank 2 waits for its data: loading-data at hang_train.py:"
                                        f"{_line('loss = train_step(model, optimizer, next(data))')} (main)"), d["summary"]
+    if fault == "sleep":         # asleep inside its loop (its system call, its line in the for body): not "left the loop"
+        assert d["summary"].startswith(f"rank 2 sleeps outside any collective: idle at hang_train.py:"
+                                       f"{_line('time.sleep(args.seconds)')} (main)"), d["summary"]
 
 
 def test_a_helper_started_through_a_shell_is_no_rank_and_no_hang(watched):

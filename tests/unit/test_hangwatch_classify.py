@@ -125,3 +125,67 @@ def test_a_rank_that_left_the_loop_and_is_behind_by_the_flight_recorder_has_unev
     lines = [cause_line(c) for c in found.causes]
     assert len(lines) == len(set(lines)) == 2, lines
     assert sum("drop_last=True" in line for line in lines) == 1, lines
+
+
+# -- outside any collective: asleep in its loop, after it, or waiting on a connection --------------
+
+BLOCKED = PYSPY / "blocked"
+
+
+def _blocked(name):
+    """A recording of blocked/, its frames pointing at the script beside it, marked by the agent's
+    own reading of which lines sit inside a loop (node/loops.py)."""
+    from node import loops
+    record = json.loads((BLOCKED / f"{name}.json").read_text())
+    for thread in record["dump"]:
+        for frame in thread["frames"]:
+            if frame["filename"].endswith(f"/{name}.py"):
+                frame["filename"] = str(BLOCKED / f"{name}.py")
+    loops.annotate(record["dump"])
+    return record
+
+
+def test_a_rank_asleep_inside_its_loop_sleeps_it_did_not_leave_the_loop():
+    r = _blocked("sleeps_in_loop")
+    state = classify(r["dump"], 0.0, r["wchan"], waits_in=r["waits_in"])
+    assert (state.state, state.reason, state.frame.where) == ("idle", "sleeps", "sleeps_in_loop.py:7")
+    assert "asleep in the kernel (nanosleep: time.sleep)" in state.evidence
+
+
+def test_a_rank_asleep_after_its_loop_left_the_loop():
+    r = _blocked("sleeps_after_loop")
+    state = classify(r["dump"], 0.0, r["wchan"], waits_in=r["waits_in"])
+    assert (state.state, state.reason, state.frame.where) == ("idle", "left-loop", "sleeps_after_loop.py:7")
+
+
+def test_a_rank_reading_a_silent_server_waits_to_receive_on_that_connection():
+    r = _blocked("waits_on_server")
+    state = classify(r["dump"], 0.0, r["wchan"], waits_in=r["waits_in"])
+    assert (state.state, state.reason, state.op, state.frame.where) == \
+        ("idle", "waits-to-receive", r["waits_in"]["on"], "waits_on_server.py:6")
+    assert r["waits_in"]["on"].startswith("tcp 127.0.0.1:")
+
+
+def test_the_deadlock_says_what_the_rank_is_blocked_in_and_gives_its_own_causes():
+    from hangwatch.causes import CAUSES
+    from hangwatch.model import Reason
+    sleeping, server = _blocked("sleeps_in_loop"), _blocked("waits_on_server")
+    for record, said, reason in ((sleeping, "rank 1 sleeps outside any collective: idle at sleeps_in_loop.py:7",
+                                  Reason.SLEEPS),
+                                 (server, f"rank 1 waits to receive on {server['waits_in']['on']} outside any "
+                                          "collective: idle at waits_on_server.py:6", Reason.WAITS_TO_RECEIVE)):
+        ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"),
+                 1: classify(record["dump"], 0.0, record["wchan"], waits_in=record["waits_in"])}
+        found = diagnose(seen(ranks))
+        assert (found.kind, found.culprits, found.reason) == ("deadlock", (1,), reason)
+        assert said in summary(found), summary(found)
+        assert found.causes == CAUSES[reason]          # its own, never uneven data's
+
+
+def test_a_line_is_in_a_loop_by_the_file_itself_and_a_kernel_file_is_never_read(tmp_path):
+    from node import loops
+    assert loops.loop_lines(str(BLOCKED / "sleeps_in_loop.py")) == frozenset({6, 7})
+    assert loops.loop_lines(str(BLOCKED / "sleeps_after_loop.py")) == frozenset({6})
+    fake = tmp_path / "code.py"
+    fake.symlink_to("/proc/kmsg")           # a name a process chose for its code
+    assert loops.loop_lines(str(fake)) is None

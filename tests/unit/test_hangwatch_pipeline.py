@@ -95,6 +95,19 @@ def test_torchruns_that_wait_carry_their_node_rank_as_a_field_the_words_read():
                              ["master", "worker1"], 12.0) is None
 
 
+def test_two_torchruns_claiming_one_node_rank_are_a_certain_verdict_with_its_cause():
+    # $SLURM_NODEID expanded once by the batch script: both nodes' torchruns claim node rank 0.
+    from hangwatch.causes import DUPLICATE_NODE_RANK
+    found = torchruns_waiting("10.0.0.1:29500", [Torchrun("master", 41, 0, 2), Torchrun("worker1", 42, 0, 2)],
+                              ["master", "worker1"], 30.2)
+    assert found is not None
+    assert (found.reason, found.certainty, found.nodes, found.node_ranks) == \
+        (Reason.DUPLICATE_NODE_RANK, "certain", ("master", "worker1"), (1,))
+    assert found.causes == DUPLICATE_NODE_RANK
+    assert summary(found) == ("the torchruns of the run at 10.0.0.1:29500 number their nodes wrong: master and worker1 "
+                              "both claim node rank 0 (of 2), so node rank 1 never comes and no rank starts (30 s)")
+
+
 def test_what_is_said_once_stands_by_its_fields():
     assert not Said(About.STALL, Kind.DEADLOCK, (3,), run=1).stands
     assert Said(About.STALL, Kind.EXITED, (3,), run=1).stands
