@@ -144,9 +144,16 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
     launch.on_line.append(show)
     launch.on_logs_failed.append(logs_failed)
     caught: list[int] = []
+    apps: list = []           # the dashboard, while it is up
 
     def on_signal(signum, frame):
         caught.append(signum)
+        if dashboard["on"] and apps:
+            # Ended as a quit ends it (its input thread stopped, the terminal given back), then
+            # stopped as below: a KeyboardInterrupt raised inside its loop left that thread reading
+            # a hung-up terminal for ever, at full CPU, and the process never exited.
+            apps[-1].exit("signal")
+            return
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, on_signal) for s in SIGNAL_REASONS}
@@ -158,8 +165,10 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
                 from hangwatch.launched import LaunchedRun
                 from tui.app import run_dashboard
 
-                choice = run_dashboard(LaunchedRun(run.watcher, launch, report.to_json()))
+                choice = run_dashboard(LaunchedRun(run.watcher, launch, report.to_json()), started=apps.append)
                 dashboard["on"] = False
+                if choice == "signal":
+                    raise KeyboardInterrupt
                 if choice == "stop":
                     say("stopping every node: quit from the dashboard")
                     run.stop("quit from the dashboard")

@@ -5,6 +5,8 @@ bundle, a log) runs in a thread worker, which posts what it got back as a messag
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -191,7 +193,12 @@ class DashboardApp(App[str]):
         self.exit(choice)
 
 
-def run_dashboard(source: Source, refresh: float = 1.0) -> str:
+def run_dashboard(source: Source, refresh: float = 1.0, started: Callable[[App], None] | None = None) -> str:
     """Show the dashboard until the user quits: "stop" if they chose to stop the training the
-    source launched (it is stopping), "leave" otherwise."""
-    return DashboardApp(source, refresh).run() or "leave"
+    source launched (it is stopping), "leave" otherwise; or whatever the caller ends it with
+    through the app `started` is given (app.exit("signal") on a SIGHUP: the app ends as on a quit,
+    its input thread stopped and the terminal given back, never interrupted mid-loop)."""
+    app = DashboardApp(source, refresh)
+    if started is not None:
+        started(app)
+    return app.run() or "leave"

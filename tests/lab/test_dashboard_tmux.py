@@ -231,3 +231,33 @@ def test_leaving_it_running_streams_the_output_and_ctrl_c_then_stops_every_node(
     finally:
         term.kill()
         wind_down(clean_lab, before)
+
+
+def test_the_terminal_closing_under_the_dashboard_stops_every_node_and_the_launcher_exits(clean_lab, tmp_path):
+    # The terminal goes away (a closed window, a dropped ssh session: here tmux's server killed, which
+    # hangs up on the launcher with SIGHUP) while the dashboard is up. Before: the launcher stopped
+    # nothing and never exited, its dashboard's input thread reading the hung-up terminal at full CPU.
+    before = settled_counts(clean_lab)
+    logs = tmp_path / "run"
+    term = Terminal(tmp_path, 100, 30)
+    try:
+        term.start(launch_argv(clean_lab, logs, TRAIN, "--steps", "1000", "--step-time", "0.2"),
+                   {"COLUMNS": None, "LINES": None})
+        term.wait_for("all 4 ranks stepping", lambda s: all(
+            re.search(rf"^\s+{r}\s+(master|worker1)\s+\d+\s.*\s\d+ [\d.]+(/s|s/step)", s, re.M) for r in range(4)),
+            timeout=90)
+        found = subprocess.run(["pgrep", "-f", "--", f"--log-dir {logs} "], capture_output=True, text=True).stdout
+        [launcher] = [int(p) for p in found.split()          # the launcher itself, not the shell that runs it
+                      if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"preflight"]]
+        term.kill()                                   # SIGHUP to the launcher
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{launcher}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(f"/proc/{launcher}").exists(), \
+            f"the launcher still runs 60 s after its terminal closed: {Path(f'/proc/{launcher}/stat').read_text()}"
+        saved = (logs / "result.json").read_text()
+        assert "the master's terminal closed (SIGHUP)" in saved, saved[:2000]
+        assert_nothing_left(clean_lab, before)
+    finally:
+        term.kill()
+        wind_down(clean_lab, before)
