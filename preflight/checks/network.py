@@ -53,6 +53,15 @@ def _reference_family(ctx: Context, families: dict[str, int]) -> tuple[int | Non
     return counts[0][0], "most nodes"
 
 
+def _route_family(ctx: Context) -> int | None:
+    """The family the workers dial the master with (the store's connection), from any node's route."""
+    for node in (ctx.master, *ctx.reachable):
+        route = route_to_master(node)
+        if not isinstance(route, Missing) and route.address:
+            return 6 if ":" in route.address else 4
+    return None
+
+
 def check_address_family(ctx: Context) -> Iterator[Verdict]:
     """As Gloo judges it: each rank's device binds one address (GLOO_SOCKET_IFNAME's, else its
     hostname's), the ranks exchange these through the store, and every pair connects device to
@@ -97,6 +106,16 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
                           f"process-group creation fails with 'ss1.ss_family == ss2.ss_family. "
                           f"{10 if bind.family == 6 else 2} vs {10 if reference == 6 else 2}'",
                           _pin(ctx, node, iface), details)
+        elif multi and ctx.master.node not in families and node.node != ctx.master.node and \
+                (dialled := _route_family(ctx)) and bind.family != dialled:
+            # The master's own bind is not known (not reached): what is known is the family the
+            # master is reached with, which its ranks bind unless its hostname says otherwise.
+            yield Verdict(Status.WARN, node.node,
+                          f"Gloo on {node.node} will bind {FAMILY.get(bind.family or 0, '?')} {where} ({why}); the "
+                          f"master's ranks' family is not known (its facts are missing), and the master is reached "
+                          f"over {FAMILY[dialled]}: if its ranks bind {FAMILY[dialled]}, process-group creation fails "
+                          f"with 'ss1.ss_family == ss2.ss_family. {10 if bind.family == 6 else 2} vs "
+                          f"{10 if dialled == 6 else 2}'", _pin(ctx, node, iface), details)
         else:
             yield Verdict(Status.PASS, node.node,
                           f"Gloo binds {FAMILY.get(bind.family or 0, '?')} {where} ({why})", None, details)

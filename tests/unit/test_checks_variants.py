@@ -615,8 +615,10 @@ def test_an_unreachable_master_leaves_the_workers_checked_but_not_compared():
     results = run_checks(context(ff.unreachable(faulted(), "master")), CHECKS)
 
     assert one(results, "node-reachable", "master").status is Status.ERROR
-    # worker1's own faults are still found.
-    assert one(results, "address-family", "worker1").status is Status.FAIL
+    # worker1's own faults are still found: its IPv6 bind, against the IPv4 the master is reached with
+    # (the master's own bind is not known: a warning, not a certainty).
+    family = one(results, "address-family", "worker1")
+    assert family.status is Status.WARN and "the master's ranks' family is not known" in family.summary
     # Nothing to compare against: not a claim about worker1.
     python = one(results, "python-parity", "worker1")
     assert python.status is Status.SKIP and "no Python version from the master" in python.summary
