@@ -167,8 +167,8 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
             "(native frames were not taken to confirm)"]))
     blocked = _blocked(waits_in, [f for f in frames if not f.in_library]) if not busy else None
     if blocked is not None:
-        reason, op, said = blocked
-        return RankState(S.IDLE, op, user or (frames[0] if frames else None), tuple(evidence + [said]), reason=reason)
+        why, on, read = blocked
+        return RankState(S.IDLE, on, user or (frames[0] if frames else None), tuple(evidence + [read]), reason=why)
     return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence), reason=None if busy else Reason.LEFT_LOOP)
 

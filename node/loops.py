@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Set, Tuple
 
 from .bounded import read_regular
 
@@ -35,7 +35,7 @@ def loop_lines(path: str) -> Optional[FrozenSet[int]]:
     except (OSError, SyntaxError, ValueError):
         found = None
     else:
-        lines = set()
+        lines: Set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
                 for stmt in node.body:

@@ -102,7 +102,7 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
             others = whose if whose == "most nodes" else f"{whose}'s ranks"
             yield Verdict(Status.FAIL, node.node,
                           f"Gloo on {node.node} will bind {FAMILY.get(bind.family or 0, '?')} {where} ({why}) while "
-                          f"{others} bind {FAMILY[reference]}: every pair of ranks connects these addresses, and "
+                          f"{others} bind {FAMILY.get(reference or 0, '?')}: every pair of ranks connects these addresses, and "
                           f"process-group creation fails with 'ss1.ss_family == ss2.ss_family. "
                           f"{10 if bind.family == 6 else 2} vs {10 if reference == 6 else 2}'",
                           _pin(ctx, node, iface), details)
