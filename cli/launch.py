@@ -148,6 +148,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
 
     def on_signal(signum, frame):
         caught.append(signum)
+        if signum == signal.SIGHUP:
+            _terminal_gone()
         if dashboard["on"] and apps:
             # Ended as a quit ends it (its input thread stopped, the terminal given back), then
             # stopped as below: a KeyboardInterrupt raised inside its loop left that thread reading
@@ -193,6 +195,22 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
     sys.stderr.write("ddp-preflight: " + shown_text(redact_text(render(result, plan.master_port, plan.nodes[0].node))))
     sys.stderr.flush()
     return result.exit_code
+
+
+def _terminal_gone() -> None:
+    """The terminal hung up: what the launcher still says goes nowhere instead of failing (a write
+    to a hung-up terminal raises EIO, which would end the launcher before it stops the nodes and
+    writes result.json, where the run's end is kept)."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
 
 
 def _wait_for_stop(launch: Launch):
