@@ -165,6 +165,17 @@ def test_ipv6_worker_against_an_ipv4_master_predicts_glooss_family_error():
     assert result.summary.endswith("'ss1.ss_family == ss2.ss_family. 10 vs 2'")
 
 
+def test_every_node_binding_ipv6_behind_an_ipv4_master_address_passes():
+    # Recorded on the lab with ipv6-host on both nodes (their hostnames resolve to eth0's IPv6), the
+    # master dialled at its IPv4: Gloo's pairs are IPv6 on both ends, and a real all_reduce works
+    # (tests/lab/test_preflight_lab.py). Before: both nodes failed against the master address's IPv4.
+    art = ff.artifact("lab_ipv6_everywhere")
+    assert ":" not in art["master_addr"]
+    results = run(art, "address-family")
+    assert {(r.node, r.status) for r in results} == {("master", Status.PASS), ("worker1", Status.PASS)}
+    assert all(r.summary.startswith("Gloo binds IPv6 fd") and r.fix is None for r in results)
+
+
 def test_nccl_runs_pin_the_nccl_variable():
     result = one(run(faulted(), "address-family", backend="nccl"), "address-family", "worker1")
 
