@@ -262,6 +262,10 @@ def _build(state: LabState, plan: addressing.Plan) -> None:
              + [f"link set {n.switch_port} master br0 up" for n in state.nodes], netns=sw)
 
     def configure(node: Node) -> None:
+        # A node's IPv6 address survives its link going down and up (a dead-link test, a renamed
+        # interface), as its IPv4 one does: Linux drops it otherwise (keep_addr_on_down=0).
+        run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w", "net.ipv6.conf.all.keep_addr_on_down=1",
+             "net.ipv6.conf.default.keep_addr_on_down=1", "net.ipv6.conf.eth0.keep_addr_on_down=1"])
         ip_batch(["link set lo up", f"addr add {node.ipv4}/{plan.subnet4.prefixlen} dev eth0",
                   f"addr add {node.ipv6}/64 dev eth0 nodad", "link set eth0 up"],
                  netns=node.netns)
