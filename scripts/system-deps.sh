@@ -10,6 +10,7 @@ declare -A need=(
   [/usr/sbin/slurmctld]=slurm-wlm [/usr/sbin/slurmd]=slurm-wlm [srun]=slurm-wlm
   [/usr/sbin/munged]=munge
   [/usr/sbin/useradd]=passwd          # the hostile-user tests make a second, unprivileged user
+  [/usr/sbin/sysctl]=procps [pgrep]=procps   # the lab keeps IPv6 addresses across link down (sysctl)
 )
 missing=()
 for cmd in "${!need[@]}"; do
