@@ -108,7 +108,10 @@ class Agent:
         else:
             how = native if native is not None else self.native
             def one(p):
-                dump = pyspy.dump(self.py_spy, p, how)
+                # Asleep in the kernel (time.sleep): its Python frames say where; native frames,
+                # slow to take, would add nothing.
+                asleep = how == "stall" and blocked.waits_in(p) == {"call": "sleep"}
+                dump = pyspy.dump(self.py_spy, p, False if asleep else how)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
                 out[str(p)] = dump
 
