@@ -71,6 +71,7 @@ class Agent:
         self.last_stacks = 0.0
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.dumping_lock = threading.Lock()
+        self.waits = {}               # pid -> its main thread's blocking system call at the last sample
         self.held = {}                # pid -> the most TCP sockets it held at a count
         self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
@@ -110,7 +111,7 @@ class Agent:
             def one(p):
                 # Asleep in the kernel (time.sleep): its Python frames say where; native frames,
                 # slow to take, would add nothing.
-                asleep = how == "stall" and blocked.waits_in(p) == {"call": "sleep"}
+                asleep = how == "stall" and self.waits.get(p) == {"call": "sleep"}
                 dump = pyspy.dump(self.py_spy, p, False if asleep else how)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
                 out[str(p)] = dump
@@ -293,10 +294,12 @@ class Agent:
                 state = None if st.state == "t" and self.dumping[pid] > 0 else st.state
                 sample = {"pid": pid, "rank": info["rank"], "state": state, "threads": proc.threads(pid),
                           "wchan": proc.wchan(pid)}
-                if st.state == "S":
-                    waits = blocked.waits_in(pid)      # its main thread's system call: a sleep, a socket...
-                    if waits is not None:
-                        sample["waits_in"] = waits
+                # Its main thread's system call (a sleep, a socket...), while asleep: kept for the
+                # stacks, which need not read it again.
+                waits = blocked.waits_in(pid, tables) if st.state == "S" else None
+                self.waits[pid] = waits
+                if waits is not None:
+                    sample["waits_in"] = waits
                 if st.state == "Z":
                     sample["exit"] = st.exit_status
                 if self.gpus.of(pid) is not None:
@@ -351,6 +354,8 @@ class Agent:
                 del self.held[pid]
                 self.endpoints.pop(pid, None)
                 self.settled.discard(pid)
+            for pid in [p for p in self.waits if p not in found]:
+                del self.waits[pid]
             message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
             if self.ended_at is not None and time.monotonic() - self.ended_at < TIME_WAIT_LEN:
                 message["closures"] = closures(tables)

@@ -46,10 +46,11 @@ def raw(pid: int) -> Optional[List[int]]:
         return None
 
 
-def waits_in(pid: int) -> Optional[dict]:
+def waits_in(pid: int, tables: Optional[dict] = None) -> Optional[dict]:
     """{"call": "sleep"} | {"call": "recv", "on": "tcp 10.0.0.2:5000" | "pipe" | "file PATH" |
     "socket"} | {"call": "accept", "on": ...} | {"call": "lock"} | {"call": "wait-child"} |
-    {"call": "poll"}; None when not blocked in one of these (or not readable)."""
+    {"call": "poll"}; None when not blocked in one of these (or not readable). `tables`: the
+    caller's TCP tables by network namespace, read at most once (as node/sockets.py's)."""
     found = raw(pid)
     if found is None:
         return None
@@ -59,7 +60,7 @@ def waits_in(pid: int) -> Optional[dict]:
     if name in SLEEPS or name in POLLS and found[1] == 0:
         return {"call": "sleep"}
     if name in RECEIVES or name in ACCEPTS:
-        return {"call": "recv" if name in RECEIVES else "accept", "on": _descriptor(pid, found[1])}
+        return {"call": "recv" if name in RECEIVES else "accept", "on": _descriptor(pid, found[1], tables)}
     if name == "futex":
         return {"call": "lock"}
     if name == "wait4":
@@ -67,14 +68,18 @@ def waits_in(pid: int) -> Optional[dict]:
     return {"call": "poll"}
 
 
-def _descriptor(pid: int, fd: int) -> str:
+def _descriptor(pid: int, fd: int, tables: Optional[dict]) -> str:
     try:
         target = os.readlink(f"/proc/{pid}/fd/{fd}")
     except OSError:
         return "?"
     if target.startswith("socket:["):
         inode = int(target[8:-1])
-        mine = next((s for s in proc.tcp_table(pid) if s.inode == inode), None)
+        tables = {} if tables is None else tables
+        netns = proc.netns(pid)
+        if netns not in tables:
+            tables[netns] = proc.tcp_table(pid)
+        mine = next((s for s in tables[netns] if s.inode == inode), None)
         if mine is None:
             return "socket"
         listening = mine.state == "0A"

@@ -126,6 +126,12 @@ def launch_argv(lab, log_dir: Path, script: Path, *script_args: str) -> list[str
             "--nproc-per-node", "2", "--launch", "--tui", "--log-dir", str(log_dir), "--", str(script), *script_args]
 
 
+def all_stepping(screen: str) -> bool:
+    """Each rank's row counts its steps and their rate ("4.8/s", or "12.5s/step")."""
+    return all(re.search(rf"^\s+{r}\s+(master|worker1)\s+\d+\s.*\s\d+ [\d.]+(/s|s/step)", screen, re.M)
+               for r in range(4))
+
+
 def guilty_row(screen: str) -> bool:
     return re.search(rf"^\s*!{GUILTY}\s+worker1\s+\d+", screen, re.M) is not None
 
@@ -201,10 +207,7 @@ def test_leaving_it_running_streams_the_output_and_ctrl_c_then_stops_every_node(
     try:
         term.start(launch_argv(clean_lab, logs, TRAIN, "--steps", "1000", "--step-time", "0.2"),
                    {"COLUMNS": None, "LINES": None})
-        # Each rank's row counts its steps and their rate ("4.8/s", or "12.5s/step").
-        term.wait_for("all 4 ranks stepping, no hang", lambda s: "no hang" in s and
-                      all(re.search(rf"^\s+{r}\s+(master|worker1)\s+\d+\s.*\s\d+ [\d.]+(/s|s/step)", s, re.M)
-                          for r in range(4)), timeout=90)
+        term.wait_for("all 4 ranks stepping, no hang", lambda s: "no hang" in s and all_stepping(s), timeout=90)
         term.keys("q")
         term.wait_for("question on quit", lambda s: "Stop the training on every node?" in s, timeout=10)
         term.keys("n")
@@ -243,9 +246,7 @@ def test_the_terminal_closing_under_the_dashboard_stops_every_node_and_the_launc
     try:
         term.start(launch_argv(clean_lab, logs, TRAIN, "--steps", "1000", "--step-time", "0.2"),
                    {"COLUMNS": None, "LINES": None})
-        term.wait_for("all 4 ranks stepping", lambda s: all(
-            re.search(rf"^\s+{r}\s+(master|worker1)\s+\d+\s.*\s\d+ [\d.]+(/s|s/step)", s, re.M) for r in range(4)),
-            timeout=90)
+        term.wait_for("all 4 ranks stepping", all_stepping, timeout=90)
         found = subprocess.run(["pgrep", "-f", "--", f"--log-dir {logs} "], capture_output=True, text=True).stdout
         [launcher] = [int(p) for p in found.split()          # the launcher itself, not the shell that runs it
                       if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"preflight"]]

@@ -232,18 +232,22 @@ def test_a_cpu_quota_below_the_threads_makes_a_straggler_however_fast_its_core()
 
 
 def test_a_cgroup_cpu_quota_is_read_as_the_cpus_a_benchmark_may_use(tmp_path):
-    # A real cgroup (v1's cpu controller on this machine, v2's cpu.max elsewhere) with a quota of
-    # half a CPU: the compute program, started in it, reads 0.5 usable CPUs.
+    # A real cgroup with a quota of half a CPU (v1's cpu controller, as on this machine, or v2's
+    # cpu.max): the compute program, started in it, reads 0.5 usable CPUs.
     import os
     from pathlib import Path
-    base = Path("/sys/fs/cgroup/cpu")
-    if not (base / "cpu.cfs_quota_us").exists():
-        pytest.skip("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu on this machine")
+    v1 = Path("/sys/fs/cgroup/cpu")
+    base = v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")
+    assert (base / "cpu.cfs_quota_us").exists() or "cpu" in (base / "cgroup.subtree_control").read_text().split(), \
+        "no cgroup cpu controller to make a quota with (v1 /sys/fs/cgroup/cpu, or v2 with cpu enabled)"
     group = base / f"ddpp-quota-{os.getpid()}"
     group.mkdir()
     try:
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text("50000")
+        if base == v1:
+            (group / "cpu.cfs_period_us").write_text("100000")
+            (group / "cpu.cfs_quota_us").write_text("50000")
+        else:
+            (group / "cpu.max").write_text("50000 100000")
         code = ("import sys; sys.path.insert(0, sys.argv[1]); from node.jobs.compute import usable_cpus; "
                 "print(usable_cpus())")
         root = str(Path(__file__).resolve().parents[2])

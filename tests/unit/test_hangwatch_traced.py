@@ -34,11 +34,9 @@ print("holding", flush=True)
 time.sleep(120)
 """
 
-pytestmark = pytest.mark.skipif(local_py_spy() is None, reason="py-spy is a test dependency: pip install py-spy")
-
-
 @pytest.fixture
 def traced_rank():
+    assert local_py_spy() is not None, "py-spy is one of the project's dependencies: pip install -e ."
     rank = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, text=True)
     assert rank.stdout.readline().strip() == "ready"          # in its function, whatever the load
     tracer = subprocess.Popen([sys.executable, "-c", TRACER, str(rank.pid)], stdout=subprocess.PIPE, text=True)
