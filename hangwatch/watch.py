@@ -8,6 +8,8 @@ agent messages through `receive`, `closed` and `tick` on a clock they drive."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +27,9 @@ from .render import event_text
 from .source import Source
 
 COPY_WAIT = 30.0          # seconds the watch's end waits for a py-spy still being copied
+# A file that gets one line per input the reducer takes and what it returned (its time, the input,
+# the agent's own time for its messages): how late a sample or a stack came, read after the fact.
+TRACE_VARIABLE = "HANGWATCH_TRACE"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ class Watcher(Source):
         self._bringing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        path = os.environ.get(TRACE_VARIABLE)
+        self.trace = open(path, "a", encoding="utf-8") if path else None
         self.failed: str | None = None      # the watch's own first crash: its verdicts may be missing
 
     # --- life -----------------------------------------------------------------------------
@@ -141,7 +148,10 @@ class Watcher(Source):
     def feed(self, event: Input) -> None:
         try:
             with self.lock:
-                effects = reducer.step(self.state, event, self.clock(), self.wall())
+                now, wall = self.clock(), self.wall()
+                effects = reducer.step(self.state, event, now, wall)
+                if self.trace is not None:
+                    self._trace(event, now, wall, effects)
         except Exception as exc:      # the watch goes on; say it once
             self._failed(exc)
             with self.lock:
@@ -149,6 +159,20 @@ class Watcher(Source):
                     f"hangwatch: internal error in the watch: {type(exc).__name__}: {exc}"), self.clock(), self.wall())
         for effect in effects:
             self._carry_out(effect)
+
+    def _trace(self, event: Input, now: float, wall: float, effects: list[Effect]) -> None:
+        message = getattr(event, "message", None)
+        said = {"now": round(now, 3), "wall": round(wall, 3), "input": type(event).__name__,
+                "node": getattr(event, "node", None), "message": type(message).__name__ if message else None,
+                "t": getattr(message, "t", None), "id": getattr(message, "id", None),
+                "effects": [type(e).__name__ for e in effects]}
+        if said["input"] == "Tick" and not effects:
+            return
+        try:
+            self.trace.write(json.dumps(said) + "\n")
+            self.trace.flush()
+        except (OSError, ValueError):
+            self.trace = None
 
     def _failed(self, exc: Exception) -> None:
         """The watch's own crash, remembered (the first): hangwatch then exits 2, never 0 or 1, since

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ class Watch:
     proc: subprocess.Popen
     events: list[dict] = field(default_factory=list)
     stderr: str = ""
+    trace: str | None = None
 
     def wait_for(self, kind: str, timeout: float, where=lambda e: True) -> dict:
         deadline = time.monotonic() + timeout
@@ -121,10 +123,29 @@ class Watch:
             time.sleep(0.1)
         raise AssertionError(f"no {kind} event in {timeout} s: {[e['event'] + ': ' + e['text'] for e in self.events]}")
 
+    def timeline(self, since: float) -> str:
+        """Every event so far, timed from `since`: what an assert on when a verdict came shows."""
+        said = [f"{e['time'] - since:+7.2f} {e['event']}: {e['text']}" for e in list(self.events)]
+        if self.trace and os.path.exists(self.trace):
+            for line in Path(self.trace).read_text().splitlines():
+                step = json.loads(line)
+                if step["wall"] >= since - 10:
+                    late = f" sent {step['wall'] - step['t']:.2f} s before" if step.get("t") else ""
+                    said.append(f"{step['wall'] - since:+7.2f}   {step['input']} {step['node'] or ''} "
+                                f"{step['message'] or ''}{late} -> {step['effects']}")
+        return "\n".join(sorted(said, key=lambda line: float(line.split()[0]))) + "\n" + (self.stderr or "")[-3000:]
+
     def of(self, kind: str) -> list[dict]:
         return [e for e in self.events if e["event"] == kind]
 
     def stop(self) -> int:
+        try:
+            return self._stop()
+        finally:
+            if self.trace:
+                Path(self.trace).unlink(missing_ok=True)
+
+    def _stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
@@ -135,11 +156,15 @@ class Watch:
 
 
 def hangwatch(lab, *args: str, hosts=NODES, user: list[str] = ()) -> Watch:
+    # Its inputs, timed (hangwatch/watch.py's trace): what an assert on a verdict's time shows.
+    trace = tempfile.NamedTemporaryFile(prefix="hangwatch-trace-", suffix=".jsonl", delete=False)
+    trace.close()
+    os.chmod(trace.name, 0o666)          # a watch run as another user writes it too
     proc = subprocess.Popen([*user, sys.executable, "-m", "hangwatch", "attach", *hosts, "--json",
                              "--ssh-config", str(lab.ssh_config), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parents[2])
-    watch = Watch(proc)
+                            cwd=Path(__file__).parents[2], env={**os.environ, "HANGWATCH_TRACE": trace.name})
+    watch = Watch(proc, trace=trace.name)
 
     def read():
         for line in proc.stdout:

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.lab.test_launch_lab import NODES, assert_nothing_left, counts
+from tests.lab.test_launch_lab import NODES, assert_nothing_left, counts, left_since
 
 REPO = Path(__file__).parents[2]
 HANG = REPO / "examples" / "hang_train.py"
@@ -103,9 +103,7 @@ class Terminal:
 def wind_down(lab, before: dict, timeout: float = 30) -> None:
     """After a failed test: the killed terminal hung up on the launcher, which stops its nodes;
     give that time so the next test starts from a quiet lab (its own checks stay strict)."""
-    deadline = time.monotonic() + timeout
-    while counts(lab) != before and time.monotonic() < deadline:
-        time.sleep(0.5)
+    left_since(lab, before, timeout)
 
 
 def settled_counts(lab, timeout: float = 10) -> dict:

@@ -116,8 +116,9 @@ def test_a_rank_stuck_outside_the_collective_is_named_with_why(watched, fault, r
     started = job.fault_time()
     event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 20)
     d = event["snapshot"]["diagnosis"]
-    assert (d["kind"], d["culprits"], d["candidates"], d["reason"], d["certainty"]) == expected, d["summary"]
-    assert event["time"] - started <= DEFAULT_THRESHOLD + 2
+    assert (d["kind"], d["culprits"], d["candidates"], d["reason"], d["certainty"]) == expected, \
+        (d["summary"], d["evidence"], watch.timeline(started))
+    assert event["time"] - started <= DEFAULT_THRESHOLD + 2, watch.timeline(started)
     if fault == "loader":        # the user's own line, not the C file the worker's queue waits in
         assert d["summary"].startswith(f"rank 2 waits for its data: loading-data at hang_train.py:"
                                        f"{_line('loss = train_step(model, optimizer, next(data))')} (main)"), d["summary"]

@@ -33,21 +33,26 @@ def launch(lab, tmp_path, *options, timeout=180, **kwargs) -> subprocess.Complet
 
 
 def counts(lab) -> dict:
-    return {node: len(lab.processes(node)) for node in NODES}
+    """The processes on each node (their pids)."""
+    return {node: frozenset(lab.processes(node)) for node in NODES}
 
 
-def settled_counts(lab, before: dict, timeout: float = 10) -> dict:
-    """The processes on each node once those that are exiting have gone (an ssh session's
-    process ends a moment after its connection closes)."""
+def left_since(lab, before: dict, timeout: float = 10) -> dict:
+    """The processes on each node that were not there `before`, once those that are exiting have
+    gone (an ssh session's process ends a moment after its connection closes). A process of an
+    earlier test that ends meanwhile is not the run's."""
     deadline = time.monotonic() + timeout
-    while counts(lab) != before and time.monotonic() < deadline:
+    while True:
+        now = counts(lab)
+        left = {node: sorted(now[node] - before[node]) for node in NODES if now[node] - before[node]}
+        if not left or time.monotonic() > deadline:
+            return left
         time.sleep(0.2)
-    return counts(lab)
 
 
 def assert_nothing_left(lab, before: dict, timeout: float = 10) -> None:
-    """No process of the run on any node (the same count as before it), and the port is free."""
-    assert settled_counts(lab, before, timeout) == before, {n: lab.processes(n) for n in NODES}
+    """No process of the run on any node (none that was not there before it), and the port is free."""
+    assert left_since(lab, before, timeout) == {}, {n: lab.processes(n) for n in NODES}
     bind = lab.exec("master", [sys.executable, "-c", PORT_CHECK])
     assert bind.returncode == 0, f"port 29500 is still held on master: {bind.stderr[-500:]}"
 
@@ -148,17 +153,14 @@ def test_a_failed_check_refuses_the_launch_and_force_launches_anyway(clean_lab, 
     assert refused.returncode == 1
     assert "not launching: master-port on master failed: port 29500 on master is held by PID" in refused.stderr
     assert "--force" in refused.stderr and not (tmp_path / "run").exists()
-    assert settled_counts(clean_lab, before) == before
+    assert left_since(clean_lab, before) == {}
 
     forced = launch(clean_lab, tmp_path, "--no-probes", "--force")
     assert forced.returncode == 1
     assert "launching anyway (--force)" in forced.stderr
     assert "training failed on master: torchrun failed" in forced.stderr and "EADDRINUSE" in forced.stderr
     assert "rank 2 on worker1: not started" in forced.stderr
-    deadline = time.monotonic() + 10
-    while counts(clean_lab) != before and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert counts(clean_lab) == before
+    assert left_since(clean_lab, before) == {}
 
 
 def test_sixteen_ranks_launch_with_bfloat16_rounding_not_taken_for_wrong_results(clean_lab, tmp_path):
