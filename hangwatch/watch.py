@@ -166,7 +166,7 @@ class Watcher(Source):
                 "node": getattr(event, "node", None), "message": type(message).__name__ if message else None,
                 "t": getattr(message, "t", None), "id": getattr(message, "id", None),
                 "effects": [type(e).__name__ for e in effects]}
-        if said["input"] == "Tick" and not effects:
+        if said["input"] == "Tick" and not effects or self.trace is None:
             return
         try:
             self.trace.write(json.dumps(said) + "\n")
