@@ -17,7 +17,8 @@ from .common import probed
 
 # What data-parallel training (DDP, FSDP, ZeRO-style optimizers such as seed 000's) calls: a
 # failure there fails the run. The others (pipeline p2p, MoE all-to-all, NCCL's PREMUL_SUM,
-# uneven gathers) are a warning unless --scan finds the training code calling them.
+# uneven gathers) and a missing .get_future() are said only when the training code calls them
+# (--scan, or the script --launch runs): otherwise they are kept in the passing results.
 COMMON = {"all_reduce_sum", "all_reduce_avg", "reduce_scatter_tensor", "reduce_scatter",
           "all_gather_into_tensor", "all_gather", "broadcast", "barrier"}
 
@@ -148,13 +149,16 @@ def _failure_result(op: str, cases: list[Case], others: list[Case], backend: str
     # code asks for the future (NCCL-style overlap, seeds 000 and 004). --scan tells.
     if future_only and not wrong and not hits and scan.sites is None:
         summary += "; code that calls .get_future() on it crashes: --scan PATH finds such calls"
+    elif not wrong and scan.sites is None and op not in COMMON:
+        summary += "; whether the training calls it: --scan PATH finds such calls"
     status = Status.FAIL if (wrong or (hits and not maybe) or (op in COMMON and not future_only)) else Status.WARN
     fix = wrong_numbers(op, modes, dtypes, backend) if wrong else workaround(op, modes, dtypes, backend)
     details = {**base, "op": op, "failure": first.what_failed, "failures": [dict(c.sent) for c in cases],
                "call_sites": [dict(h.sent) for h in hits], "wrapped_call_sites": [dict(h.sent) for h in wrapped]}
-    if scan.sites is not None and not hits and (op not in COMMON or future_only):
-        # The scanned code never calls it the way it fails (DDP itself may call the common ones,
-        # which no scan sees): what the backend lacks, for the record, not a finding to fix.
+    if not wrong and not hits and (op not in COMMON or future_only):
+        # The scanned code never calls it the way it fails, or no code was given (DDP itself may
+        # call the common ones, which no scan sees): what the backend lacks, for the record (the
+        # JSON, --verbose), not a finding to fix. Said as a warning only for a call the code makes.
         return Verdict(Status.PASS, None, summary, None, {**details, "workaround": fix.text()})
     return Verdict(status, None, summary, fix, details)
 

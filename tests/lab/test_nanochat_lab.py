@@ -26,8 +26,8 @@ PROJECTS = REPO / "tests" / "projects"
 NODES = ("master", "worker1")
 # nanochat's README: `torchrun --nproc_per_node=8 -m scripts.base_train -- ...`; its CPU example's options.
 COMMAND = ("--", "-m", "scripts.base_train", "--", "--device-type=cpu", "--num-iterations=3")
-# What a clean 2-node lab says without a scan of the code (tests/lab/test_preflight_lab.py): Gloo's
-# own measured gaps, as warnings.
+# Gloo's own measured gaps (torch 2.13): kept with the passes when no code calls them
+# (tests/lab/test_preflight_lab.py).
 GLOO_GAPS = {"reduce_scatter_tensor", "reduce_scatter", "isend_irecv", "all_reduce_premul_sum", "all_gather_uneven"}
 TIMED = {"bandwidth", "compute-balance"}
 FIX = ('in nanochat/common.py, after line 57 (the end of that `if`), indented as it: if is_ddp_requested and not '
@@ -73,8 +73,8 @@ def test_nanochats_command_has_no_false_failure_and_names_what_a_node_lacks(clea
     assert imports[1]["details"]["own"] == {"scripts": "scripts/", "nanochat": "nanochat/__init__.py"}
     assert imports[1]["details"]["pythonpath"] == {m: f"{deps}/{m}/__init__.py" for m in
                                                    ("wandb", "rustbpe", "tiktoken", "yaml", "requests")}
-    assert findings(report) == {("collectives", None, "warn")}
-    assert {r["details"]["op"] for r in report["results"] if r["status"] == "warn"} == GLOO_GAPS
+    assert findings(report) == set()
+    assert {r["details"]["op"] for r in report["results"] if "workaround" in r["details"]} == GLOO_GAPS
 
     # Its dependencies on the master's PYTHONPATH only: worker1 is named, with what it lacks and
     # the interpreter that lacks it.

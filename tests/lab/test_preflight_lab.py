@@ -56,11 +56,14 @@ def test_a_clean_lab_passes_every_check(clean_lab, code_dir):
     assert slurm == [("slurm-allocation", None, "skip"), ("slurm-time-left", None, "skip")]
     bad = [r for r in report["results"] if r["status"] != "pass" and r["check"] not in GPU_CHECKS
            and not r["check"].startswith("slurm-")]
-    # The only findings on a clean lab are Gloo's own measured gaps (torch 2.13): futures on
-    # reduce_scatter and isend/irecv, PREMUL_SUM, uneven all_gather. Warnings, not failures.
-    assert {(r["check"], r["status"]) for r in bad} == {("collectives", "warn")}, bad
-    assert {r["details"]["op"] for r in bad} == {"reduce_scatter_tensor", "reduce_scatter", "isend_irecv",
-                                                 "all_reduce_premul_sum", "all_gather_uneven"}
+    # Nothing to say on a clean lab (issue 26: it printed five general notes about Gloo). Gloo's
+    # own measured gaps (torch 2.13: futures on reduce_scatter and isend/irecv, PREMUL_SUM, uneven
+    # all_gather) are kept with the passes, each with its workaround: no training code was given.
+    assert bad == []
+    gaps = [r for r in report["results"] if r["check"] == "collectives" and "workaround" in r["details"]]
+    assert {(r["details"]["op"], r["status"]) for r in gaps} == {
+        (op, "pass") for op in ("reduce_scatter_tensor", "reduce_scatter", "isend_irecv", "all_reduce_premul_sum",
+                                "all_gather_uneven")}
     # Every per-node check reports on both nodes.
     for check in ("node-reachable", "torch-parity", "address-family", "data-shards", "code-parity"):
         assert {r["node"] for r in by(report, check)} == {"master", "worker1"}

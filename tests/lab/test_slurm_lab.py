@@ -101,10 +101,11 @@ def test_preflight_inside_salloc_is_clean_through_one_srun_step(clean_slurm_lab,
     gpu = [(r["check"], r["node"], r["status"]) for r in report["results"] if r["check"] in GPU_CHECKS]
     assert gpu == [(c, None, "skip") for c in GPU_CHECKS]
     bad = [r for r in report["results"] if r["status"] != "pass" and r["check"] not in GPU_CHECKS]
-    # As over ssh on a clean lab: only Gloo's own measured gaps (torch 2.13), as warnings.
-    assert {(r["check"], r["status"]) for r in bad} == {("collectives", "warn")}, bad
-    assert {r["details"]["op"] for r in bad} == {"reduce_scatter_tensor", "reduce_scatter", "isend_irecv",
-                                                 "all_reduce_premul_sum", "all_gather_uneven"}
+    # As over ssh on a clean lab: nothing to say; Gloo's own measured gaps (torch 2.13) are kept
+    # with the passes, no training code being given.
+    assert bad == []
+    gaps = {r["details"]["op"] for r in report["results"] if r["check"] == "collectives" and "workaround" in r["details"]}
+    assert gaps == {"reduce_scatter_tensor", "reduce_scatter", "isend_irecv", "all_reduce_premul_sum", "all_gather_uneven"}
     for check in ("node-reachable", "torch-parity", "address-family", "data-shards", "code-parity"):
         assert {r["node"] for r in by(report, check)} == {"master", "worker1"}
     # Reached through Slurm: each node at its NodeAddr, and the step is gone once preflight is.
