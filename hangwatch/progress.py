@@ -1,8 +1,9 @@
 """Who still makes progress, from each rank's samples and stacks. Pure updates of the state.
 
 A rank is quiet over a sample when neither it nor its helpers (DataLoader workers, compile
-workers: its descendants) used IDLE_CPU of a core, or when the kernel holds it (SIGSTOP, a
-debugger: state T or t). A rank cannot move without CPU, so a quiet rank has stopped, or waits for
+workers: its descendants) used IDLE_CPU of a core and its threads did not wait that long for a CPU
+(the kernel's run-queue delay: on a busy box a rank finishing its step may get almost no CPU, and
+is starved, not idle), or when the kernel holds it (SIGSTOP, a debugger: state T or t). A rank cannot move without CPU, so a quiet rank has stopped, or waits for
 another rank that has; its stacks then say which. While it is quiet, the bytes it reads and writes
 through its own system calls are counted (`moved`): a collective still moving data on a slow link,
 a checkpoint going to a slow disk.
@@ -34,7 +35,7 @@ def forget(t: Track) -> None:
 
 def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSample | None, now: float) -> None:
     v = t.view
-    t.proc_state, t.children_cpu = s.state, s.children_cpu
+    t.proc_state, t.children_cpu, t.queued = s.state, s.children_cpu, s.queued
     if s.cpu is None:
         return
     v.cpu = s.cpu
@@ -43,7 +44,7 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     v.gpu = s.gpu
     v.gpu_util, v.gpu_memory_util = (gpu.util, gpu.memory_util) if gpu is not None else (None, None)
     interval = state.config.interval
-    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
+    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU and (s.queued or 0.0) < stall.IDLE_CPU
     if quiet or t.stopped or t.spinning:
         if t.idle_since is None:
             # Quiet over this whole sample, and over the part of the one before that it did not
