@@ -4,9 +4,10 @@ A rank is quiet over a sample when neither it nor its helpers (DataLoader worker
 workers: its descendants) used IDLE_CPU of a core and its threads did not wait that long for a CPU
 (the kernel's run-queue delay: on a busy box a rank finishing its step may get almost no CPU, and
 is starved, not idle), or when the kernel holds it (SIGSTOP, a debugger: state T or t). A rank
-cannot move without CPU, so a quiet rank has stopped, or waits for another rank that has; its stacks then say which. While it is quiet, the bytes it reads and writes
-through its own system calls are counted (`moved`): a collective still moving data on a slow link,
-a checkpoint going to a slow disk.
+cannot move without CPU, so a quiet rank has stopped, or waits for another rank that has; its
+stacks then say which. While it is quiet, the bytes it reads and writes through its own system
+calls are counted (`moved`): a collective still moving data on a slow link, a checkpoint going to
+a slow disk.
 
 A rank can also stop while it uses CPU: a GPU rank's host thread spin-waits in
 cudaStreamSynchronize for a kernel that never ends. Its CPU says nothing; its stacks do: taken
