@@ -41,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     a.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
     a.add_argument("--slurm-job", metavar="ID",
-                   help="watch the ranks on this running Slurm job's nodes (default: all of them), "
-                        "through one srun --overlap step instead of ssh")
+                   help="watch the ranks on this Slurm job's nodes (default: all of them), "
+                        "through one srun --overlap step instead of ssh; a job still pending is waited for")
     a.add_argument("--threshold", type=float, default=stall.DEFAULT_THRESHOLD,
                    help=f"seconds without progress before a hang is named (default {stall.DEFAULT_THRESHOLD:g})")
     a.add_argument("--interval", type=float, default=1.0, help="CPU sampling interval, seconds (default 1)")
@@ -109,7 +109,7 @@ def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
     the one check, before any node is contacted or any ssh config is read: raises UsageError
     (one line naming the host and where it came from)."""
     from transport.host_names import HostListError, check_hosts
-    from transport.slurm import SlurmError, read_job
+    from transport.slurm_job import SlurmError, wait_until_running
     from transport.ssh import ssh_config_problem
 
     try:
@@ -119,7 +119,9 @@ def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
     slurm_job = None
     if args.slurm_job:
         try:
-            slurm_job = read_job(args.slurm_job)      # its nodes pass the same check
+            # A job still pending (or held, or its nodes booting) is waited for, as squeue says it.
+            slurm_job = wait_until_running(args.slurm_job, lambda said: print(f"hangwatch: {said}", file=sys.stderr,
+                                                                            flush=True))
         except SlurmError as exc:
             raise UsageError(str(exc)) from None
     ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")

@@ -28,6 +28,10 @@ def finding_line(f: Finding) -> str:
     """'signal-killed (likely): rank 2: killed by SIGKILL ...'"""
     who = (("rank " if len(f.culprits) == 1 else "ranks ") + ",".join(map(str, f.culprits)) + ": ") if f.culprits \
         else ""
+    if f.kind is FailureKind.NODE_NOT_STARTED:
+        failed = f.detail.get("nodes") or {}
+        return f"{f.kind.value} ({f.sure.value}): the launch did not start the training on " + \
+            "; ".join(f"{node}: {error}" for node, error in failed.items()) + f" [{f.cause.value}]"
     if f.kind in LINED_UP and f.message in ("watchdog", "watchdog-status"):
         words = LINED_UP[f.kind]
     elif f.message is not None and f.message in BY_ID:

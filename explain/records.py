@@ -19,7 +19,7 @@ from node.flight import Refused, plain_data
 from node.protocol import ExitStatus
 
 from .inputs import JSON_LIMIT
-from .seen import Gathered, Quote
+from .seen import Gathered, NodeError, Quote
 
 RANK_IN_NAME = re.compile(r"(?:rank[-_]?|nccl-dump-|nccl_trace_rank_|frdump_)(?P<rank>\d+)")
 LOCAL_IN_PATH = re.compile(r"attempt_\d+/(?P<local>\d+)/error\.json$")
@@ -128,6 +128,14 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
     gathered.launched = True
     gathered.finished = data.get("ok") is True
     stopped = {n.get("node") for n in data.get("nodes") or [] if isinstance(n, dict) and n.get("stopped")}
+    for n in data.get("nodes") or []:
+        # A node's own error (ssh refused, torchrun missing, its cwd gone), not one ddp-preflight's
+        # stop caused: the launch's record of why the training did not run there.
+        if isinstance(n, dict) and isinstance(n.get("error"), str) and n["error"] and not n.get("stopped"):
+            name = str(n.get("node"))
+            fix = n.get("fix") if isinstance(n.get("fix"), str) else None
+            gathered.node_errors.append(NodeError(name, n["error"], fix,
+                                                  Quote(path, None, f"{name}: {n.get('status')}: {n['error']}")))
     for r in data.get("ranks") or []:
         if not isinstance(r, dict) or not isinstance(r.get("rank"), int):
             continue

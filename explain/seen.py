@@ -58,6 +58,16 @@ class NodeSaid:
     quotes: list[Quote] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class NodeError:
+    """A node of a launch that failed as a node (result.json's nodes[].error): the launch could not
+    start its training there, or lost it; not a rank's failure."""
+    node: str
+    error: str
+    fix: str | None
+    quote: Quote
+
+
 @dataclass
 class Gathered:
     """Everything read, from every input."""
@@ -72,6 +82,7 @@ class Gathered:
     result: Quote | None = None                              # a launch's result.json with a verdict, when read
     finished: bool = False                                   # ... a result.json that says every rank exited 0
     saved: Diagnosis | None = None                           # ... and the verdict it saved (hangwatch's, live)
+    node_errors: list[NodeError] = field(default_factory=list)   # ... the nodes it could not start or lost
     messages: Messages = field(default_factory=Messages)     # the catalogued messages of every log, in order
     read: list[str] = field(default_factory=list)            # inputs read
     skipped: list[str] = field(default_factory=list)         # inputs not read, with why

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from hangwatch import causes
 from hangwatch.model import Basis, Certainty, Diagnosis, Evidence, Reason
-from rules.failures import BY_ID
-from rules.fix import Fix
+from rules.failures import BY_ID, Cause, FailureKind, Sure
+from rules.fix import Fix, change
 
 from . import inputs
 from .ended import judged
@@ -75,7 +75,9 @@ def decide(g: Gathered) -> Explanation:
         return _as_saved(g)
     if g.finished:
         return Explanation(None, read=read, skipped=skipped)      # the launch's word: every rank exited 0
-    finding = find(g.messages)
+    finding = _node_not_started(g) or find(g.messages)
+    if finding is not None and finding.kind is FailureKind.NODE_NOT_STARTED:
+        return Explanation(None, finding.fix, finding.quotes, read, skipped, finding=finding)
     root = from_watchdog(g, finding) or named_by_words(g) or judged(g)
     if root is not None and finding is not None and _writers_only(root) and not _agrees(g, root, finding):
         # a writer nothing numbers, whose words are not what the messages show: a candidate at most
@@ -91,6 +93,20 @@ def decide(g: Gathered) -> Explanation:
                   nodes=tuple(root.nodes), store=root.store, unknown_why=root.unknown_why, world=g.world, basis=basis)
     return Explanation(d, root.fix or (finding.fix if finding else None), tuple(root.quotes), read, skipped,
                        finding=finding)
+
+
+def _node_not_started(g: Gathered) -> Finding | None:
+    """A launch whose training never ran on a node (result.json: the node's own error, and no rank
+    of it ever ended): that is the run's failure, whatever its other nodes' ranks did when the
+    launch stopped them. No rank is named: none ran there."""
+    ran = {r.node for r in g.ranks if r.exit is not None}
+    failed = [n for n in g.node_errors if n.node not in ran]
+    if not failed:
+        return None
+    first = failed[0]
+    return Finding(FailureKind.NODE_NOT_STARTED, Cause.NODE_ERROR, (), Sure.CERTAIN,
+                   change(first.fix, first.node) if first.fix else None, None, tuple(n.quote for n in failed),
+                   {"nodes": {n.node: n.error for n in failed}})
 
 
 def _writers_only(root: Root) -> bool:

@@ -37,6 +37,7 @@ class FailureKind(str, enum.Enum):
     UNSUPPORTED = "unsupported-collective"
     NCCL_ERROR = "nccl-error"
     UNUSED_PARAMETERS = "ddp-unused-parameters"
+    NODE_NOT_STARTED = "node-not-started"              # a launch could not start its training on a node
 
 
 class Cause(str, enum.Enum):
@@ -65,6 +66,7 @@ class Cause(str, enum.Enum):
     NCCL_SYSTEM_ERROR = "nccl-system-error"
     NCCL_REMOTE = "nccl-remote-peer-gone"
     UNUSED_PARAMETERS = "unused-parameters"
+    NODE_ERROR = "node-error"                          # the launch's own record of the node's error
 
 
 class Sure(str, enum.Enum):

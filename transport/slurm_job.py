@@ -25,6 +25,20 @@ class SlurmError(Exception):
     """The job cannot be used at all (one line, with the fix)."""
 
 
+class NotRunning(SlurmError):
+    """The job is not running (yet, or any more): its state as squeue says it, and why it waits."""
+
+    def __init__(self, message: str, state: str, reason: str):
+        super().__init__(message)
+        self.state, self.reason = state, reason
+
+
+# The states of a job that will run: waited for (--slurm-job), never refused. A held job
+# (PENDING, reason JobHeldUser) waits too: its owner may release it.
+WILL_RUN = ("PENDING", "CONFIGURING", "REQUEUED")
+POLL = 2.0                # seconds between two looks at a job that is not running yet
+
+
 @dataclass(frozen=True)
 class SlurmNodeInfo:
     name: str
@@ -138,8 +152,9 @@ def read_job(job_id: str) -> SlurmJob:
     owner = _owner(job_id)
     state = owner.state if owner else (record.get("JobState", "") if record.get("JobState") != "RUNNING" else "")
     if owner is None or state != "RUNNING":
-        raise SlurmError(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
-                         "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)")
+        raise NotRunning(f"Slurm job {job_id} is {state or 'unknown'}, not RUNNING: give a running job "
+                         "(squeue --me shows ST R), or run inside an allocation (salloc -N N, or an sbatch script)",
+                         state, owner.reason if owner else "")
     refused = not_yours(job_id, f"{owner.user}({owner.uid})")
     if refused:
         raise SlurmError(refused)
@@ -171,9 +186,12 @@ class _Owner:
     user: str
     state: str
     nodes: str
+    reason: str = ""       # why it waits (squeue's %r: Resources, Priority, JobHeldUser...)
 
 
-SQUEUE_FORMAT = "%U %u %T %N"       # uid, user name, state, node list: none a job's owner can word
+# uid, user name, state, node list: none a job's owner can word; then why it waits, last (it may
+# hold a space), shown only as printable words.
+SQUEUE_FORMAT = "%U %u %T %N %r"
 
 
 def _owner(job_id: str) -> _Owner | None:
@@ -190,10 +208,30 @@ def _owner(job_id: str) -> _Owner | None:
         raise SlurmError(f"squeue -j {job_id} did not answer within {SCONTROL_TIMEOUT:.0f} s: "
                          "is slurmctld reachable (scontrol ping)?") from None
     lines = done.stdout.splitlines() if done.returncode == 0 else []
-    words = lines[0].split(" ") if len(lines) == 1 else []
-    if len(words) != 4 or not words[0].isdigit() or not re.fullmatch(r"[A-Z_]+", words[2]):
+    words = lines[0].split(" ", 4) if len(lines) == 1 else []
+    if len(words) != 5 or not words[0].isdigit() or not re.fullmatch(r"[A-Z_]+", words[2]):
         return None
-    return _Owner(int(words[0]), words[1], words[2], words[3])
+    reason = re.sub(r"[^\w ,:()\[\]./=-]", "?", words[4].strip())[:120]
+    return _Owner(int(words[0]), words[1], words[2], words[3], "" if reason in ("None", "(null)") else reason)
+
+
+def wait_until_running(job_id: str, say: Callable[[str], None], poll: float = POLL,
+                       sleep: Callable[[float], None] = time.sleep) -> SlurmJob:
+    """The job, once it runs: one that will (pending, its nodes booting, requeued) is waited for,
+    said once and again whenever its state or reason changes; one that ended, or is not the
+    user's, raises SlurmError at once."""
+    said = None
+    while True:
+        try:
+            return read_job(job_id)
+        except NotRunning as exc:
+            if exc.state not in WILL_RUN:
+                raise
+            if (exc.state, exc.reason) != said:
+                said = (exc.state, exc.reason)
+                say(f"Slurm job {job_id} is {exc.state}" + (f" ({exc.reason})" if exc.reason else "") +
+                    ": waiting for it to start (Ctrl-C stops)")
+        sleep(poll)
 
 
 def not_yours(job_id: str, user_id: str) -> str | None:

@@ -233,19 +233,21 @@ def test_hangwatch_attach_slurm_job_names_the_rank_of_an_sbatch_run(clean_slurm_
         f"{sys.executable} -m torch.distributed.run --nnodes 2 --nproc-per-node 1 --node-rank $SLURM_NODEID "
         f"--master-addr {master} --master-port 29517 {HANG} --steps 100000 --fault leave --rank 1 --at 20'\n")
     env = slurm_env(lab)
-    job = subprocess.run(["sbatch", "--parsable", "-N", "2", "-o", str(tmp_path / "job.out"), str(script)],
+    # Held (PENDING, JobHeldUser) until released: hangwatch is started on a job that has not
+    # started yet, as one is right after sbatch (issue 27: it was refused), and waits for it.
+    job = subprocess.run(["sbatch", "--parsable", "--hold", "-N", "2", "-o", str(tmp_path / "job.out"), str(script)],
                          env=env, capture_output=True, text=True, timeout=30).stdout.strip()
     assert job.isdigit(), job
     try:
-        for _ in range(300):       # the scheduler starts it within a moment: until then it is PENDING
-            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
-                                   text=True).stdout.strip()
-            if state == "RUNNING":
-                break
-            subprocess.run(["sleep", "0.1"])
-        done = subprocess.run([sys.executable, "-m", "cli.hangwatch", "attach", "--slurm-job", job, "--json",
-                               "--exit-on-hang", "--for", "120", "--incident-dir", str(tmp_path / "incidents")],
-                              env=env, capture_output=True, text=True, timeout=180, cwd=REPO)
+        watch = subprocess.Popen([sys.executable, "-m", "cli.hangwatch", "attach", "--slurm-job", job, "--json",
+                                  "--exit-on-hang", "--for", "120", "--incident-dir", str(tmp_path / "incidents")],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        first = watch.stderr.readline()
+        assert first == f"hangwatch: Slurm job {job} is PENDING (JobHeldUser): waiting for it to start (Ctrl-C stops)\n", \
+            first
+        assert subprocess.run(["scontrol", "release", job], env=env, timeout=30).returncode == 0
+        out, err = watch.communicate(timeout=180)
+        done = subprocess.CompletedProcess(watch.args, watch.returncode, out, first + err)
         assert "Traceback" not in done.stderr, done.stderr[-3000:]
         assert done.returncode == 1, (done.stdout[-3000:], done.stderr[-3000:])
         said = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
