@@ -47,10 +47,18 @@ class SlurmNodeInfo:
     reason: str = ""        # the admin's or Slurm's reason for a down or drained node
 
     @property
-    def unusable(self) -> str | None:
-        """Why nothing can run there, in Slurm's words, or None."""
+    def draining(self) -> bool:
+        """Slurm drains it while jobs still run there (ALLOCATED+DRAIN, MIXED+DRAIN: sinfo's
+        `drng`): the job's steps still run on it; no new job will be placed there."""
         flags = set(self.state.split("+"))
-        if "DRAIN" in flags or "DRAINING" in flags or "DRAINED" in flags:
+        return bool(flags & {"DRAIN", "DRAINING"}) and bool(flags & {"ALLOCATED", "MIXED", "COMPLETING"})
+
+    @property
+    def unusable(self) -> str | None:
+        """Why nothing can run there, in Slurm's words, or None. A node being drained with the
+        job on it is usable (srun runs there): `draining`."""
+        flags = set(self.state.split("+"))
+        if ("DRAIN" in flags or "DRAINING" in flags or "DRAINED" in flags) and not self.draining:
             return "drained"
         if flags & {"DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN"}:
             return "down"

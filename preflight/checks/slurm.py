@@ -60,6 +60,15 @@ def check_slurm_allocation(ctx: Context) -> Iterator[Verdict]:
                           f"scontrol show job -d {job.job_id} lists no CPUs of the job on {name}", None, details)
             continue
         status, said, flags, fewer = Status.PASS, [], [], []
+        info = job.info.get(name)
+        if info is not None and info.draining:
+            # Slurm's own state, respected: the job's steps run there to its end (srun does), so
+            # this is no failure; but the node leaves the pool, and the next allocation lacks it.
+            status = Status.WARN
+            reason = f" (reason: {info.reason})" if info.reason and info.reason != "(null)" else ""
+            said.append(f"Slurm is draining {name}{reason}: this job's steps still run there to its end, "
+                        "but no new job will be placed on it")
+            details["state"] = info.state
         if gpu_run and share.gpus < ranks:
             status = Status.FAIL
             asked = "" if share.gpus or job.tres_per_node else " (it asked for none: no --gpus-per-node or --gres)"
@@ -88,7 +97,9 @@ def check_slurm_allocation(ctx: Context) -> Iterator[Verdict]:
             continue
         fix = run(f"salloc -N {len(job.nodes)} {' '.join(flags)}",
                   note="or sbatch with the same options"
-                  + (f"; or fewer ranks: --nproc-per-node {min(fewer)}" if fewer else ""))
+                  + (f"; or fewer ranks: --nproc-per-node {min(fewer)}" if fewer else "")) if flags else \
+            change(f"nothing for this run; for the next, an admin resumes {name} once its cause is fixed: "
+                   f"scontrol update nodename={name} state=resume")
         yield Verdict(status, name, "; ".join(said), fix, details)
 
 

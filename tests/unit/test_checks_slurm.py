@@ -127,3 +127,19 @@ def test_time_left_warns_under_the_threshold_with_the_numbers_and_passes_saying_
     assert results("gpn1_t30")[-1] == (
         "slurm-time-left", "pass", None, "30 min left of Slurm job 4's 00:30:00 (ends 2026-11-25T07:21:50)", None)
     assert results("ntpn2_t60", min_time_left=3601.0)[-1][:2] == ("slurm-time-left", "warn")
+
+
+def test_a_node_drained_under_the_job_is_a_warning_the_job_runs_on():
+    # The state scontrol shows for a node drained while a job holds it (the lab test drains it for
+    # real): Slurm runs the job's steps there, and places no new job on it.
+    from transport.slurm import SlurmNodeInfo
+    draining = dataclasses.replace(job("plain"), info={"worker1": SlurmNodeInfo("worker1", "10.213.5.11", "MIXED+DRAIN",
+                                                                                "disk errors")})
+    ctx = dataclasses.replace(context(clean(), nproc_per_node=1), slurm=draining)
+    said = [(r.status.value, r.node, r.summary, r.fix) for r in run_checks(ctx, (BY_ID["slurm-allocation"],))]
+    assert said == [
+        ("pass", "master", "1 CPU of Slurm job 2 for 1 rank; 1 task per node", None),
+        ("warn", "worker1", "Slurm is draining worker1 (reason: disk errors): this job's steps still run there to its "
+                            "end, but no new job will be placed on it",
+         "nothing for this run; for the next, an admin resumes worker1 once its cause is fixed: "
+         "scontrol update nodename=worker1 state=resume")]

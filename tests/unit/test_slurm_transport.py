@@ -32,12 +32,15 @@ def test_scontrol_records_split_into_fields_with_spaces_in_values():
     assert fields["AllocTRES"] == ""
 
 
-@pytest.mark.parametrize("state, unusable", [
-    ("IDLE", None), ("MIXED", None), ("ALLOCATED", None), ("IDLE+DRAIN", "drained"),
-    ("MIXED+DRAIN", "drained"), ("DOWN+NOT_RESPONDING", "down"), ("IDLE+NOT_RESPONDING", "down"),
-    ("DOWN+DRAIN", "drained"), ("FUTURE", None)])
-def test_node_states_that_run_nothing(state, unusable):
-    assert SlurmNodeInfo("n", "10.0.0.1", state).unusable == unusable
+@pytest.mark.parametrize("state, unusable, draining", [
+    ("IDLE", None, False), ("MIXED", None, False), ("ALLOCATED", None, False), ("IDLE+DRAIN", "drained", False),
+    # Drained with jobs on it (sinfo's drng): the job's steps still run there (issue 26).
+    ("MIXED+DRAIN", None, True), ("ALLOCATED+DRAIN", None, True), ("COMPLETING+DRAIN", None, True),
+    ("DOWN+NOT_RESPONDING", "down", False), ("IDLE+NOT_RESPONDING", "down", False),
+    ("DOWN+DRAIN", "drained", False), ("FUTURE", None, False)])
+def test_node_states_that_run_nothing(state, unusable, draining):
+    node = SlurmNodeInfo("n", "10.0.0.1", state)
+    assert (node.unusable, node.draining) == (unusable, draining)
 
 
 def test_a_relay_frame_of_a_full_chunk_stays_under_sruns_message_size():
