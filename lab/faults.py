@@ -28,6 +28,8 @@ WIFI_IFACE = "wlp3s0"         # the seed worker's wireless interface name
 DEFAULT_WIFI_RATE = "50mbit"
 DEFAULT_BUSY_PORT = "29500"
 DEFAULT_JUMBO_MTU = "9000"
+LOSSY_TABLE = "ddp_lab_lossy"
+DEFAULT_LOSS = "1"            # percent of the node's inbound TCP packets dropped
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,32 @@ def _wifi(state: LabState, node: Node, param: str | None) -> list[dict]:
     return undo
 
 
+def _lossy(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # nftables drops a random share of the TCP packets that reach the node (ssh aside, so the lab
+    # stays in hand): a bad cable, NIC or Wi-Fi, as the node's peers' retransmissions show it.
+    # tc netem cannot run here; nft's random number can.
+    try:
+        percent = float(param or DEFAULT_LOSS)
+    except ValueError:
+        percent = -1.0
+    if not 0 < percent < 100:
+        raise LabError(f"lossy: {param!r} is not a percent between 0 and 100, e.g. lossy@worker1:1")
+    per_mille = max(1, round(percent * 10))
+    rules = f"""
+table inet {LOSSY_TABLE} {{
+  chain input {{
+    type filter hook input priority filter; policy accept;
+    iifname "lo" accept
+    tcp dport 22 accept
+    tcp sport 22 accept
+    meta l4proto tcp numgen random mod 1000 < {per_mille} drop
+  }}
+}}
+"""
+    run(["ip", "netns", "exec", node.netns, "nft", "-f", "-"], input=rules)
+    return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": LOSSY_TABLE}]
+
+
 def _loopback_host(state: LabState, node: Node, param: str | None) -> list[dict]:
     return [{"kind": "hosts", "node": node.name}]
 
@@ -195,6 +223,8 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "hostname resolve to it, so Gloo binds IPv6 there", _vpn_ipv6),
     FaultKind("wifi", "001, 004", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "
               "ways with tc tbf (default 50mbit)", _wifi, DEFAULT_WIFI_RATE),
+    FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
+              "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "
               "binds loopback", _loopback_host),
     FaultKind("ipv6-host", "issue 26", "the hostname resolves to the node's LAN IPv6 address (its eth0 carries one), "

@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 
-from node import protocol, signing
+from node import protocol, signing, tcp_info
 from node.protocol import BANDWIDTH as MARKER
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=30)     # torch's default for Gloo, as before
@@ -82,6 +82,9 @@ def main() -> None:
         times = [first] + [one(tensor) for _ in range(repeats - 1)]
         latency_us[str(size)] = round(statistics.median(times) * 1e6, 1)
 
+    # The kernel's count of what this rank's connections sent, and sent again, while the large
+    # messages flow: loss shows as retransmitted bytes on the sender's side of the lossy path.
+    sockets_before = tcp_info.connections()
     size, tried = START_BYTES, []
     while True:
         tensor = buffer(size)
@@ -98,7 +101,10 @@ def main() -> None:
 
     # The all_reduce that reached the goal is the first timed one.
     times = [first] + [one(tensor) for _ in range(TIMED_ITERATIONS - 1)]
+    sockets_after = tcp_info.connections()
     seconds, median = slowest(min(times)), slowest(statistics.median(times))
+    links: list = [None] * world
+    dist.all_gather_object(links, tcp_info.moved(sockets_before, sockets_after))
     nbytes = tensor.numel() * tensor.element_size()
     algbw = nbytes / seconds
     bus = 2 * (world - 1) / world      # nccl-tests' bus factor for all_reduce
@@ -111,6 +117,8 @@ def main() -> None:
             "algbw_bytes_per_s": round(algbw), "busbw_bytes_per_s": round(algbw * bus),
             "median_busbw_bytes_per_s": round(nbytes / median * bus),
             "sizes_tried": tried,
+            # Per rank, each (local, peer) address pair: bytes sent, bytes sent again, round trip.
+            "links": [{"rank": r, **pair} for r, pairs in enumerate(links) for pair in pairs or ()],
             "connect_seconds": round(connected - started, 3),
             "measure_seconds": round(time.perf_counter() - connected, 3),
         })

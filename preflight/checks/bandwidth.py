@@ -26,6 +26,11 @@ SLOW_STEP_SECONDS = 1.0     # communication per step above this is felt, whateve
 REFERENCE_PARAMS = 100_000_000
 STRAGGLER_RATIO = 0.7       # a node below this fraction of the fastest one's rate holds every step back
 SLOW_KINDS = {"wireless": "Wi-Fi", "vpn": "a VPN tunnel"}
+# Retransmitted bytes over bytes sent at which a path is lossy: a healthy LAN retransmits next to
+# nothing while an all_reduce fills it; 0.1% already caps one TCP stream to a fraction of 10 Gbit/s
+# (Mathis: rate ~ MSS / (RTT x sqrt(loss))). Below LOSS_MIN_BYTES the share says little.
+LOSS_WARN = 0.001
+LOSS_MIN_BYTES = 1 << 20
 
 
 def rate(bytes_per_s: float) -> str:
@@ -113,6 +118,7 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     speeds = {link["speed_mbit"] for link in found.values() if link.get("speed_mbit")}
     where = f"; slowest link: {_describe(*slow)}" if slow else \
         f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
+    yield from _loss(ctx, seen)
     details: dict[str, Any] = {"latency_us": dict(seen.latency_us), "busbw_bytes_per_s": busbw,
                "algbw_bytes_per_s": seen.algbw, "bytes": seen.message_bytes, "seconds": seen.seconds,
                "world_size": world, "links": found, "slowest_link": slow[0] if slow else None}
@@ -151,6 +157,30 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     yield Verdict(Status.WARN, slow[0] if slow else None,
                   f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
                   change(less_often if one_node else f"use a faster link between the nodes, or {less_often}"), details)
+
+
+def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
+    """A path that lost packets while the large messages flowed: its sender sent bytes again
+    (TCP_INFO's retransmitted bytes over bytes sent). Named at the receiving node: the loss is
+    on the way to it (its link, its NIC, a switch port, Wi-Fi). Throughput over TCP falls with the
+    square root of the loss, and every step's all_reduce crosses that path."""
+    lossy = [link for link in seen.links if link.sent >= LOSS_MIN_BYTES and link.loss >= LOSS_WARN]
+    if not lossy:
+        return
+    worst = max(lossy, key=lambda link: link.loss)
+    others = [link for link in lossy if link is not worst]
+    also = ("; also " + ", ".join(f"{link.src} -> {link.dst} {100 * link.loss:.2f}%" for link in others)) if others else ""
+    iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface") or "<its interface>"
+    yield Verdict(Status.WARN, worst.dst,
+                  f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.src}'s ranks sent "
+                  f"{100 * worst.loss:.2f}% of {size(worst.sent)} again (the kernel's TCP_INFO: bytes "
+                  f"retransmitted over bytes sent), round trip {worst.rtt_us / 1000:.2f} ms{also}; over TCP a "
+                  "lossy path carries far less than its rate, and every step's all_reduce crosses it",
+                  change(f"find where {worst.dst} drops them: ssh {worst.dst} ip -s link show {iface} (RX errors and "
+                         "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"),
+                  {"links": [{"src": link.src, "dst": link.dst, "sent": link.sent, "retrans": link.retrans,
+                              "rtt_us": link.rtt_us} for link in seen.links],
+                   "loss_threshold": LOSS_WARN})
 
 
 def _by_wire(ctx: Context, name: str) -> Fix:

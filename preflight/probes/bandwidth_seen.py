@@ -28,6 +28,43 @@ class JobFailure:
 
 
 @dataclass(frozen=True)
+class LinkSent:
+    """What one node's ranks sent to another's while the large messages flowed, as the kernel
+    counted it on the sender's sockets (TCP_INFO): bytes, bytes sent again, the round trip."""
+    src: str
+    dst: str
+    sent: int
+    retrans: int
+    rtt_us: int
+
+    @property
+    def loss(self) -> float:
+        """The share of the bytes sent that had to be sent again."""
+        return self.retrans / self.sent if self.sent else 0.0
+
+
+def _links(wire: Mapping[str, Any], nodes: tuple[str, ...], world: int) -> tuple[LinkSent, ...]:
+    """The job's per-rank connections, summed per (sending node, receiving node); a peer address
+    is a node's when one of that node's ranks used it as its own end. Ranks on one node: skipped."""
+    per_node = max(1, world // max(1, len(nodes)))
+
+    def node_of(rank: int) -> str | None:
+        return nodes[rank // per_node] if 0 <= rank // per_node < len(nodes) else None
+    raw = [x for x in wire.get("links") or () if isinstance(x, dict) and isinstance(x.get("rank"), int)]
+    owner = {x["local"]: node_of(x["rank"]) for x in raw if x.get("local")}
+    summed: dict[tuple[str, str], list[int]] = {}
+    for x in raw:
+        src, dst = node_of(x["rank"]), owner.get(x.get("peer"))
+        if src is None or dst is None or src == dst:
+            continue
+        total = summed.setdefault((src, dst), [0, 0, 0])
+        total[0] += int(x.get("sent") or 0)
+        total[1] += int(x.get("retrans") or 0)
+        total[2] = max(total[2], int(x.get("rtt_us") or 0))
+    return tuple(LinkSent(src, dst, *figures) for (src, dst), figures in sorted(summed.items()))
+
+
+@dataclass(frozen=True)
 class BandwidthSeen:
     """The all_reduce job between the nodes (one rank per node; per GPU on one GPU node)."""
     nodes: tuple[str, ...]
@@ -38,14 +75,17 @@ class BandwidthSeen:
     message_bytes: int
     seconds: float
     failed: JobFailure | None = None
+    links: tuple[LinkSent, ...] = ()    # per pair of nodes (not counted by an older job: none)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> BandwidthSeen:
         if "failed" in wire:
             return cls((), 0, 0.0, 0.0, {}, 0, 0.0, JobFailure.from_json(wire["failed"]))
         # As sent (no float() of a whole number): the bandwidth check's details repeat them.
-        return cls(tuple(wire["nodes"]), wire["world_size"], wire["busbw_bytes_per_s"], wire["algbw_bytes_per_s"],
-                   dict(wire["latency_us"]), wire["bytes"], wire["seconds"])
+        nodes = tuple(wire["nodes"])
+        return cls(nodes, wire["world_size"], wire["busbw_bytes_per_s"], wire["algbw_bytes_per_s"],
+                   dict(wire["latency_us"]), wire["bytes"], wire["seconds"],
+                   links=_links(wire, nodes, wire["world_size"]))
 
 
 @dataclass(frozen=True)

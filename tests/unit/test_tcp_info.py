@@ -1,0 +1,71 @@
+"""node/tcp_info.py on real TCP connections over loopback: what the kernel counts of a process's
+own sockets (TCP_INFO), read from its descriptors as the bandwidth job's ranks read Gloo's."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from node import tcp_info
+
+
+def _pair():
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    return client, server
+
+
+def test_the_bytes_a_connection_sent_between_two_readings_are_counted_to_the_byte():
+    client, server = _pair()
+    received = []
+
+    def read(wanted=3_000_000):
+        got = 0
+        while got < wanted:
+            chunk = server.recv(1 << 20)
+            if not chunk:
+                break
+            got += len(chunk)
+        received.append(got)
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        before = tcp_info.connections()
+        mine = before[client.fileno()]
+        assert (mine.local, mine.peer, mine.retrans) == ("127.0.0.1", "127.0.0.1", 0)
+        client.sendall(b"x" * 3_000_000)
+        reader.join(10)            # all read: every byte was sent on the wire, none is still queued
+        after = tcp_info.connections()
+        moved = tcp_info.moved(before, after)
+        # Both ends are this process's: the client sent 3 MB, the server nothing.
+        assert [(m["local"], m["peer"], m["sent"], m["retrans"]) for m in moved] == [
+            ("127.0.0.1", "127.0.0.1", 3_000_000, 0)]
+        assert moved[0]["rtt_us"] > 0
+    finally:
+        client.close()
+        server.close()
+    assert received == [3_000_000]
+
+
+def test_a_listening_socket_and_a_closed_one_are_not_connections():
+    listener = socket.create_server(("127.0.0.1", 0))
+    client, server = _pair()
+    try:
+        found = tcp_info.connections()
+        assert listener.fileno() not in found
+        assert {client.fileno(), server.fileno()} <= set(found)
+        fd = client.fileno()
+        client.close()
+        assert fd not in tcp_info.connections()
+    finally:
+        listener.close()
+        server.close()
+
+
+def test_a_descriptor_reused_by_another_connection_counts_from_nothing():
+    before = {7: tcp_info.Connection("10.0.0.1", "10.0.0.2", 5_000, 10, 100)}
+    after = {7: tcp_info.Connection("10.0.0.1", "10.0.0.3", 2_000, 0, 120)}
+    assert tcp_info.moved(before, after) == [{"local": "10.0.0.1", "peer": "10.0.0.3", "sent": 2_000,
+                                               "retrans": 0, "rtt_us": 120}]
