@@ -127,6 +127,22 @@ def test_wifi_is_a_warning_that_strict_turns_into_a_failure(clean_lab):
     assert report["ok"] is True and strict["ok"] is False     # the JSON says what the exit code says
 
 
+def test_a_lossy_path_is_named_at_the_node_it_leads_to_and_a_clean_one_says_nothing(clean_lab):
+    # Issue 26: a lossy link passed bandwidth (loss never measured). The senders' own TCP_INFO
+    # (bytes sent again over bytes sent) names it, on the way into the node that drops packets.
+    _, clean = preflight(clean_lab, "--only", "bandwidth", expect=0)
+    assert [r["status"] for r in by(clean, "bandwidth")] == ["pass"], clean
+    clean_lab.add_fault("lossy@worker1:2")
+    _, lossy = preflight(clean_lab, "--only", "bandwidth", expect=0)
+    results = by(lossy, "bandwidth")
+    assert sorted((r["status"], r["node"] or "-") for r in results) == [("pass", "-"), ("warn", "worker1")], results
+    loss = by(lossy, "bandwidth", "worker1")
+    assert loss["summary"].startswith("packets are lost on the way from master to worker1: master's ranks sent "), loss
+    toward = next(link for link in loss["details"]["links"] if (link["src"], link["dst"]) == ("master", "worker1"))
+    assert toward["retrans"] / toward["sent"] >= 0.005 and toward["sent"] >= 1 << 20, toward
+    assert loss["fix"].startswith("find where worker1 drops them: ssh worker1 ip -s link show eth0"), loss["fix"]
+
+
 def test_a_leftover_process_on_the_master_port_is_named_by_pid(clean_lab):
     clean_lab.add_fault("port-busy@master")
     pid = clean_lab.state.faults[-1].undo[0]["pid"]
