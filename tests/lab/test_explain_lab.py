@@ -73,3 +73,34 @@ def test_a_rank_that_raises_leaves_its_error_file_in_the_log_folder(clean_lab, t
     d = explained(folder)["diagnosis"]
     assert (d["kind"], d["culprits"], d["reason"], d["certainty"]) == ("exited", [3], "raised", "certain")
     assert_nothing_left(clean_lab, before)
+
+
+def test_a_launch_whose_node_never_started_is_that_node_not_no_failure(clean_lab, tmp_path):
+    # Issue 26: explain said "no failure found" (exit 0) of a launch whose node failed to start.
+    # worker1's Python has no torch; --force launches anyway: its torchrun cannot start there.
+    bare = shutil.which("python3", path="/usr/bin:/usr/local/bin")
+    assert subprocess.run([bare, "-c", "import torch"], capture_output=True).returncode != 0, bare
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'[nodes.worker1]\npython = "{bare}"\n')
+    before = counts(clean_lab)
+    argv = command(clean_lab, tmp_path, "--no-probes", "--force", "--config", str(config))
+    argv = argv[:argv.index("--") + 1] + [str(HANG), "--steps", "50"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert "Traceback (most recent call last):\n  File \"/work" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
+    folder = tmp_path / "run"
+    nodes = {n["node"]: n for n in json.loads((folder / "result.json").read_text())["nodes"]}
+    said = nodes["worker1"]["error"]
+    assert said.startswith(f"torchrun is not importable with {bare}"), nodes
+    data = explained(folder)
+    finding = data["finding"]
+    assert data["diagnosis"] is None and data["ok"] is False
+    assert (finding["kind"], finding["cause"], finding["culprits"], finding["certainty"]) == \
+        ("node-not-started", "node-error", [], "certain")
+    assert finding["detail"] == {"nodes": {"worker1": said}}
+    assert finding["fix"] == nodes["worker1"]["fix"], (finding["fix"], nodes["worker1"])
+    text = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", str(folder)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert text.returncode == 1 and text.stdout.startswith(
+        f"node-not-started (certain): the launch did not start the training on worker1: {said} [node-error]"), text.stdout
+    assert_nothing_left(clean_lab, before)
