@@ -22,9 +22,12 @@ def os_facts() -> dict:
         if "=" in line:
             k, v = line.split("=", 1)
             release[k] = v.strip('"')
+    # One kernel, one boot: nodes that are containers or namespaces of one machine share it, and
+    # so share its CPUs (compute-balance compares their cores as one machine's).
+    boot_id = (read("/proc/sys/kernel/random/boot_id", "") or "").strip() or None
     return {"system": platform.system(), "kernel": platform.release(),
             "distro": release.get("PRETTY_NAME"), "machine": platform.machine(),
-            "hostname": socket.gethostname()}
+            "hostname": socket.gethostname(), "boot_id": boot_id}
 
 
 def python_facts() -> dict:

@@ -9,6 +9,7 @@ process holds up a rank's CPU for a moment (the median is reported beside it).""
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import time
@@ -67,6 +68,19 @@ def main() -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
+    def gathered(value) -> list:
+        """Every rank's JSON-able value, in rank order (all_gather_object would need numpy)."""
+        data = json.dumps(value).encode()
+        sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+        dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=device))
+        lengths = [int(t.item()) for t in sizes]
+        own = torch.zeros(max(1, max(lengths)), dtype=torch.uint8)
+        if data:
+            own[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        parts = [torch.zeros_like(own, device=device) for _ in range(world)]
+        dist.all_gather(parts, own.to(device))
+        return [json.loads(bytes(part[:n].cpu().tolist())) for part, n in zip(parts, lengths)]
+
     def buffer(size: int):
         return torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
 
@@ -103,8 +117,7 @@ def main() -> None:
     times = [first] + [one(tensor) for _ in range(TIMED_ITERATIONS - 1)]
     sockets_after = tcp_info.connections()
     seconds, median = slowest(min(times)), slowest(statistics.median(times))
-    links: list = [None] * world
-    dist.all_gather_object(links, tcp_info.moved(sockets_before, sockets_after))
+    links = gathered(tcp_info.moved(sockets_before, sockets_after))
     nbytes = tensor.numel() * tensor.element_size()
     algbw = nbytes / seconds
     bus = 2 * (world - 1) / world      # nccl-tests' bus factor for all_reduce

@@ -8,6 +8,7 @@ for many nodes)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from rules.environment import env_fix
@@ -26,11 +27,13 @@ SLOW_STEP_SECONDS = 1.0     # communication per step above this is felt, whateve
 REFERENCE_PARAMS = 100_000_000
 STRAGGLER_RATIO = 0.7       # a node below this fraction of the fastest one's rate holds every step back
 SLOW_KINDS = {"wireless": "Wi-Fi", "vpn": "a VPN tunnel"}
-# Retransmitted bytes over bytes sent at which a path is lossy: a healthy LAN retransmits next to
-# nothing while an all_reduce fills it; 0.1% already caps one TCP stream to a fraction of 10 Gbit/s
-# (Mathis: rate ~ MSS / (RTT x sqrt(loss))). Below LOSS_MIN_BYTES the share says little.
-LOSS_WARN = 0.001
-LOSS_MIN_BYTES = 1 << 20
+# Lost segments (sent again, less the spurious ones the peer reported as duplicates) over data
+# segments sent at which a path is lossy. A busy host loses a few itself (its own backlog: 3 of
+# 10986 between two loopback ranks on this 2-core box, 0.03%); 0.5% is a link's loss, and caps
+# one TCP stream far below its rate (Mathis: rate ~ MSS / (RTT x sqrt(loss))). Under
+# LOSS_MIN_SEGMENTS the share says little.
+LOSS_WARN = 0.005
+LOSS_MIN_SEGMENTS = 1000
 
 
 def rate(bytes_per_s: float) -> str:
@@ -164,7 +167,7 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
     (TCP_INFO's retransmitted bytes over bytes sent). Named at the receiving node: the loss is
     on the way to it (its link, its NIC, a switch port, Wi-Fi). Throughput over TCP falls with the
     square root of the loss, and every step's all_reduce crosses that path."""
-    lossy = [link for link in seen.links if link.sent >= LOSS_MIN_BYTES and link.loss >= LOSS_WARN]
+    lossy = [link for link in seen.links if link.segs >= LOSS_MIN_SEGMENTS and link.loss >= LOSS_WARN]
     if not lossy:
         return
     worst = max(lossy, key=lambda link: link.loss)
@@ -172,14 +175,15 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
     also = ("; also " + ", ".join(f"{link.src} -> {link.dst} {100 * link.loss:.2f}%" for link in others)) if others else ""
     iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface") or "<its interface>"
     yield Verdict(Status.WARN, worst.dst,
-                  f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.src}'s ranks sent "
-                  f"{100 * worst.loss:.2f}% of {size(worst.sent)} again (the kernel's TCP_INFO: bytes "
-                  f"retransmitted over bytes sent), round trip {worst.rtt_us / 1000:.2f} ms{also}; over TCP a "
-                  "lossy path carries far less than its rate, and every step's all_reduce crosses it",
+                  f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.lost} of the {worst.segs} "
+                  f"segments {worst.src}'s ranks sent ({100 * worst.loss:.2f}%, {size(worst.sent)}) had to be sent "
+                  "again and were not duplicates (the kernel's TCP_INFO: retransmitted, less D-SACK), round trip "
+                  f"{worst.rtt_us / 1000:.2f} ms{also}; over TCP a lossy path carries far less than its rate, and "
+                  "every step's all_reduce crosses it",
                   change(f"find where {worst.dst} drops them: ssh {worst.dst} ip -s link show {iface} (RX errors and "
                          "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"),
                   {"links": [{"src": link.src, "dst": link.dst, "sent": link.sent, "retrans": link.retrans,
-                              "rtt_us": link.rtt_us} for link in seen.links],
+                              "rtt_us": link.rtt_us, "segs": link.segs, "lost": link.lost} for link in seen.links],
                    "loss_threshold": LOSS_WARN})
 
 
@@ -225,6 +229,30 @@ def _shared(measured: Mapping[str, NodeFigures]) -> str:
             "while it was measured, and one thread's CPU-clocked rate times its threads is what it computes alone")
 
 
+def _one_machine(ctx: Context, measured: Mapping[str, NodeFigures]) -> tuple[dict[str, NodeFigures], str]:
+    """Nodes that run on one kernel (the same boot_id: containers or namespaces of one machine)
+    compute on the same cores: a thread there computes what a thread there computes, and a lower
+    figure measured on one of them is the others' load on those cores at that moment, not its
+    core. Their one-thread rate is the best measured among them; their threads and quotas still
+    set them apart (the straggler with fewer threads stays one)."""
+    boots: dict[str, list[str]] = {}
+    for node in ctx.nodes:
+        facts = node.parsed.os
+        boot = None if isinstance(facts, Missing) else facts.boot_id
+        if boot and node.node in measured and measured[node.node].thread_gflops:
+            boots.setdefault(boot, []).append(node.node)
+    out, said = dict(measured), []
+    for names in boots.values():
+        if len(names) < 2:
+            continue
+        best = max(measured[n].thread_gflops or 0.0 for n in names)
+        for name in names:
+            out[name] = replace(measured[name], thread_gflops=best)
+        said.append(f"; {' and '.join(names)} run on one machine (one kernel: the same boot_id), so their cores are "
+                    f"compared as one machine's, at the best one-thread rate measured there ({best:.0f} GFLOP/s)")
+    return out, "".join(said)
+
+
 def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
     seen, early = probed(ctx, "compute", ComputeSeen.from_json)
     if seen is None:
@@ -239,6 +267,7 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
     if any("gpus" in f.sent for f in measured.values()):
         yield from _gpu_balance(ctx, measured)
         return
+    measured, alike = _one_machine(ctx, measured)
     fastest_node = max(measured, key=lambda n: measured[n].rate)
     top = measured[fastest_node].rate
     listed = ", ".join(f"{name} {f.rate:.0f} GFLOP/s ({_threads(f)})" for name, f in measured.items())
@@ -247,7 +276,7 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
                "rates": {name: f.rate for name, f in measured.items()}}
     slow = sorted((n for n in measured if measured[n].rate < STRAGGLER_RATIO * top),
                   key=lambda n: measured[n].rate)
-    shared = _shared(measured)
+    shared = _shared(measured) + alike
     if not slow:
         balance = (f"all within {STRAGGLER_RATIO}x of the fastest" if len(measured) > 1
                    else "one node, no one to wait for")

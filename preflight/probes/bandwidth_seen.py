@@ -30,17 +30,20 @@ class JobFailure:
 @dataclass(frozen=True)
 class LinkSent:
     """What one node's ranks sent to another's while the large messages flowed, as the kernel
-    counted it on the sender's sockets (TCP_INFO): bytes, bytes sent again, the round trip."""
+    counted it on the sender's sockets (TCP_INFO): bytes, bytes sent again, the round trip, data
+    segments, and segments lost (sent again, less the peer's D-SACK duplicates: spurious)."""
     src: str
     dst: str
     sent: int
     retrans: int
     rtt_us: int
+    segs: int = 0
+    lost: int = 0
 
     @property
     def loss(self) -> float:
-        """The share of the bytes sent that had to be sent again."""
-        return self.retrans / self.sent if self.sent else 0.0
+        """The share of the data segments sent that were lost on the way."""
+        return self.lost / self.segs if self.segs else 0.0
 
 
 def _links(wire: Mapping[str, Any], nodes: tuple[str, ...], world: int) -> tuple[LinkSent, ...]:
@@ -57,10 +60,12 @@ def _links(wire: Mapping[str, Any], nodes: tuple[str, ...], world: int) -> tuple
         src, dst = node_of(x["rank"]), owner.get(x.get("peer"))
         if src is None or dst is None or src == dst:
             continue
-        total = summed.setdefault((src, dst), [0, 0, 0])
+        total = summed.setdefault((src, dst), [0, 0, 0, 0, 0])
         total[0] += int(x.get("sent") or 0)
         total[1] += int(x.get("retrans") or 0)
         total[2] = max(total[2], int(x.get("rtt_us") or 0))
+        total[3] += int(x.get("segs") or 0)
+        total[4] += int(x.get("lost") or 0)
     return tuple(LinkSent(src, dst, *figures) for (src, dst), figures in sorted(summed.items()))
 
 

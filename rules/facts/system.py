@@ -17,11 +17,12 @@ class OsFacts:
     kernel: str | None = None
     distro: str | None = None    # /etc/os-release's PRETTY_NAME; None: no such file
     machine: str | None = None   # "x86_64"
+    boot_id: str | None = None   # the running kernel's boot (/proc/sys/kernel/random/boot_id): one machine's
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> OsFacts:
         return cls(text(wire, "hostname"), text(wire, "system"), text(wire, "kernel"), text(wire, "distro"),
-                   text(wire, "machine"))
+                   text(wire, "machine"), text(wire, "boot_id"))
 
 
 @dataclass(frozen=True)
