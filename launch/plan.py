@@ -17,6 +17,7 @@ from preflight.model import Context, NodeFacts, Options, Report
 from rules.environment import env_of
 from rules.facts import Missing
 from rules.routes import route_to_master, toward_master  # the rule interface-choice applies
+from rules.torch_install import wanted_torch
 
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
@@ -47,6 +48,7 @@ class NodePlan:
                                        # "--env worker1:", "config [env]", "config [nodes.worker1.env]"
     torchrun: tuple[str, ...]          # after `python -m torch.distributed.run`; the script's options after --
     ranks: tuple[int, ...]             # global ranks, local rank order
+    torch_pip: str = "torch"           # pip's arguments for the master's torch there (rules/torch_install.py)
 
     def __post_init__(self):
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -154,7 +156,8 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
                     "--rdzv-backend", "static", "--max-restarts", "0", "--tee", "3",
                     *(["-m"] if command.module else []), script, "--", *command.args)
         plans.append(NodePlan(node.node, node_rank, target.python, where, env, sources, torchrun,
-                              tuple(range(node_rank * nproc, (node_rank + 1) * nproc))))
+                              tuple(range(node_rank * nproc, (node_rank + 1) * nproc)),
+                              wanted_torch(nodes[0].parsed.torch, node.parsed.torch)))
     return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, flight_recorder)
 
 

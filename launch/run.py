@@ -96,7 +96,8 @@ class Launch:
                     self._ended(node, None)
                     continue
                 spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
-                        "flight_recorder": self.plan.flight_recorder, "torchrun": list(node.torchrun)}
+                        "flight_recorder": self.plan.flight_recorder, "torchrun": list(node.torchrun),
+                        "torch_pip": node.torch_pip}
                 try:
                     job = self.cluster.job(index, spec, env=dict(node.env), timeout=NO_LIMIT, lease=self.lease,
                                            on_line=lambda raw, n=node: self._line(n, raw))

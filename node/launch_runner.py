@@ -273,8 +273,11 @@ def main(spec, work):
     try:
         import torch.distributed.run as torchrun
     except Exception as exc:
+        # The master's torch release in this node's build, the index in the command (the launch's
+        # plan): a bare `pip install torch` would install another release, or the CUDA build.
+        wanted = spec.get("torch_pip") if isinstance(spec.get("torch_pip"), str) else "torch"
         say("error", message=f"torchrun is not importable with {sys.executable}: {exc}",
-            fix=f"{sys.executable} -m pip install torch, or --python the training environment's interpreter")
+            fix=f"{sys.executable} -m pip install {wanted}, or --python the training environment's interpreter")
         return 2
     contexts, watched = watch_ranks()
     logs = os.path.join(work.folder, "torchrun")     # torchrun's --tee files

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from rules.facts import CodeFacts, Missing, TorchFacts
 from rules.fix import change, on_node
+from rules.torch_install import wanted_torch
 
 from ..model import Context, Status, Verdict
 from .common import python_of
@@ -14,28 +15,6 @@ from .common import python_of
 
 def _torch_label(t: TorchFacts) -> str:
     return f"torch {t.version} ({t.build}{', CUDA ' + t.cuda if t.cuda else ''})"
-
-
-# PyTorch's own wheel index, one folder per build (cpu, cu128, rocm6.3), as its install page
-# writes the command: `pip install torch --index-url https://download.pytorch.org/whl/cpu`.
-PYTORCH_WHEELS = "https://download.pytorch.org/whl/"
-
-
-def _wanted_torch(master: TorchFacts | Missing, node: TorchFacts | Missing) -> str:
-    """pip's arguments for the master's torch release in the build this node needs, the index in
-    the command: plain `torch==X` from PyPI is the CUDA build on Linux, so a +cpu or +cuXXX
-    build comes only from PyTorch's index for it. The build is the node's own (a CPU node stays on
-    the CPU build), the master's where the node has none; the master's exact wheel where their
-    builds are of one kind (it exists for that release)."""
-    if isinstance(master, Missing):
-        return "torch"
-    release, _, master_build = master.version.partition("+")
-    build = master_build
-    if isinstance(node, TorchFacts) and node.build != master.build:
-        own = node.version.partition("+")[2]
-        # A CPU build exists for every release; a node's other CUDA or ROCm build, by its own label.
-        build = "cpu" if node.build == "cpu" else own
-    return f"torch=={release}" + (f" --index-url {PYTORCH_WHEELS}{build}" if build else "")
 
 
 def _short(git_version: str | None) -> str:
@@ -48,7 +27,7 @@ def check_torch_parity(ctx: Context) -> Iterator[Verdict]:
         torch = node.parsed.torch
         if isinstance(torch, Missing):
             yield Verdict(Status.FAIL, node.node, f"{node.node}: {torch.reason}",
-                          on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master, torch)}"),
+                          on_node(node.node, f"{python_of(node)} -m pip install {wanted_torch(master, torch)}"),
                           {"python": python_of(node)})
             continue
         if node is ctx.master:
@@ -64,7 +43,7 @@ def check_torch_parity(ctx: Context) -> Iterator[Verdict]:
             # Gloo/NCCL wire formats and the store protocol are only tested within one release.
             yield Verdict(Status.FAIL, node.node,
                           f"{node.node} has {_torch_label(torch)}, the master {_torch_label(master)}",
-                          on_node(node.node, f"{python_of(node)} -m pip install {_wanted_torch(master, torch)}"),
+                          on_node(node.node, f"{python_of(node)} -m pip install {wanted_torch(master, torch)}"),
                           {"version": torch.version, "master_version": master.version})
         elif torch.git_version != master.git_version:
             yield Verdict(Status.WARN, node.node,

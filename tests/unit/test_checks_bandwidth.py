@@ -6,7 +6,10 @@ lab_compute_straggler: worker1's training Python wrapped to set OMP_NUM_THREADS=
 lab_compute_shared, lab_compute_straggler_shared: the clean lab, and worker1 on one thread, each
 recorded while two busy loops on the host took the lab's two cores (as the other half of the test
 suite does, and as VMs on one host do).
-All five were recorded with the probes themselves (preflight.probes.run.run_probes) on a lab."""
+lab_bandwidth_lossy, lab_bandwidth_clean_links: lossy@worker1:2 (nftables drops 2% of the TCP
+packets reaching worker1) and the clean lab, each with every rank's TCP_INFO figures (2026-11-27).
+All were recorded with the probes themselves (preflight.probes.run.run_probes) on a lab
+(tests/unit/artifacts/record.py)."""
 
 import copy
 import json
@@ -405,3 +408,29 @@ def test_one_node_with_two_gpus_measures_the_link_between_them():
     [result] = run_checks(Context(ctx.nodes, ctx.options, {"bandwidth": data}), [BY_ID["bandwidth"]])
     assert result.status is Status.PASS and "messages, 2 GPUs of h100)" in result.summary
     assert result.details["links"] == {} and "nominal" not in result.summary
+
+
+# --- loss (issue 26: a lossy link passed) -------------------------------------------------------
+
+def test_a_lossy_path_is_named_at_the_node_it_leads_to_with_the_kernels_count():
+    art = load("lab_bandwidth_lossy")
+    found = [r for r in results(art) if r.check == "bandwidth"]
+    assert [(r.status, r.node) for r in found] == [(Status.WARN, "worker1"), (Status.PASS, None)], found
+    loss = found[0]
+    # master -> worker1: 9314 of 433562 segments lost (2.15%); the other way 72 (0.02%): not named.
+    assert loss.summary.startswith("packets are lost on the way from master to worker1: 9314 of the 433562 segments "
+                                   "master's ranks sent (2.15%, "), loss.summary
+    assert "round trip 0.42 ms;" in loss.summary and "also" not in loss.summary
+    assert [(x["src"], x["dst"], x["segs"], x["lost"]) for x in loss.details["links"]] == [
+        ("master", "worker1", 433562, 9314), ("worker1", "master", 422921, 72)]
+    assert loss.fix == ("find where worker1 drops them: ssh worker1 ip -s link show eth0 (RX errors and drops), then "
+                        "its cable, switch port or Wi-Fi; wire it if it is Wi-Fi")
+
+
+def test_a_clean_path_whose_host_resent_segments_the_peer_had_is_not_lossy():
+    art = load("lab_bandwidth_clean_links")
+    links = art["probes"]["bandwidth"]["links"]
+    # Its bytes sent again look like loss (2 MB and 3.8 MB of 610 MB), its lost segments do not (45 of 423017).
+    assert [x["retrans"] for x in links] == [2092360, 3836848] and [x["lost"] for x in links] == [45, 0]
+    found = [r for r in results(art) if r.check == "bandwidth"]
+    assert [(r.status, r.node) for r in found] == [(Status.PASS, None)], found

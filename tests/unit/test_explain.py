@@ -186,6 +186,22 @@ def test_a_launch_folder_joins_the_ranks_flight_recorders_by_sequence_number():
     assert summary(alone) == "rank 2 never entered all_reduce #12 (its last: #11 all_reduce), which ranks 0,1,3 issued"
 
 
+def test_a_launch_whose_node_never_started_is_that_node_and_its_fix_not_no_failure():
+    # Issue 26: "no failure found" (exit 0) of a launch whose node failed to start. Recorded: worker1's
+    # Python has no torch, --force launched anyway; the master's torchrun was stopped in its rendezvous.
+    folder = CORPUS / "node-not-started"
+    e = explain([str(folder)])
+    said = "torchrun is not importable with /usr/bin/python3: No module named 'torch'"
+    assert e.diagnosis is None and e.finding is not None and not e.ok
+    f = e.finding
+    assert (f.kind.value, f.cause.value, f.culprits, f.sure.value) == ("node-not-started", "node-error", (), "certain")
+    assert f.detail == {"nodes": {"worker1": said}}
+    assert e.fix is not None and e.fix.text() == ("/usr/bin/python3 -m pip install torch==2.13.0 --index-url "
+                                                  "https://download.pytorch.org/whl/cpu, or --python the training "
+                                                  "environment's interpreter")
+    assert [str(q) for q in e.quotes] == [f"{folder / 'result.json'}: worker1: error: {said}"]
+
+
 def test_uneven_data_gets_the_standard_remedies_from_the_one_catalogue_hangwatch_uses():
     from hangwatch.causes import CAUSES, UNEVEN_DATA
     from hangwatch.words import cause_line
