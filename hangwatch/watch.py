@@ -63,8 +63,7 @@ class Watcher(Source):
         self._bringing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-        path = os.environ.get(TRACE_VARIABLE)
-        self.trace = open(path, "a", encoding="utf-8") if path else None
+        self.trace = _trace_file(os.environ.get(TRACE_VARIABLE))
         self.failed: str | None = None      # the watch's own first crash: its verdicts may be missing
 
     # --- life -----------------------------------------------------------------------------
@@ -275,6 +274,18 @@ class Watcher(Source):
         """The watched nodes, when every one has been scanned a few times and nothing was found."""
         with self.lock:
             return runs.none_found(self.state)
+
+
+def _trace_file(path: str | None):
+    """The trace file, opened to append, created private, never through a link another user could
+    have planted (O_NOFOLLOW); None when not asked for or it cannot be opened (the watch goes on)."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def local_py_spy() -> str | None:

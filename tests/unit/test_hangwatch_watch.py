@@ -161,3 +161,27 @@ def test_a_node_that_reports_again_is_watched_again_and_its_deadlock_still_named
     assert back[0].data["status"] == "watching" and back[0].text.startswith("worker1 watched again")
     diagnosis = next(e for e in events if e.kind == "diagnosis").snapshot.diagnosis
     assert diagnosis.kind == "deadlock" and diagnosis.culprits == [3], diagnosis
+
+
+def test_the_trace_has_one_line_per_input_and_never_follows_a_link(tmp_path, monkeypatch):
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("HANGWATCH_TRACE", str(trace))
+    now = [10.0]
+    watcher = Watcher([WatchTarget(LocalNode("master", "python"))], clock=lambda: now[0],
+                      wall=lambda: 1_800_000_000.0 + now[0], incident_dir=str(tmp_path / "incidents"))
+    watcher.receive("master", {"type": "hello", "pid": 1, "py_spy": "/usr/bin/py-spy", "time": 1_800_000_009.5})
+    watcher.receive("master", {"type": "sample", "t": 1_800_000_009.75, "ranks": []})
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(x["input"], x["node"], x["message"], x["t"]) for x in lines] == [
+        ("FromAgent", "master", "Hello", None), ("FromAgent", "master", "Sample", 1_800_000_009.75)]
+    assert lines[1]["wall"] == 1_800_000_010.0 and oct(trace.stat().st_mode & 0o777) == "0o600"
+    # A link in its place (another user's, planted where root's trace goes): not followed.
+    target = tmp_path / "target"
+    target.write_text("kept\n")
+    linked = tmp_path / "linked.jsonl"
+    linked.symlink_to(target)
+    monkeypatch.setenv("HANGWATCH_TRACE", str(linked))
+    watcher = Watcher([WatchTarget(LocalNode("master", "python"))], clock=lambda: now[0],
+                      wall=lambda: 1_800_000_000.0 + now[0], incident_dir=str(tmp_path / "incidents"))
+    watcher.receive("master", {"type": "hello", "pid": 1, "py_spy": "/usr/bin/py-spy"})
+    assert watcher.trace is None and target.read_text() == "kept\n"
