@@ -148,6 +148,22 @@ table inet {LOSSY_TABLE} {{
     return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": LOSSY_TABLE}]
 
 
+DEAD_IFACE = "eth1"
+
+
+def _dead_route(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A second interface whose link is gone (a veth whose other end is down: no carrier), and a
+    # host route to the master through it, as a stale VPN or a pulled cable leaves one: the kernel
+    # still picks it (linkdown), and every connection to the master goes nowhere.
+    master = state.nodes[0]
+    if node.name == master.name:
+        raise LabError("dead-route: the master's own route to itself is not one; give a worker, e.g. dead-route@worker1")
+    ip_batch([f"link add {DEAD_IFACE} type veth peer name {DEAD_IFACE}p",
+              f"link set {DEAD_IFACE} up",
+              f"route add {master.ipv4}/32 dev {DEAD_IFACE}"], netns=node.netns)
+    return [{"kind": "link", "netns": node.netns, "name": DEAD_IFACE}]
+
+
 def _loopback_host(state: LabState, node: Node, param: str | None) -> list[dict]:
     return [{"kind": "hosts", "node": node.name}]
 
@@ -223,6 +239,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "hostname resolve to it, so Gloo binds IPv6 there", _vpn_ipv6),
     FaultKind("wifi", "001, 004", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "
               "ways with tc tbf (default 50mbit)", _wifi, DEFAULT_WIFI_RATE),
+    FaultKind("dead-route", "none: issue 26", f"adds {DEAD_IFACE} (a veth whose other end is down: no carrier) and a "
+              "host route to the master through it: the kernel picks it and the node's connections to the master go "
+              "nowhere", _dead_route),
     FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
               "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "

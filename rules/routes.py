@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from .facts import Interface, Missing, NodeFacts, Route
+from .fix import Fix, change
+from .fix import run as command_fix
 
 
 class WithMaster(Protocol):
@@ -18,6 +20,31 @@ def route_to_master(node: NodeFacts) -> Route | Missing:
     """The route the node's kernel picks toward the master's address, as the node reported it."""
     network = node.parsed.network
     return network if isinstance(network, Missing) else network.route_to_master
+
+
+def dead_route(node: NodeFacts) -> tuple[Route, str] | None:
+    """The node's route to the master goes out an interface that carries nothing: (the route,
+    why in words). The kernel still picks it (a host route through a link that went down, a cable
+    pulled: `linkdown`), so every connection to the master from there goes nowhere."""
+    network, route = node.parsed.network, route_to_master(node)
+    if isinstance(network, Missing) or isinstance(route, Missing) or not route.interface:
+        return None
+    if "linkdown" in route.flags:
+        return route, "has no carrier (the kernel marks the route linkdown)"
+    iface = network.interface(route.interface)
+    if iface is not None and not iface.up:
+        return route, "is down"
+    return None
+
+
+def drop_route(node: str, route: Route) -> Fix:
+    """Delete the route through the dead link (the next one, through the live LAN, then serves);
+    one that is the default route is not deleted blind."""
+    iface = route.interface
+    if not route.prefix or route.prefix == "default":
+        return change(f"on {node}: route the master's address through a live interface (`ip route get "
+                      f"{route.address}` there shows the route out {iface}); or bring {iface} up", node)
+    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}", node, f"or bring {iface} up")
 
 
 def toward_master(run: WithMaster, node: NodeFacts) -> Interface | None:

@@ -60,7 +60,10 @@ def interfaces() -> list[dict]:
                   "prefixlen": a.get("prefixlen"), "scope": a.get("scope")}
                  for a in link.get("addr_info", []) if a.get("family") in ("inet", "inet6")]
         result.append({"name": name, "kind": classify(name, kind, flags), "link_kind": kind,
-                       "up": "UP" in flags and link.get("operstate") not in ("DOWN",),
+                       # Administratively up with a carrier: a link whose peer or cable is gone
+                       # (NO-CARRIER, LOWERLAYERDOWN) carries nothing, whatever routes point at it.
+                       "up": "UP" in flags and "NO-CARRIER" not in flags
+                             and link.get("operstate") not in ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT"),
                        "operstate": link.get("operstate"), "mtu": link.get("mtu"),
                        "speed_mbit": _speed(name), "addresses": addrs})
     return result
@@ -156,8 +159,32 @@ def route_to(address: str | None) -> dict | None:
     if done.returncode != 0:
         return {"target": address, "address": ip, "error": (done.stderr or "no route").strip()}
     route = (json.loads(done.stdout or "[]") or [{}])[0]
+    prefix, flags = _picked(ip, route.get("dev"))
     return {"target": address, "address": ip, "interface": route.get("dev"),
-            "source": route.get("prefsrc"), "gateway": route.get("gateway")}
+            "source": route.get("prefsrc"), "gateway": route.get("gateway"),
+            "flags": sorted(set(route.get("flags") or []) | set(flags)), "prefix": prefix}
+
+
+def _picked(ip: str, dev: str | None) -> tuple[str | None, list[str]]:
+    """The route the kernel picked, as the table holds it: its destination (the most specific
+    one through that interface that holds the address: "10.0.0.7", "10.0.0.0/24", "default"), as
+    `ip route del` takes it, and its flags ("linkdown": its interface has no carrier, which `ip
+    route get` does not say); (None, []) when it cannot be told."""
+    done = command(["ip", "-j", "route", "show", "match", ip])
+    if done is None or done.returncode != 0 or not dev:
+        return None, []
+    try:
+        routes = [r for r in json.loads(done.stdout or "[]") if r.get("dev") == dev and r.get("dst")]
+    except ValueError:
+        return None, []
+
+    def length(route: dict) -> int:
+        dst = route["dst"]
+        if dst == "default":
+            return 0
+        return int(dst.split("/", 1)[1]) if "/" in dst else (128 if ":" in dst else 32)
+    best = max(routes, key=length, default=None)
+    return (best["dst"], list(best.get("flags") or [])) if best else (None, [])
 
 
 def port_range() -> list[int] | None:

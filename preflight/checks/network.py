@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from rules.environment import env_fix
 from rules.facts import Interface, Missing, NodeFacts, Route
 from rules.fix import Fix, change
-from rules.routes import ifname_var, pin_interface, route_to_master, toward_master
+from rules.routes import dead_route, drop_route, ifname_var, pin_interface, route_to_master, toward_master
 
 from ..model import Context, Status, Verdict
 
@@ -140,6 +140,16 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
     for node in ctx.reachable:
         route = route_to_master(node)
         target, address = (None, None) if isinstance(route, Missing) else (route.target, route.address)
+        dead = dead_route(node)
+        if dead is not None and node is not ctx.master:
+            # Its route to the master goes out a link that carries nothing: pinning that link would
+            # pin the dead one; the route is the fault (master-reachable says the same, one fix).
+            picked, why = dead
+            yield Verdict(Status.FAIL, node.node,
+                          f"{node.node}'s route to the master ({picked.address}) goes out {picked.interface}, which "
+                          f"{why}: no interface to pin until it is gone", drop_route(node.node, picked),
+                          {"route": _route_json(route)})
+            continue
         iface = toward_master(ctx, node)
         if iface is None:
             reason = (None if isinstance(route, Missing) else route.error) or \

@@ -8,8 +8,9 @@ import ipaddress
 from collections.abc import Iterator
 
 from rules.environment import env_fix
-from rules.facts import Missing
-from rules.fix import run
+from rules.facts import Missing, Route
+from rules.fix import Fix, run
+from rules.routes import dead_route, drop_route
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen
@@ -43,13 +44,40 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
         where = f"{master.address}:{port}"
         if dial.outcome == "open":
             yield Verdict(Status.PASS, dial.src, f"opens a connection to the master at {where}", None, details)
-        else:
+            continue
+        said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
+            (f" ({dial.detail})" if dial.detail else "")
+        src = next((n for n in ctx.nodes if n.node == dial.src), None)
+        dead = dead_route(src) if src is not None else None
+        if dead is not None:
+            # The cause is on the node that dials: its own route sends the master's address out a
+            # link that carries nothing. Not the master's firewall.
+            route, why = dead
             yield Verdict(Status.FAIL, dial.src,
-                          f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}"
-                          + (f" ({dial.detail})" if dial.detail else "")
-                          + "; rendezvous will time out",
-                          run(f"on {ctx.master.node}: sudo ufw allow proto tcp to any port {port}", ctx.master.node,
-                              f"or: sudo nft insert rule {_chain(ctx.master)} tcp dport {port} accept"), details)
+                          f"cannot reach the master at {where}: {dial.src}'s route to {route.address} goes out "
+                          f"{route.interface}, which {why}: its connections to the master go nowhere; rendezvous "
+                          "will time out", drop_route(dial.src, route),
+                          {**details, "route": dict(route.sent)})
+            continue
+        fix = _open_port(ctx.master, port)
+        if fix is None:
+            said += (f"; the master's own firewall drops nothing on input (its ruleset, read as root), so the "
+                     f"connection is lost on the way or on {dial.src} (`ip route get {master.address}` there shows "
+                     "its route)")
+        yield Verdict(Status.FAIL, dial.src, said + "; rendezvous will time out", fix, details)
+
+
+def _open_port(master: NodeFacts, port: int | None) -> Fix | None:
+    """The master's firewall rule for its port, only where its firewall could be the cause: a
+    ruleset read as root that drops nothing on input is not (a fix is checked against the facts
+    it applies to), and its chain is the one the ruleset names."""
+    net = master.parsed.network
+    firewall = None if isinstance(net, Missing) else net.firewall
+    if firewall is not None and not isinstance(firewall, Missing) and firewall.readable and \
+            not firewall.input_drops and not firewall.input_policy_drop:
+        return None
+    return run(f"on {master.node}: sudo ufw allow proto tcp to any port {port}", master.node,
+               f"or: sudo nft insert rule {_chain(master)} tcp dport {port} accept")
 
 
 def _lower(a: str, b: str) -> bool | None:
@@ -112,6 +140,16 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:
             gloo_uses.append(src)    # the lower address listens, the higher connects (gloo Device::isInitiator)
+    dead = _dead_between(ctx, dst, blocked)
+    if dead is not None:
+        # Not a firewall: one end's route to the other (the master) goes out a link that carries
+        # nothing, so its packets (its dials, or its answers) go nowhere. Named on that node.
+        name, route, why = dead
+        role = "its answers to the master go nowhere" if name == dst else "its connections there go nowhere"
+        return Verdict(Status.FAIL if gloo_uses or broken else Status.WARN, dst,
+                       f"new connections to {dst}'s ephemeral ports from {', '.join(sorted(blocked))} get nowhere: "
+                       f"{name}'s route to {route.address} goes out {route.interface}, which {why}: {role}",
+                       drop_route(name, route), {**details, "route": dict(route.sent)})
     what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}" for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
@@ -134,6 +172,25 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                    f"new connections to {dst}'s ephemeral ports are blocked {what}. Gloo happens to connect "
                    f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
                    "new addresses can need this direction", fix, details)
+
+
+def _dead_between(ctx: Context, dst: str, blocked: dict[str, Dial]) -> tuple[str, Route, str] | None:
+    """The one node whose dead route to the master explains every blocked path into `dst`: a
+    path between the master and a node whose route to it goes out a link that carries nothing
+    (that node's dials, or its answers, go there)."""
+    master = ctx.master.node
+    by_name = {n.node: n for n in ctx.nodes}
+    found: set[str] = set()
+    for src in blocked:
+        other = dst if src == master else src if dst == master else None
+        if other is None or other not in by_name:
+            return None
+        found.add(other)
+    if len(found) != 1:
+        return None
+    name = found.pop()
+    dead = dead_route(by_name[name])
+    return (name, *dead) if dead is not None else None
 
 
 def _chain(node: NodeFacts | None) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .read import Missing, Sent, Unreadable, flag, kind, objects, part, required, sent_of, text, whole
+from .read import Missing, Sent, Unreadable, flag, kind, objects, part, required, sent_of, text, texts, whole
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,13 @@ class Route(Sent):
     address: str | None          # what it resolved to there
     interface: str | None = None
     error: str | None = None     # it does not resolve there, or no route
+    prefix: str | None = None    # the route's destination as `ip route del` takes it ("10.0.0.7", "default")
+    flags: tuple[str, ...] = ()  # the kernel's word on it ("linkdown": its interface has no carrier)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Route:
         return cls(text(wire, "target"), text(wire, "address"), text(wire, "interface"), text(wire, "error"),
-                   sent=sent_of(wire))
+                   text(wire, "prefix"), texts(wire, "flags"), sent=sent_of(wire))
 
 
 @dataclass(frozen=True)

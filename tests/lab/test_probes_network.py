@@ -188,3 +188,27 @@ def test_two_faults_on_one_node_are_two_results_each_with_its_own_fix(clean_lab)
     assert ports["fix"].startswith("on worker1: sudo ufw allow from ") and "32768:60999" in ports["fix"]
     # The warning is interface-choice's view of the same bind, with the same fix as address-family.
     assert by(report, "interface-choice", "worker1")["status"] == "warn"
+
+
+def test_a_dead_route_is_named_on_its_node_once_and_its_fix_lets_a_real_job_through(clean_lab):
+    # Issue 26: worker1's host route to the master through a link with no carrier was a firewall on
+    # the master (with an nft command that failed there), "pin eth1", and ephemeral ports fixed on
+    # the master. The route is the one cause, named on worker1, with the one command that removes it.
+    clean_lab.add_fault("dead-route@worker1")
+    master = clean_lab.node("master").ipv4
+    _, report = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports", expect=1)
+    assert sorted((r["check"], r["node"], r["status"]) for r in report["results"]) == [
+        ("ephemeral-ports", "master", "warn"), ("ephemeral-ports", "worker1", "fail"),
+        ("interface-choice", "master", "pass"), ("interface-choice", "worker1", "fail"),
+        ("master-reachable", "worker1", "fail")]
+    fix = f"on worker1: sudo ip route del {master} dev eth1   # or bring eth1 up"
+    named = [r for r in report["results"] if r["status"] != "pass"]
+    assert {r["fix"] for r in named} == {fix}, named
+    assert all(f"worker1's route to {master}" in r["summary"] or f"worker1's route to the master ({master})"
+               in r["summary"] for r in named), named
+    assert "goes out eth1, which has no carrier" in by(report, "master-reachable", "worker1")["summary"]
+    # The fix as printed, on worker1; then a real 2 x 2 Gloo job (the collectives probe) runs.
+    clean_lab.exec("worker1", fix.removeprefix("on worker1: sudo ").split("   #")[0].split(), check=True)
+    _, after = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports,collectives",
+                         "--nproc-per-node", "2", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]

@@ -63,14 +63,33 @@ def test_a_probe_that_did_not_run_is_a_skip_or_an_error_never_a_pass():
 
 
 def test_an_unreachable_master_port_fails_with_the_rule_to_add():
-    art = load("lab_probe_clean")
+    # DERIVED: the master port filtered, on the lab whose master's ruleset drops (firewall@master).
+    art = load("lab_probe_firewalls")
     probes = copy.deepcopy(art["probes"])
     for pair in probes["network"]["pairs"]:
         if pair["kind"] == "master":
             pair["outcome"] = "filtered"
     result = results(art, probes)[("master-reachable", "worker1")]
     assert result.status is Status.FAIL and "rendezvous will time out" in result.summary
-    assert "port 29500" in result.fix
+    assert result.fix.startswith("on master: sudo ufw allow proto tcp to any port 29500")
+    assert "sudo nft insert rule inet ddp_lab_firewall input tcp dport 29500 accept" in result.fix
+
+
+def test_no_firewall_fix_for_a_master_whose_ruleset_drops_nothing():
+    # Issue 26: a worker's dead route was blamed on the master's firewall, with an nft command that
+    # failed there (no such table). DERIVED: the master port filtered on the clean lab, whose
+    # master's ruleset (read as root) has no drop: a fix is checked against the facts it applies to.
+    art = load("lab_probe_clean")
+    probes = copy.deepcopy(art["probes"])
+    for pair in probes["network"]["pairs"]:
+        if pair["kind"] == "master":
+            pair["outcome"] = "filtered"
+    result = results(art, probes)[("master-reachable", "worker1")]
+    assert (result.status, result.fix) == (Status.FAIL, None)
+    master = art["master_addr"]
+    assert result.summary.endswith(f"; the master's own firewall drops nothing on input (its ruleset, read as root), so "
+                                   f"the connection is lost on the way or on worker1 (`ip route get {master}` there "
+                                   "shows its route); rendezvous will time out"), result.summary
 
 
 def listed(art, probes=None, checks=PORT_CHECKS):
@@ -176,3 +195,25 @@ def test_the_probe_listens_where_the_ranks_bind_once_the_interface_is_pinned():
     assert worker.parsed.network.gloo_bind.address == "fd7a:115c:a1e0::11"
     assert rank_address(worker, ctx.options) == ("10.213.4.11", "eth0")
     assert rank_address(ctx.master, ctx.options) == ("10.213.4.200", "eth0")
+
+
+def test_a_dead_route_is_one_cause_on_its_node_with_one_fix():
+    # Recorded: dead-route@worker1 (a host route to the master through eth1, a veth whose other end
+    # is down: the kernel's linkdown). Issue 26: the master's firewall was blamed, with an nft
+    # command for a table it does not have, and the ephemeral ports' fix put on the master.
+    art = load("lab_dead_route")
+    master = art["master_addr"]
+    checks = [*PORT_CHECKS, BY_ID["interface-choice"]]
+    found = sorted(((r.check, r.node, r.status.value, r.fix) for r in run_checks(ctx_of(art), checks)),
+                   key=lambda x: (x[0], x[1]))
+    fix = f"on worker1: sudo ip route del {master} dev eth1   # or bring eth1 up"
+    assert found == [("ephemeral-ports", "master", "warn", fix), ("ephemeral-ports", "worker1", "fail", fix),
+                     ("interface-choice", "master", "pass", None), ("interface-choice", "worker1", "fail", fix),
+                     ("master-reachable", "worker1", "fail", fix)]
+    got = results(art)
+    assert got[("master-reachable", "worker1")].summary == (
+        f"cannot reach the master at {master}:29500: worker1's route to {master} goes out eth1, which has no carrier "
+        "(the kernel marks the route linkdown): its connections to the master go nowhere; rendezvous will time out")
+    assert got[("ephemeral-ports", "worker1")].summary == (
+        f"new connections to worker1's ephemeral ports from master get nowhere: worker1's route to {master} goes out "
+        "eth1, which has no carrier (the kernel marks the route linkdown): its answers to the master go nowhere")
