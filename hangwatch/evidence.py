@@ -24,17 +24,13 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
         # Its stack and CPU are from before the node was lost: they say nothing now.
         return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
-    # The CPU it wanted: what it used and what it waited in the run queue for (starved on a busy box).
-    wanted = v.cpu + (t.queued or 0.0)
-    found = classify(t.dump, wanted, v.wchan, waits_in=v.waits_in)
+    found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
     if found.state in (S.COLLECTIVE, S.RENDEZVOUS, S.IDLE, S.GPU_WAIT) and t.idle_since is None and \
             t.busy_at is not None and t.stack_at is not None and t.busy_at > t.stack_at:
         # It has used CPU since its stack showed it waiting: the stack no longer says where.
-        found = RankState(S.COMPUTING if wanted >= BUSY_CPU else S.RUNNING,
+        found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING,
                           evidence=(f"CPU {v.cpu:.0f}%", "working since its last stack"))
     notes = list(found.evidence)
-    if (t.queued or 0.0) >= BUSY_CPU:
-        notes.append(f"waited {t.queued:.0f}% of a core for a CPU (the box is busy)")
     if t.dump is None and t.dump_error:
         notes = [f"no stack: {t.dump_error}"]
     state_, reason = found.state, found.reason

@@ -1,13 +1,14 @@
 """Who still makes progress, from each rank's samples and stacks. Pure updates of the state.
 
 A rank is quiet over a sample when neither it nor its helpers (DataLoader workers, compile
-workers: its descendants) used IDLE_CPU of a core and its threads did not wait that long for a CPU
-(the kernel's run-queue delay: on a busy box a rank finishing its step may get almost no CPU, and
-is starved, not idle), or when the kernel holds it (SIGSTOP, a debugger: state T or t). A rank
-cannot move without CPU, so a quiet rank has stopped, or waits for another rank that has; its
-stacks then say which. While it is quiet, the bytes it reads and writes through its own system
-calls are counted (`moved`): a collective still moving data on a slow link, a checkpoint going to
-a slow disk.
+workers: its descendants) used IDLE_CPU of a core, or when the kernel holds it (SIGSTOP, a
+debugger: state T or t). A rank cannot move without CPU, so a quiet rank has stopped, or waits for
+another rank that has; its stacks then say which. The time its threads waited for a CPU (the
+kernel's run-queue delay, `queued`) is kept with the rank, never a reason it is not quiet: on a
+busy box a blocked rank's every brief wake-up (a retry, a timer) waits in the queue too, and a
+full run of the suite named two hangs late or not at all while it counted. While it is quiet,
+the bytes it reads and writes through its own system calls are counted (`moved`): a collective
+still moving data on a slow link, a checkpoint going to a slow disk.
 
 A rank can also stop while it uses CPU: a GPU rank's host thread spin-waits in
 cudaStreamSynchronize for a kernel that never ends. Its CPU says nothing; its stacks do: taken
@@ -45,7 +46,7 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     v.gpu = s.gpu
     v.gpu_util, v.gpu_memory_util = (gpu.util, gpu.memory_util) if gpu is not None else (None, None)
     interval = state.config.interval
-    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU and (s.queued or 0.0) < stall.IDLE_CPU
+    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
     if quiet or t.stopped or t.spinning:
         if t.idle_since is None:
             # Quiet over this whole sample, and over the part of the one before that it did not
