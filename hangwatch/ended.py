@@ -16,7 +16,7 @@ from dataclasses import asdict, replace
 from node import protocol
 from node.protocol import ExitStatus
 
-from . import diagnose, exits
+from . import exits
 from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
@@ -259,21 +259,6 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
                     notes=_notes(state, [t.view.node for t in tracks if t.key in found.named]))
     return found
-
-
-def trained_alone(state: State, now: float, run: int | None = None) -> Diagnosis | None:
-    """A run (by default the one whose rank ended last) whose every rank exited 0 having never
-    connected (Track.never_connected): each trained alone, world-size separate models, however
-    short the run (issue 27: a launch under 30 s "finished"). A failure, certain: the kernel's
-    socket tables said it every count. None otherwise."""
-    run = last_run(state, run)
-    tracks = [t for t in state.ranks.values() if t.run == run]
-    if not tracks or not all(t.ended and t.never_connected and t.exit_status is not None and t.exit_status.ok
-                             for t in tracks):
-        return None
-    seconds = min((t.gone_at if t.gone_at is not None else now) - (t.alone_since or now) for t in tracks)
-    return diagnose.trains_alone([evidence_of(state, t, now) for t in tracks],
-                                 max(t.view.world_size or 0 for t in tracks), max(seconds, 0.0))
 
 
 def _notes(state: State, nodes: list[str]) -> tuple[NodeNote, ...]:

@@ -147,7 +147,8 @@ def over(state: State) -> Over | None:
     return Over(tuple(keys), tuple(sorted(t.key for t in tracks if t.exit_status is not None
                                           and not t.exit_status.ok)),
                 tuple(sorted(t.key for t in tracks if t.exit_status is None)),
-                tuple(sorted(t.key for t in tracks if t.never_connected)))
+                tuple(sorted(t.key for t in tracks if (t.view.world_size or 0) > 1 and not t.talked
+                             and t.alone_since is not None and not t.endpoints)))
 
 
 def none_found(state: State) -> tuple[str, ...]:

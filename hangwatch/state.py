@@ -73,15 +73,6 @@ class Track:
         return self.view.state is RankStatus.EXITED
 
     @property
-    def never_connected(self) -> bool:
-        """A rank of a world of more than one whose connections were counted, never one, and no TCP
-        socket of its own ever seen (a rank without one is counted every sample, so one opened
-        later shows): it joined no process group. The one rule attach's end (runs.over) and a
-        launch's (ended.trained_alone) read."""
-        return (self.view.world_size or 0) > 1 and not self.talked and self.alone_since is not None \
-            and not self.endpoints
-
-    @property
     def stopped(self) -> bool:
         """The kernel holds it: SIGSTOP (T), or a tracer other than the agent's own py-spy (t: the
         agent reports the state of a rank it is dumping as unknown)."""

@@ -212,10 +212,6 @@ def _unseen(d: Diagnosis) -> str:
 
 
 def _alone(d: Diagnosis) -> str:
-    if d.evidence and all(e.state is S.EXITED for e in d.evidence):
-        return (f"{who(e.key for e in d.evidence)} (world {d.world}) exited 0 without a single TCP connection to the "
-                "store or to each other: each rank trained alone (world-size separate models): no process group was "
-                "created (init_process_group skipped on CPU?)")
     return (f"{who(e.key for e in d.evidence)} (world {d.world}) used CPU for {d.waited or 0:.0f} s without a single "
             "TCP connection to the store or to each other: each rank trains alone: no process group was created "
             "(init_process_group skipped on CPU?)")

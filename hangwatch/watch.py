@@ -142,8 +142,7 @@ class Watcher(Source):
         """The verdict on the ranks' ends as it stands now (the run whose rank ended last), judged
         afresh from everything known; None when nothing failed."""
         with self.lock:
-            now, wall = self.clock(), self.wall()
-            return ended.judge(self.state, now, wall) or ended.trained_alone(self.state, now)
+            return ended.judge(self.state, self.clock(), self.wall())
 
     def feed(self, event: Input) -> None:
         try:

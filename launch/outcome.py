@@ -89,9 +89,7 @@ class LaunchResult:
 
     @property
     def ok(self) -> bool:
-        """Every rank exited 0, every node ran, and the ranks formed a process group (not each alone)."""
-        return bool(self.ranks) and all(r.ok for r in self.ranks) and not any(n.error for n in self.nodes) \
-            and not (self.verdict is not None and self.verdict.kind is Kind.ALONE)
+        return bool(self.ranks) and all(r.ok for r in self.ranks) and not any(n.error for n in self.nodes)
 
     @property
     def exit_code(self) -> int:
@@ -162,12 +160,11 @@ def render(result: LaunchResult, port: int, master: str) -> str:
     shown, never obeyed: every string of the result goes through node/terminal.py first."""
     from .ends import judged
     verdict = judged(result)          # its headline is rendered from the raw fields, then shown as one line
-    ok = result.ok                    # read with its verdict (ranks that each trained alone failed)
     result, master = shown_data(replace(result, verdict=None)), shown(master)
     lines = []
     told = None          # the node whose error the headline already says
     n = len(result.ranks)
-    if ok:
+    if result.ok:
         lines.append(f"training finished: all {n} ranks exited with code 0 ({result.seconds:.1f} s)")
     else:
         first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
@@ -177,9 +174,8 @@ def render(result: LaunchResult, port: int, master: str) -> str:
             # the hang hangwatch named stood; that hang is the run's verdict.
             lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
             lines.append(f"  the hang: {shown(headline(verdict))}")
-        elif verdict is not None and (verdict.named or verdict.kind is Kind.ALONE):
-            # The run's verdict: the ranks no other end explains (or the hang named, or every rank
-            # alone: no one to name), and why.
+        elif verdict is not None and verdict.named:
+            # The run's verdict: the ranks no other end explains (or the hang named), and why.
             lines.append(f"training failed: {shown(headline(verdict))}" + stopped)
         elif first_node is not None and first_node.error:
             lines.append(f"training failed on {first_node.node}: {first_node.error}"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hangwatch.exits import StoppedBy
-from hangwatch.model import Diagnosis, Kind
+from hangwatch.model import Diagnosis
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
@@ -349,12 +349,6 @@ class Launch:
         if self._result is None:
             return
         changed = verdict != self._result.verdict
-        if verdict is not None and verdict.kind is Kind.ALONE:
-            # The headline now says the ranks trained alone: the note under it would say it twice.
-            with self._lock:
-                said = self._notes.pop("alone", None)
-            changed = changed or said in self._result.notes
-            self._result.notes = [n for n in self._result.notes if n != said]
         self._result.verdict, self._result.judged = verdict, True
         if self._logs and changed:
             self._logs.write_json("result.json", redact_json(self._result.to_json()))

@@ -46,8 +46,6 @@ class RunVerdict:
             self.named = None
 
     def of(self, result: LaunchResult, ended: Diagnosis | None) -> Diagnosis | None:
-        if ended is not None and ended.kind is Kind.ALONE:
-            return ended              # every rank exited 0, each alone: the run failed however it ended
         if result.ok:
             return None
         if self.named is not None and self.named.kind is not Kind.EXITED:
@@ -107,9 +105,8 @@ class WatchedLaunch:
 
     def verdict(self, result: LaunchResult) -> Diagnosis | None:
         """The run's verdict: who failed first, else the hang named that stopped it (or that was
-        still named when it ended), or every rank alone; None when it finished, or nothing failed
-        and no hang stood."""
-        return self.said.of(result, self.watcher.verdict())
+        still named when it ended); None when it finished, or nothing failed and no hang stood."""
+        return self.said.of(result, None if result.ok else self.watcher.verdict())
 
     def _event(self, event: Event) -> None:
         self.said.heard(event)

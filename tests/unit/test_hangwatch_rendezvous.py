@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hangwatch import classify
 from hangwatch.reducer import ALONE_AFTER
@@ -30,9 +29,9 @@ def _records(name: str) -> list[dict]:
     return [json.loads(line) for line in (AGENT / f"{name}.jsonl").read_text().splitlines()[1:]]
 
 
-def changed(name: str, change, after: tuple = ()) -> dict:
+def changed(name: str, change) -> dict:
     """replay()'s lost= and then= for a recording whose messages change(record) rewrites
-    (None: the message as recorded); `after`: more (at, action) pairs."""
+    (None: the message as recorded)."""
     swaps = {}
     for record in _records(name):
         message = change(record)
@@ -40,7 +39,7 @@ def changed(name: str, change, after: tuple = ()) -> dict:
             swaps[(record["at"], record["node"])] = message
     return {"lost": lambda record: (record["at"], record["node"]) in swaps,
             "then": [(at, lambda w, node=node, message=message: w.receive(node, message))
-                     for (at, node), message in swaps.items()] + list(after)}
+                     for (at, node), message in swaps.items()]}
 
 
 def _stores(said):
@@ -156,39 +155,6 @@ def test_a_connection_keeps_it_unsaid_and_one_after_the_notice_takes_it_back(tmp
     assert said == [("notice", ALONE, True),
                     ("notice", "ranks 0,1 connected after all: a process group was created late", False)]
     assert watcher.snapshot().diagnosis is None
-
-
-AFTER = ((70.0, lambda watcher: None),)      # the watch goes on past the last exit: its end is judged
-
-
-def _exit_0(record):
-    message = record["msg"]
-    return {**message, "code": 0} if message["type"] == "exit" else None
-
-
-def test_ranks_that_all_exit_0_having_never_connected_are_a_failed_run_not_a_finished_one(tmp_path):
-    # Derived: the recorded alone run, its four ranks exiting 0 instead of being stopped. However
-    # short the run, every rank counted with no connection and none ever is: each trained alone.
-    header, watcher, events = replay("alone", tmp_path, **changed("alone", _exit_0, AFTER))
-    verdict = watcher.verdict()
-    assert (verdict.kind, verdict.culprits, verdict.certainty) == ("alone", (), "certain")
-    assert summary(verdict) == ("ranks 0,1,2,3 (world 4) exited 0 without a single TCP connection to the store or to "
-                                "each other: each rank trained alone (world-size separate models): no process group "
-                                "was created (init_process_group skipped on CPU?)")
-    # One rank with a connection, and the run is no longer alone: nothing failed.
-    header, watcher, events = replay("alone", tmp_path / "one", **changed(
-        "alone", lambda r: _exit_0(r) or _tcp("worker1", 20.0, 1)(r), AFTER))
-    assert watcher.verdict() is None
-
-
-def test_the_launch_summary_says_it_in_its_headline_once_the_run_is_judged():
-    # Every rank exited 0 and the run's verdict says they trained alone: a failed run (exit 1).
-    header, watcher, events = replay("alone", Path("/nonexistent"), **changed("alone", _exit_0, AFTER))
-    alone = watcher.verdict()
-    result = LaunchResult([LaunchedRank(r, "master", r, exit=0) for r in range(2)], [NodeState("master", "exited")],
-                          None, None, 12.0, verdict=alone, judged=True)
-    assert not result.ok and result.exit_code == 1
-    assert render(result, 29500, "master").splitlines()[0] == f"training failed: {summary(alone)}"
 
 
 def test_the_launch_summary_says_it_under_its_headline():
