@@ -372,7 +372,19 @@ class Agent:
             self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
 
+AHEAD = -10              # the agent's niceness as root: ahead of the training in the run queue
+
+
 def main(spec: dict, work=None) -> int:
+    # As root, ahead of the training in the run queue: this thread, and every thread and py-spy it
+    # then starts (Linux's niceness is per thread, and inherited). On a loaded box both agents'
+    # stacks came 11-12 s after they were asked for (a full run's trace), and the verdict with them;
+    # the agent uses about 1% of a core. Without root the niceness stays as it is.
+    if os.geteuid() == 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, AHEAD)
+        except OSError:
+            pass
     agent = Agent(spec)
     control = Control(spec.get("lease"), on_gone=lambda why: agent.stop.set(), on_command=agent.command).start()
     try:
