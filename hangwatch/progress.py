@@ -3,10 +3,9 @@
 A rank is quiet over a sample when neither it nor its helpers (DataLoader workers, compile
 workers: its descendants) used IDLE_CPU of a core, or when the kernel holds it (SIGSTOP, a
 debugger: state T or t). A rank cannot move without CPU, so a quiet rank has stopped, or waits for
-another rank that has; its stacks then say which. The time its threads waited for a CPU (the
-kernel's run-queue delay, `queued`) is kept with the rank, never a reason it is not quiet: on a
-busy box a blocked rank's every brief wake-up (a retry, a timer) waits in the queue too, and a
-full run of the suite named two hangs late or not at all while it counted. While it is quiet,
+another rank that has; its stacks then say which. (The time its threads wait for a CPU is no
+sign of progress: on a busy box a blocked rank's every brief wake-up, a retry or a timer, waits
+in the run queue too.) While it is quiet,
 the bytes it reads and writes through its own system calls are counted (`moved`): a collective
 still moving data on a slow link, a checkpoint going to a slow disk.
 
@@ -37,7 +36,7 @@ def forget(t: Track) -> None:
 
 def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSample | None, now: float) -> None:
     v = t.view
-    t.proc_state, t.children_cpu, t.queued = s.state, s.children_cpu, s.queued
+    t.proc_state, t.children_cpu = s.state, s.children_cpu
     if s.cpu is None:
         return
     v.cpu = s.cpu

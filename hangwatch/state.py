@@ -37,7 +37,6 @@ class Track:
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
     children_cpu: float | None = None
-    queued: float | None = None       # % of a core its threads waited for a CPU over its last sample
     spinning: bool = False            # idle though busy: its stack shows one wait, unchanged, with no progress
     # stacks
     dump: list | None = None

@@ -25,7 +25,6 @@ class Kept:
     def __init__(self, uid: Optional[int], folder: Optional[str], outputs: List[int]):
         self.uid, self.folder, self.outputs = uid, folder, outputs
         self.io: Optional[tuple] = None                     # (monotonic, bytes) at the last sample
-        self.queued: Optional[tuple] = None                 # (monotonic, run-queue seconds) at the last sample
         # CPU seconds its descendants had used at the last sample: the live ones' own and what
         # their reaped children used, and what its own reaped children used (a helper that lived
         # and ended between two samples counts too); (monotonic, seconds, any alive then).
@@ -52,7 +51,7 @@ class Keeper:
         self.ooms = ooms
 
     def sample(self, pid: int, now: float, stats: Dict[int, proc.Stat], children: Dict[int, List[int]]) -> dict:
-        """This sample's io (bytes/s), queued and children_cpu (% of a core), where known."""
+        """This sample's io (bytes/s) and children_cpu (% of a core), where known."""
         kept = self.kept.get(pid)
         if kept is None:
             return {}
@@ -62,12 +61,6 @@ class Keeper:
             if kept.io is not None:
                 out["io"] = round((total - kept.io[1]) / max(now - kept.io[0], 1e-6), 1)
             kept.io = (now, total)
-        waited = proc.run_delay(pid)
-        if waited is not None:
-            if kept.queued is not None:
-                # Threads that ended since take their delay with them: never below nothing.
-                out["queued"] = round(100 * max(0.0, waited - kept.queued[1]) / max(now - kept.queued[0], 1e-6), 1)
-            kept.queued = (now, waited)
         alive = [d for d in descendants(pid, children) if d in stats]
         own = stats.get(pid)
         used = (own.children_seconds if own is not None else 0.0) + \

@@ -168,23 +168,6 @@ def io_bytes(pid: int) -> Optional[int]:
         return None
 
 
-def run_delay(pid: int) -> Optional[float]:
-    """Seconds its threads have spent runnable but waiting for a CPU (each /proc/PID/task/TID/
-    schedstat's second field, summed: the kernel's run-queue delay); None where it is not kept
-    (a kernel without CONFIG_SCHED_INFO) or it is gone. A rank that waits for a CPU is not idle."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    total, read_any = 0, False
-    for tid in tids:
-        fields = (read(f"/proc/{pid}/task/{tid}/schedstat") or "").split()
-        if len(fields) >= 2 and fields[1].isdigit():
-            total += int(fields[1])
-            read_any = True
-    return total / 1e9 if read_any else None
-
-
 def oom_kills() -> Optional[int]:
     """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat's oom_kill,
     Linux 4.13+); None where it is not counted."""

@@ -192,9 +192,6 @@ class RankSample:
     io: Optional[float] = None       # bytes/s it read and wrote through system calls (/proc's rchar +
                                      # wchar: sockets, pipes, files); None: not readable, or its
                                      # first sample
-    queued: Optional[float] = None   # % of one core its threads spent runnable, waiting for a CPU
-                                     # (the kernel's run-queue delay): a rank starved on a busy box
-                                     # wants CPU, however little it got; None: not kept, or the first
     children_cpu: Optional[float] = None   # % of one core its descendants used (DataLoader workers,
                                            # helpers, those that ended since the last sample too);
                                            # None: it has none, or the first sample that has some

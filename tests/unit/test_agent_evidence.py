@@ -252,52 +252,6 @@ def test_children_cpu_is_its_descendants_cpu_since_the_last_sample_and_the_dead_
                 pass
 
 
-SPIN_ON_ONE_CPU = """
-import os, sys
-os.sched_setaffinity(0, {int(sys.argv[1])})
-while True:
-    pass
-"""
-
-
-def test_queued_is_the_time_its_threads_waited_for_a_cpu_and_a_sleeper_waits_for_none():
-    # Two spinners on one CPU take turns: each waits for it about as long as it runs. Stopped
-    # between readings (a stopped process waits in no run queue), the keeper's figure is exact.
-    cpu = min(os.sched_getaffinity(0))
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN_ON_ONE_CPU, str(cpu)]) for _ in range(2)]
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(60)"],
-                               stdout=subprocess.PIPE, text=True)
-    try:
-        sleeper.stdout.readline()            # past its start: from here it only sleeps
-        _wait(lambda: all(os.sched_getaffinity(p.pid) == {cpu} for p in spinners), "the spinners were not pinned")
-        for p in spinners:
-            os.kill(p.pid, signal.SIGSTOP)
-            _stopped(p.pid)
-        _wait(lambda: proc.stat(sleeper.pid).state == "S", "the sleeper never slept")
-        kept = keeper.Keeper()
-        for p in (*spinners, sleeper):
-            kept.found(p.pid)
-        stats = _stats()
-        first = {p.pid: kept.sample(p.pid, 100.0, stats, keeper.children_of(stats)) for p in (*spinners, sleeper)}
-        assert all("queued" not in out for out in first.values())            # no rate from one reading
-        before = {p.pid: proc.run_delay(p.pid) for p in spinners}
-        for p in spinners:
-            os.kill(p.pid, signal.SIGCONT)
-        time.sleep(0.6)
-        for p in spinners:
-            os.kill(p.pid, signal.SIGSTOP)
-            _stopped(p.pid)
-        waited = {p.pid: proc.run_delay(p.pid) - before[p.pid] for p in spinners}
-        assert all(w > 0.05 for w in waited.values()), waited                 # they took turns
-        stats = _stats()
-        for p in spinners:
-            assert kept.sample(p.pid, 101.0, stats, keeper.children_of(stats))["queued"] == round(100 * waited[p.pid], 1)
-        assert kept.sample(sleeper.pid, 101.0, stats, keeper.children_of(stats))["queued"] == 0.0
-        kept.forget({})
-    finally:
-        _end(*spinners, sleeper)
-
-
 HELPER_BETWEEN_STOPS = """
 import os, signal, subprocess, sys
 os.kill(os.getpid(), signal.SIGSTOP)

@@ -62,14 +62,19 @@ def test_a_probe_that_did_not_run_is_a_skip_or_an_error_never_a_pass():
     assert all(r.status is Status.ERROR and "boom" in r.summary for r in broken.values())
 
 
-def test_an_unreachable_master_port_fails_with_the_rule_to_add():
-    # DERIVED: the master port filtered, on the lab whose master's ruleset drops (firewall@master).
-    art = load("lab_probe_firewalls")
+def _master_port_filtered(art):
+    """worker1's master-reachable result on the recording, its dial to the master port derived as filtered."""
     probes = copy.deepcopy(art["probes"])
     for pair in probes["network"]["pairs"]:
         if pair["kind"] == "master":
             pair["outcome"] = "filtered"
-    result = results(art, probes)[("master-reachable", "worker1")]
+    return results(art, probes)[("master-reachable", "worker1")]
+
+
+def test_an_unreachable_master_port_fails_with_the_rule_to_add():
+    # DERIVED: the master port filtered, on the lab whose master's ruleset drops (firewall@master).
+    art = load("lab_probe_firewalls")
+    result = _master_port_filtered(art)
     assert result.status is Status.FAIL and "rendezvous will time out" in result.summary
     assert result.fix.startswith("on master: sudo ufw allow proto tcp to any port 29500")
     assert "sudo nft insert rule inet ddp_lab_firewall input tcp dport 29500 accept" in result.fix
@@ -80,11 +85,7 @@ def test_no_firewall_fix_for_a_master_whose_ruleset_drops_nothing():
     # failed there (no such table). DERIVED: the master port filtered on the clean lab, whose
     # master's ruleset (read as root) has no drop: a fix is checked against the facts it applies to.
     art = load("lab_probe_clean")
-    probes = copy.deepcopy(art["probes"])
-    for pair in probes["network"]["pairs"]:
-        if pair["kind"] == "master":
-            pair["outcome"] = "filtered"
-    result = results(art, probes)[("master-reachable", "worker1")]
+    result = _master_port_filtered(art)
     assert (result.status, result.fix) == (Status.FAIL, None)
     master = art["master_addr"]
     assert result.summary.endswith(f"; the master's own firewall drops nothing on input (its ruleset, read as root), so "
