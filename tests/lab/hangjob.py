@@ -17,6 +17,7 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).parents[2] / "examples" / "hang_train.py"
 NODES = ("master", "worker1")
+STARTUP = 180        # seconds a 2x2 torchrun job may take to start training on a loaded box
 
 
 def cmdline_of(pid: int) -> str:
@@ -45,16 +46,21 @@ class Job:
     lines: list[tuple[str, str]] = field(default_factory=list)     # (node, line)
     mark: str = ""               # HANG_TRAIN_JOB=...: in the environment of everything the job starts
 
-    def fault_time(self, timeout: float = 60) -> float:
-        """When the fault began, as the faulty rank printed it."""
+    def fault_time(self, timeout: float = STARTUP) -> float:
+        """When the fault began, as the faulty rank printed it. The wait is the job's start-up (two
+        torchruns, four ranks importing torch and a loader worker each): on a loaded 2-core box it
+        took over 60 s; no verdict is timed from it, they are timed from the fault's own stamp."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for _, line in list(self.lines):
                 m = re.search(r"FAULT \S+ rank \d+ step \d+ at ([\d.]+)", line)   # ranks share a pipe: lines can merge
                 if m:
                     return float(m.group(1))
+            if all(p.poll() is not None for p in self.procs):
+                break
             time.sleep(0.1)
-        raise AssertionError(f"the fault never started: {self.lines[-20:]}")
+        raise AssertionError(f"the fault never started (exit codes {[p.poll() for p in self.procs]}): "
+                             f"{self.lines[-20:]}")
 
     def wait(self, timeout: float) -> list[int | None]:
         deadline = time.monotonic() + timeout

@@ -19,9 +19,9 @@ import pytest
 
 from hangwatch.stall import DEFAULT_THRESHOLD
 
-from .hangjob import wait_until
+from .hangjob import STARTUP, wait_until
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_a_rank_that_leaves_the_loop_is_named_with_its_line_within_the_threshold(watched, tmp_path):
@@ -175,7 +175,7 @@ def test_a_rank_that_never_calls_init_process_group_is_named_with_its_node(watch
 def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
     watch, job = watched("--steps", "500", "--fault", "leave", "--rank", "0", "--at", "8", port=29637)
     # Both of worker1's ranks known (torchrun starts them a moment apart), then its agent dies.
-    wait_until(lambda: len([e for e in watch.of("rank-found") if e.get("node") == "worker1"]) == 2, 60,
+    wait_until(lambda: len([e for e in watch.of("rank-found") if e.get("node") == "worker1"]) == 2, STARTUP,
                "worker1's two ranks were never found")
     hello = _agent_pid(watch, "worker1")
     os.kill(hello, signal.SIGKILL)        # the agent on worker1 dies, as with a dropped SSH link
@@ -193,9 +193,9 @@ def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
 def test_a_dead_link_is_a_lost_node_within_seconds_and_nothing_is_judged_from_its_old_data(watched, clean_lab):
     watch, job = watched("--steps", "100000", port=29639)
     for rank in range(4):
-        watch.wait_for("rank-found", 60, lambda e, rank=rank: e.get("rank") == rank)
+        watch.wait_for("rank-found", STARTUP, lambda e, rank=rank: e.get("rank") == rank)
     # Training: every rank computing, the old data worker1 leaves behind says so.
-    wait_until(lambda: any(re.search(r"step [1-9]\d loss", line) for _, line in job.lines), 60, "training steps")
+    wait_until(lambda: any(re.search(r"step [1-9]\d loss", line) for _, line in job.lines), STARTUP, "training steps")
     netns = clean_lab.node("worker1").netns
     subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
     down_at = time.time()

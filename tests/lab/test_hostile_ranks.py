@@ -19,7 +19,7 @@ from hangwatch.stall import DEFAULT_THRESHOLD
 from tests import impostors
 from tests.hostile import hostile_user
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(300)
 SLACK = 4.0       # seconds past the threshold (test_hangwatch_lab's deadlock allows 2; it took ~90 more)
 
 
