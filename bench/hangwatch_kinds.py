@@ -89,11 +89,18 @@ SHAPES = {s.name: s for s in (
     # A timeout cascade: the others' collectives time out 20 s into the rank's sleep, they exit,
     # torchrun stops the rest; the hang named first stays the run's verdict.
     Shape("launch-cascade", ("--fault", "sleep", "--seconds", "60", "--pg-timeout", "20"), "deadlock",
-          ("left-loop",), launch=True, kept=True),
+          ("sleeps",), launch=True, kept=True),
     # ddp-preflight's own freeze (SIGSTOP) and stop of a deadlocked run: one verdict, one bundle.
     Shape("launch-stop", ("--fault", "leave"), "deadlock", ("left-loop",), launch=True, options=("--stop-on-hang",),
           kept=True),
     Shape("endless", ("--fault", "endless"), "endless", ("computes-forever",), ENDLESS_AFTER + DEFAULT_THRESHOLD + 2),
+    # Issue 27's shapes, attached (the launched ones above): asleep inside its loop (not "left the
+    # loop"), out of batches in its final barrier (uneven data), a subgroup's collective skipped,
+    # and a timeout cascade whose first verdict is the one judged.
+    Shape("sleep", ("--fault", "sleep", "--seconds", "600"), "deadlock", ("sleeps",)),
+    Shape("drained", ("--fault", "drained"), "mismatch", ("different-collective",)),
+    Shape("subgroup", ("--fault", "subgroup"), "mismatch", ("skipped-group",), members=2),
+    Shape("cascade", ("--fault", "sleep", "--seconds", "60", "--pg-timeout", "20"), "deadlock", ("sleeps",)),
     # The rank prints its fault instead of init_process_group; the others wait there.
     Shape("skip-init", ("--fault", "skip-init"), "rendezvous-stall", ("never-checked-in",)),
     # Longer than the threshold (the others wait past it), shorter than --endless-after: it arrives.
@@ -152,7 +159,8 @@ def judge_healthy(shape: Shape, events: list[dict]) -> tuple[str, str]:
 def one_attached(lab: Lab, watch: Watch, shape: Shape, port: int, rank: int, step: int) -> dict:
     mark = len(watch.events)
     ranks = 2 * len(shape.nodes)
-    job = start_job(lab, "--steps", str(shape.steps), *shape.args, "--rank", str(rank % ranks), "--at", str(step),
+    faulty = rank % (shape.members or ranks)
+    job = start_job(lab, "--steps", str(shape.steps), *shape.args, "--rank", str(faulty), "--at", str(step),
                     port=port, nodes=shape.nodes)
     out = {"latency": None}
     try:
@@ -175,7 +183,7 @@ def one_attached(lab: Lab, watch: Watch, shape: Shape, port: int, rank: int, ste
                                              and e["time"] >= began), None), shape.limit + 30, "no diagnosis")
         except TimeoutError:
             return {**out, "result": "silent", "why": f"nothing named within {shape.limit + 30:.0f} s"}
-        result, why = judge(shape, event["snapshot"]["diagnosis"], rank % ranks, ranks)
+        result, why = judge(shape, event["snapshot"]["diagnosis"], faulty, ranks)
         return {"latency": event["time"] - began, "result": result, "why": why}
     finally:
         job.stop()

@@ -64,6 +64,7 @@ def arguments():
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--step-time", type=float, default=0.05, help="compute per step, seconds")
+    p.add_argument("--width", type=int, default=256, help="the model's width: its forward/backward's share of a step")
     p.add_argument("--flight", action="store_true", help="opt in to hangwatch's Flight Recorder fetch")
     p.add_argument("--pg-timeout", type=float, default=600.0, help="init_process_group's timeout, seconds")
     return p.parse_args()
@@ -122,8 +123,8 @@ class Batches(torch.utils.data.Dataset):
     """Random batches; on the rank that is told to, the item of one step never comes (its worker
     blocks: a network file system that hangs, a lock taken before fork)."""
 
-    def __init__(self, steps, hang_at=None):
-        self.steps, self.hang_at = steps, hang_at
+    def __init__(self, steps, hang_at=None, width=256):
+        self.steps, self.hang_at, self.width = steps, hang_at, width
 
     def __len__(self):
         return self.steps
@@ -131,15 +132,15 @@ class Batches(torch.utils.data.Dataset):
     def __getitem__(self, index):
         if index == self.hang_at:
             time.sleep(7200)
-        return torch.randn(32, 256)
+        return torch.randn(32, self.width)
 
 
 def batches(args, rank):
     """Where each step's batch comes from: a DataLoader with one worker under the loader fault."""
     if args.fault != "loader":
-        return (torch.randn(32, 256) for _ in range(args.steps))
+        return (torch.randn(32, args.width) for _ in range(args.steps))
     hang_at = args.at if rank == args.rank else None
-    loader = torch.utils.data.DataLoader(Batches(args.steps, hang_at), batch_size=None, num_workers=1)
+    loader = torch.utils.data.DataLoader(Batches(args.steps, hang_at, args.width), batch_size=None, num_workers=1)
     return iter(loader)
 
 
@@ -164,7 +165,8 @@ def main():
     if not alone:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     torch.manual_seed(0)
-    model = torch.nn.Linear(256, 256) if alone else torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+    layer = torch.nn.Linear(args.width, args.width)
+    model = layer if alone else torch.nn.parallel.DistributedDataParallel(layer)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     mine = args.fault and rank == args.rank
     # Every rank creates the subgroup (new_group must be called by all), only its members use it.

@@ -9,11 +9,12 @@ from dataclasses import replace
 
 from node import protocol
 
-from . import ended, progress, runs, stall, verdicts
+from . import alone, ended, progress, runs, stall
+from .classify import classify
 from .events import EventKind
 from .evidence import evidence_of, shown
 from .inputs import AgentMessage, AskStacks, BringPySpy, Effect, Send
-from .model import NodeStatus, RankStatus, RankView
+from .model import NodeStatus, RankStatus, RankView, Reason
 from .prefixes import split_prefix
 from .state import GONE, SILENT, Launcher, State, Track, notice, remember, say
 
@@ -45,7 +46,7 @@ def from_agent(state: State, node: str, message: AgentMessage, now: float, wall:
         if message.t:
             state.clock_gap[node] = min(state.clock_gap.get(node, wall - message.t), wall - message.t)
         _sample(state, node, message, now, out)
-        verdicts.connections(state, node, message, now, wall, out)
+        alone.connections(state, node, message, now, wall, out)
     elif isinstance(message, protocol.Stacks):
         _stacks(state, node, message, now, out)
     elif isinstance(message, protocol.Stores):
@@ -246,6 +247,8 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
         t = state.ranks.get((node, pid))
         if t is None or t.ended:
             continue
+        if pid in msg.partial and not _decided_without_native(t, dump):
+            continue           # its native frames follow: its Python frames alone could mislead
         t.stack_at = taken
         if isinstance(dump, dict):
             t.dump, t.dump_error = None, dump.get("error")
@@ -261,6 +264,8 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
             t.sockets = msg.sockets[pid]
         progress.stack_taken(state, t, taken, now)
         shown(state, t, evidence_of(state, t, now))
+    if msg.partial:
+        return                              # the rest of this answer follows
     _stores(state, msg.stores, now)         # an older agent's: read before its stacks were sent
     for master in msg.reading:              # read now: their answers follow (a Stores message)
         state.reading[master] = now
@@ -279,6 +284,20 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
                "one holds it (detach it to let hangwatch read it); watching CPU and /proc alone", out)
 
 
+def _decided_without_native(t: Track, dump) -> bool:
+    """A rank's Python frames alone (its native ones to follow) say where it waits wherever native
+    frames would only show how that same wait is done: under backward() with no CPU, DDP's gradient
+    all_reduce (native frames would name the reducer); in a DataLoader's, a checkpoint's or a
+    compiler's code; in a lock, a condition or a queue of Python's threading; asleep. A rank idle
+    or working at a line of its own is not decided: a wait in C++ under that line (work.wait(), a
+    bare Lock.acquire(), a store's get, Gloo's recv) shows only in them."""
+    if not isinstance(dump, list):
+        return False
+    found = classify(dump, t.view.cpu, t.view.wchan, waits_in=t.view.waits_in)
+    return found.state in (RankStatus.COLLECTIVE, RankStatus.LOADING_DATA, RankStatus.SAVING, RankStatus.COMPILING) \
+        or found.reason in (Reason.WAITS_ON_LOCK, Reason.SLEEPS)
+
+
 def _stores(state: State, answers: tuple, now: float) -> None:
     """What the stores said. Every agent with a rank waiting on a store reads it: an answer that
     names the ranks checked in is kept over a failed read of the same store in the same stall (an
@@ -291,7 +310,10 @@ def _stores(state: State, answers: tuple, now: float) -> None:
         state.stores[answer.master] = (answer, now)
 
 
-def ask_stacks(state: State, now: float, out: list[Effect], nodes: tuple[str, ...] | None = None) -> None:
+def ask_stacks(state: State, now: float, out: list[Effect], nodes: tuple[str, ...] | None = None,
+               native: bool | str | None = None) -> None:
+    """Ask the watched nodes (those given) for their ranks' stacks: native frames as configured,
+    else in a stall's way ("stall": where Python frames cannot say), or as `native` says."""
     watching = tuple(name for name, n in state.nodes.items() if n.status is NodeStatus.WATCHING
                      and (nodes is None or name in nodes))
     if not watching:
@@ -302,4 +324,5 @@ def ask_stacks(state: State, now: float, out: list[Effect], nodes: tuple[str, ..
     # The ranks followed on each node: the agent reads no other process (another user's).
     pids = {name: sorted(t.view.pid for t in state.tracks(name) if not t.ended) for name in watching}
     out.append(AskStacks(watching, {"cmd": "stacks", "id": int(now * 1000),
-                                    "native": True if state.config.native else "stall", "pids": pids}))
+                                    "native": native if native is not None else
+                                    True if state.config.native else "stall", "pids": pids}))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from .causes import TRAINS_ALONE
-from .model import Certainty, Diagnosis, Evidence, Kind, NodeNote, Word
+from .model import Certainty, Diagnosis, Evidence, Kind, NodeNote, Reason, Word
 from .model import RankStatus as S
 from .rendezvous import never_checked_in
 from .stalled import Stall
@@ -86,7 +86,8 @@ def diagnose(ranks: Mapping[Who, Evidence], ended: Diagnosis | None = None) -> D
     return found if isinstance(found, Diagnosis) else Diagnosis(kind=Kind.NONE, evidence=Stall(ranks).evidence)
 
 
-def trains_alone(ranks: Sequence[Evidence], world: int, seconds: float) -> Diagnosis:
-    """Every rank of a world of more than one has worked for `seconds` without a connection."""
+def trains_alone(ranks: Sequence[Evidence], world: int, seconds: float, reason: Reason | None = None) -> Diagnosis:
+    """Every rank of a world of more than one has worked for `seconds` without a connection, each
+    in a training step of its own where `reason` is TRAINING."""
     return Diagnosis(kind=Kind.ALONE, evidence=tuple(ranks), world=world, waited=seconds, causes=TRAINS_ALONE,
-                     certainty=Certainty.CERTAIN)
+                     certainty=Certainty.CERTAIN, reason=reason)

@@ -179,6 +179,8 @@ class Reason(Word):
     CANNOT_CONNECT = "cannot-connect"         # every rank checked in and still they wait: they cannot connect
     LINK = "link"                             # every rank waits in one collective, none behind: a peer or the link
     STRAGGLING = "straggling"                 # it works while the others wait: not a hang
+    TRAINING = "training"                     # in a training step of its own (backward, an optimizer's step)
+                                              # with no connection: it trains alone
     # what a failure's own words name (hangwatch/failures.py; `ddp-preflight explain`)
     ADDRESS_FAMILY = "address-family"         # its Gloo binds another address family than its peers'
     PORT_IN_USE = "port-in-use"               # the store could not listen: the master port is taken

@@ -21,7 +21,7 @@ from __future__ import annotations
 from node import protocol
 
 from . import stall
-from .classify import classify, frames_of
+from .classify import BACKWARD_FILES, classify, frames_of
 from .model import HISTORY, NodeStatus, RankStatus
 from .state import State, Track
 
@@ -92,7 +92,12 @@ def _wait_place(t: Track) -> tuple | None:
     found = classify(t.dump, None, t.view.wchan)
     if found.state not in (S.COLLECTIVE, S.GPU_WAIT):
         return None
-    frames = tuple((f.function, f.file, f.line) for f in frames_of(t.dump))
+    seen = frames_of(t.dump)
+    if seen and seen[0].file.startswith(BACKWARD_FILES) and not any(f.native for f in seen):
+        # Python frames alone in backward(): a wait there is inferred from no CPU, never seen; a
+        # busy rank found twice in its backward (most of a step) computes its gradients.
+        return None
+    frames = tuple((f.function, f.file, f.line) for f in seen)
     groups = (t.view.flight or {}).get("groups") or []
     return found.state, found.op, frames, tuple((g.get("group"), g.get("seq"), g.get("state")) for g in groups)
 

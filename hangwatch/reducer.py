@@ -21,7 +21,8 @@ lines at the edge (render.py, text.py)."""
 
 from __future__ import annotations
 
-from . import agents, ended, progress, runs, stall, verdicts
+from . import agents, alone, ended, progress, runs, stall, verdicts
+from .alone import ALONE_AFTER
 from .events import Event, EventKind
 from .inputs import (
     AgentClosed,
@@ -48,7 +49,6 @@ from .inputs import (
 )
 from .model import NodeStatus
 from .state import Config, State, details, new_state, notice, snapshot
-from .verdicts import ALONE_AFTER
 
 EXIT_SETTLE = 2 * Config().interval     # seconds after the last end before a run's ends are judged (default)
 
@@ -113,6 +113,9 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
         state.spin_asked_at = now
         agents.ask_stacks(state, now, out, spinning)
     verdicts.launchers_waiting(state, now, wall, out)
+    if alone.judge(state, now, wall, out):
+        # Python frames say whether a rank is in a training step; native ones would stop it for seconds.
+        agents.ask_stacks(state, now, out, native=False)
     stopped = runs.quiet_runs(state)
     watched = [t for t in state.live() if state.nodes[t.view.node].status is NodeStatus.WATCHING]
     if not stopped:

@@ -59,6 +59,8 @@ class Track:
     # connections
     alone_since: float | None = None  # since when it has had no TCP connection (None: not counted, or it had one)
     talked: bool = False              # it has had a connection: it joined a process group
+    torch: bool = False               # torch's library is mapped in it: it imported torch
+    training: str | None = None       # a training step its stacks showed since alone_since ("backward at x.py:9")
 
     @property
     def key(self) -> Who:

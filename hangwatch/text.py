@@ -212,9 +212,14 @@ def _unseen(d: Diagnosis) -> str:
 
 
 def _alone(d: Diagnosis) -> str:
+    steps = ""
+    if d.reason is Reason.TRAINING:
+        # Where its stacks found each rank: its own line of the step, once for ranks at the same one.
+        seen = sorted({n[3:] for e in d.evidence for n in e.notes if n.startswith("in ")})
+        steps = f", each in a training step of its own ({'; '.join(seen)})"
     return (f"{who(e.key for e in d.evidence)} (world {d.world}) used CPU for {d.waited or 0:.0f} s without a single "
-            "TCP connection to the store or to each other: each rank trains alone: no process group was created "
-            "(init_process_group skipped on CPU?)")
+            f"TCP connection to the store or to each other{steps}: each rank trains alone: no process group was "
+            "created (init_process_group skipped on CPU?)")
 
 
 def _launchers(d: Diagnosis) -> str:

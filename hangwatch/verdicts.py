@@ -13,7 +13,7 @@ from node import protocol
 from node.store import READ_TIMEOUT
 
 from . import ended, stall
-from .diagnose import Hold, decide, trains_alone
+from .diagnose import Hold, decide
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
 from .inputs import Effect, Say, WriteBundle
@@ -24,7 +24,6 @@ from .state import About, Said, State, Track, details, remember, say, snapshot
 from .who import Who
 
 S = RankStatus
-ALONE_AFTER = 30.0        # seconds every rank works with no connection before "each rank trains alone"
 STORE_WAIT = READ_TIMEOUT + 2.0   # seconds a store being read is waited for (the read's bound, and the way back)
 
 
@@ -185,59 +184,4 @@ def resumed(state: State, out: list[Effect]) -> None:
         out.append(say(EventKind.RESUMED, "progress resumed: no rank is idle"))
 
 
-# -- ranks that never talk -------------------------------------------------------------------
-
-def connections(state: State, node: str, msg: protocol.Sample, now: float, wall: float, out: list[Effect]) -> None:
-    """Each rank's TCP connections, counted every few samples: a rank with none at all has
-    joined no process group (its store and its peers are connections)."""
-    counted = False
-    for s in msg.ranks:
-        t = state.ranks.get((node, s.pid))
-        if t is None or s.tcp is None:
-            continue
-        counted = True
-        if s.tcp:
-            t.talked, t.alone_since = True, None
-        elif t.alone_since is None and not t.talked:
-            t.alone_since = now
-    if counted:
-        _alone(state, now, wall, out)
-
-
-def _alone(state: State, now: float, wall: float, out: list[Effect]) -> None:
-    """Said once, not as a hang (nothing stops the run): every rank of a world of more than one
-    has worked for ALONE_AFTER without a single connection. Taken back if one connects later
-    (a process group created late)."""
-    if state.alone:
-        late = [t for key in state.alone if (t := state.ranks.get(key)) is not None and t.talked]
-        if late:
-            state.alone = ()
-            if state.diagnosis is not None and state.diagnosis.kind is Kind.ALONE:
-                state.diagnosis = None
-            out.append(Say(Event(EventKind.NOTICE, data={"alone": False}, connected=tuple(sorted(t.key for t in late)))))
-        return
-    live = state.live()
-    world = [t for t in live if (t.view.world_size or 0) > 1]
-    if not world or len(world) < len(live) or \
-            any(state.nodes[t.view.node].status is not NodeStatus.WATCHING for t in world):
-        return
-    alone = [t for t in world if t.alone_since is not None and now - t.alone_since >= ALONE_AFTER
-             and t.busy_at is not None and t.busy_at >= t.alone_since]
-    if len(alone) < len(world):
-        return
-    seconds = min(now - t.alone_since for t in alone if t.alone_since is not None)
-    seen = []
-    for t in alone:
-        e = evidence_of(state, t, now)
-        shown(state, t, e)
-        seen.append(replace(e, notes=(f"no TCP connection for {now - (t.alone_since or now):.0f} s",
-                                      f"CPU {t.view.cpu:.0f}%")))
-    found = trains_alone(seen, max(t.view.world_size or 0 for t in alone), seconds)
-    state.alone = tuple((t.view.node, t.view.pid) for t in alone)
-    if state.diagnosis is None:
-        state.diagnosis = found.as_reported(round(wall - seconds, 3))
-    out.append(Say(Event(EventKind.NOTICE, snapshot=snapshot(state, wall), data={"alone": True},
-                         verdict=found.as_reported(round(wall - seconds, 3)))))
-
-
-__all__ = ["ALONE_AFTER", "stalled", "report", "resumed", "connections", "ends_said", "launchers_waiting"]
+__all__ = ["stalled", "report", "resumed", "ends_said", "launchers_waiting"]

@@ -19,7 +19,11 @@ Lines out (AGENT + JSON), as node/protocol.py types them:
   wrote through system calls, /proc/PID/io's rchar + wchar; from its second sample, where
   readable) and "children_cpu" (% of a core its descendants used, from the parent map of the
   scan that finds the ranks; only with descendants), both kept by keeper.py; its "tcp" (established
-  connections) in one sample of CONNECTIONS_EVERY, and its "endpoints" when they changed;
+  connections) and "torch" (torch's library is mapped in it: /proc/PID/maps) in one sample of
+  CONNECTIONS_EVERY, and its "endpoints" when they changed;
+- asked for in a stall, first {"type": "stacks", "t", "id", "stacks", "partial": [pids]} when some
+  ranks' Python frames need native ones under them: those pids' stacks are Python frames alone,
+  and their native frames come in the message below, with the same id;
 - {"type": "stacks", "t", "id", "stacks": {pid: dump | {"error": ...}}, "flight": {pid: record},
   "sockets": {pid: SocketQueues: established, unsent and unread bytes, peer_closed (CLOSE_WAIT),
   from its network namespace's /proc/net/tcp and tcp6}, "reading": [the stores of ranks waiting in
@@ -55,9 +59,19 @@ from .sockets import closures, connections, held_sockets, rank_sockets, socket_q
 
 __all__ = ["Agent", "closures", "connections", "held_sockets", "main", "rank_sockets", "redact_env", "socket_queues"]
 
+TORCH_LIBRARY = "libtorch_cpu.so"   # mapped by `import torch` in every build (CPU, CUDA, ROCm)
 CONNECTIONS_EVERY = 5     # samples: the ranks' TCP connections are counted in one sample of so many
 TIME_WAIT_LEN = 60.0      # seconds the kernel keeps a closed connection in TIME_WAIT (TCP_TIMEWAIT_LEN)
 MAX_KEPT = 4096           # ranks whose output files are remembered (an ended rank's too: its peers end after it)
+
+
+def _each(work, pids) -> None:
+    """work(pid) for every pid at once, each in a thread of its own; back when all are done."""
+    threads = [threading.Thread(target=work, args=(p,)) for p in pids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 class Agent:
@@ -75,6 +89,7 @@ class Agent:
         self.held = {}                # pid -> the most TCP sockets it held at a count
         self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
+        self.torch = set()            # pids that have torch's library mapped (it imported torch)
         self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
         self.outputs = {}             # pid -> (its stdout/stderr files, its parent's): proc.output_files
@@ -103,40 +118,50 @@ class Agent:
         """Every rank's stack (those `wanted`, when the watcher says which it follows: the
         processes of another user's run are not read), then what their stores say."""
         pids = [p for p in self.ranks.known if wanted is None or p in wanted]
-        out = {}
+        out, deeper = {}, []
         if self.py_spy is None:
             out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
         else:
             how = native if native is not None else self.native
-            def one(p):
+            # In a stall, asked for: every rank's Python frames first, sent at once; then native
+            # frames of those whose Python stack does not stop in torch.distributed (a wait in C++
+            # under a frame of the user's, DDP's all_reduce under backward()), sent after. Native
+            # frames take seconds a rank on a loaded node (libtorch's symbols): the watcher decides
+            # from the Python frames wherever they decide (hangwatch/agents.py).
+            staged = how == "stall" and request_id is not None
+
+            def one(p, how=how):
                 # Asleep in the kernel (time.sleep): its Python frames say where; native frames,
                 # slow to take, would add nothing.
                 asleep = how == "stall" and self.waits.get(p) == {"call": "sleep"}
-                dump = pyspy.dump(self.py_spy, p, False if asleep else how)
+                dump = pyspy.dump(self.py_spy, p, False if asleep or staged else how)
+                if staged and not asleep and isinstance(dump, list) and not pyspy.in_distributed(dump):
+                    deeper.append(p)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
                 out[str(p)] = dump
 
-            threads = [threading.Thread(target=one, args=(p,)) for p in pids]
+            def native_of(p):
+                dump = pyspy.dump(self.py_spy, p, True)
+                if isinstance(dump, list):  # an error keeps the Python frames in hand
+                    loops.annotate(dump)
+                    out[str(p)] = dump
+
             with self.dumping_lock:
                 self.dumping.update(pids)
             try:
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                _each(one, pids)
+                if deeper:
+                    flights = self.flights(pids, request_id)
+                    self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": dict(out),
+                               "partial": sorted(deeper), "flight": flights, "sockets": socket_queues(pids)})
+                    _each(native_of, deeper)
             finally:
                 with self.dumping_lock:
                     self.dumping.subtract(pids)
-        flights = {}
-        if request_id is not None:      # asked for, in a stall: the Flight Recorder too (launched ranks, opted-in ones)
-            threads = [threading.Thread(target=lambda p=p: flights.__setitem__(str(p), flight.ask(p))) for p in pids]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+        if not deeper:
+            flights = self.flights(pids, request_id)
         self.last_stacks = time.monotonic()
-        message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out,
-                   "flight": {p: f for p, f in flights.items() if f is not None},
+        message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out, "flight": flights,
                    "sockets": socket_queues(pids)}
         # In a stall: who never checked in, where ranks wait in init_process_group. The stacks go
         # first: a store read never holds them (one that never answers would hold every verdict).
@@ -147,6 +172,14 @@ class Agent:
         if stores:
             self.emit({"type": "stores", "t": time.time(), "id": request_id,
                        "stores": store.read_all(stores, deadline=store.READ_DEADLINE)})
+
+    @staticmethod
+    def flights(pids, request_id) -> dict:
+        """Asked for, in a stall: each rank's Flight Recorder (launched ranks, opted-in ones), all at once."""
+        found: dict = {}
+        if request_id is not None:
+            _each(lambda p: found.__setitem__(str(p), flight.ask(p)), pids)
+        return {p: f for p, f in found.items() if f is not None}
 
     def rendezvous_stores(self, dumps: dict) -> list:
         """The stores (MASTER_ADDR:PORT, world size) of the ranks waiting in init_process_group,
@@ -306,6 +339,11 @@ class Agent:
                     sample["gpu"] = self.gpus.of(pid)
                 if pid in tcp:
                     sample["tcp"] = tcp[pid]
+                    # Whether it imported torch, with its connections: ranks with none that never
+                    # imported torch are no process group's (a script that only prints).
+                    if pid not in self.torch and proc.maps_library(pid, TORCH_LIBRARY):
+                        self.torch.add(pid)
+                    sample["torch"] = pid in self.torch
                 if pid in endpoints and endpoints[pid] != self.endpoints.get(pid):
                     self.endpoints[pid] = endpoints[pid]
                     sample["endpoints"] = sorted(endpoints[pid])
@@ -350,6 +388,7 @@ class Agent:
                 if not leaving and not gone and oom_kills is not None:
                     self.keeper.sampled(oom_kills)
                 self.keeper.forget(found)
+            self.torch &= set(found)
             for pid in [p for p in self.held if p not in found]:
                 del self.held[pid]
                 self.endpoints.pop(pid, None)

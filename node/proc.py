@@ -84,6 +84,18 @@ def threads(pid: int) -> int:
         return 0
 
 
+def maps_library(pid: int, name: str) -> bool:
+    """Whether a shared library of this file name is mapped in the process (/proc/PID/maps, which
+    the kernel writes: nothing of the process's own is followed). False when it is gone or not
+    readable."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            wanted = b"/" + name.encode()
+            return any(line.rstrip().endswith(wanted) for line in f)
+    except OSError:
+        return False
+
+
 def environ(pid: int) -> Optional[Dict[str, str]]:
     """The environment it started with; None when this user may not read it (another user's
     process), {} when it is gone or has none (a kernel thread)."""

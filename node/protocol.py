@@ -189,6 +189,7 @@ class RankSample:
     exit: Optional[int] = None       # the wait status, when caught as a zombie
     gpu: Optional[int] = None        # the GPU it has a context on (NVML's index), on GPU nodes
     tcp: Optional[int] = None        # its established TCP connections (counted every few samples)
+    torch: Optional[bool] = None     # torch's library is mapped in it (with tcp): it imported torch
     io: Optional[float] = None       # bytes/s it read and wrote through system calls (/proc's rchar +
                                      # wchar: sockets, pipes, files); None: not readable, or its
                                      # first sample
@@ -227,6 +228,8 @@ class Stacks:
     stores: tuple = ()               # StoreAnswer: the stores of ranks waiting in init_process_group
     sockets: Any = None              # {pid: SocketQueues as a dict}, read with the stacks
     reading: tuple = ()              # the stores (MASTER_ADDR:PORT) being read: a Stores message follows
+    partial: tuple = ()              # pids whose stacks here are Python frames alone: their native
+                                     # frames follow in a message with the same id (the rest of it)
 
 
 @dataclass(frozen=True)
@@ -325,6 +328,7 @@ def agent_message(data: dict):
         values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}
         values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or ())
         values["reading"] = tuple(str(m) for m in data.get("reading") or ())
+        values["partial"] = tuple(int(pid) for pid in data.get("partial") or ())
         values["sockets"] = {int(pid): SocketQueues(**{k: v for k, v in q.items()
                                                       if k in SocketQueues.__dataclass_fields__})
                              for pid, q in (data.get("sockets") or {}).items() if isinstance(q, dict)}

@@ -4,6 +4,7 @@ sshd, its output back on the master, and every way it ends leaving no process on
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from hangwatch.alone import ALONE_AFTER
+from hangwatch.stall import DEFAULT_THRESHOLD
 
 CLI = [sys.executable, "-m", "preflight"]
 REPO = Path(__file__).parents[2]
@@ -30,6 +34,10 @@ def launch(lab, tmp_path, *options, timeout=180, **kwargs) -> subprocess.Complet
                           timeout=timeout, cwd=REPO)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     return done
+
+
+def _line(script: Path, text: str) -> int:
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if text in line)
 
 
 def counts(lab) -> dict:
@@ -280,18 +288,31 @@ def test_a_launched_deadlock_names_each_ranks_collective_from_its_flight_recorde
 
 def test_ranks_that_never_create_a_process_group_are_said_to_train_alone(clean_lab, tmp_path):
     # nanochat on CPU without its Gloo patch: torchrun starts 4 ranks, none calls
-    # init_process_group, each trains its own model (800 steps: at least 40 s, each step's compute
-    # is 0.05 s of the wall clock, beyond hangwatch's 30 s to "alone") and exits 0.
+    # init_process_group, each trains its own model (1600 steps of a 1024-wide layer: about 25 s
+    # here, most of a step in its forward, backward and optimizer, as a real model's) and exits 0.
+    # Named within the threshold, not after hangwatch's 30 s: their stacks show each in its step.
     before = counts(clean_lab)
     hang = REPO / "examples" / "hang_train.py"
     argv = command(clean_lab, tmp_path, "--no-probes")
-    argv = argv[:argv.index("--") + 1] + [str(hang), "--steps", "800", "--fault", "alone"]
+    argv = argv[:argv.index("--") + 1] + [str(hang), "--steps", "1600", "--fault", "alone", "--width", "1024",
+                                          "--step-time", "0"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0, done.stderr[-3000:]
-    alone = ("ranks 0,1,2,3 (world 4) used CPU for 30 s without a single TCP connection to the store or to each "
-             "other: each rank trains alone: no process group was created (init_process_group skipped on CPU?)")
-    assert f"hangwatch: {alone}" in done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: hangwatch: ")
+            and "each rank trains alone" in line]
+    assert len(said) == 1, done.stderr[-3000:]
+    alone = said[0].removeprefix("ddp-preflight: hangwatch: ")
+    found = re.fullmatch(r"ranks 0,1,2,3 \(world 4\) used CPU for (\d+) s without a single TCP connection to the "
+                         r"store or to each other, each in a training step of its own \((.+)\): each rank trains "
+                         r"alone: no process group was created \(init_process_group skipped on CPU\?\)", alone)
+    assert found, alone
+    assert DEFAULT_THRESHOLD <= int(found[1]) < ALONE_AFTER, alone
+    steps = {f"backward at hang_train.py:{_line(hang, 'loss.backward()')}",
+             f"its optimizer at hang_train.py:{_line(hang, 'optimizer.zero_grad()')}",
+             f"its optimizer at hang_train.py:{_line(hang, 'optimizer.step()')}",
+             f"a module's forward at hang_train.py:{_line(hang, 'loss = model(batch).pow(2).mean()')}"}
+    assert set(found[2].split("; ")) <= steps, found[2]
     # The summary's headline says the training finished; the line under it says what it was worth.
     summary = done.stderr[done.stderr.index("ddp-preflight: training finished"):].splitlines()
     assert summary[0].startswith("ddp-preflight: training finished: all 4 ranks exited with code 0"), summary

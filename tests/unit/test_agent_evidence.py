@@ -122,6 +122,25 @@ def test_a_ranks_start_is_the_boot_time_plus_its_start_ticks_on_this_clock():
         _end(rank)
 
 
+def test_the_agent_says_which_ranks_imported_torch_with_their_connections():
+    # A rank that never joins a process group "trains alone" only if it is a torch program at all
+    # (hangwatch/alone.py): a script that only prints is none.
+    ready = ("import sys, time; import torch; print('up', flush=True); time.sleep(60)",
+             "import sys, time; print('up', flush=True); time.sleep(60)")
+    ranks = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for code in ready]
+    messages: list = []
+    try:
+        assert [r.stdout.readline() for r in ranks] == ["up\n", "up\n"]
+        a = _agent([r.pid for r in ranks], messages)
+        counted = lambda pid: [s.torch for s in _samples(messages, pid) if s.tcp is not None]   # noqa: E731
+        _wait(lambda: all(counted(r.pid) for r in ranks), "no connection count")
+        assert [counted(r.pid)[0] for r in ranks] == [True, False]
+        assert all(s.torch is None for s in _samples(messages, ranks[0].pid) if s.tcp is None)   # read with the count
+        a.stop.set()
+    finally:
+        _end(*ranks)
+
+
 # -- 2. bytes read and written ----------------------------------------------------------------
 
 WRITES_ONCE = """

@@ -14,6 +14,7 @@ import time
 
 from hangwatch import classify
 from hangwatch.reducer import ALONE_AFTER
+from hangwatch.stall import DEFAULT_THRESHOLD
 from hangwatch.text import summary
 from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
 from node import agent, store
@@ -110,8 +111,15 @@ def test_a_rank_no_agent_found_is_placed_by_the_launch_plan(tmp_path):
 
 # -- ranks that never talk ---------------------------------------------------------------------
 
-ALONE = ("ranks 0,1,2,3 (world 4) used CPU for 30 s without a single TCP connection to the store or to each other: "
-         "each rank trains alone: no process group was created (init_process_group skipped on CPU?)")
+# alone.jsonl: 2 nodes x 2 ranks of hang_train.py --fault alone --width 1024 --step-time 0 (most
+# of a step in forward, backward and the optimizer); their connections are first counted at 6.2 s.
+ALONE = ("ranks 0,1,2,3 (world 4) used CPU for 9 s without a single TCP connection to the store or to each other, "
+         "each in a training step of its own (a module's forward at hang_train.py:148; backward at "
+         "hang_train.py:150; its optimizer at hang_train.py:151): each rank trains alone: no process group was "
+         "created (init_process_group skipped on CPU?)")
+# Where the stacks show no rank in a step of training, it is said after ALONE_AFTER.
+ALONE_LATE = ("ranks 0,1,2,3 (world 4) used CPU for 30 s without a single TCP connection to the store or to each "
+              "other: each rank trains alone: no process group was created (init_process_group skipped on CPU?)")
 
 
 def _first_count(name: str) -> float:
@@ -119,18 +127,54 @@ def _first_count(name: str) -> float:
                and any("tcp" in s for s in r["msg"]["ranks"]))
 
 
+def _alone(events):
+    return [(e.kind, e.text, e.data["alone"]) for e in events if "alone" in e.data]
+
+
 def test_ranks_that_never_connect_are_said_to_train_alone_once_and_not_as_a_hang(tmp_path):
     header, watcher, events = replay("alone", tmp_path)
     said = [e for e in events if "alone" in e.data]
-    assert [(e.kind, e.text, e.data["alone"]) for e in said] == [("notice", ALONE, True)], [e.text for e in events]
-    assert said[0].data["at"] - _first_count("alone") >= ALONE_AFTER
+    assert _alone(events) == [("notice", ALONE, True)], [e.text for e in events]
+    # Within the threshold's reach: the stacks asked when it passed showed every rank in its step.
+    assert DEFAULT_THRESHOLD <= said[0].data["at"] - _first_count("alone") < DEFAULT_THRESHOLD + 1
     diagnosis = said[0].snapshot.diagnosis
-    assert diagnosis.kind == "alone" and diagnosis.culprits == [] and len(diagnosis.evidence) == 4
+    assert (diagnosis.kind, diagnosis.culprits, diagnosis.reason, len(diagnosis.evidence)) == \
+        ("alone", [], "training", 4)
     # Not a hang: no bundle, nothing to stop; and it stands while they train (no "progress resumed").
     kinds = [e.kind for e in events]
     assert "diagnosis" not in kinds and "incident" not in kinds and "resumed" not in kinds
     assert not (tmp_path / "incidents").exists()
     assert watcher.snapshot().diagnosis.kind == "alone"
+
+
+def _own_frames_only(record):
+    """The stacks as if torch's frames were not there: each rank at its own lines alone."""
+    message = record["msg"]
+    if message["type"] != "stacks":
+        return None
+    stacks = {pid: [{**thread, "frames": [f for f in thread["frames"] if f.get("short_filename") == "hang_train.py"]}
+                    for thread in dump] for pid, dump in message["stacks"].items()}
+    return {**message, "stacks": stacks}
+
+
+def _no_torch(record):
+    message = record["msg"]
+    if message["type"] != "sample" or not any("torch" in s for s in message["ranks"]):
+        return None
+    return {**message, "ranks": [{**s, "torch": False} for s in message["ranks"]]}
+
+
+def test_without_a_training_step_in_the_stacks_it_waits_for_alone_after_and_without_torch_is_never_said(tmp_path):
+    # A rank's set-up before init_process_group (imports, reading data) is given ALONE_AFTER.
+    header, watcher, events = replay("alone", tmp_path / "own", **changed("alone", _own_frames_only))
+    said = [e for e in events if "alone" in e.data]
+    assert _alone(events) == [("notice", ALONE_LATE, True)], [e.text for e in events]
+    assert said[0].data["at"] - _first_count("alone") >= ALONE_AFTER
+    assert said[0].snapshot.diagnosis.reason is None
+    # Processes that never imported torch (a script that prints, started by torchrun) train nothing.
+    header, watcher, events = replay("alone", tmp_path / "plain", **changed("alone", _no_torch))
+    assert not _alone(events), [e.text for e in events]
+    assert watcher.snapshot().diagnosis is None
 
 
 def _tcp(node: str, after: float, count: int):
@@ -145,15 +189,14 @@ def _tcp(node: str, after: float, count: int):
 
 
 def test_a_connection_keeps_it_unsaid_and_one_after_the_notice_takes_it_back(tmp_path):
-    # worker1's ranks connect 20 s in (a process group created after some preprocessing): never said.
-    header, watcher, events = replay("alone", tmp_path / "early", **changed("alone", _tcp("worker1", 20.0, 1)))
-    assert not [e for e in events if "alone" in e.data], [e.text for e in events]
+    # worker1's ranks connect at their second count (a process group created after some set-up): never said.
+    header, watcher, events = replay("alone", tmp_path / "early", **changed("alone", _tcp("worker1", 8.0, 1)))
+    assert not _alone(events), [e.text for e in events]
     assert watcher.snapshot().diagnosis is None
-    # master's ranks connect 40 s in, after the notice: it is taken back.
-    header, watcher, events = replay("alone", tmp_path / "late", **changed("alone", _tcp("master", 40.0, 2)))
-    said = [(e.kind, e.text, e.data["alone"]) for e in events if "alone" in e.data]
-    assert said == [("notice", ALONE, True),
-                    ("notice", "ranks 0,1 connected after all: a process group was created late", False)]
+    # master's ranks connect 20 s in, after the notice: it is taken back.
+    header, watcher, events = replay("alone", tmp_path / "late", **changed("alone", _tcp("master", 20.0, 2)))
+    assert _alone(events) == [("notice", ALONE, True),
+                              ("notice", "ranks 0,1 connected after all: a process group was created late", False)]
     assert watcher.snapshot().diagnosis is None
 
 
