@@ -164,6 +164,45 @@ def _dead_route(state: LabState, node: Node, param: str | None) -> list[dict]:
     return [{"kind": "link", "netns": node.netns, "name": DEAD_IFACE}]
 
 
+RP_IFACE = "eth1"
+
+
+def _rp_filter(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A direct cable from the node to the master (eth1, a veth whose other end is in the master,
+    # up, carrying), and a host route to the master through it on the node alone: the node sends to
+    # the master over the cable while the master still reaches it on the LAN (eth0). A strict
+    # reverse-path filter on the node drops all the master sends there (its ARP requests too): the
+    # route back to the sender goes out eth1. Loose mode, or the route gone, lets it through.
+    master = state.nodes[0]
+    if node.name == master.name:
+        raise LabError("rp-filter: the master's own route to itself is not asymmetric; give a worker, "
+                       "e.g. rp-filter@worker1")
+    if any(f.node == node.name and f.kind == "dead-route" for f in state.faults):
+        raise LabError(f"rp-filter@{node.name}: dead-route@{node.name} holds {RP_IFACE} there; clear it first")
+    keys = ["net.ipv4.conf.all.rp_filter", f"net.ipv4.conf.{node.iface}.rp_filter"]
+    undo = [{"kind": "sysctl", "netns": node.netns, "key": key, "value": _sysctl(node.netns, key)} for key in keys]
+    peer = f"to-{node.name}"[:15]
+    undo.append({"kind": "link", "netns": node.netns, "name": RP_IFACE})     # its other end goes with it
+    ip_batch([f"link add {RP_IFACE} type veth peer name {peer} netns {master.netns}"], netns=node.netns)
+    try:
+        # No addresses on the link (no IPv6 link-local either): the node sends from its LAN address.
+        ip_batch([f"link set {RP_IFACE} addrgenmode none", f"link set {RP_IFACE} up",
+                  f"route add {master.ipv4}/32 dev {RP_IFACE}"], netns=node.netns)
+        ip_batch([f"link set {peer} addrgenmode none", f"link set {peer} up"], netns=master.netns)
+        run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w",
+             *(f"{key}=1" for key in keys), f"net.ipv4.conf.{RP_IFACE}.rp_filter=1"])
+    except LabError:       # what was made goes again, so the fault is all there or not at all
+        run(["ip", "-n", node.netns, "link", "del", RP_IFACE], check=False)
+        run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w",
+             *(f"{r['key']}={r['value']}" for r in undo if r["kind"] == "sysctl")], check=False)
+        raise
+    return undo
+
+
+def _sysctl(netns: str, key: str) -> str:
+    return run(["ip", "netns", "exec", netns, "sysctl", "-n", key]).stdout.strip()
+
+
 def _loopback_host(state: LabState, node: Node, param: str | None) -> list[dict]:
     return [{"kind": "hosts", "node": node.name}]
 
@@ -242,6 +281,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("dead-route", "none: issue 26", f"adds {DEAD_IFACE} (a veth whose other end is down: no carrier) and a "
               "host route to the master through it: the kernel picks it and the node's connections to the master go "
               "nowhere", _dead_route),
+    FaultKind("rp-filter", "none: issue 26", f"adds {RP_IFACE} (a direct link to the master) and a host route to "
+              "the master through it, and makes the node's reverse-path filter strict (rp_filter 1): the master's "
+              "packets still arrive on the LAN interface, and the node drops them", _rp_filter),
     FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
               "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "

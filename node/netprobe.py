@@ -5,7 +5,8 @@ listen:  bind `count` sockets on `address` port 0 (the kernel picks from the eph
          as Gloo's listener does) or on fixed `ports`; pick `closed` free ports in the range;
          print READY {...}; accept only connections that present `token` within 2 s (others
          are closed and counted; all are served at once, so idle ones hold up no one); on
-         SIGTERM print RESULT {...}.
+         SIGTERM print RESULT {...}, with how many packets the node's reverse-path filter
+         dropped while it listened (the kernel's IPReversePathFilter, None where not counted).
 connect: try every target at once, print RESULT [...]: open (token answered), refused (RST:
          nothing listens, no firewall), rejected (ICMP or a REJECT rule), filtered (silently
          dropped until the timeout: a firewall), unreachable (no route), error."""
@@ -20,6 +21,7 @@ import threading
 import time
 
 from . import protocol
+from .proc import reverse_path_drops
 from .protocol import READY, RESULT
 
 TOKEN_SECONDS = 2.0      # a connection has this long to present the token
@@ -63,6 +65,7 @@ def listen(spec):
         return
     low, high = spec.get("range") or (32768, 60999)
     closed = free_closed_ports(address, spec.get("closed", 1), low, high)
+    dropped_before = reverse_path_drops()
     protocol.emit(READY, {"ports": [s.getsockname()[1] for s in sockets], "closed": closed})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -71,6 +74,9 @@ def listen(spec):
     finally:
         for s in sockets:
             s.close()
+        dropped_after = reverse_path_drops()
+        stats["rp_filter_drops"] = None if dropped_before is None or dropped_after is None else \
+            dropped_after - dropped_before
         protocol.emit(RESULT, stats)
 
 

@@ -189,6 +189,22 @@ def oom_kills() -> Optional[int]:
     return None
 
 
+def reverse_path_drops() -> Optional[int]:
+    """How many packets this network namespace's reverse-path filter has dropped since it began
+    (/proc/net/netstat's TcpExt IPReversePathFilter: a packet that arrived on another interface
+    than the one the route back to its sender uses, under a strict rp_filter); None where it is
+    not counted. ARP requests it turns away are not counted there."""
+    lines = (read("/proc/net/netstat") or "").splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:") and values.startswith("TcpExt:"):
+            fields = dict(zip(names.split()[1:], values.split()[1:]))
+            try:
+                return int(fields["IPReversePathFilter"])
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
 def uptime() -> float:
     text = read("/proc/uptime", "0 0") or "0 0"
     return float(text.split()[0])

@@ -1,8 +1,11 @@
 """The way each node reaches the master, and the interface its ranks should bind: the rule
-interface-choice applies, which the launch pins and the probes bind (one rule for all three)."""
+interface-choice applies, which the launch pins and the probes bind (one rule for all three).
+And the two ways a node's own routing loses the master's traffic: a route out a dead link, and
+an asymmetric path under a strict reverse-path filter."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from .facts import Interface, Missing, NodeFacts, Route
@@ -45,6 +48,59 @@ def drop_route(node: str, route: Route) -> Fix:
         return change(f"on {node}: route the master's address through a live interface (`ip route get "
                       f"{route.address}` there shows the route out {iface}); or bring {iface} up", node)
     return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}", node, f"or bring {iface} up")
+
+
+STRICT = 1     # rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
+
+
+@dataclass(frozen=True)
+class ReversePathDrop:
+    """A strict reverse-path filter on a node drops what the master sends it: the packets arrive
+    on `arriving` (the interface holding `address`, where they are sent), while the node's route
+    back to the master goes out another interface, and a strict filter drops a packet that arrives
+    on any interface but the one the route back to its sender uses."""
+    route: Route                 # the node's route to the master
+    arriving: Interface          # strict: its rp_filter, max(all, its own), is 1
+    address: str                 # the node's address the master sends to
+
+    def why(self, node: str) -> str:
+        return (f"{node}'s route to {self.route.address} goes out {self.route.interface}, but what the master "
+                f"sends to {self.address} arrives on {self.arriving.name}, whose reverse-path filter is strict "
+                f"(rp_filter {STRICT}): {node} drops it")
+
+
+def strict_reverse_path(node: NodeFacts, address: str | None) -> ReversePathDrop | None:
+    """Whether the node's strict reverse-path filter drops what the master sends to its `address`:
+    the interface holding that address is not the one its route to the master goes out, and its
+    filter is strict. Facts only (loose mode, 2, and off, 0, never drop for this); whether it
+    happened is the probe's to show. IPv4 only: Linux has no rp_filter for IPv6."""
+    network, route = node.parsed.network, route_to_master(node)
+    if isinstance(network, Missing) or isinstance(route, Missing) or route.error or not route.interface \
+            or not route.address or ":" in route.address or not address or ":" in address:
+        return None
+    if network.interface_with(route.address) is not None:
+        return None        # the master itself: its route to its own address is local
+    arriving = network.interface_with(address)
+    if arriving is None or arriving.name == route.interface or arriving.rp_filter != STRICT:
+        return None
+    return ReversePathDrop(route, arriving, address)
+
+
+def loosen_or_drop(node: str, found: ReversePathDrop) -> Fix:
+    """Make the path symmetric, or the filter loose, on the node. Deleting the route is the fix
+    where the route that then serves goes out the interface the master's packets arrive on (the
+    main table's next one, as the node read it); else loose mode on that interface (max(all, its
+    own) is then 2 whatever `all` says), which lets them in while the node answers out the other."""
+    route, arriving = found.route, found.arriving.name
+    # sysctl reads a dot as a level: a VLAN's eth0.10 is written eth0/10.
+    loose = f"sudo sysctl -w net.ipv4.conf.{arriving.replace('.', '/')}.rp_filter=2"
+    if route.prefix and route.prefix != "default" and route.table is None and route.then_interface == arriving:
+        return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {route.interface}", node,
+                           f"the master is then reached via {arriving}, where its packets arrive; or keep the route, "
+                           f"with {arriving} in loose mode: {loose}")
+    return command_fix(f"on {node}: {loose}", node,
+                       f"loose mode: {arriving} accepts what any route leads back from, while {node} answers out "
+                       f"{route.interface}, which must reach the master; keep it in /etc/sysctl.d")
 
 
 def toward_master(run: WithMaster, node: NodeFacts) -> Interface | None:

@@ -1,5 +1,5 @@
 """Interfaces, what the hostname resolves to, what Gloo will bind, the route to the master,
-the ephemeral port range and the firewall."""
+reverse-path filtering, the ephemeral port range and the firewall."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import re
 import socket
 
-from ..proc import read
+from ..proc import read, reverse_path_drops
 from .util import command
 
 VPN_NAMES = re.compile(r"^(tailscale|wg|zt|tun|utun|tap|ppp|ipsec|nordlynx|proton)")
@@ -47,6 +47,20 @@ def _speed(name: str) -> int | None:
     return value if value > 0 else None
 
 
+def rp_filter(name: str) -> int | None:
+    """The interface's reverse-path filter for IPv4 as the kernel applies it: the larger of
+    net.ipv4.conf.all.rp_filter and its own (0 off, 1 strict: a packet that arrives on another
+    interface than the route back to its sender uses is dropped, 2 loose); None where unreadable."""
+    values = []
+    for conf in ("all", name):
+        text = read(f"/proc/sys/net/ipv4/conf/{conf}/rp_filter")
+        try:
+            values.append(int(text or ""))
+        except ValueError:
+            return None
+    return max(values)
+
+
 def interfaces() -> list[dict]:
     done = command(["ip", "-j", "-d", "addr", "show"])
     if done is None or done.returncode != 0:
@@ -65,7 +79,7 @@ def interfaces() -> list[dict]:
                        "up": "UP" in flags and "NO-CARRIER" not in flags
                              and link.get("operstate") not in ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT"),
                        "operstate": link.get("operstate"), "mtu": link.get("mtu"),
-                       "speed_mbit": _speed(name), "addresses": addrs})
+                       "speed_mbit": _speed(name), "rp_filter": rp_filter(name), "addresses": addrs})
     return result
 
 
@@ -83,7 +97,7 @@ def _interfaces_from_sysfs() -> list[dict]:
         up = (read(f"/sys/class/net/{name}/operstate", "") or "").strip() in ("up", "unknown")
         result.append({"name": name, "kind": classify(name, None, flags), "link_kind": None,
                        "up": up, "operstate": None, "mtu": None, "speed_mbit": _speed(name),
-                       "addresses": v6.get(name, []), "partial": "IPv4 addresses need iproute2"})
+                       "rp_filter": rp_filter(name), "addresses": v6.get(name, []), "partial": "IPv4 addresses need iproute2"})
     return result
 
 
@@ -153,38 +167,48 @@ def route_to(address: str | None) -> dict | None:
     if resolved and "error" in resolved[0]:
         return {"target": address, "error": f"{address} does not resolve here: {resolved[0]['error']}"}
     ip = resolved[0]["address"]
-    done = command(["ip", "-j", "route", "get", ip])
+    done = command(["ip", "-j", "-d", "route", "get", ip])      # -d: the table it came from
     if done is None:
         return {"target": address, "address": ip, "error": "iproute2 is not installed"}
     if done.returncode != 0:
         return {"target": address, "address": ip, "error": (done.stderr or "no route").strip()}
     route = (json.loads(done.stdout or "[]") or [{}])[0]
-    prefix, flags = _picked(ip, route.get("dev"))
+    prefix, flags, then = _picked(ip, route.get("dev"))
     return {"target": address, "address": ip, "interface": route.get("dev"),
             "source": route.get("prefsrc"), "gateway": route.get("gateway"),
-            "flags": sorted(set(route.get("flags") or []) | set(flags)), "prefix": prefix}
+            "flags": sorted(set(route.get("flags") or []) | set(flags)), "prefix": prefix,
+            # A route that policy routing picked from another table: `ip route del PREFIX` would not
+            # name it, and the main table's next route is not the one that would serve.
+            **({"table": str(route["table"])} if route.get("table") not in (None, "main") else {}),
+            "then_interface": then}
 
 
-def _picked(ip: str, dev: str | None) -> tuple[str | None, list[str]]:
-    """The route the kernel picked, as the table holds it: its destination (the most specific
+def _picked(ip: str, dev: str | None) -> tuple[str | None, list[str], str | None]:
+    """The route the kernel picked, as the main table holds it: its destination (the most specific
     one through that interface that holds the address: "10.0.0.7", "10.0.0.0/24", "default"), as
-    `ip route del` takes it, and its flags ("linkdown": its interface has no carrier, which `ip
-    route get` does not say); (None, []) when it cannot be told."""
+    `ip route del` takes it, its flags ("linkdown": its interface has no carrier, which `ip route
+    get` does not say), and the interface of the route that serves once it is deleted (the next
+    most specific one); (None, [], None) when it cannot be told."""
     done = command(["ip", "-j", "route", "show", "match", ip])
     if done is None or done.returncode != 0 or not dev:
-        return None, []
+        return None, [], None
     try:
-        routes = [r for r in json.loads(done.stdout or "[]") if r.get("dev") == dev and r.get("dst")]
+        routes = [r for r in json.loads(done.stdout or "[]") if r.get("dst")]
     except ValueError:
-        return None, []
+        return None, [], None
 
-    def length(route: dict) -> int:
+    def rank(route: dict) -> tuple[int, int]:
+        """The kernel's order: the longest prefix, then the lowest metric."""
         dst = route["dst"]
-        if dst == "default":
-            return 0
-        return int(dst.split("/", 1)[1]) if "/" in dst else (128 if ":" in dst else 32)
-    best = max(routes, key=length, default=None)
-    return (best["dst"], list(best.get("flags") or [])) if best else (None, [])
+        length = 0 if dst == "default" else \
+            int(dst.split("/", 1)[1]) if "/" in dst else (128 if ":" in dst else 32)
+        metric = route.get("metric")
+        return length, -(metric if isinstance(metric, int) else 0)
+    best = max((r for r in routes if r.get("dev") == dev), key=rank, default=None)
+    if best is None:
+        return None, [], None
+    then = max((r for r in routes if r is not best), key=rank, default=None)
+    return best["dst"], list(best.get("flags") or []), then.get("dev") if then else None
 
 
 def port_range() -> list[int] | None:
@@ -220,4 +244,5 @@ def network_facts(request: dict, env: dict) -> dict:
             "hostname_resolves_to": resolve(hostname),
             "gloo_bind": gloo_bind(ifaces, hostname, env),
             "route_to_master": route_to(request.get("master_addr")),
+            "rp_filter_drops": reverse_path_drops(),
             "ephemeral_ports": port_range(), "firewall": firewall()}

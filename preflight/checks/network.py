@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from rules.environment import env_fix
 from rules.facts import Interface, Missing, NodeFacts, Route
 from rules.fix import Fix, change
-from rules.routes import dead_route, drop_route, ifname_var, pin_interface, route_to_master, toward_master
+from rules.routes import dead_route, drop_route, ifname_var, loosen_or_drop, pin_interface, route_to_master, toward_master
 
 from ..model import Context, Status, Verdict
+from .reverse_path import counted, network_seen, reverse_path_drop
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
 
@@ -137,6 +138,7 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.SKIP, None, "not checked: the master's address is not known (it was not reached)",
                       change("pass --master-addr ADDR, or fix the master's ssh access"))
         return
+    seen = network_seen(ctx)     # where the network probe ran: the paths it found dropped
     for node in ctx.reachable:
         route = route_to_master(node)
         target, address = (None, None) if isinstance(route, Missing) else (route.target, route.address)
@@ -149,6 +151,17 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           f"{node.node}'s route to the master ({picked.address}) goes out {picked.interface}, which "
                           f"{why}: no interface to pin until it is gone", drop_route(node.node, picked),
                           {"route": _route_json(route)})
+            continue
+        rp = None if seen is None else \
+            reverse_path_drop(ctx, seen, node.node, seen.blocked({node.node, ctx.master.node}))
+        if seen is not None and rp is not None:
+            # The paths between it and the master are asymmetric under a strict reverse-path filter,
+            # and the probe saw them dropped: pinning either interface would not help (master-reachable
+            # and ephemeral-ports say the same, one fix).
+            yield Verdict(Status.FAIL, node.node,
+                          f"{rp.why(node.node)}{counted(seen, node.node)}; the probe's connections between "
+                          f"{node.node} and the master got nowhere: no interface to pin until the paths agree",
+                          loosen_or_drop(node.node, rp), {"route": _route_json(route)})
             continue
         iface = toward_master(ctx, node)
         if iface is None:

@@ -8,13 +8,14 @@ import ipaddress
 from collections.abc import Iterator
 
 from rules.environment import env_fix
-from rules.facts import Missing, Route
+from rules.facts import Missing
 from rules.fix import Fix, run
-from rules.routes import dead_route, drop_route
+from rules.routes import ReversePathDrop, dead_route, drop_route, loosen_or_drop
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen
 from .common import probed
+from .reverse_path import counted, reverse_path_drop
 
 MEANING = {
     "filtered": "silently dropped (a firewall)",
@@ -59,12 +60,29 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
                           "will time out", drop_route(dial.src, route),
                           {**details, "route": dict(route.sent)})
             continue
+        rp = reverse_path_drop(ctx, seen, dial.src, [dial])
+        if rp is not None:
+            # The master's answers reach the worker on one interface, its route back goes out
+            # another, and its strict reverse-path filter drops them. Not the master's firewall.
+            yield Verdict(Status.FAIL, dial.src,
+                          f"cannot reach the master at {where}: {rp.why(dial.src)}{counted(seen, dial.src)}; "
+                          "rendezvous will time out", loosen_or_drop(dial.src, rp),
+                          {**details, **_reverse_path_details(rp, seen, dial.src)})
+            continue
         fix = _open_port(ctx.master, port)
         if fix is None:
             said += (f"; the master's own firewall drops nothing on input (its ruleset, read as root), so the "
                      f"connection is lost on the way or on {dial.src} (`ip route get {master.address}` there shows "
                      "its route)")
         yield Verdict(Status.FAIL, dial.src, said + "; rendezvous will time out", fix, details)
+
+
+def _reverse_path_details(rp: ReversePathDrop, seen: NetworkSeen, name: str) -> dict:
+    listener = seen.listeners.get(name)
+    return {"route": dict(rp.route.sent),
+            "reverse_path": {"node": name, "arriving": rp.arriving.name, "address": rp.address,
+                             "rp_filter": rp.arriving.rp_filter,
+                             "drops_while_probed": listener.rp_filter_drops if listener else None}}
 
 
 def _open_port(master: NodeFacts, port: int | None) -> Fix | None:
@@ -140,16 +158,25 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:
             gloo_uses.append(src)    # the lower address listens, the higher connects (gloo Device::isInitiator)
-    dead = _dead_between(ctx, dst, blocked)
-    if dead is not None:
+    other = _other_end(ctx, dst, blocked)
+    end = next((n for n in ctx.nodes if n.node == other), None)
+    dead = dead_route(end) if end is not None else None
+    got_nowhere = f"new connections to {dst}'s ephemeral ports from {', '.join(sorted(blocked))} get nowhere"
+    if end is not None and dead is not None:
         # Not a firewall: one end's route to the other (the master) goes out a link that carries
         # nothing, so its packets (its dials, or its answers) go nowhere. Named on that node.
-        name, route, why = dead
-        role = "its answers to the master go nowhere" if name == dst else "its connections there go nowhere"
+        route, why = dead
+        role = "its answers to the master go nowhere" if end.node == dst else "its connections there go nowhere"
         return Verdict(Status.FAIL if gloo_uses or broken else Status.WARN, dst,
-                       f"new connections to {dst}'s ephemeral ports from {', '.join(sorted(blocked))} get nowhere: "
-                       f"{name}'s route to {route.address} goes out {route.interface}, which {why}: {role}",
-                       drop_route(name, route), {**details, "route": dict(route.sent)})
+                       f"{got_nowhere}: {end.node}'s route to {route.address} goes out {route.interface}, which {why}: "
+                       f"{role}", drop_route(end.node, route), {**details, "route": dict(route.sent)})
+    rp = reverse_path_drop(ctx, seen, end.node, [d for d in into if d.blocks]) if end is not None else None
+    if end is not None and rp is not None:
+        # Not a firewall either: the worker's strict reverse-path filter drops what the master
+        # sends it (its dials into the worker, or its answers to the worker's). Named on the worker.
+        return Verdict(Status.FAIL if gloo_uses or broken else Status.WARN, dst,
+                       f"{got_nowhere}: {rp.why(end.node)}{counted(seen, end.node)}", loosen_or_drop(end.node, rp),
+                       {**details, **_reverse_path_details(rp, seen, end.node)})
     what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}" for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
@@ -174,23 +201,13 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                    "new addresses can need this direction", fix, details)
 
 
-def _dead_between(ctx: Context, dst: str, blocked: dict[str, Dial]) -> tuple[str, Route, str] | None:
-    """The one node whose dead route to the master explains every blocked path into `dst`: a
-    path between the master and a node whose route to it goes out a link that carries nothing
-    (that node's dials, or its answers, go there)."""
+def _other_end(ctx: Context, dst: str, blocked: dict[str, Dial]) -> str | None:
+    """The one worker at the other end of every blocked path into `dst` from the master, or from
+    it into the master: where a cause in its own routing (a dead route, a strict reverse-path
+    filter) is looked for; None when the paths are not all between the master and one worker."""
     master = ctx.master.node
-    by_name = {n.node: n for n in ctx.nodes}
-    found: set[str] = set()
-    for src in blocked:
-        other = dst if src == master else src if dst == master else None
-        if other is None or other not in by_name:
-            return None
-        found.add(other)
-    if len(found) != 1:
-        return None
-    name = found.pop()
-    dead = dead_route(by_name[name])
-    return (name, *dead) if dead is not None else None
+    found = {dst if src == master else src if dst == master else None for src in blocked}
+    return found.pop() if len(found) == 1 and None not in found else None
 
 
 def _chain(node: NodeFacts | None) -> str:

@@ -50,19 +50,23 @@ class Dial:
 @dataclass(frozen=True)
 class Listener:
     """A node's listener: the address the ranks will bind, the kernel's ephemeral range, the
-    ports it held (None: it never listened) and how many connections it turned away."""
+    ports it held (None: it never listened), how many connections it turned away, and how many
+    packets the node's reverse-path filter dropped while it listened (None: not counted)."""
     address: str | None
     interface: str | None
     range: tuple[int, int]
     ports: tuple[int, ...] | None
     rejected: int = 0
+    rp_filter_drops: int | None = None
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Listener:
         low, high = wire["range"]
         ports = wire.get("ports")
+        drops = wire.get("rp_filter_drops")
         return cls(wire.get("address"), wire.get("interface"), (int(low), int(high)),
-                   None if ports is None else tuple(int(p) for p in ports), int(wire.get("rejected", 0)))
+                   None if ports is None else tuple(int(p) for p in ports), int(wire.get("rejected", 0)),
+                   drops if isinstance(drops, int) and not isinstance(drops, bool) else None)
 
 
 @dataclass(frozen=True)

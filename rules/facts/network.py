@@ -1,5 +1,5 @@
-"""Interfaces, the address Gloo will bind, the route to the master, the ephemeral ports and the
-firewall (node/facts/network.py)."""
+"""Interfaces, the address Gloo will bind, the route to the master, reverse-path filtering, the
+ephemeral ports and the firewall (node/facts/network.py)."""
 
 from __future__ import annotations
 
@@ -31,11 +31,14 @@ class Interface:
     up: bool
     addresses: tuple[Address, ...]
     speed_mbit: int | None = None   # in Mbit/s; None: the link does not say (virtual, or down)
+    rp_filter: int | None = None    # IPv4 reverse-path filter as applied, max(all, its own): 0 off, 1 strict,
+                                    # 2 loose; None: not read (an older node, or unreadable)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Interface:
         return cls(required(text(wire, "name"), "name"), required(text(wire, "kind"), "kind"), flag(wire, "up"),
-                   objects(wire, "addresses", Address.from_json), whole(wire, "speed_mbit"))
+                   objects(wire, "addresses", Address.from_json), whole(wire, "speed_mbit"),
+                   whole(wire, "rp_filter"))
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,16 @@ class Route(Sent):
     error: str | None = None     # it does not resolve there, or no route
     prefix: str | None = None    # the route's destination as `ip route del` takes it ("10.0.0.7", "default")
     flags: tuple[str, ...] = ()  # the kernel's word on it ("linkdown": its interface has no carrier)
+    source: str | None = None    # the node's address it sends from (the master answers to it)
+    table: str | None = None     # a table other than main that policy routing picked it from
+    then_interface: str | None = None   # the interface of the main table's next route, which serves once
+                                        # this one is deleted; None: none, or not told
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Route:
         return cls(text(wire, "target"), text(wire, "address"), text(wire, "interface"), text(wire, "error"),
-                   text(wire, "prefix"), texts(wire, "flags"), sent=sent_of(wire))
+                   text(wire, "prefix"), texts(wire, "flags"), text(wire, "source"), text(wire, "table"),
+                   text(wire, "then_interface"), sent=sent_of(wire))
 
 
 @dataclass(frozen=True)
@@ -138,13 +146,15 @@ class NetworkFacts:
     route_to_master: Route | Missing         # Missing: no master address was given to the node
     ephemeral_ports: tuple[int, int] | None  # (low, high); None: not readable there
     firewall: Firewall | Missing
+    rp_filter_drops: int | None = None       # packets the reverse-path filter dropped, since the
+                                             # namespace began (IPReversePathFilter); None: not counted
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> NetworkFacts:
         return cls(text(wire, "hostname"), objects(wire, "interfaces", Interface.from_json),
                    part(wire, "gloo_bind", GlooBind.from_json),
                    part(wire, "route_to_master", Route.from_json, absent="no master address was given"),
-                   _port_range(wire), part(wire, "firewall", Firewall.from_json))
+                   _port_range(wire), part(wire, "firewall", Firewall.from_json), whole(wire, "rp_filter_drops"))
 
     def interface(self, name: str | None) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .test_lab_faults import connect_outcome
 from .test_preflight_lab import by, preflight
 
 ONLY = ("--only", "master-reachable,ephemeral-ports")
@@ -212,3 +213,46 @@ def test_a_dead_route_is_named_on_its_node_once_and_its_fix_lets_a_real_job_thro
     _, after = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports,collectives",
                          "--nproc-per-node", "2", expect=0)
     assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+
+
+def test_a_strict_rp_filter_on_an_asymmetric_path_is_named_on_its_node_once_and_its_fix_lets_a_real_job_through(
+        clean_lab):
+    # Issue 26: worker1 reaches the master over a direct link (eth1) while the master reaches it on
+    # the LAN (eth0), and its strict reverse-path filter drops all the master sends there. The probes
+    # said "filtered" and blamed a firewall on the master. The filter on the asymmetric path is the
+    # one cause, named on worker1, with one fix that makes the path symmetric.
+    filters = ["sysctl", "-n", "net.ipv4.conf.all.rp_filter", "net.ipv4.conf.eth0.rp_filter"]
+    before = clean_lab.exec("worker1", filters, check=True).stdout
+    clean_lab.add_fault("rp-filter@worker1")
+    master, worker = clean_lab.node("master").ipv4, clean_lab.node("worker1").ipv4
+    assert connect_outcome(clean_lab, "master", worker, 22) == "filtered"          # a real connection, to sshd
+    _, report = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports", expect=1)
+    assert sorted((r["check"], r["node"], r["status"]) for r in report["results"]) == [
+        ("ephemeral-ports", "master", "warn"), ("ephemeral-ports", "worker1", "fail"),
+        ("interface-choice", "master", "pass"), ("interface-choice", "worker1", "fail"),
+        ("master-reachable", "worker1", "fail")]
+    loose = "sudo sysctl -w net.ipv4.conf.eth0.rp_filter=2"
+    fix = (f"on worker1: sudo ip route del {master} dev eth1   # the master is then reached via eth0, where its "
+           f"packets arrive; or keep the route, with eth0 in loose mode: {loose}")
+    named = [r for r in report["results"] if r["status"] != "pass"]
+    assert {r["fix"] for r in named} == {fix}, named
+    why = (f"worker1's route to {master} goes out eth1, but what the master sends to {worker} arrives on eth0, whose "
+           "reverse-path filter is strict (rp_filter 1): worker1 drops it")
+    assert all(why in r["summary"] for r in named), named
+    assert not any("firewall" in r["summary"] or "nft" in r["fix"] for r in named), named
+    # The fix as printed, on worker1; then a real 2 x 2 Gloo job (the collectives probe) runs.
+    clean_lab.exec("worker1", fix.removeprefix("on worker1: sudo ").split("   #")[0].split(), check=True)
+    _, after = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports,collectives",
+                         "--nproc-per-node", "2", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    # The other way the fix offers, the route kept: loose mode lets the master's packets in on eth0
+    # while worker1 answers over eth1. And clearing the fault leaves worker1 as it was.
+    clean_lab.clear_faults()
+    clean_lab.add_fault("rp-filter@worker1")
+    clean_lab.exec("worker1", loose.removeprefix("sudo ").split(), check=True)
+    assert connect_outcome(clean_lab, "master", worker, 22) == "open"
+    assert connect_outcome(clean_lab, "worker1", master, 22) == "open"
+    clean_lab.clear_faults()
+    assert clean_lab.exec("worker1", ["ip", "-o", "link", "show", "eth1"]).returncode != 0
+    assert clean_lab.exec("master", ["ip", "-o", "link", "show", "to-worker1"]).returncode != 0
+    assert clean_lab.exec("worker1", filters, check=True).stdout == before

@@ -76,6 +76,14 @@ def test_the_lab_recordings_read_as_sent(name):
         assert facts.network.gloo_bind.address == wire["network"]["gloo_bind"]["address"]
         assert isinstance(facts.network.route_to_master, Route)
         assert facts.network.route_to_master.interface == wire["network"]["route_to_master"]["interface"]
+        # Reverse-path filtering (older recordings: not read, None).
+        route = wire["network"]["route_to_master"]
+        assert (facts.network.route_to_master.source, facts.network.route_to_master.then_interface,
+                facts.network.route_to_master.table) == (route.get("source"), route.get("then_interface"),
+                                                         route.get("table"))
+        assert [i.rp_filter for i in facts.network.interfaces] == \
+            [i.get("rp_filter") for i in wire["network"]["interfaces"]]
+        assert facts.network.rp_filter_drops == wire["network"].get("rp_filter_drops")
         assert facts.network.ephemeral_ports == tuple(wire["network"]["ephemeral_ports"])
         assert isinstance(facts.master_port, PortHolders)
         assert facts.master_port.listening == wire["master_port"]["listening"]
