@@ -264,11 +264,11 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
             t.sockets = msg.sockets[pid]
         progress.stack_taken(state, t, taken, now)
         shown(state, t, evidence_of(state, t, now))
-    if msg.partial:
-        return                              # the rest of this answer follows
     _stores(state, msg.stores, now)         # an older agent's: read before its stacks were sent
     for master in msg.reading:              # read now: their answers follow (a Stores message)
         state.reading[master] = now
+    if msg.partial:
+        return                              # the rest of this answer follows
     if msg.id is not None:
         state.asked.pop(node, None)
         if not state.asked:

@@ -57,6 +57,8 @@ def training_step(frames) -> str | None:
         if f.native:
             continue
         if not f.in_library:
+            if not below or below[-1].function.rsplit(".", 1)[-1] == "__init__":
+                return None   # set-up: the line builds a model or an optimizer (torch.optim.SGD(...))
             what = next((w for w in map(_step, reversed(below)) if w is not None), None)
             return f"{what} at {f.where}" if what is not None else None
         below.append(f)
@@ -67,7 +69,7 @@ def _step(f) -> str | None:
     function = f.function.rsplit(".", 1)[-1]
     if f.file.startswith(BACKWARD_FILES) and "backward" in function:
         return "backward"
-    if f.file.startswith(OPTIMIZER_FILES):
+    if f.file.startswith(OPTIMIZER_FILES) and ("step" in f.function or "zero_grad" in f.function):
         return "its optimizer"
     if f.file == MODULE_CALL[0] and function in MODULE_CALL[1]:
         return "a module's forward"

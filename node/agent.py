@@ -151,10 +151,16 @@ class Agent:
             try:
                 _each(one, pids)
                 if deeper:
+                    # The first part says what it can: the Flight Recorders, the sockets, and the
+                    # stores of ranks waiting in init_process_group (their Python frames show it),
+                    # read beside the native frames, their answer sent when it comes.
                     flights = self.flights(pids, request_id)
-                    self.emit({"type": "stacks", "t": time.time(), "id": request_id, "stacks": dict(out),
-                               "partial": sorted(deeper), "flight": flights, "sockets": socket_queues(pids)})
+                    first = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": dict(out),
+                             "partial": sorted(deeper), "flight": flights, "sockets": socket_queues(pids)}
+                    reading = self.read_stores(first, request_id, out)
                     _each(native_of, deeper)
+                    if reading is not None:
+                        reading.join()
             finally:
                 with self.dumping_lock:
                     self.dumping.subtract(pids)
@@ -163,15 +169,32 @@ class Agent:
         self.last_stacks = time.monotonic()
         message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out, "flight": flights,
                    "sockets": socket_queues(pids)}
-        # In a stall: who never checked in, where ranks wait in init_process_group. The stacks go
-        # first: a store read never holds them (one that never answers would hold every verdict).
-        stores = self.rendezvous_stores(out) if request_id is not None else []
+        if deeper:
+            self.emit(message)                  # its stores, if any, were read with the first part
+            return
+        reading = self.read_stores(message, request_id, out)
+        if reading is not None:
+            reading.join()
+
+    def read_stores(self, message: dict, request_id, dumps: dict):
+        """Send this stacks message; in a stall (asked for), the stores of the ranks its stacks show
+        waiting in init_process_group (who never checked in) are read after it, each once, all under
+        one bound, in a thread of their own (returned: None when there are none), their answer sent
+        as a stores message. The stacks go first: a store read never holds them (one that never
+        answers would hold every verdict)."""
+        stores = self.rendezvous_stores(dumps) if request_id is not None else []
         if stores:
             message["reading"] = [master for master, _ in stores]
         self.emit(message)
-        if stores:
+        if not stores:
+            return None
+
+        def read():
             self.emit({"type": "stores", "t": time.time(), "id": request_id,
                        "stores": store.read_all(stores, deadline=store.READ_DEADLINE)})
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        return reader
 
     @staticmethod
     def flights(pids, request_id) -> dict:
