@@ -128,13 +128,13 @@ class Agent:
             # under a frame of the user's, DDP's all_reduce under backward()), sent after. Native
             # frames take seconds a rank on a loaded node (libtorch's symbols): the watcher decides
             # from the Python frames wherever they decide (hangwatch/agents.py).
-            staged = how == "stall" and request_id is not None
+            staged = how == "stall"          # the watcher's ask in a stall (it has an id)
 
             def one(p, how=how):
                 # Asleep in the kernel (time.sleep): its Python frames say where; native frames,
                 # slow to take, would add nothing.
-                asleep = how == "stall" and self.waits.get(p) == {"call": "sleep"}
-                dump = pyspy.dump(self.py_spy, p, False if asleep or staged else how)
+                asleep = staged and self.waits.get(p) == {"call": "sleep"}
+                dump = pyspy.dump(self.py_spy, p, False if staged else how)
                 if staged and not asleep and isinstance(dump, list) and not pyspy.in_distributed(dump):
                     deeper.append(p)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)

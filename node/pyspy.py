@@ -61,11 +61,10 @@ def find(given: Optional[str] = None) -> Tuple[Optional[str], Optional[str]]:
 
 
 def dump(py_spy: str, pid: int, native) -> object:
-    """One process's stack as py-spy's JSON, or {"error": why}. native: True, False, "auto"
-    (native frames only when the Python stack stops where C++ can hide a wait: OPAQUE) or
-    "stall" (asked for in a stall: native frames too unless the Python stack already stops in
-    torch.distributed: a wait in C++ under the user's own frame, work.wait() in a wrapper, a
-    future's wait(), the store's get, cudaStreamSynchronize under loss.item(), shows only there)."""
+    """One process's stack as py-spy's JSON, or {"error": why}. native: True, False or "auto"
+    (native frames only when the Python stack stops where C++ can hide a wait: OPAQUE). A stall's
+    stacks are taken in two parts by the agent (node/agent.py): Python frames, then native ones
+    where the Python stack does not stop in torch.distributed (in_distributed)."""
     argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native is True else [])
     traced_by = proc.tracer(pid)
     if stopped(pid) or traced_by:
@@ -83,7 +82,7 @@ def dump(py_spy: str, pid: int, native) -> object:
             stack = json.loads(done.stdout)
         except ValueError:
             return {"error": "py-spy printed no JSON"}
-        if native == "auto" and opaque(stack) or native == "stall" and not in_distributed(stack):
+        if native == "auto" and opaque(stack):
             deeper = dump(py_spy, pid, True)
             return stack if isinstance(deeper, dict) else deeper
         return stack

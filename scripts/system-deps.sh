@@ -4,7 +4,7 @@ set -euo pipefail
 declare -A need=(
   [ip]=iproute2 [tc]=iproute2 [nft]=nftables [unshare]=util-linux [setpriv]=util-linux
   [ssh]=openssh-client [ssh-keygen]=openssh-client [/usr/sbin/sshd]=openssh-server
-  [ss]=iproute2 [getent]=libc-bin [b3sum]=b3sum [xxhsum]=xxhash [tmux]=tmux
+  [ss]=iproute2 [nstat]=iproute2 [getent]=libc-bin [b3sum]=b3sum [xxhsum]=xxhash [tmux]=tmux
   [/usr/bin/python3]=python3-minimal   # a Python any user may run (tests drop to nobody)
   # `lab up --slurm`: a real Slurm (22.05 on Debian 12) and its authentication
   [/usr/sbin/slurmctld]=slurm-wlm [/usr/sbin/slurmd]=slurm-wlm [srun]=slurm-wlm

@@ -4,10 +4,7 @@ same kernel values (sysctl, iproute2's nstat)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-
-import pytest
 
 from node.facts.network import interfaces, rp_filter
 from node.proc import reverse_path_drops
@@ -18,7 +15,6 @@ def sysctl(key: str) -> int | None:
     return int(done.stdout) if done.returncode == 0 else None      # None: the interface went meanwhile
 
 
-@pytest.mark.skipif(shutil.which("sysctl") is None, reason="sysctl is not installed here")
 def test_each_interfaces_filter_is_the_larger_of_all_and_its_own_as_sysctl_reads_them():
     found = {i["name"]: i["rp_filter"] for i in interfaces()}
     assert "lo" in found
@@ -32,7 +28,6 @@ def test_each_interfaces_filter_is_the_larger_of_all_and_its_own_as_sysctl_reads
     assert rp_filter("no-such-if0") is None
 
 
-@pytest.mark.skipif(shutil.which("nstat") is None, reason="iproute2's nstat is not installed here")
 def test_the_reverse_path_drops_are_the_kernels_count_as_nstat_reads_it():
     # -a: absolute values, -s: leave nstat's history alone, -z: zeros too.
     done = subprocess.run(["nstat", "-asz", "--json", "TcpExtIPReversePathFilter"], capture_output=True, text=True,
