@@ -16,7 +16,7 @@ from .evidence import evidence_of, shown
 from .inputs import AgentMessage, AskStacks, BringPySpy, Effect, Send
 from .model import NodeStatus, RankStatus, RankView, Reason
 from .prefixes import split_prefix
-from .state import GONE, SILENT, Launcher, State, Track, notice, remember, say
+from .state import GONE, SILENT, Launcher, State, Track, Withheld, notice, remember, say
 
 S = RankStatus
 __all__ = ["GONE", "SILENT", "from_agent", "ask_stacks", "clocks_due", "lose", "set_node", "silent"]
@@ -86,6 +86,9 @@ def own_lines(t: Track, exit: protocol.RankExit) -> protocol.RankExit:
     return replace(exit, output=tuple(mine))
 
 
+# The asks whose answers are known by their id: an answer comes within ASK_TIMEOUT, or seconds
+# after it on a loaded node; one older than this is from a watch long past.
+ASKS_KEPT = 600.0
 CLOCK_EVERY = 10.0        # seconds between readings of each node's clock
 
 
@@ -139,6 +142,7 @@ def lose(state: State, node: str, how: str, message: str, out: list[Effect]) -> 
             progress.forget(t)
             t.dump, t.dump_error, t.stack_at = None, None, None
     state.asked.pop(node, None)
+    state.native_due.discard(node)
     if not state.asked:
         state.asked_at = None
     set_node(state, node, NodeStatus.LOST, message, out)
@@ -193,6 +197,8 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
     state.closures.update(msg.closures)
     _launchers(state, node, msg, now)
     gpus = {g.index: g for g in msg.gpus}
+    if gpus:
+        state.gpu_nodes.add(node)
     for s in msg.ranks:
         t = state.ranks.get((node, s.pid))
         if t is None:
@@ -201,11 +207,14 @@ def _sample(state: State, node: str, msg: protocol.Sample, now: float, out: list
         t.view.waits_in = s.waits_in if isinstance(s.waits_in, dict) else None
         if s.endpoints is not None:
             t.endpoints = t.endpoints | frozenset(s.endpoints)     # every endpoint it had: closed ones too
+        if s.links is not None:
+            t.links = frozenset((str(a), str(b)) for a, b in s.links)
         if s.exit is not None:       # caught as a zombie, before its exit notice
             if not t.ended:
                 ended.zombie(state, t, protocol.ExitStatus.from_wait_status(s.exit), msg.t, now, out)
             continue
         progress.sampled(state, t, s, gpus.get(s.gpu) if s.gpu is not None else None, now)
+        _computes_where_withheld(state, t, node, now)
     for pid in msg.gone:
         t = state.ranks.get((node, pid))
         if t is not None and not t.ended:
@@ -241,15 +250,33 @@ def _launchers(state: State, node: str, msg: protocol.Sample, now: float) -> Non
 
 def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list[Effect]) -> None:
     permission, traced = [], []
-    # Asked for: taken after the ask. Taken by the agent on its own: shortly before now.
-    taken = state.asked.get(node, now - 1.0) if msg.id is not None else now - 1.0
+    # Asked for: taken after its own ask (the id it answers). On a loaded node the agent answers
+    # asks late and one after another: the answer to an ask made before the ranks went quiet can
+    # come after a newer ask, and says nothing of now. Taken by the agent on its own: shortly
+    # before now. (An id this watch never gave, a replay's: after the node's latest ask.)
+    latest = state.asked.get(node)
+    if msg.id is not None and msg.id in state.asks:
+        taken = state.asks[msg.id]
+        answers_latest = latest is None or taken >= latest
+    else:
+        taken = (latest if latest is not None else now - 1.0) if msg.id is not None else now - 1.0
+        answers_latest = True
     for pid, dump in (msg.stacks or {}).items():
         t = state.ranks.get((node, pid))
         if t is None or t.ended:
             continue
+        if t.stack_at is not None and taken < t.stack_at:
+            continue           # older than the stack in hand
         if pid in msg.partial and not _decided_without_native(t, dump):
-            continue           # its native frames follow: its Python frames alone could mislead
+            # Its native frames follow: its Python frames alone could mislead. The stack in hand is
+            # older than these: where a working rank is, it no longer says (evidence.py); its CPU
+            # from now on may (_computes_where_withheld).
+            if isinstance(dump, list) and (t.withheld is None or taken >= t.withheld.taken):
+                t.withheld = Withheld(taken, dump, now)
+            continue
         t.stack_at = taken
+        if t.withheld is not None and taken >= t.withheld.taken:
+            t.withheld = None
         if isinstance(dump, dict):
             t.dump, t.dump_error = None, dump.get("error")
             if dump.get("permission"):
@@ -262,13 +289,23 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
             t.view.flight = msg.flight[pid]
         if msg.sockets and pid in msg.sockets:
             t.sockets = msg.sockets[pid]
+            # Its connections counted with this stack: a subgroup's mesh made since the last count
+            # shows in the verdict that reads this stack (meshes.shared_groups).
+            if t.sockets.links is not None:
+                t.links = frozenset(t.sockets.links)
+            if t.sockets.endpoints is not None:
+                t.endpoints = t.endpoints | frozenset(t.sockets.endpoints)
         progress.stack_taken(state, t, taken, now)
         shown(state, t, evidence_of(state, t, now))
     _stores(state, msg.stores, now)         # an older agent's: read before its stacks were sent
     for master in msg.reading:              # read now: their answers follow (a Stores message)
         state.reading[master] = now
+    if not answers_latest:
+        return                              # the node's latest ask is still to be answered
     if msg.partial:
+        state.native_due.add(node)
         return                              # the rest of this answer follows
+    state.native_due.discard(node)
     if msg.id is not None:
         state.asked.pop(node, None)
         if not state.asked:
@@ -284,17 +321,35 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
                "one holds it (detach it to let hangwatch read it); watching CPU and /proc alone", out)
 
 
+def _computes_where_withheld(state: State, t: Track, node: str, now: float) -> None:
+    """Python frames held back for their native ones show it busy at a line of its own, and it has
+    used CPU over a whole sample since they came: on a node whose agent reads no GPU it computes
+    there (a wait in C++ that spins is a GPU's, cudaStreamSynchronize's; a rank's own GPU may be
+    unknown: NVML in a container lists other pids). The CPU of the sample before them says
+    nothing: a rank that blocks in C++ under its line (a bare lock.acquire()) was busy then."""
+    held = t.withheld
+    if held is None or node in state.gpu_nodes or t.view.gpu is not None or t.idle_since is not None \
+            or t.busy_at is None or t.busy_at < held.seen + state.config.interval:
+        return
+    if classify(held.dump, t.view.cpu, t.view.wchan, waits_in=t.view.waits_in).state is not RankStatus.COMPUTING:
+        return
+    t.dump, t.dump_error, t.stack_at, t.withheld = held.dump, None, held.taken, None
+    shown(state, t, evidence_of(state, t, now))
+
+
 def _decided_without_native(t: Track, dump) -> bool:
     """A rank's Python frames alone (its native ones to follow) say where it waits wherever native
     frames would only show how that same wait is done: under backward() with no CPU, DDP's gradient
     all_reduce (native frames would name the reducer); in a DataLoader's, a checkpoint's or a
     compiler's code; in a lock, a condition or a queue of Python's threading; asleep. A rank idle
     or working at a line of its own is not decided: a wait in C++ under that line (work.wait(), a
-    bare Lock.acquire(), a store's get, Gloo's recv) shows only in them."""
+    bare Lock.acquire(), a store's get, Gloo's recv; a host thread spinning on its GPU) shows only
+    in them (one busy since, on a node with no GPU, computes there: _computes_where_withheld)."""
     if not isinstance(dump, list):
         return False
     found = classify(dump, t.view.cpu, t.view.wchan, waits_in=t.view.waits_in)
-    return found.state in (RankStatus.COLLECTIVE, RankStatus.LOADING_DATA, RankStatus.SAVING, RankStatus.COMPILING) \
+    return found.state in (RankStatus.COLLECTIVE, RankStatus.LOADING_DATA, RankStatus.SAVING, RankStatus.COMPILING,
+                           RankStatus.IMPORTING) \
         or found.reason in (Reason.WAITS_ON_LOCK, Reason.SLEEPS)
 
 
@@ -321,8 +376,11 @@ def ask_stacks(state: State, now: float, out: list[Effect], nodes: tuple[str, ..
     state.asked_at = now
     for name in watching:
         state.asked[name] = now
+    ask = int(now * 1000)
+    state.asks = {i: at for i, at in state.asks.items() if now - at < ASKS_KEPT}
+    state.asks[ask] = now
     # The ranks followed on each node: the agent reads no other process (another user's).
     pids = {name: sorted(t.view.pid for t in state.tracks(name) if not t.ended) for name in watching}
-    out.append(AskStacks(watching, {"cmd": "stacks", "id": int(now * 1000),
+    out.append(AskStacks(watching, {"cmd": "stacks", "id": ask,
                                     "native": native if native is not None else
                                     True if state.config.native else "stall", "pids": pids}))

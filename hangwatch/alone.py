@@ -22,7 +22,8 @@ from .diagnose import trains_alone
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
 from .inputs import Effect, Say
-from .model import Kind, NodeStatus, Reason
+from .model import Diagnosis, Kind, NodeStatus, Reason
+from .runs import never_connected
 from .state import State, Track, snapshot
 
 ALONE_AFTER = 30.0        # seconds every rank works with no connection before "each rank trains alone"
@@ -126,6 +127,29 @@ def _say(state: State, quiet: list[Track], seconds: float, now: float, wall: flo
         state.diagnosis = found.as_reported(round(wall - seconds, 3))
     out.append(Say(Event(EventKind.NOTICE, snapshot=snapshot(state, wall), data={"alone": True},
                          verdict=found.as_reported(round(wall - seconds, 3)))))
+
+
+def at_end(state: State, now: float, wall: float, keys: set | None = None) -> Diagnosis | None:
+    """The run's verdict when it ended with every rank exited 0 and none ever in a process group
+    (`keys`: those ranks, by default runs.never_connected's): the notice said while it ran, else
+    one made now (a run shorter than the threshold had none). None where some rank is not one."""
+    keys = set(never_connected(state)) if keys is None else keys
+    tracks = sorted((t for t in state.ranks.values() if t.key in keys),
+                    key=lambda t: (0, t.key, "") if isinstance(t.key, int) else (1, 0, str(t.key)))
+    if not tracks or len(tracks) < len(state.ranks):
+        return None
+    if state.diagnosis is not None and state.diagnosis.kind is Kind.ALONE:
+        return state.diagnosis
+    seen, lasted = [], {}
+    for t in tracks:
+        e = evidence_of(state, t, now)
+        ran = lasted[t.key] = (t.gone_at if t.gone_at is not None else now) - (t.alone_since or now)
+        ran_none = isinstance(t.ending, dict) and t.ending.get("collectives") == 0
+        seen.append(replace(e, notes=(f"no TCP connection in {ran:.0f} s", "torch imported")
+                            + (("no collective (its Flight Recorder)",) if ran_none else ())))
+    seconds = max(lasted.values())
+    found = trains_alone(seen, max(t.view.world_size or 0 for t in tracks), seconds)
+    return found.as_reported(round(wall - seconds, 3))
 
 
 def _taken_back(state: State, out: list[Effect]) -> None:

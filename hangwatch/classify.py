@@ -49,6 +49,7 @@ LOCK_FRAMES = {("threading.py", "wait"), ("threading.py", "acquire"), ("threadin
                ("threading.py", "_wait_for_tstate_lock"), ("queue.py", "get"), ("queue.py", "put")}
 LOCK_SYMBOLS = ("PyThread_acquire_lock", "lock_PyThread_acquire_lock", "acquire_timed", "rlock_acquire")
 COMPILING_FILES = ("torch/_dynamo/", "torch/_inductor/")
+IMPORT_MACHINERY = ("<frozen importlib._bootstrap",)      # _bootstrap and _bootstrap_external
 DATA_FILES = ("torch/utils/data/",)
 BACKWARD_FILES = ("torch/autograd/", "torch/_tensor.py")
 SAVING_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/", "safetensors/")
@@ -66,6 +67,7 @@ class Frame:
     line: int
     path: str = ""     # the full file name, which says whether it is installed code
     in_loop: bool | None = None   # the line sits inside a for/while body (node/loops.py; None: not read)
+    waits_on: str | None = None   # "lock": the line acquires a lock if it waits (node/loops.py)
 
     @property
     def where(self) -> str:
@@ -108,6 +110,8 @@ class RankState:
         where = f" at {self.frame.where} ({self.frame.function})" if self.frame else ""
         if self.state is S.GPU_WAIT:
             return f"waiting on its GPU ({self.op}){where}"
+        if self.state is S.IMPORTING:
+            return f"importing {self.op}{where}"
         return f"{self.op if self.state is S.COLLECTIVE else self.state.value}{where}"
 
 
@@ -118,7 +122,8 @@ def frames_of(dump: list[dict]) -> list[Frame]:
     if main is None:
         return []
     return [Frame(f["name"], f.get("short_filename") or f["filename"], f["line"], f.get("filename") or "",
-                  f.get("in_loop") if isinstance(f.get("in_loop"), bool) else None)
+                  f.get("in_loop") if isinstance(f.get("in_loop"), bool) else None,
+                  "lock" if f.get("waits_on") == "lock" else None)
             for f in main["frames"]]
 
 
@@ -133,7 +138,8 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
     evidence = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown"]
     if wchan:
         evidence.append(f"waiting in the kernel at {wchan}")
-    for frame in frames:
+    importing = _importing(frames)
+    for i, frame in enumerate(frames):
         if frame.native and "c10d::Reducer" in frame.function:
             return RankState(S.COLLECTIVE, "all_reduce", user, tuple(evidence + [
                 f"DDP's gradient all_reduce: backward waits in {frame.function.split('(')[0]} (native frame)"]))
@@ -148,14 +154,19 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
             if frame.function in COLLECTIVES:
                 op = COLLECTIVES[frame.function]
                 return RankState(S.COLLECTIVE, op, user, tuple(evidence + [f"in {frame.function} ({frame.where})"]))
+        if importing is not None and i < importing[0]:
+            continue         # the imported module's own code (torch._dynamo's is no compiling); what
+                             # started the import (torch.compile's set-up) still says what it does
         if frame.file.startswith(COMPILING_FILES):
             return RankState(S.COMPILING, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
         if frame.file.startswith(DATA_FILES):
             return RankState(S.LOADING_DATA, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
         if frame.file.startswith(SAVING_FILES):
             return RankState(S.SAVING, frame=user, evidence=tuple(evidence + [f"in {frame.where}"]))
+    if importing is not None:
+        return RankState(S.IMPORTING, importing[1], user, tuple(evidence + [f"importing {importing[1]}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
-    lock = _lock_wait(frames)
+    lock = _lock_wait(frames) or _own_lock(frames, waits_in)
     if lock is not None and not busy:
         return RankState(S.IDLE, frame=user or (frames[0] if frames else None),
                          evidence=tuple(evidence + [f"waits in {lock}"]), reason=Reason.WAITS_ON_LOCK)
@@ -173,6 +184,23 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
                      evidence=tuple(evidence), reason=None if busy else Reason.LEFT_LOOP)
 
 
+def _importing(frames: list[Frame]) -> tuple[int, str] | None:
+    """The installed module being imported ("torch._dynamo"), its top-level code running under
+    Python's import machinery (a first `import`, or torch's lazy attributes: DDP's constructor
+    reaches torch._dynamo), with the index of the outermost import frame (the frames inside it
+    are the module's code); None when none is. A module of the training's own that trains as it
+    is imported is not "importing": where it is, its own frames say."""
+    outermost = max((i for i, f in enumerate(frames) if f.file.startswith(IMPORT_MACHINERY)), default=None)
+    if outermost is None:
+        return None
+    module = next((f for f in reversed(frames[:outermost]) if f.function == "<module>"), None)
+    if module is None or not module.in_library:
+        return None
+    # Named from its path below the folder it is installed in (site-packages, the standard library's).
+    name = re.split(r"-packages/|/lib/python3\.\d+/", module.file)[-1].removesuffix(".py").removesuffix("/__init__")
+    return outermost, name.strip("/").replace("/", ".")
+
+
 def _blocked(waits_in: dict | None, own: list[Frame]) -> tuple[Reason, str | None, str] | None:
     """What an idle rank's main thread is blocked in outside any collective, by its system call
     (node/blocked.py): asleep inside a loop of its code (a frame of its own inside a for/while
@@ -185,6 +213,17 @@ def _blocked(waits_in: dict | None, own: list[Frame]) -> tuple[Reason, str | Non
     if call == "recv" and (on.startswith("tcp ") or on in ("socket", "pipe")):
         return Reason.WAITS_TO_RECEIVE, on, f"blocked reading {on} (its system call)"
     return None
+
+
+def _own_lock(frames: list[Frame], waits_in: dict | None) -> str | None:
+    """A lock the training's own line waits on, with nothing of Python's under it: the line
+    acquires one (`lock.acquire()`, `with lock:`: node/loops.py read it) and the kernel has its
+    main thread waiting on a futex. Its Python frames then say where it waits; native frames would
+    only name the same wait (another C call on that line, a work.wait(), is not one)."""
+    first = next((f for f in frames if not f.native), None)
+    if first is None or first.in_library or first.waits_on != "lock" or (waits_in or {}).get("call") != "lock":
+        return None
+    return f"a lock its line acquires ({first.where})"
 
 
 def _lock_wait(frames: list[Frame]) -> str | None:

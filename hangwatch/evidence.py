@@ -25,11 +25,10 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
         return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
     found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
-    if found.state in (S.COLLECTIVE, S.RENDEZVOUS, S.IDLE, S.GPU_WAIT) and t.idle_since is None and \
-            t.busy_at is not None and t.stack_at is not None and t.busy_at > t.stack_at:
-        # It has used CPU since its stack showed it waiting: the stack no longer says where.
-        found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING,
-                          evidence=(f"CPU {v.cpu:.0f}%", "working since its last stack"))
+    stale = _stale(t, found)
+    if stale is not None:
+        # Not quiet, and its stack no longer says where it is: it works, somewhere.
+        found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING, evidence=(f"CPU {v.cpu:.0f}%", stale))
     notes = list(found.evidence)
     if t.dump is None and t.dump_error:
         notes = [f"no stack: {t.dump_error}"]
@@ -37,9 +36,10 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
     if t.stopped:
         state_, reason = S.STOPPED, Reason.STOPPED
         notes.append("the kernel holds it: state " + ("T (stopped)" if t.proc_state == "T" else "t (traced)"))
-    elif t.idle_since is not None and state_ in (S.LOADING_DATA, S.SAVING):
+    elif t.idle_since is not None and state_ in (S.LOADING_DATA, S.SAVING, S.IMPORTING):
         # Quiet (neither it nor its helpers use CPU), in a phase that works through helpers or I/O:
-        # its own bytes say whether it still progresses (a loader's workers, a slow disk).
+        # its own bytes say whether it still progresses (a loader's workers, a slow disk, an import
+        # from a file system that does not answer).
         if (t.io_known and t.moved == 0) or (not t.io_known and state_ is S.LOADING_DATA):
             reason = Reason.WAITS_FOR_DATA if state_ is S.LOADING_DATA else Reason.WAITS_ON_IO
             notes.append(f"its helpers used {t.children_cpu or 0:.0f}% CPU" if t.children_cpu is not None
@@ -57,6 +57,21 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
                     found.frame.function if found.frame else None,
                     moved=t.moved if t.io_known and t.idle_since is not None else None,
                     unsent=t.sockets.unsent if t.sockets is not None else None, notes=tuple(notes), **_flight(t))
+
+
+def _stale(t: Track, found: RankState) -> str | None:
+    """Why the stack in hand no longer says where a rank that is not quiet is: it has used CPU
+    since that stack showed it waiting; or a newer stack of it is on its way (its Python frames
+    came, their native ones follow) and the one in hand (its start-up's, importing torch) says
+    where it was. None: it still says."""
+    if t.idle_since is not None or t.dump is None:
+        return None
+    if found.state in (S.COLLECTIVE, S.RENDEZVOUS, S.IDLE, S.GPU_WAIT) and t.busy_at is not None and \
+            t.stack_at is not None and t.busy_at > t.stack_at:
+        return "working since its last stack"
+    if t.withheld is not None and (t.stack_at is None or t.stack_at < t.withheld.taken):
+        return "its newer stack is on its way"
+    return None
 
 
 def shown(state: State, t: Track, e: Evidence) -> None:

@@ -50,6 +50,7 @@ class RankStatus(Word):
     RENDEZVOUS = "rendezvous"     # creating the process group
     LOADING_DATA = "loading-data"
     COMPILING = "compiling"
+    IMPORTING = "importing"       # running an installed module's import (its name is RankView.op)
     SAVING = "saving"
     IDLE = "idle"                 # no CPU, not in a collective: where it is, its line says
     STOPPED = "stopped"           # the kernel holds it (SIGSTOP, a debugger): /proc's state T or t

@@ -13,7 +13,8 @@ A rank can also stop while it uses CPU: a GPU rank's host thread spin-waits in
 cudaStreamSynchronize for a kernel that never ends. Its CPU says nothing; its stacks do: taken
 every half threshold while it uses CPU on a GPU, two that show it waiting at the same place (a
 GPU wait or a collective's wait, the same frames) with no progress between them (its Flight
-Recorder's last collective unchanged, where it has one) make it quiet since the first of them.
+Recorder's last collective unchanged, where it has one), and no quiet sample since the first,
+make it quiet since the first of them.
 Progress, not a level of CPU or of GPU memory activity, decides."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ S = RankStatus
 
 def forget(t: Track) -> None:
     """What its progress was: nothing is judged from it (its node was lost)."""
-    t.view.idle_for, t.idle_since, t.busy_at, t.moved = 0.0, None, None, 0
+    t.view.idle_for, t.idle_since, t.busy_at, t.quiet_at, t.moved = 0.0, None, None, None, 0
     t.spinning, t.last_wait = False, None
 
 
@@ -39,13 +40,22 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     t.proc_state, t.children_cpu = s.state, s.children_cpu
     if s.cpu is None:
         return
+    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
+    if quiet and s.held and t.idle_since is None and not t.stopped and not t.spinning:
+        # Our own py-spy held it (suspended to read its stack) during this sample: its CPU was not
+        # its to use, so a busy rank read then looks quiet. No sign it stopped (its CPU stays the
+        # last it used); one that did is quiet again at its next sample.
+        v.history.append(s.cpu)
+        del v.history[:-HISTORY]
+        return
     v.cpu = s.cpu
     v.history.append(s.cpu)
     del v.history[:-HISTORY]
     v.gpu = s.gpu
     v.gpu_util, v.gpu_memory_util = (gpu.util, gpu.memory_util) if gpu is not None else (None, None)
     interval = state.config.interval
-    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
+    if quiet:
+        t.quiet_at = now
     if quiet or t.stopped or t.spinning:
         if t.idle_since is None:
             # Quiet over this whole sample, and over the part of the one before that it did not
@@ -78,7 +88,10 @@ def stack_taken(state: State, t: Track, taken: float, now: float) -> None:
         t.last_wait = (place, taken)
         return
     first = t.last_wait[1]
-    if not t.spinning and taken - first >= state.config.threshold / 2 and t.idle_since is None:
+    # Spinning: busy all along at one wait. A rank quiet at some sample since the first of them (a
+    # late answer to an ask made while it waited, come after it resumed) was not.
+    if not t.spinning and taken - first >= state.config.threshold / 2 and t.idle_since is None \
+            and (t.quiet_at is None or t.quiet_at < first):
         t.spinning, t.idle_since, t.moved = True, first, 0
         t.view.idle_for = round(now - first, 1)
 
@@ -107,6 +120,13 @@ def busy_on_gpu(state: State) -> tuple[str, ...]:
     that CPU cannot show."""
     return tuple(sorted({t.view.node for t in state.live() if t.view.gpu is not None and t.idle_since is None
                          and state.nodes[t.view.node].status is NodeStatus.WATCHING}))
+
+
+def went_quiet(state: State, run: int | None = None) -> float | None:
+    """When the last of the quiet ranks (of `run`) went quiet: stacks asked for before then
+    cannot show where they all are now."""
+    return max((t.idle_since for t in state.live() if (run is None or t.run == run) and t.idle_since is not None),
+               default=None)
 
 
 def stalled(state: State, now: float, run: int | None = None) -> tuple[float, bool, float | None] | None:

@@ -63,8 +63,10 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     out: list[Effect] = []
     if isinstance(event, FromAgent):
         agents.from_agent(state, event.node, event.message, now, wall, out)
+        verdicts.bundle_when_complete(state, wall, out)
     elif isinstance(event, Tick):
         _tick(state, now, wall, out)
+        verdicts.bundle_when_complete(state, wall, out)
     elif isinstance(event, AgentClosed):
         if not state.stopping:
             agents.lose(state, event.node, agents.GONE, f"{event.node}: the agent stopped "
@@ -85,6 +87,8 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
         agents.ask_stacks(state, now, out)
     elif isinstance(event, Stopping):
         state.stopping = True
+        state.native_due.clear()                # the watch ends: a hang's bundle is written with what came
+        verdicts.bundle_when_complete(state, wall, out)
     elif isinstance(event, LauncherStopping):
         ended.launcher_stopping(state, event, wall)
     elif isinstance(event, RankError):
@@ -131,8 +135,12 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
         if stalled is None:
             continue
         waiting, covered, stacks_age = stalled
+        # An ask still unanswered that was made before the last rank went quiet (a user's d, a node
+        # watched again, on a loaded box answered late) cannot cover the stall: it holds no new ask.
+        last_quiet = progress.went_quiet(state, run)
+        pending = state.asked_at is not None and (last_quiet is None or state.asked_at >= last_quiet)
         plan = stall.plan(waiting, state.config.threshold, covered, stacks_age,
-                          None if state.asked_at is None else now - state.asked_at)
+                          now - state.asked_at if pending and state.asked_at is not None else None)
         take = take or plan.take_stacks
         if plan.diagnose:
             verdicts.stalled(state, waiting, now, wall, out, run)

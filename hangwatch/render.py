@@ -51,7 +51,7 @@ def event_line(kind: str, text: str, at: float | None = None) -> str:
 
 def rank_line(r: RankView) -> str:
     r = shown_data(r)
-    what = r.op if r.state == "collective" else r.state
+    what = r.op if r.state == "collective" else f"importing {r.op}" if r.state == "importing" and r.op else r.state
     where = f" at {r.frame}" + (f" ({r.function})" if r.function else "") if r.frame else ""
     extra = f", {r.exit}" if r.exit else ""
     return (f"{r.label:<8} {r.node}:{r.pid:<8} {what}{where}; CPU {r.cpu:.0f}%, idle {r.idle_for:.0f} s"

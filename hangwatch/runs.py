@@ -119,9 +119,8 @@ class Over:
     ranks: tuple[Who, ...]               # every rank followed, in order
     failed: tuple[Who, ...] = ()         # those that did not exit 0 (a signal, a code)
     unknown: tuple[Who, ...] = ()        # those whose exit no one read (their parent collected it first)
-    alone: tuple[Who, ...] = ()          # ranks of a world of more than one that never held a TCP socket
-                                         # (counted: none; a rank without one is counted every sample, so
-                                         # one it opened later shows): no process group, each trained alone
+    alone: tuple[Who, ...] = ()          # ranks of a world of more than one that imported torch and never
+                                         # held a TCP socket (never_connected): each trained alone
 
     @property
     def finished(self) -> bool:
@@ -147,8 +146,25 @@ def over(state: State) -> Over | None:
     return Over(tuple(keys), tuple(sorted(t.key for t in tracks if t.exit_status is not None
                                           and not t.exit_status.ok)),
                 tuple(sorted(t.key for t in tracks if t.exit_status is None)),
-                tuple(sorted(t.key for t in tracks if (t.view.world_size or 0) > 1 and not t.talked
-                             and t.alone_since is not None and not t.endpoints)))
+                never_connected(state))
+
+
+def ran_no_collective(state: State) -> tuple[Who, ...]:
+    """The ranks never_connected whose own record of their end (PID.end, which --launch's bootstrap
+    writes) says they ran not one collective (their Flight Recorder, kept after
+    destroy_process_group): what a launch fails on. Connections are counted each second, and a
+    short run's group can live between two counts; its record cannot miss it."""
+    keys = set(never_connected(state))
+    return tuple(sorted(t.key for t in state.ranks.values() if t.key in keys and isinstance(t.ending, dict)
+                        and t.ending.get("collectives") == 0))
+
+
+def never_connected(state: State) -> tuple[Who, ...]:
+    """The ranks of a world of more than one that imported torch and never held a TCP socket
+    (counted: none; a rank without one is counted every sample, so one it opened later shows): no
+    process group, each trained alone. Launch and attach judge a run's end by this one rule."""
+    return tuple(sorted(t.key for t in state.ranks.values() if (t.view.world_size or 0) > 1 and t.torch
+                        and not t.talked and t.alone_since is not None and not t.endpoints))
 
 
 def none_found(state: State) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ unseen. Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -19,7 +19,7 @@ from .model import RankStatus as S
 from .who import Who
 
 # "running": it has used CPU since its stack was taken. Whatever it does, it is not stuck.
-WORKING = (S.COMPUTING, S.COMPILING, S.LOADING_DATA, S.SAVING, S.RUNNING)
+WORKING = (S.COMPUTING, S.COMPILING, S.IMPORTING, S.LOADING_DATA, S.SAVING, S.RUNNING)
 WAITING = (S.COLLECTIVE, S.GPU_WAIT)
 
 
@@ -38,11 +38,18 @@ class Stall:
     idle_share: float | None = None           # the share of the last `idle_span` s the waiting ranks spent idle
     idle_span: int | None = None
     notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
+    find_groups: Callable[[], tuple[frozenset[Who], ...]] = tuple   # the groups below, found when asked
 
     @cached_property
     def evidence(self) -> tuple[Evidence, ...]:
         """Every rank's evidence, by key: the verdict's `evidence`."""
         return tuple(e for _, e in sorted(self.ranks.items()))
+
+    @cached_property
+    def groups(self) -> tuple[frozenset[Who], ...]:
+        """Ranks that share a process group of their own, as their connections show
+        (meshes.shared_groups): read only by the rule that needs it."""
+        return self.find_groups()
 
     def where(self, *states: S) -> dict[Who, Evidence]:
         return {k: e for k, e in self.ranks.items() if e.state in states}

@@ -21,6 +21,14 @@ GONE, SILENT = "is gone", "went silent"      # how a node's agent was lost (Stat
 MESSAGES = 200            # notices kept (the snapshot shows the last 20)
 
 
+@dataclass(frozen=True)
+class Withheld:
+    """A rank's Python frames held back for their native ones."""
+    taken: float                      # when they were taken (their ask's time)
+    dump: list
+    seen: float                       # when they came
+
+
 @dataclass
 class Track:
     """One rank as the watcher follows it: its view, and the evidence the verdicts read."""
@@ -33,6 +41,7 @@ class Track:
     idle_since: float | None = None   # since when it has made no progress (no CPU of its own or its
                                       # helpers', or a wait its stacks show unchanged while it spins)
     busy_at: float | None = None      # the last sample that used CPU
+    quiet_at: float | None = None     # the last sample in which it used none (its own and its helpers')
     moved: int = 0                    # bytes it read or wrote since idle_since
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
@@ -42,6 +51,8 @@ class Track:
     dump: list | None = None
     dump_error: str | None = None
     stack_at: float | None = None     # when the stack in hand was taken (no earlier than this)
+    withheld: Withheld | None = None  # Python frames newer than the stack in hand, held back: their native
+                                      # frames follow (the stack in hand is older)
     last_wait: tuple | None = None    # (where it waited, when first seen there) from its stacks, while it spins
     sockets: protocol.SocketQueues | None = None
     # its end
@@ -54,6 +65,8 @@ class Track:
     oom: bool | None = None
     stopped_by: str | None = None     # the launcher that began stopping its node before it ended
     endpoints: frozenset[str] = frozenset()   # every local "ip:port" its TCP sockets had (kept after it ended)
+    links: frozenset[tuple[str, str]] = frozenset()   # its established connections (local, remote) when
+                                                      # last counted: the meshes of its process groups
     leaving: bool | None = None       # it had closed connections of its own when a rank of its node first
                                       # ended (None: not known)
     # connections
@@ -158,6 +171,13 @@ class State:
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding
     asked_at: float | None = None
+    asks: dict[int, float] = field(default_factory=dict)     # the id each ask's answers carry -> when it was asked
+    gpu_nodes: set[str] = field(default_factory=set)    # nodes whose agent reads GPUs (NVML): a busy rank
+                                                        # there may spin on its GPU in C++
+    native_due: set[str] = field(default_factory=set)   # nodes that sent Python frames whose native frames
+                                                         # follow (a stall's staged answer)
+    bundles_due: list[tuple[float, Diagnosis]] = field(default_factory=list)   # hangs named while native frames
+                                            # were due: each bundle waits for them (verdicts.bundle_when_complete)
     reported: set[Said] = field(default_factory=set)         # what was said, so each verdict is said once
     exit_check_at: float | None = None  # judge the ends once they have settled
     heard: dict[str, float] = field(default_factory=dict)    # node -> when its agent last said anything

@@ -87,6 +87,8 @@ def _deadlock(d: Diagnosis) -> str:
 def _skipped_group(d: Diagnosis) -> str:
     """"rank 1 never entered all_reduce #7 of group [0,1], where rank 0 waits; rank 1 waits in
     all_reduce #12 of the default group (hang_train.py:190)"."""
+    if d.group is None:
+        return _skipped_group_by_connections(d)
     joined = sequence.by_group(d.evidence)
     group = joined.get(d.group or "")
     by = by_key(d)
@@ -101,6 +103,26 @@ def _skipped_group(d: Diagnosis) -> str:
             elsewhere.append(f"{e.label} waits in {g.op} #{g.seq} of {_group_name(g.group, members)}"
                              + (f" ({e.frame})" if e.frame else ""))
     return f"{who(d.culprits)} never entered {there}{waiting}" + "".join(f"; {w}" for w in elsewhere)
+
+
+def _skipped_group_by_connections(d: Diagnosis) -> str:
+    """"rank 1 never entered all_reduce of group [0,1] (hang_train.py:188), where rank 0 waits;
+    rank 1 waits in all_reduce at hang_train.py:150 (train_step) with ranks 2,3 (the group is
+    the ranks' own: a second mesh of Gloo connections joins its members)"."""
+    by = by_key(d)
+    members = set(d.group_ranks)
+    inside = [e for e in d.evidence if e.key in members and e.key not in d.culprits and e.state is S.COLLECTIVE]
+    there = f"{inside[0].op} of group [{','.join(map(str, d.group_ranks))}]" if inside else \
+        f"a collective of group [{','.join(map(str, d.group_ranks))}]"
+    frame = f" ({inside[0].frame})" if inside and inside[0].frame else ""
+    elsewhere = [by[k] for k in d.culprits]
+    others = sorted({e.key for e in d.evidence if e.key not in members and elsewhere and e.frame == elsewhere[0].frame},
+                    key=str)
+    away = f"; {who(d.culprits)} {'waits' if len(d.culprits) == 1 else 'wait'} in {describe(elsewhere[0])}" + \
+        (f" with {who(others)}" if others else "") if elsewhere else ""
+    return (f"{who(d.culprits)} never entered {there}{frame}, where {wait([e.key for e in inside])}{away} (their "
+            "connections show the group: a second mesh of Gloo connections joins its members; no Flight Recorder "
+            "numbers its collectives)")
 
 
 def _group_name(group: str | None, members) -> str:
@@ -232,7 +254,7 @@ def _launchers(d: Diagnosis) -> str:
         for e in d.evidence:
             if e.node_rank is not None:
                 claims.setdefault(e.node_rank, []).append(e.node)
-        twice = "; ".join(f"{' and '.join(nodes)} both claim node rank {r}" for r, nodes in sorted(claims.items())
+        twice = "; ".join(f"{' and '.join(sorted(nodes))} both claim node rank {r}" for r, nodes in sorted(claims.items())
                           if len(nodes) > 1)
         return (f"the torchruns of the run at {d.store} number their nodes wrong: {twice} (of {d.world or '?'}), so "
                 f"node rank{'s' if len(d.node_ranks) > 1 else ''} {missing} never comes and no rank starts "

@@ -12,7 +12,7 @@ from dataclasses import replace
 from node import protocol
 from node.store import READ_TIMEOUT
 
-from . import ended, stall
+from . import ended, meshes, stall
 from .diagnose import Hold, decide
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
@@ -59,7 +59,7 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
                  store_coming=_store_coming(state, seen, tracks, now), planned=state.config.planned,
                  endless=state.config.endless, quiet=_quiet(state, seen, tracks, now),
                  idle_share=share[0] if share else None, idle_span=share[1] if share else None,
-                 notes=state.config.notes)
+                 notes=state.config.notes, find_groups=lambda: meshes.shared_groups(tracks))
 
 
 def _wait_share(state: State, seen: dict[Who, Evidence]) -> tuple[float, int] | None:
@@ -122,6 +122,10 @@ def launchers_waiting(state: State, now: float, wall: float, out: list[Effect]) 
                                                          node_ranks=tuple(found.node_ranks)))
 
 
+# A hang's bundle waits this long at most for the native frames on their way (py-spy takes seconds
+# to read libtorch's symbols on a loaded node; a node that never sends them is lost before this).
+NATIVE_WAIT = stall.ASK_TIMEOUT
+
 # -- saying it -----------------------------------------------------------------------------------
 
 def report(state: State, found: Diagnosis, waiting: float, wall: float, out: list[Effect], said: Said,
@@ -140,10 +144,26 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     snap = replace(snapshot(state, wall), diagnosis=reported)
     if found.kind.is_hang:
         out.append(Say(Event(EventKind.DIAGNOSIS, snapshot=snap, verdict=reported)))
-        out.append(WriteBundle(snap, details(state)))
+        if state.native_due:
+            state.bundles_due.append((wall, reported))     # written with the native frames on their way
+        else:
+            out.append(WriteBundle(snap, details(state)))
     else:
         kind = EventKind.STRAGGLER if found.kind is Kind.STRAGGLER else EventKind.NOTICE
         out.append(Say(Event(kind, snapshot=snap, verdict=reported)))
+
+
+def bundle_when_complete(state: State, wall: float, out: list[Effect]) -> None:
+    """A hang named from Python frames while native frames were still coming (a stall's staged
+    answer: the reducer's wait in C++ under backward(), a recv's native frames) is said at once;
+    its bundle is written once they have come, or a lost node will send none, or NATIVE_WAIT has
+    passed: the bundle keeps the stacks the verdict stands on and the native frames behind them."""
+    for due in list(state.bundles_due):
+        named_at, reported = due
+        if state.native_due and wall - named_at < NATIVE_WAIT:
+            continue
+        state.bundles_due.remove(due)
+        out.append(WriteBundle(replace(snapshot(state, wall), diagnosis=reported), details(state)))
 
 
 def consequence(state: State, run: int | None) -> bool:

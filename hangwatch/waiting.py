@@ -133,7 +133,11 @@ def all_waiting(s: Stall) -> Diagnosis | None:
     lines = {e.frame for e in named.values()}
     if len(named) == len(waiting) and None not in lines and len(lines) > 1:
         # The same collective at different lines of the training: not one collective. Who diverged
-        # (a subgroup's collective, a collective only some ranks call) the places alone cannot say.
+        # (a subgroup's collective, a collective only some ranks call) the places alone cannot say;
+        # the groups the ranks' connections show can.
+        skipped = skipped_by_connections(s, named)
+        if skipped is not None:
+            return skipped
         return Diagnosis(kind=Kind.MISMATCH, candidates=tuple(sorted(waiting)), reason=Reason.DIFFERENT_COLLECTIVE,
                          certainty=Certainty.UNSURE, evidence=evidence, causes=CAUSES[Reason.DIFFERENT_COLLECTIVE],
                          unknown_why=APART)
@@ -144,6 +148,33 @@ def all_waiting(s: Stall) -> Diagnosis | None:
     if all(e.moved for e in waiting.values()):
         return Diagnosis(kind=Kind.SLOW, reason=Reason.LINK, evidence=evidence)
     return Diagnosis(kind=Kind.NETWORK_STALL, reason=Reason.LINK, evidence=evidence, causes=CAUSES[Reason.LINK])
+
+
+def skipped_by_connections(s: Stall, named: Mapping[Who, Evidence]) -> Diagnosis | None:
+    """Every rank waits in the same collective, at different lines, and no Flight Recorder says
+    which group each is in: a line where only members of one subgroup wait (their connections
+    show the group: meshes.shared_groups), while its other members wait at another line, with
+    ranks outside it. Two calls of one group's collective would have met, whatever their lines;
+    so the ones there wait in the subgroup's, and its members elsewhere never entered it. Likely,
+    never certain: a member that called one more of the subgroup's collectives looks the same."""
+    at: dict[str | None, set[Who]] = {}
+    for key, e in named.items():
+        at.setdefault(e.frame, set()).add(key)
+    found = []
+    for group in s.groups:
+        if len(group) >= len(s.ranks):
+            continue
+        for frame, there in at.items():
+            away = group - there
+            if there < group and away and all(named[k].frame != frame for k in away if k in named) \
+                    and all(k in named for k in away):
+                found.append((group, frame, away))
+    if len(found) != 1:
+        return None
+    group, _, away = found[0]
+    return Diagnosis(kind=Kind.MISMATCH, culprits=tuple(sorted(away)), reason=Reason.SKIPPED_GROUP,
+                     certainty=Certainty.LIKELY, evidence=s.evidence, causes=CAUSES[Reason.SKIPPED_GROUP],
+                     group_ranks=tuple(sorted(k for k in group if isinstance(k, int))))
 
 
 def _on_gpu(s: Stall, on_gpu: list[Who]) -> Diagnosis:

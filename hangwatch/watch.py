@@ -18,13 +18,14 @@ from dataclasses import dataclass, replace
 from node import protocol, pyspy
 from transport import Node, NodeError
 
-from . import ended, reducer, runs, stall
+from . import alone, ended, reducer, runs, stall
 from .events import Event
 from .inputs import Effect, Input
 from .links import LEASE, AgentLink
 from .model import Diagnosis, Snapshot
 from .render import event_text
 from .source import Source
+from .who import Who
 
 COPY_WAIT = 30.0          # seconds the watch's end waits for a py-spy still being copied
 # A file that gets one line per input the reducer takes and what it returned (its time, the input,
@@ -268,6 +269,21 @@ class Watcher(Source):
         """The run followed is over (runs.over): every rank ended and judged, its torchruns leaving."""
         with self.lock:
             return runs.over(self.state)
+
+    def never_connected(self) -> tuple[Who, ...]:
+        """The ranks that imported torch and never joined a process group (runs.never_connected)."""
+        with self.lock:
+            return runs.never_connected(self.state)
+
+    def ran_no_collective(self) -> tuple[Who, ...]:
+        """The ranks never connected whose own end record says they ran no collective."""
+        with self.lock:
+            return runs.ran_no_collective(self.state)
+
+    def alone_verdict(self) -> Diagnosis | None:
+        """The verdict on a run whose every rank exited 0, none connected and none ran a collective."""
+        with self.lock:
+            return alone.at_end(self.state, self.clock(), self.wall(), set(runs.ran_no_collective(self.state)))
 
     def none_found(self) -> tuple[str, ...]:
         """The watched nodes, when every one has been scanned a few times and nothing was found."""

@@ -50,6 +50,8 @@ def describe(e: Evidence) -> str:
         return f"waiting on its GPU ({e.op}){at(e)}"
     if e.state is S.EXITED:
         return f"exited ({e.exit or 'its code unread'})"
+    if e.state is S.IMPORTING and e.op:
+        return f"importing {e.op}{at(e)}"
     return f"{e.op if e.state is S.COLLECTIVE else e.state.value}{at(e)}"
 
 

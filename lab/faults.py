@@ -47,8 +47,14 @@ def ephemeral_range(node: Node) -> tuple[int, int]:
     return int(text[0]), int(text[1])
 
 
-def _drop_ephemeral(node: Node, table: str, exempt_lo: bool) -> list[dict]:
+FAMILIES = {"ipv4": "meta nfproto ipv4 ", "ipv6": "meta nfproto ipv6 "}
+
+
+def _drop_ephemeral(node: Node, table: str, exempt_lo: bool, family: str | None = None) -> list[dict]:
     low, high = ephemeral_range(node)
+    if family is not None and family not in FAMILIES:
+        raise LabError(f"firewall's parameter {family!r} is not one of {', '.join(FAMILIES)} (or none: both)")
+    only = FAMILIES.get(family or "", "")
     # Answers and ssh pass, new inbound connections to the ephemeral range (where Gloo
     # listens) are dropped silently, not refused.
     rules = f"""
@@ -58,7 +64,7 @@ table inet {table} {{
     ct state established,related accept
     {'iifname "lo" accept' if exempt_lo else ''}
     tcp dport 22 accept
-    tcp dport {low}-{high} ct state new drop
+    {only}tcp dport {low}-{high} ct state new drop
   }}
 }}
 """
@@ -67,8 +73,9 @@ table inet {table} {{
 
 
 def _firewall(state: LabState, node: Node, param: str | None) -> list[dict]:
-    # Like a default ufw, which accepts everything on lo first.
-    return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True)
+    # Like a default ufw, which accepts everything on lo first; PARAM ipv4 or ipv6: that family only
+    # (ip6tables and iptables are two rulesets: one of them is often forgotten).
+    return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True, family=param)
 
 
 def _firewall_self(state: LabState, node: Node, param: str | None) -> list[dict]:
@@ -151,16 +158,26 @@ table inet {LOSSY_TABLE} {{
 DEAD_IFACE = "eth1"
 
 
+def _toward(state: LabState, node: Node, param: str | None, fault: str) -> Node:
+    """The node a route fault leads toward: the peer its param names, else the master."""
+    target = state.nodes[0] if param is None else next((n for n in state.nodes if n.name == param), None)
+    if target is None:
+        raise LabError(f"{fault}@{node.name}:{param}: no node {param!r} in this lab "
+                       f"({', '.join(n.name for n in state.nodes)})")
+    if target.name == node.name:
+        raise LabError(f"{fault}@{node.name}: a node's route to itself is local, not one; give a worker and another "
+                       f"node, e.g. {fault}@worker1 (toward the master) or {fault}@worker1:worker2")
+    return target
+
+
 def _dead_route(state: LabState, node: Node, param: str | None) -> list[dict]:
     # A second interface whose link is gone (a veth whose other end is down: no carrier), and a
-    # host route to the master through it, as a stale VPN or a pulled cable leaves one: the kernel
-    # still picks it (linkdown), and every connection to the master goes nowhere.
-    master = state.nodes[0]
-    if node.name == master.name:
-        raise LabError("dead-route: the master's own route to itself is not one; give a worker, e.g. dead-route@worker1")
+    # host route to the master (or the peer PARAM names) through it, as a stale VPN or a pulled
+    # cable leaves one: the kernel still picks it (linkdown), and every connection there goes nowhere.
+    target = _toward(state, node, param, "dead-route")
     ip_batch([f"link add {DEAD_IFACE} type veth peer name {DEAD_IFACE}p",
               f"link set {DEAD_IFACE} up",
-              f"route add {master.ipv4}/32 dev {DEAD_IFACE}"], netns=node.netns)
+              f"route add {target.ipv4}/32 dev {DEAD_IFACE}"], netns=node.netns)
     return [{"kind": "link", "netns": node.netns, "name": DEAD_IFACE}]
 
 
@@ -168,27 +185,24 @@ RP_IFACE = "eth1"
 
 
 def _rp_filter(state: LabState, node: Node, param: str | None) -> list[dict]:
-    # A direct cable from the node to the master (eth1, a veth whose other end is in the master,
-    # up, carrying), and a host route to the master through it on the node alone: the node sends to
-    # the master over the cable while the master still reaches it on the LAN (eth0). A strict
-    # reverse-path filter on the node drops all the master sends there (its ARP requests too): the
-    # route back to the sender goes out eth1. Loose mode, or the route gone, lets it through.
-    master = state.nodes[0]
-    if node.name == master.name:
-        raise LabError("rp-filter: the master's own route to itself is not asymmetric; give a worker, "
-                       "e.g. rp-filter@worker1")
+    # A direct cable from the node to the master, or to the peer PARAM names (eth1, a veth whose
+    # other end is in that node, up, carrying), and a host route to it through that cable on the
+    # node alone: the node sends to it over the cable while it still reaches the node on the LAN
+    # (eth0). A strict reverse-path filter on the node drops all it sends there (its ARP requests
+    # too): the route back to the sender goes out eth1. Loose mode, or the route gone, lets it through.
+    target = _toward(state, node, param, "rp-filter")
     if any(f.node == node.name and f.kind == "dead-route" for f in state.faults):
         raise LabError(f"rp-filter@{node.name}: dead-route@{node.name} holds {RP_IFACE} there; clear it first")
     keys = ["net.ipv4.conf.all.rp_filter", f"net.ipv4.conf.{node.iface}.rp_filter"]
     undo = [{"kind": "sysctl", "netns": node.netns, "key": key, "value": _sysctl(node.netns, key)} for key in keys]
     peer = f"to-{node.name}"[:15]
     undo.append({"kind": "link", "netns": node.netns, "name": RP_IFACE})     # its other end goes with it
-    ip_batch([f"link add {RP_IFACE} type veth peer name {peer} netns {master.netns}"], netns=node.netns)
+    ip_batch([f"link add {RP_IFACE} type veth peer name {peer} netns {target.netns}"], netns=node.netns)
     try:
         # No addresses on the link (no IPv6 link-local either): the node sends from its LAN address.
         ip_batch([f"link set {RP_IFACE} addrgenmode none", f"link set {RP_IFACE} up",
-                  f"route add {master.ipv4}/32 dev {RP_IFACE}"], netns=node.netns)
-        ip_batch([f"link set {peer} addrgenmode none", f"link set {peer} up"], netns=master.netns)
+                  f"route add {target.ipv4}/32 dev {RP_IFACE}"], netns=node.netns)
+        ip_batch([f"link set {peer} addrgenmode none", f"link set {peer} up"], netns=target.netns)
         run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w",
              *(f"{key}=1" for key in keys), f"net.ipv4.conf.{RP_IFACE}.rp_filter=1"])
     except LabError:       # what was made goes again, so the fault is all there or not at all
@@ -270,7 +284,8 @@ def _shards(state: LabState, node: Node, param: str | None) -> list[dict]:
 
 FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("firewall", "002", "nftables drops new inbound TCP to the node's ephemeral ports "
-              "(ssh and established traffic pass), like a default ufw", _firewall),
+              "(ssh and established traffic pass), like a default ufw; PARAM ipv4 or ipv6: that family only",
+              _firewall),
     FaultKind("firewall-self", "002, ranks on one node", "like firewall, without exempting lo: the node's own new "
               "connections to its ephemeral ports (to its LAN address too) are dropped, so its ranks cannot "
               "connect to each other", _firewall_self),
@@ -279,11 +294,12 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("wifi", "001, 004", f"renames the LAN interface to {WIFI_IFACE} and shapes it both "
               "ways with tc tbf (default 50mbit)", _wifi, DEFAULT_WIFI_RATE),
     FaultKind("dead-route", "none: issue 26", f"adds {DEAD_IFACE} (a veth whose other end is down: no carrier) and a "
-              "host route to the master through it: the kernel picks it and the node's connections to the master go "
-              "nowhere", _dead_route),
-    FaultKind("rp-filter", "none: issue 26", f"adds {RP_IFACE} (a direct link to the master) and a host route to "
-              "the master through it, and makes the node's reverse-path filter strict (rp_filter 1): the master's "
-              "packets still arrive on the LAN interface, and the node drops them", _rp_filter),
+              "host route to the master (or to the node PARAM names: dead-route@worker1:worker2) through it: the kernel "
+              "picks it and the node's connections there go nowhere", _dead_route),
+    FaultKind("rp-filter", "none: issue 26", f"adds {RP_IFACE} (a direct link to the master, or to the node PARAM "
+              "names: rp-filter@worker1:worker2) and a host route to it through that link, and makes the node's "
+              "reverse-path filter strict (rp_filter 1): that node's packets still arrive on the LAN interface, and "
+              "the node drops them", _rp_filter),
     FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
               "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "

@@ -86,10 +86,13 @@ class LaunchResult:
                                        # with none that was never judged is judged by the summary, by the same rule
     notes: list[str] = field(default_factory=list)
     logs_error: str | None = None      # why the logs stopped before the end ("No space left on device")
+    alone: tuple[int, ...] = ()        # every rank exited 0 but none ever joined a process group (hangwatch's
+                                       # runs.ran_no_collective: no connection, no collective): each trained alone
 
     @property
     def ok(self) -> bool:
-        return bool(self.ranks) and all(r.ok for r in self.ranks) and not any(n.error for n in self.nodes)
+        return bool(self.ranks) and all(r.ok for r in self.ranks) and not any(n.error for n in self.nodes) \
+            and not self.alone
 
     @property
     def exit_code(self) -> int:
@@ -103,7 +106,7 @@ class LaunchResult:
         return {"ok": self.ok, "exit_code": self.exit_code, "stop_reason": self.stop_reason,
                 "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
                 "log_dir": self.log_dir, "logs_complete": self.logs_error is None, "logs_error": self.logs_error,
-                "port_free": self.port_free, "notes": list(self.notes),
+                "port_free": self.port_free, "notes": list(self.notes), "alone": list(self.alone),
                 "verdict": self.verdict.to_json() if self.verdict is not None else None,
                 "nodes": [asdict(n) for n in self.nodes],
                 "ranks": [{**asdict(r), "outcome": r.outcome()} for r in self.ranks]}
@@ -169,7 +172,12 @@ def render(result: LaunchResult, port: int, master: str) -> str:
     else:
         first_node = next((x for x in result.nodes if x.node == result.first_failure), None)
         stopped = "; every node was stopped" if result.stop_reason else ""
-        if verdict is not None and verdict.named and verdict.kind is not Kind.EXITED and result.stop_reason:
+        if result.alone:
+            lines.append(f"training failed: the {n} ranks exited with code 0, but none ever joined a process group: "
+                         f"each imported torch, ran not one collective (its Flight Recorder) and was seen with no "
+                         f"TCP connection to the store or a peer, so each trained alone (WORLD_SIZE {n}; "
+                         f"init_process_group skipped?) ({result.seconds:.1f} s)")
+        elif verdict is not None and verdict.named and verdict.kind is not Kind.EXITED and result.stop_reason:
             # Nothing failed on its own: the run was stopped (--stop-on-hang, Ctrl-C, a quit) while
             # the hang hangwatch named stood; that hang is the run's verdict.
             lines.append(f"training stopped ({result.stop_reason}): every node was stopped")

@@ -52,6 +52,54 @@ class Line:
         return int(found.group(1)) if found else None
 
 
+class Tee:
+    """One node's stream of torchrun's `--tee` lines, each rank's lines whole again. torchrun's
+    tail reads a rank's log file a line at a time, and at the file's end takes what is there: a
+    rank whose output is block-buffered (print() into a pipe or file: 8 KiB at a time) is often
+    caught mid-line, and the rest of that line comes later under the same prefix, so the stream
+    holds "[default0]:line 0 0012[default0]:34 xxx" (3 of 100,000 lines in one CI run). A prefix
+    of the same role inside a line begins another part: the part before it is kept for its rank
+    until that rank's line ends. Lines without a prefix (torchrun's own, the node's) pass as they
+    are. A rank that itself prints such a prefix inside a line is cut there as well: the stream
+    cannot tell the two apart. Fed from the node's one reader thread."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, str] = {}      # "[default0]:" -> the start of a line not yet ended
+
+    def feed(self, raw: str) -> list[str]:
+        """The whole lines this raw line completes, each with its prefix."""
+        found = TEE_PREFIX.match(raw)
+        if not found:
+            return [raw]
+        role = found.group(1)
+        inner = re.compile(r"\[" + re.escape(role) + r"\d+\]:")
+        parts = []
+        at = 0
+        while True:
+            head = inner.match(raw, at)
+            if head is None:          # not a prefix where one must be: the rest is this part's
+                break
+            following = inner.search(raw, head.end())
+            end = following.start() if following else len(raw)
+            parts.append((head.group(0), raw[head.end():end], following is None))
+            if following is None:
+                break
+            at = end
+        out = []
+        for prefix, text, ended in parts:
+            if ended:
+                out.append(prefix + self.pending.pop(prefix, "") + text)
+            else:
+                self.pending[prefix] = self.pending.get(prefix, "") + text
+        return out
+
+    def rest(self) -> list[str]:
+        """What the stream ended in the middle of: each rank's unended line, as it is."""
+        out = [prefix + text for prefix, text in self.pending.items()]
+        self.pending.clear()
+        return out
+
+
 def parse(node: str, node_rank: int, nproc_per_node: int, raw: str, now: float) -> Line:
     found = TEE_PREFIX.match(raw)
     if found:

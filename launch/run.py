@@ -25,7 +25,7 @@ from transport import RunningJob
 
 from .ends import judge
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
-from .output import Line, NodeLogs, parse
+from .output import Line, NodeLogs, Tee, parse
 from .plan import NodePlan, Plan
 
 NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
@@ -58,6 +58,7 @@ class Launch:
         self.log_dir = Path(log_dir) if log_dir else None
         self.check_port = check_port
         self.on_line: list[Callable[[Line], None]] = []
+        self._tees: dict[str, Tee] = {}       # node -> its torchrun --tee stream (launch/output.py)
         self.on_end: list[Callable[[LaunchResult], None]] = []
         self.on_logs_failed: list[Callable[[str], None]] = []
         self.on_stopping: list[Callable[[str | None, float, str], None]] = []
@@ -196,6 +197,16 @@ class Launch:
             if isinstance(data, dict):
                 self._marker(node, data)
             return
+        for whole in self._tee(node).feed(raw):
+            self._one_line(node, whole)
+
+    def _tee(self, node: NodePlan) -> Tee:
+        tee = self._tees.get(node.node)
+        if tee is None:
+            tee = self._tees[node.node] = Tee()
+        return tee
+
+    def _one_line(self, node: NodePlan, raw: str) -> None:
         line = parse(node.node, node.node_rank, self.plan.nproc_per_node, raw, time.time())
         if line.rank is None and not line.text.strip():
             return
@@ -294,6 +305,8 @@ class Launch:
 
     def _watch(self, node: NodePlan, job) -> None:
         result = job.wait()
+        for rest in self._tee(node).rest():      # a rank's last line, never ended
+            self._one_line(node, rest)
         with self._lock:
             state = self.nodes[node.node]
             state.exit, state.signal = result.exit, result.signal

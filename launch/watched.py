@@ -97,9 +97,17 @@ class WatchedLaunch:
         try:
             if result is not None and not result.ok:
                 self.watcher.settle()
+            elif result is not None:
+                # Every rank exited 0: a run whose ranks never joined a process group still failed
+                # (each trained alone), however short: no connection seen (the rule attach ends by,
+                # runs.never_connected) and, by each rank's own record, not one collective run.
+                alone = self.watcher.ran_no_collective()
+                if result.ranks and {r.rank for r in result.ranks} <= set(alone):
+                    result.alone = tuple(sorted(r.rank for r in result.ranks))
+                    self.launch.add_verdict(self.watcher.alone_verdict())
         finally:
             self.watcher.close()
-        if result is not None:
+        if result is not None and not result.alone:
             self.launch.add_verdict(self.verdict(result))
         return result
 
@@ -112,7 +120,7 @@ class WatchedLaunch:
         self.said.heard(event)
         if event.verdict is not None and event.verdict.kind is Kind.ALONE:
             # The summary repeats that the ranks never connected: the run may say "training finished".
-            self.launch.note("alone", f"but the ranks never exchanged a byte: {event.text}")
+            self.launch.note("alone", f"hangwatch: {event.text}")
         elif event.connected:
             self.launch.note("alone", None)             # they connected after all
         if self.on_event is not None:

@@ -20,7 +20,8 @@ Lines out (AGENT + JSON), as node/protocol.py types them:
   readable) and "children_cpu" (% of a core its descendants used, from the parent map of the
   scan that finds the ranks; only with descendants), both kept by keeper.py; its "tcp" (established
   connections) and "torch" (torch's library is mapped in it: /proc/PID/maps) in one sample of
-  CONNECTIONS_EVERY, and its "endpoints" when they changed;
+  CONNECTIONS_EVERY, and its "endpoints" (local "ip:port" of every socket) and "links" (its
+  established connections, [local, remote]) when they changed;
 - asked for in a stall, first {"type": "stacks", "t", "id", "stacks", "partial": [pids]} when some
   ranks' Python frames need native ones under them: those pids' stacks are Python frames alone,
   and their native frames come in the message below, with the same id;
@@ -84,10 +85,13 @@ class Agent:
         self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
         self.last_stacks = 0.0
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
+        self.reading = collections.Counter()   # pid -> py-spy dumps of it running now (each suspends it)
+        self.read_until: dict = {}             # pid -> when the last dump of it ended (monotonic)
         self.dumping_lock = threading.Lock()
         self.waits = {}               # pid -> its main thread's blocking system call at the last sample
         self.held = {}                # pid -> the most TCP sockets it held at a count
         self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
+        self.links = {}               # pid -> its established connections (local, remote) when last counted
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
         self.torch = set()            # pids that have torch's library mapped (it imported torch)
         self.ended_at = None          # when a rank of this node last ended (monotonic)
@@ -134,14 +138,14 @@ class Agent:
                 # Asleep in the kernel (time.sleep): its Python frames say where; native frames,
                 # slow to take, would add nothing.
                 asleep = staged and self.waits.get(p) == {"call": "sleep"}
-                dump = pyspy.dump(self.py_spy, p, False if staged else how)
+                dump = self.dump(p, False if staged else how)
                 if staged and not asleep and isinstance(dump, list) and not pyspy.in_distributed(dump):
                     deeper.append(p)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
                 out[str(p)] = dump
 
             def native_of(p):
-                dump = pyspy.dump(self.py_spy, p, True)
+                dump = self.dump(p, True)
                 if isinstance(dump, list):  # an error keeps the Python frames in hand
                     loops.annotate(dump)
                     out[str(p)] = dump
@@ -175,6 +179,23 @@ class Agent:
         reading = self.read_stores(message, request_id, out)
         if reading is not None:
             reading.join()
+
+    def dump(self, pid, native):
+        """One py-spy dump of a rank, counted: py-spy suspends the rank while it reads (seconds, for
+        native frames on a loaded node), and the samples taken meanwhile say so (`held`)."""
+        with self.dumping_lock:
+            self.reading[pid] += 1
+        try:
+            return pyspy.dump(self.py_spy, pid, native)
+        finally:
+            with self.dumping_lock:
+                self.reading[pid] -= 1
+                self.read_until[pid] = time.monotonic()
+
+    def read_since(self, pid, since) -> bool:
+        """A dump of it ran at some time since `since` (monotonic)."""
+        with self.dumping_lock:
+            return self.reading[pid] > 0 or self.read_until.get(pid, since - 1) >= since
 
     def read_stores(self, message: dict, request_id, dumps: dict):
         """Send this stacks message; in a stall (asked for), the stores of the ranks its stacks show
@@ -324,6 +345,8 @@ class Agent:
                 if rounds % CONNECTIONS_EVERY == 0 else {}
             rounds += 1
             endpoints = {pid: {s.local for s in mine} for pid, mine in sockets.items()}
+            links = {pid: {(s.local, s.remote) for s in mine if s.state == proc.ESTABLISHED}
+                     for pid, mine in sockets.items()}
             if counting:
                 # The most it has held: a rank on its way out closes them, and that must still show.
                 for pid, mine in sockets.items():
@@ -350,6 +373,8 @@ class Agent:
                 state = None if st.state == "t" and self.dumping[pid] > 0 else st.state
                 sample = {"pid": pid, "rank": info["rank"], "state": state, "threads": proc.threads(pid),
                           "wchan": proc.wchan(pid)}
+                if before is not None and self.read_since(pid, before[0]):
+                    sample["held"] = True
                 # Its main thread's system call (a sleep, a socket...), while asleep: kept for the
                 # stacks, which need not read it again.
                 waits = blocked.waits_in(pid, tables) if st.state == "S" else None
@@ -370,6 +395,11 @@ class Agent:
                 if pid in endpoints and endpoints[pid] != self.endpoints.get(pid):
                     self.endpoints[pid] = endpoints[pid]
                     sample["endpoints"] = sorted(endpoints[pid])
+                if pid in links and links[pid] != self.links.get(pid):
+                    # Which rank each connection joins it to: a Gloo process group is a mesh of
+                    # connections, one per pair of its members, so a subgroup shows as a second one.
+                    self.links[pid] = links[pid]
+                    sample["links"] = sorted(list(link) for link in links[pid])
                 if before:
                     dt = max(now - before[0], 1e-6)
                     sample["cpu"] = round(100 * (cpu - before[1]) / dt, 1)
@@ -415,9 +445,13 @@ class Agent:
             for pid in [p for p in self.held if p not in found]:
                 del self.held[pid]
                 self.endpoints.pop(pid, None)
+                self.links.pop(pid, None)
                 self.settled.discard(pid)
             for pid in [p for p in self.waits if p not in found]:
                 del self.waits[pid]
+            with self.dumping_lock:
+                for pid in [p for p in self.read_until if p not in found]:
+                    del self.read_until[pid]
             message = {"type": "sample", "t": time.time(), "ranks": samples, "gone": gone, "net": round(net, 1)}
             if self.ended_at is not None and time.monotonic() - self.ended_at < TIME_WAIT_LEN:
                 message["closures"] = closures(tables)

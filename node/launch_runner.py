@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 
-from . import flight, protocol, signing
+from . import flight, proc, protocol, signing
 from .private import write_file
 from .protocol import LAUNCH as MARKER
 
@@ -88,6 +88,9 @@ class Stop:
                     self.frozen.append(r["pid"])
                 except OSError:
                     pass    # it ended meanwhile: its exit says how
+            # Said once the kernel holds them: kill() returns before a rank has stopped (it stops
+            # when it next runs; on a loaded node, a while after).
+            held(self.frozen, FREEZE_BOUND)
             say("frozen", ranks=[r for r in running if r["pid"] in self.frozen])
 
     def release(self, pids):
@@ -102,6 +105,19 @@ class Stop:
 
 
 STOP = Stop()
+
+
+# A bound on the wait, not a judgement: a rank stops when it next returns to user space, and one in
+# the kernel's D state (a disk, a file system) only once that wait ends, which may be never.
+FREEZE_BOUND = 5.0
+
+
+def held(pids, bound) -> None:
+    """Wait until each of `pids` is stopped (/proc's state T) or gone, at most `bound` seconds."""
+    deadline = time.monotonic() + bound
+    while any((st := proc.stat(pid)) is not None and st.state not in ("T", "t", "Z", "X") for pid in pids) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def running_ranks(contexts):

@@ -9,7 +9,9 @@ listen:  bind `count` sockets on `address` port 0 (the kernel picks from the eph
          dropped while it listened (the kernel's IPReversePathFilter, None where not counted).
 connect: try every target at once, print RESULT [...]: open (token answered), refused (RST:
          nothing listens, no firewall), rejected (ICMP or a REJECT rule), filtered (silently
-         dropped until the timeout: a firewall), unreachable (no route), error."""
+         dropped until the timeout: a firewall), unreachable (no route), error; each with the
+         node's own route to the target's address (`route`: as the facts' route_to_master), read
+         once an address: where a path is dropped, the cause can be this node's route."""
 
 import errno
 import hmac
@@ -21,6 +23,7 @@ import threading
 import time
 
 from . import protocol
+from .facts.network import route_to
 from .proc import reverse_path_drops
 from .protocol import READY, RESULT
 
@@ -202,6 +205,12 @@ def connect(spec):
         t.start()
     for t in threads:
         t.join()
+    routes = {}       # one `ip route get` an address, after the dials (their timing is the kernel's alone)
+    for outcome in results:
+        address = outcome["address"]
+        if address not in routes:
+            routes[address] = route_to(address)
+        outcome["route"] = routes[address]
     protocol.emit(RESULT, results)
 
 

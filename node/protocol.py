@@ -198,6 +198,10 @@ class RankSample:
                                            # None: it has none, or the first sample that has some
     endpoints: Optional[tuple] = None  # its TCP sockets' local "ip:port", when they changed since it
                                        # was last counted (Gloo's pairs: which connection is whose)
+    links: Optional[tuple] = None    # its established connections ((local, remote) "ip:port"), when
+                                     # they changed since last counted: whose mesh joins it to whom
+    held: Optional[bool] = None      # the agent's py-spy held it (suspended to read its stack) during
+                                     # this sample: its CPU was not its own to use
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,9 @@ class SocketQueues:
     unsent: int = 0                  # tx_queue summed: sent, not yet acknowledged by the peer
     unread: int = 0                  # rx_queue summed: arrived, not yet read by the rank
     peer_closed: int = 0             # connections in CLOSE_WAIT: the peer closed, the rank did not
+    links: Optional[tuple] = None    # its established connections ((local, remote) "ip:port") as counted
+                                     # with its stack (an older agent's: not sent)
+    endpoints: Optional[tuple] = None  # its TCP sockets' local "ip:port", counted with them
 
 
 @dataclass(frozen=True)
@@ -329,9 +336,8 @@ def agent_message(data: dict):
         values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or ())
         values["reading"] = tuple(str(m) for m in data.get("reading") or ())
         values["partial"] = tuple(int(pid) for pid in data.get("partial") or ())
-        values["sockets"] = {int(pid): SocketQueues(**{k: v for k, v in q.items()
-                                                      if k in SocketQueues.__dataclass_fields__})
-                             for pid, q in (data.get("sockets") or {}).items() if isinstance(q, dict)}
+        values["sockets"] = {int(pid): _socket_queues(q) for pid, q in (data.get("sockets") or {}).items()
+                             if isinstance(q, dict)}
     elif cls is Stores:
         values["stores"] = tuple(_store_answer(a) for a in data.get("stores") or () if isinstance(a, dict))
     elif cls is RankExit:
@@ -341,10 +347,21 @@ def agent_message(data: dict):
 
 
 def _rank_sample(data: dict) -> RankSample:
-    values: Any = {k: v for k, v in data.items() if k in RankSample.__dataclass_fields__}
+    return RankSample(**_connections({k: v for k, v in data.items() if k in RankSample.__dataclass_fields__}))
+
+
+def _socket_queues(data: dict) -> SocketQueues:
+    return SocketQueues(**_connections({k: v for k, v in data.items() if k in SocketQueues.__dataclass_fields__}))
+
+
+def _connections(values: Any) -> Any:
+    """A rank's `endpoints` ("ip:port") and `links` ((local, remote)) as tuples, where sent."""
     if values.get("endpoints") is not None:
-        values["endpoints"] = tuple(values["endpoints"])
-    return RankSample(**values)
+        values["endpoints"] = tuple(str(e) for e in values["endpoints"])
+    if values.get("links") is not None:
+        values["links"] = tuple((str(link[0]), str(link[1])) for link in values["links"]
+                                if isinstance(link, (list, tuple)) and len(link) == 2)
+    return values
 
 
 def _store_answer(data: dict) -> StoreAnswer:

@@ -89,15 +89,32 @@ MESSAGE_LIMIT = 2000          # characters of an exception's message kept
 FRAMES_LIMIT = 40             # innermost frames kept
 
 
+def collectives_run():
+    """How many collectives this process ran, by its own Flight Recorder (it keeps them after
+    destroy_process_group): 0 where torch's distributed library was never loaded (no process
+    group can exist); None where it cannot be known (the recorder is off, or would not answer)."""
+    loaded = sys.modules.get("torch._C._distributed_c10d")
+    if loaded is None:
+        return 0 if "torch.distributed" not in sys.modules else None
+    try:
+        if int(os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or 0) <= 0:
+            return None
+        text = loaded._dump_fr_trace_json(True, False)
+        text = text.decode() if isinstance(text, bytes) else text
+        return len(json.loads(text).get("entries") or [])
+    except Exception:
+        return None
+
+
 def record_ending(folder, how, exc=None, code=None):
     """Write PID.end: {"how": "returned" | "exit" | "raised" | "ended" (returned or sys.exit, as
     hangwatch.flight sees it: the process's exit code says which), "t": epoch s, "pid", "code": the
-    exit code (how == "exit", "returned"), "type", "message", "frames": [{"file", "line",
-    "function"}, ...] innermost last, "causes": [{"type", "message"}] the chain before it, first to
-    last (how == "raised")}. Never raises: the script's own ending
-    goes on whatever happens here."""
+    exit code (how == "exit", "returned"), "collectives": how many it ran (collectives_run; null:
+    not known), "type", "message", "frames": [{"file", "line", "function"}, ...] innermost last,
+    "causes": [{"type", "message"}] the chain before it, first to last (how == "raised")}. Never
+    raises: the script's own ending goes on whatever happens here."""
     try:
-        data = {"how": how, "t": time.time(), "pid": os.getpid(), "code": code}
+        data = {"how": how, "t": time.time(), "pid": os.getpid(), "code": code, "collectives": collectives_run()}
         if exc is not None:
             data["type"] = type(exc).__name__
             data["message"] = str(exc)[:MESSAGE_LIMIT]

@@ -29,14 +29,19 @@ def rank_sockets(pids, tables=None) -> dict:
 
 def socket_queues(pids) -> dict:
     """Each rank's established TCP connections as the kernel holds them: how many, the bytes sent
-    and not yet acknowledged (unsent), the bytes arrived and not yet read (unread), and how many
-    its peer closed (CLOSE_WAIT)."""
+    and not yet acknowledged (unsent), the bytes arrived and not yet read (unread), how many its
+    peer closed (CLOSE_WAIT); and the connections themselves (links: [local, remote]) with its
+    sockets' local endpoints, counted with its stack: the meshes of its process groups as they
+    are when it waits, whatever the last count between samples missed (a subgroup made just
+    before the stall)."""
     out = {}
     for pid, mine in rank_sockets(pids).items():
         established = [s for s in mine if s.state == proc.ESTABLISHED]
         out[str(pid)] = {"established": len(established), "unsent": sum(s.unsent for s in established),
                          "unread": sum(s.unread for s in established),
-                         "peer_closed": sum(1 for s in mine if s.state == proc.CLOSE_WAIT)}
+                         "peer_closed": sum(1 for s in mine if s.state == proc.CLOSE_WAIT),
+                         "links": sorted([s.local, s.remote] for s in established),
+                         "endpoints": sorted({s.local for s in mine})}
     return out
 
 

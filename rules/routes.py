@@ -1,7 +1,9 @@
 """The way each node reaches the master, and the interface its ranks should bind: the rule
 interface-choice applies, which the launch pins and the probes bind (one rule for all three).
-And the two ways a node's own routing loses the master's traffic: a route out a dead link, and
-an asymmetric path under a strict reverse-path filter."""
+And the two ways a node's own routing loses the traffic of the master, or of a peer: a route out
+a dead link, and an asymmetric path under a strict reverse-path filter; judged on the node's route
+to the master (its facts' route_to_master) or on its route to a peer (what the network probe's
+dials there reported), by one rule."""
 
 from __future__ import annotations
 
@@ -25,29 +27,35 @@ def route_to_master(node: NodeFacts) -> Route | Missing:
     return network if isinstance(network, Missing) else network.route_to_master
 
 
-def dead_route(node: NodeFacts) -> tuple[Route, str] | None:
-    """The node's route to the master goes out an interface that carries nothing: (the route,
-    why in words). The kernel still picks it (a host route through a link that went down, a cable
-    pulled: `linkdown`), so every connection to the master from there goes nowhere."""
-    network, route = node.parsed.network, route_to_master(node)
-    if isinstance(network, Missing) or isinstance(route, Missing) or not route.interface:
+MASTER = "the master"      # the other end in words, where it is the master
+
+
+def dead_route(node: NodeFacts, route: Route | None = None) -> tuple[Route, str] | None:
+    """The node's route to the master (or `route`, its route to a peer) goes out an interface that
+    carries nothing: (the route, why in words). The kernel still picks it (a host route through a
+    link that went down, a cable pulled: `linkdown`), so every connection there goes nowhere."""
+    network, judged = node.parsed.network, route_to_master(node) if route is None else route
+    if isinstance(network, Missing) or isinstance(judged, Missing) or not judged.interface:
         return None
-    if "linkdown" in route.flags:
-        return route, "has no carrier (the kernel marks the route linkdown)"
-    iface = network.interface(route.interface)
+    if "linkdown" in judged.flags:
+        return judged, "has no carrier (the kernel marks the route linkdown)"
+    iface = network.interface(judged.interface)
     if iface is not None and not iface.up:
-        return route, "is down"
+        return judged, "is down"
     return None
 
 
-def drop_route(node: str, route: Route) -> Fix:
+def drop_route(node: str, route: Route, peer: str = MASTER) -> Fix:
     """Delete the route through the dead link (the next one, through the live LAN, then serves);
-    one that is the default route is not deleted blind."""
+    one that is the default route is not deleted blind. `peer`: where the route leads, in words."""
     iface = route.interface
     if not route.prefix or route.prefix == "default":
-        return change(f"on {node}: route the master's address through a live interface (`ip route get "
+        return change(f"on {node}: route {peer}'s address through a live interface (`ip route get "
                       f"{route.address}` there shows the route out {iface}); or bring {iface} up", node)
-    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}", node, f"or bring {iface} up")
+    # A route policy routing picked from another table (`ip rule`) is deleted there: `ip route del`
+    # looks in the main table alone, and would fail ("No such process").
+    table = f" table {route.table}" if route.table else ""
+    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}{table}", node, f"or bring {iface} up")
 
 
 STRICT = 1     # rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
@@ -55,40 +63,43 @@ STRICT = 1     # rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
 
 @dataclass(frozen=True)
 class ReversePathDrop:
-    """A strict reverse-path filter on a node drops what the master sends it: the packets arrive
-    on `arriving` (the interface holding `address`, where they are sent), while the node's route
-    back to the master goes out another interface, and a strict filter drops a packet that arrives
-    on any interface but the one the route back to its sender uses."""
-    route: Route                 # the node's route to the master
+    """A strict reverse-path filter on a node drops what the master (or a peer) sends it: the
+    packets arrive on `arriving` (the interface holding `address`, where they are sent), while the
+    node's route back to the sender goes out another interface, and a strict filter drops a packet
+    that arrives on any interface but the one the route back to its sender uses."""
+    route: Route                 # the node's route to the master, or to the peer
     arriving: Interface          # strict: its rp_filter, max(all, its own), is 1
-    address: str                 # the node's address the master sends to
+    address: str                 # the node's address the master (the peer) sends to
+    peer: str = MASTER           # the sender in words: "the master", or the peer's name
 
     def why(self, node: str) -> str:
-        return (f"{node}'s route to {self.route.address} goes out {self.route.interface}, but what the master "
+        return (f"{node}'s route to {self.route.address} goes out {self.route.interface}, but what {self.peer} "
                 f"sends to {self.address} arrives on {self.arriving.name}, whose reverse-path filter is strict "
                 f"(rp_filter {STRICT}): {node} drops it")
 
 
-def strict_reverse_path(node: NodeFacts, address: str | None) -> ReversePathDrop | None:
-    """Whether the node's strict reverse-path filter drops what the master sends to its `address`:
-    the interface holding that address is not the one its route to the master goes out, and its
-    filter is strict. Facts only (loose mode, 2, and off, 0, never drop for this); whether it
-    happened is the probe's to show. IPv4 only: Linux has no rp_filter for IPv6."""
-    network, route = node.parsed.network, route_to_master(node)
-    if isinstance(network, Missing) or isinstance(route, Missing) or route.error or not route.interface \
-            or not route.address or ":" in route.address or not address or ":" in address:
+def strict_reverse_path(node: NodeFacts, address: str | None, route: Route | None = None,
+                        peer: str = MASTER) -> ReversePathDrop | None:
+    """Whether the node's strict reverse-path filter drops what the master (or `peer`, the node's
+    `route` leading to it) sends to its `address`: the interface holding that address is not the
+    one its route back goes out, and its filter is strict. Facts only (loose mode, 2, and off, 0,
+    never drop for this); whether it happened is the probe's to show. IPv4 only: Linux has no
+    rp_filter for IPv6."""
+    network, judged = node.parsed.network, route_to_master(node) if route is None else route
+    if isinstance(network, Missing) or isinstance(judged, Missing) or judged.error or not judged.interface \
+            or not judged.address or ":" in judged.address or not address or ":" in address:
         return None
-    if network.interface_with(route.address) is not None:
-        return None        # the master itself: its route to its own address is local
+    if network.interface_with(judged.address) is not None:
+        return None        # the other end is this node itself: its route to its own address is local
     arriving = network.interface_with(address)
-    if arriving is None or arriving.name == route.interface or arriving.rp_filter != STRICT:
+    if arriving is None or arriving.name == judged.interface or arriving.rp_filter != STRICT:
         return None
-    return ReversePathDrop(route, arriving, address)
+    return ReversePathDrop(judged, arriving, address, peer)
 
 
 def loosen_or_drop(node: str, found: ReversePathDrop) -> Fix:
     """Make the path symmetric, or the filter loose, on the node. Deleting the route is the fix
-    where the route that then serves goes out the interface the master's packets arrive on (the
+    where the route that then serves goes out the interface the sender's packets arrive on (the
     main table's next one, as the node read it); else loose mode on that interface (max(all, its
     own) is then 2 whatever `all` says), which lets them in while the node answers out the other."""
     route, arriving = found.route, found.arriving.name
@@ -96,11 +107,11 @@ def loosen_or_drop(node: str, found: ReversePathDrop) -> Fix:
     loose = f"sudo sysctl -w net.ipv4.conf.{arriving.replace('.', '/')}.rp_filter=2"
     if route.prefix and route.prefix != "default" and route.table is None and route.then_interface == arriving:
         return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {route.interface}", node,
-                           f"the master is then reached via {arriving}, where its packets arrive; or keep the route, "
+                           f"{found.peer} is then reached via {arriving}, where its packets arrive; or keep the route, "
                            f"with {arriving} in loose mode: {loose}")
     return command_fix(f"on {node}: {loose}", node,
                        f"loose mode: {arriving} accepts what any route leads back from, while {node} answers out "
-                       f"{route.interface}, which must reach the master; keep it in /etc/sysctl.d")
+                       f"{route.interface}, which must reach {found.peer}; keep it in /etc/sysctl.d")
 
 
 def toward_master(run: WithMaster, node: NodeFacts) -> Interface | None:

@@ -12,6 +12,7 @@ from rules.fix import change
 
 from ..model import Context, Status, Verdict
 from ..probes.collectives_seen import Attempt, CallSite, Case, CaseEnd, CollectivesSeen, JobEnd, Scan
+from ..probes.network_seen import not_run_over
 from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes
 from .common import probed
 
@@ -51,7 +52,7 @@ def check_collectives(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.ERROR, None, "the probe's job ended without reporting a matrix: "
                       + _job_reason(seen.first.jobs), change("please report this with the --json output"), base)
         return
-    under = _pinned_words(pinned) if pinned else ""
+    under = _pinned_words(pinned) if pinned else _blocked_words(seen) if seen.unpinned_blocked else ""
     failures = _failures(seen.matrix)
     scan = seen.scan
     for op, cases in failures:
@@ -291,3 +292,9 @@ def _env_words(env: Mapping[str, Mapping[str, str | None]]) -> str:
 
 def _pinned_words(pinned: Attempt) -> str:
     return f" (measured with {_env_words(pinned.env)}, as preflight chose)"
+
+
+def _blocked_words(seen: CollectivesSeen) -> str:
+    """The job ran pinned alone: as the nodes are set up, a path its ranks use is blocked."""
+    return (f" (measured with {_env_words(seen.first.env)}, as preflight chose; as the nodes are set up, "
+            f"{not_run_over(seen.unpinned_blocked[0])})")

@@ -5,17 +5,16 @@ connect to each other on its own address when it runs more than one)."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from rules.environment import env_fix
 from rules.facts import Missing
 from rules.fix import Fix, run
-from rules.routes import ReversePathDrop, dead_route, drop_route, loosen_or_drop
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen
 from .common import probed
-from .reverse_path import counted, reverse_path_drop
+from .route_causes import RouteCause, route_cause
 
 MEANING = {
     "filtered": "silently dropped (a firewall)",
@@ -48,26 +47,12 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
             continue
         said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
             (f" ({dial.detail})" if dial.detail else "")
-        src = next((n for n in ctx.nodes if n.node == dial.src), None)
-        dead = dead_route(src) if src is not None else None
-        if dead is not None:
-            # The cause is on the node that dials: its own route sends the master's address out a
-            # link that carries nothing. Not the master's firewall.
-            route, why = dead
-            yield Verdict(Status.FAIL, dial.src,
-                          f"cannot reach the master at {where}: {dial.src}'s route to {route.address} goes out "
-                          f"{route.interface}, which {why}: its connections to the master go nowhere; rendezvous "
-                          "will time out", drop_route(dial.src, route),
-                          {**details, "route": dict(route.sent)})
-            continue
-        rp = reverse_path_drop(ctx, seen, dial.src, [dial])
-        if rp is not None:
-            # The master's answers reach the worker on one interface, its route back goes out
-            # another, and its strict reverse-path filter drops them. Not the master's firewall.
-            yield Verdict(Status.FAIL, dial.src,
-                          f"cannot reach the master at {where}: {rp.why(dial.src)}{counted(seen, dial.src)}; "
-                          "rendezvous will time out", loosen_or_drop(dial.src, rp),
-                          {**details, **_reverse_path_details(rp, seen, dial.src)})
+        cause = route_cause(ctx, seen, dial.src, ctx.master.node, [dial])
+        if cause is not None:
+            # The cause is in one end's own routing (a route out a dead link, a strict reverse-path
+            # filter on an asymmetric path), named there. Not the master's firewall.
+            yield Verdict(Status.FAIL, dial.src, f"cannot reach the master at {where}: {cause.why}; rendezvous "
+                          "will time out", cause.fix, {**details, **cause.details})
             continue
         fix = _open_port(ctx.master, port)
         if fix is None:
@@ -75,14 +60,6 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
                      f"connection is lost on the way or on {dial.src} (`ip route get {master.address}` there shows "
                      "its route)")
         yield Verdict(Status.FAIL, dial.src, said + "; rendezvous will time out", fix, details)
-
-
-def _reverse_path_details(rp: ReversePathDrop, seen: NetworkSeen, name: str) -> dict:
-    listener = seen.listeners.get(name)
-    return {"route": dict(rp.route.sent),
-            "reverse_path": {"node": name, "arriving": rp.arriving.name, "address": rp.address,
-                             "rp_filter": rp.arriving.rp_filter,
-                             "drops_while_probed": listener.rp_filter_drops if listener else None}}
 
 
 def _open_port(master: NodeFacts, port: int | None) -> Fix | None:
@@ -127,17 +104,74 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
     for dst, listener in seen.listeners.items():
         if dst in seen.errors or listener.ports is None:
             continue
+        node = by_name.get(dst)
+        other = seen.unpinned.get(dst)
+        other = other if other is not None and other.ports is not None else None
         into = seen.into(dst, own=False)
         if into:           # one node: no other node dials it
-            yield _from_others(ctx, dst, listener, into, seen, by_name.get(dst))
+            unpinned_into = seen.into(dst, own=False, unpinned=True) if other else []
+            yield from _both_families(
+                list(_from_others(ctx, dst, listener, into, seen, node, seen.listeners,
+                                  name_family=bool(unpinned_into))),
+                list(_from_others(ctx, dst, other, unpinned_into, seen, node, seen.unpinned, unpinned=True))
+                if other and unpinned_into else None, listener, other)
         own = seen.into(dst, own=True)
         if own:            # more than one rank per node
-            yield _own_path(dst, listener, own, seen.nproc_per_node, by_name.get(dst))
+            unpinned_own = seen.into(dst, own=True, unpinned=True) if other else []
+            yield from _both_families(
+                [_own_path(dst, listener, own, seen.nproc_per_node, node)],
+                [_own_path(dst, other, unpinned_own, seen.nproc_per_node, node)] if other and unpinned_own else None,
+                listener, other)
+
+
+def _family(address: str | None) -> str:
+    return "IPv6" if ":" in (address or "") else "IPv4"
+
+
+def _both_families(pinned_results: list[Verdict], unpinned_results: list[Verdict] | None, listener: Listener,
+                   other: Listener | None) -> list[Verdict]:
+    """One path judged in both families its ranks may use: where the ranks bind once their
+    interface is pinned (--launch, preflight's own jobs, the pin a fix gives) and where they bind
+    unpinned (the other family on that interface: a torchrun started without GLOO_SOCKET_IFNAME).
+    Both open: one pass naming both. One blocked: its verdict, saying the other is open; the
+    pinned one blocked alone is a warning (the run as started works; the pin meets the block).
+    Both blocked: both verdicts, each with its family's fix."""
+    if not unpinned_results or other is None:
+        return pinned_results
+    if len(pinned_results) != 1 or len(unpinned_results) != 1:     # causes of a route's: each its own
+        return pinned_results + [Verdict(v.status, v.node, v.summary, v.fix, {**v.details, "unpinned": True})
+                                 for v in unpinned_results]
+    pinned, unpinned = pinned_results[0], unpinned_results[0]
+    here = f"{_family(listener.address)} {listener.address}"
+    there = f"{_family(other.address)} {other.address}"
+    if pinned.status is Status.PASS and unpinned.status is Status.PASS:
+        return [Verdict(Status.PASS, pinned.node, f"{pinned.summary}, at {here} (where its ranks bind once their "
+                        f"interface is pinned) and at {there} (where they bind unpinned)",
+                        None, {**pinned.details, "unpinned": dict(unpinned.details)})]
+    if pinned.status is Status.PASS:
+        return [Verdict(unpinned.status, unpinned.node, f"{unpinned.summary}. Pinned, its ranks bind {here}, where "
+                        "the same connections open", unpinned.fix, {**unpinned.details, "unpinned": True})]
+    if unpinned.status is Status.PASS:
+        status = Status.WARN if pinned.status is Status.FAIL else pinned.status
+        return [Verdict(status, pinned.node, f"{pinned.summary}. A torchrun started without {_PIN} is not "
+                        f"stopped: unpinned, its ranks bind {there}, where the same connections open; pinning "
+                        "their interface (as --launch does, or a fix that sets it) meets this block",
+                        pinned.fix, {**pinned.details, "unpinned": dict(unpinned.details)})]
+    return [pinned, Verdict(unpinned.status, unpinned.node, unpinned.summary, unpinned.fix,
+                            {**unpinned.details, "unpinned": True})]
+
+
+_PIN = "GLOO_SOCKET_IFNAME"
 
 
 def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], seen: NetworkSeen,
-                 node: NodeFacts | None) -> Verdict:
-    """The other nodes dialling this node's ephemeral ports, judged in Gloo's direction."""
+                 node: NodeFacts | None, listeners: Mapping[str, Listener], unpinned: bool = False,
+                 name_family: bool = False) -> Iterator[Verdict]:
+    """The other nodes dialling this node's ephemeral ports (on its `unpinned` address: where its
+    ranks bind without a pin), judged in Gloo's direction: a blocked path whose cause is in one
+    end's own routing is that cause's (one result per cause, on this node, with the fix on the
+    node that has it); the rest, a firewall's. `name_family`: its address and family are said
+    (the node's ranks use two)."""
     blocked: dict[str, Dial] = {}
     for dial in into:
         if dial.blocks:
@@ -147,67 +181,70 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                "turned_away": listener.rejected}
     if not blocked:
         sources = sorted({d.src for d in into})
-        return Verdict(Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
-                       f"from {', '.join(sources)}", None, details)
+        yield Verdict(Status.PASS, dst, f"accepts new connections on its ephemeral ports ({low}-{high}) "
+                      f"from {', '.join(sources)}", None, details)
+        return
     gloo_uses, broken = [], []
     for src, dial in blocked.items():
-        theirs = seen.listeners.get(src)
+        theirs = listeners.get(src)
         src_address = theirs.address if theirs else None
         order = _lower(listener.address or "", src_address) if src_address else None
         if dial.outcome == "unreachable" or order is None:
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:
             gloo_uses.append(src)    # the lower address listens, the higher connects (gloo Device::isInitiator)
-    other = _other_end(ctx, dst, blocked)
-    end = next((n for n in ctx.nodes if n.node == other), None)
-    dead = dead_route(end) if end is not None else None
-    got_nowhere = f"new connections to {dst}'s ephemeral ports from {', '.join(sorted(blocked))} get nowhere"
-    if end is not None and dead is not None:
-        # Not a firewall: one end's route to the other (the master) goes out a link that carries
-        # nothing, so its packets (its dials, or its answers) go nowhere. Named on that node.
-        route, why = dead
-        role = "its answers to the master go nowhere" if end.node == dst else "its connections there go nowhere"
-        return Verdict(Status.FAIL if gloo_uses or broken else Status.WARN, dst,
-                       f"{got_nowhere}: {end.node}'s route to {route.address} goes out {route.interface}, which {why}: "
-                       f"{role}", drop_route(end.node, route), {**details, "route": dict(route.sent)})
-    rp = reverse_path_drop(ctx, seen, end.node, [d for d in into if d.blocks]) if end is not None else None
-    if end is not None and rp is not None:
-        # Not a firewall either: the worker's strict reverse-path filter drops what the master
-        # sends it (its dials into the worker, or its answers to the worker's). Named on the worker.
-        return Verdict(Status.FAIL if gloo_uses or broken else Status.WARN, dst,
-                       f"{got_nowhere}: {rp.why(end.node)}{counted(seen, end.node)}", loosen_or_drop(end.node, rp),
-                       {**details, **_reverse_path_details(rp, seen, end.node)})
+    at = f" at {listener.address} ({_family(listener.address)}: where its ranks bind unpinned, as its hostname " \
+         "resolves)" if unpinned else \
+        f" at {listener.address} ({_family(listener.address)}: where its ranks bind once their interface is " \
+        "pinned)" if name_family else ""
+    causes: dict[RouteCause, list[str]] = {}
+    # A route's cause (a dead link, a strict reverse-path filter) is judged on the pinned paths:
+    # the unpinned family's are firewall or reachability only (Linux filters no IPv6 reverse path).
+    for src in [] if unpinned else sorted(blocked):
+        cause = route_cause(ctx, seen, src, dst, [d for d in into if d.src == src and d.blocks])
+        if cause is not None:
+            causes.setdefault(cause, []).append(src)
+    for cause, sources in causes.items():
+        # Not a firewall: one end's own routing loses what it sends the other (a route out a dead
+        # link, a strict reverse-path filter on an asymmetric path). Named on the node that has it.
+        yield Verdict(Status.FAIL if set(sources) & {*gloo_uses, *broken} else Status.WARN, dst,
+                      f"new connections to {dst}'s ephemeral ports from {', '.join(sources)} get nowhere: {cause.why}",
+                      cause.fix, {**details, **cause.details})
+        for src in sources:
+            del blocked[src]
+    if not blocked:
+        return
+    gloo_uses, broken = [s for s in gloo_uses if s in blocked], [s for s in broken if s in blocked]
     what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}" for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
     fix = run(f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}", dst,
               f"or nftables: sudo nft insert rule {_chain(node)} ip{'6' if ':' in subnet else ''} saddr {subnet} "
               f"tcp dport {low}-{high} accept")
-    if broken:
-        return Verdict(Status.FAIL, dst,
-                       f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: Gloo cannot "
-                       "connect these nodes in either direction (see address-family and interface-choice)",
-                       env_fix(ctx, dst, [("GLOO_SOCKET_IFNAME", "<the interface that reaches the others>")]),
-                       details)
-    if gloo_uses:
-        return Verdict(Status.FAIL, dst,
-                       f"new connections to {dst}'s ephemeral ports are blocked {what}. {dst} has the lower address, "
-                       f"so it listens and {', '.join(sorted(gloo_uses))} "
-                       f"{'connects' if len(gloo_uses) == 1 else 'connect'}: Gloo's process-group creation "
-                       "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
-    return Verdict(Status.WARN, dst,
-                   f"new connections to {dst}'s ephemeral ports are blocked {what}. Gloo happens to connect "
-                   f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
-                   "new addresses can need this direction", fix, details)
-
-
-def _other_end(ctx: Context, dst: str, blocked: dict[str, Dial]) -> str | None:
-    """The one worker at the other end of every blocked path into `dst` from the master, or from
-    it into the master: where a cause in its own routing (a dead route, a strict reverse-path
-    filter) is looked for; None when the paths are not all between the master and one worker."""
-    master = ctx.master.node
-    found = {dst if src == master else src if dst == master else None for src in blocked}
-    return found.pop() if len(found) == 1 and None not in found else None
+    if broken and unpinned:
+        # Unpinned ranks bind this family; pinned to the interface, they bind the other, probed apart.
+        yield Verdict(Status.FAIL, dst,
+                      f"{dst}'s ephemeral ports{at} cannot be reached {what}: unpinned, Gloo cannot connect "
+                      "these nodes in either direction", env_fix(ctx, dst, [(_PIN, listener.interface or
+                                                                             "<the interface that reaches the others>")]),
+                      details)
+    elif broken:
+        yield Verdict(Status.FAIL, dst,
+                      f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: Gloo cannot "
+                      "connect these nodes in either direction (see address-family and interface-choice)",
+                      env_fix(ctx, dst, [("GLOO_SOCKET_IFNAME", "<the interface that reaches the others>")]),
+                      details)
+    elif gloo_uses:
+        yield Verdict(Status.FAIL, dst,
+                      f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. {dst} has the lower address, "
+                      f"so it listens and {', '.join(sorted(gloo_uses))} "
+                      f"{'connects' if len(gloo_uses) == 1 else 'connect'}: Gloo's process-group creation "
+                      "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
+    else:
+        yield Verdict(Status.WARN, dst,
+                      f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "
+                      f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
+                      "new addresses can need this direction", fix, details)
 
 
 def _chain(node: NodeFacts | None) -> str:

@@ -11,7 +11,7 @@ from ..checks.path_mtu import lost_words
 from ..model import NodeFacts, Options
 from . import torchjob
 from .gpus import Plan, collective_plan, cuda_blocked
-from .network_seen import DialKind, NetworkSeen
+from .network_seen import NetworkSeen, not_run_over
 from .path_mtu_seen import PathMtuSeen
 
 TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
@@ -53,16 +53,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
         # Its large all_reduce would hang until the job's bound: say what hangs it instead.
         return {"skipped": f"{lost_words(lost[0])}; a large all_reduce would hang there (see path-mtu)",
                 "path_mtu": [d.to_json() for d in lost]}
-    # A node's own dials matter when its ranks connect to each other (more than one per node).
-    blocked = [d for d in NetworkSeen.from_json(network or {}).blocked(names)
-               if d.src != d.dst or ranks.ranks_per_node > 1]
+    # The job pins preflight's interface: the paths into each node's pinned address (its own, when
+    # its ranks connect to each other: more than one per node).
+    seen_net = NetworkSeen.from_json(network or {})
+    blocked = seen_net.blocking(seen_net.pinned_binds(names), ranks.ranks_per_node)
     if blocked:
         # Its ranks could not connect there: the job would wait out its bound. Say what blocks it.
-        d = blocked[0]
-        what = "the master port" if d.kind is DialKind.MASTER else f"{d.dst}'s port {d.port}"
-        return {"skipped": f"{d.src} -> {what} is blocked ({d.outcome}), so the job's ranks could not connect "
-                           f"(see {'master-reachable' if d.kind is DialKind.MASTER else 'ephemeral-ports'})",
-                "blocked": [b.to_json() for b in blocked]}
+        return {"skipped": not_run_over(blocked[0]), "blocked": [b.to_json() for b in blocked]}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
     results = torchjob.run(cluster, nodes, options, job, usable)

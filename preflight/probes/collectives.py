@@ -19,12 +19,14 @@ from node import jobs as node_jobs
 from node import protocol, signing
 from node.protocol import COLLECTIVES as MARKER
 from rules.environment import env_of
+from rules.facts import Missing
 
 from ..model import NodeFacts, Options
 from . import torchjob
 from .bandwidth import master_port_held
 from .code_scan import scan, scan_project
 from .gpus import collective_plan
+from .network_seen import NetworkSeen, not_run_over
 
 # What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
 JOB = "\n".join(Path(f).read_text() for f in (Path(node_jobs.__file__).parent / "collectives.py",
@@ -35,7 +37,9 @@ INIT_BOUND = 15.0       # torchrun's rendezvous, then the process group's creati
 JOB_TIMEOUT = 60.0      # the node's supervisor kills everything left at this bound
 
 
-def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict | None = None) -> dict:
+    """`network`: the network probe's data, when it ran first: a job is not started over a path
+    it found blocked (its ranks could not connect; the job would wait out its bound)."""
     # What the code calls is read on this machine, whatever the job then does: a finding of the
     # scan (a group created only under CUDA) stands even when the job cannot run.
     scanned = {"scan": scan(options.scan)} if options.scan else \
@@ -61,15 +65,26 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     chosen = [torchjob.preflight_env(nodes[i], options).get(var, "") or configured[n]
               for n, i in enumerate(usable)]
     started = time.monotonic()
+    seen = NetworkSeen.from_json(network or {})
+    blocked = seen.blocking(_binds(nodes, usable), nproc)
+    if blocked:
+        pinned_blocked = seen.blocking(seen.pinned_binds(names), nproc)
+        if configured == chosen or pinned_blocked:
+            return {"skipped": not_run_over((pinned_blocked or blocked)[0]),
+                    "blocked": [d.to_json() for d in pinned_blocked or blocked], **scanned}
     # First as the nodes are set up (what a hand-started torchrun meets); when that cannot even
     # create the group, quickly, and preflight's interface choice differs, again with that choice:
-    # the matrix is then measured as training will run once the interface is pinned.
-    first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else configured)
+    # the matrix is then measured as training will run once the interface is pinned. Where the
+    # network probe found the paths as set up blocked, that first is not started: pinned, alone.
+    first_env = chosen if blocked else configured
+    first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else first_env)
     stranger = first.pop("interfered")
     if stranger:            # a process of the job read a stranger's value: no matrix of this run's
         return {"error": stranger, **scanned}
-    out = {**first, "env": {n: {var: v or None} for n, v in zip(names, configured, strict=True)}, "pinned": None}
-    if configured != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
+    out = {**first, "env": {n: {var: v or None} for n, v in zip(names, first_env, strict=True)}, "pinned": None}
+    if blocked:
+        out["unpinned_blocked"] = [d.to_json() for d in blocked]
+    if first_env != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
         # On purpose over the training's own setting (an --env GLOO_SOCKET_IFNAME included): the
         # job pins preflight's choice per node, to measure the matrix as the fix would run it.
         second = _attempt(cluster, nodes, options, usable, nproc, chosen)
@@ -82,6 +97,17 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     out.update(backend=options.backend, device=options.device, world=len(usable) * nproc, nodes=names,
                port=options.master_port, bound=INIT_BOUND, seconds=round(time.monotonic() - started, 2))
     out.update(scanned)
+    return out
+
+
+def _binds(nodes: tuple[NodeFacts, ...], usable: list[int]) -> dict[str, str | None]:
+    """The address each node's ranks bind as the node is set up (Gloo's bind, from its facts:
+    the hostname's address, or GLOO_SOCKET_IFNAME's where it is set)."""
+    out: dict[str, str | None] = {}
+    for i in usable:
+        network = nodes[i].parsed.network
+        bind = network if isinstance(network, Missing) else network.gloo_bind
+        out[nodes[i].node] = None if isinstance(bind, Missing) else bind.address
     return out
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .network_seen import Dial
+
 Sent = Mapping[str, Any]
 
 
@@ -193,6 +195,9 @@ class CollectivesSeen:
     stopped: CaseEnd | None
     scan: Scan
     sent: Sent = field(default_factory=dict, compare=False)
+    # The paths the ranks would use as the nodes are set up that the network probe found blocked:
+    # that attempt was not started, the one with preflight's pin ran alone (it is `first`).
+    unpinned_blocked: tuple[Dial, ...] = ()
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> CollectivesSeen:
@@ -203,4 +208,5 @@ class CollectivesSeen:
                    tuple(Case.from_json(r) for r in wire.get("matrix") or ()),
                    None if not wire.get("broken") else CaseEnd.from_json(wire["broken"]),
                    None if not wire.get("stopped") else CaseEnd.from_json(wire["stopped"]),
-                   Scan.from_json(wire.get("scan")), _sent(wire))
+                   Scan.from_json(wire.get("scan")), _sent(wire),
+                   tuple(Dial.from_json(d) for d in wire.get("unpinned_blocked") or ()))

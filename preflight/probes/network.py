@@ -42,6 +42,27 @@ def rank_address(node: NodeFacts, options: Options) -> tuple[str | None, str | N
     return _reached_at(node), None
 
 
+def unpinned_address(node: NodeFacts, options: Options) -> str | None:
+    """The address the ranks bind where nothing pins their interface (a torchrun started without
+    GLOO_SOCKET_IFNAME: Gloo binds what the hostname resolves to) when it is the other family on
+    the interface preflight pins: an IPv6 hostname on the LAN interface. Its ranks then use that
+    family, the pinned ones the other: both are probed, since a firewall is often written for one
+    family only. None under --launch (it pins), where the variable is set (the node's own
+    environment, --env or the config), or where the unpinned bind is another interface or
+    loopback (address-family's and interface-choice's findings, with their pin)."""
+    if options.backend != "gloo" or options.launch or options.env.setting(node.node, "GLOO_SOCKET_IFNAME") is not None:
+        return None
+    network = node.parsed.network
+    bind = network if isinstance(network, Missing) else network.gloo_bind
+    if isinstance(bind, Missing) or bind.source == "GLOO_SOCKET_IFNAME" or not bind.address:
+        return None
+    pinned, interface = rank_address(node, options)
+    if interface is None or bind.interface != interface or pinned is None or \
+            (":" in pinned) == (":" in bind.address):
+        return None
+    return bind.address
+
+
 def _gloo_address(iface: Interface) -> str | None:
     """The address Gloo binds on a named interface: its first IPv4, else a global IPv6 (the
     rule node/facts/network.gloo_bind applies to GLOO_SOCKET_IFNAME)."""
@@ -90,16 +111,21 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node}
 
     # 1. Listeners: two kernel-chosen ephemeral ports (as Gloo's) and one closed port per node,
-    #    and the master port on the master.
+    #    and the master port on the master. A node whose unpinned ranks bind the other family on
+    #    the same interface gets a second listener there ("unpinned"): every family a rank uses.
     jobs, ready = {}, {}
-    for i in usable:
-        address, interface = rank_address(nodes[i], options)
+    unpinned = {i: a for i in usable if (a := unpinned_address(nodes[i], options))}
+    if unpinned:
+        out["unpinned"] = {}
+    for i, key, address, interface in [
+            *((i, "listeners", *rank_address(nodes[i], options)) for i in usable),
+            *((i, "unpinned", unpinned[i], rank_address(nodes[i], options)[1]) for i in unpinned)]:
         port_range = _ephemeral_ports(nodes[i])
-        ready[i] = Ready()
+        ready[i, key] = Ready()
         spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
                 "range": port_range, "duration": 60}
-        jobs[i] = _agent(cluster, i, spec, 70, ready[i])
-        out["listeners"][names[i]] = {"address": address, "interface": interface, "range": port_range}
+        jobs[i, key] = _agent(cluster, i, spec, 70, ready[i, key])
+        out[key][names[i]] = {"address": address, "interface": interface, "range": port_range}
     master_route = route_to_master(nodes[0])
     master_ip = (None if isinstance(master_route, Missing) else master_route.address) or _reached_at(nodes[0])
     master_ready = Ready()
@@ -108,13 +134,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         master_job = _agent(cluster, 0, {"mode": "listen", "address": master_ip, "ports": [options.master_port],
                                          "closed": 0, "token": token, "duration": 60}, 70, master_ready)
     try:
-        for i in usable:
-            if not ready[i].event.wait(READY_TIMEOUT):
+        for (i, key), one in ready.items():
+            if not one.event.wait(READY_TIMEOUT):
                 out["errors"][names[i]] = "the listener did not start"
-            elif "error" in ready[i].data:
-                out["errors"][names[i]] = ready[i].data["error"]
+            elif "error" in one.data:
+                out["errors"][names[i]] = one.data["error"]
             else:
-                out["listeners"][names[i]].update(ready[i].data)
+                out[key][names[i]].update(one.data)
         if master_job is not None:
             master_ready.event.wait(READY_TIMEOUT)
             out["master"] = {"address": options.master_addr, "ip": master_ip, "port": options.master_port,
@@ -133,6 +159,14 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                             for p in listener["ports"]]
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "closed"}
                             for p in listener.get("closed", [])]
+                # The other family's listener, dialled as unpinned ranks would: from a node whose own
+                # unpinned ranks bind that family too (Gloo pairs one family), or from itself.
+                theirs = out.get("unpinned", {}).get(names[j], {})
+                if "ports" in theirs and (j == i or (i in unpinned and (":" in unpinned[i]) == (":" in unpinned[j]))):
+                    targets += [{"dst": names[j], "address": theirs["address"], "port": p, "kind": kind,
+                                 "unpinned": True}
+                                for kind, ports in (("listener", theirs["ports"]), ("closed", theirs.get("closed", [])))
+                                for p in ports]
             if i != 0 and out["master"] and "error" not in out["master"]:
                 # As the worker will dial it: the name or address it is given, resolved there.
                 targets.append({"dst": names[0], "address": options.master_addr or master_ip,
@@ -151,10 +185,10 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         # 3. Stop every listener; each reports what it accepted and what it turned away.
         for job in [*jobs.values(), *([master_job] if master_job else [])]:
             job.stop()
-        for i, job in jobs.items():
+        for (i, key), job in jobs.items():
             stats = job.wait(15).json_lines(protocol.RESULT)
             if stats:
-                out["listeners"][names[i]].update(stats[-1])
+                out[key][names[i]].update(stats[-1])
         master_stats = master_job.wait(15).json_lines(protocol.RESULT) if master_job else None
         if master_stats:
             out["master"].update(master_stats[-1])

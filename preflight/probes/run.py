@@ -17,8 +17,9 @@ PROBES: dict[str, Callable[..., dict]] = {
 }
 # A probe that reads another's data runs after it and gets it (by keyword): the bandwidth job
 # moves large messages between every pair, and a pair whose path drops them (path-mtu) or whose
-# connections a firewall blocks (network) would hang it until its bound.
-READS = {"bandwidth": {"seen": "path-mtu", "network": "network"}}
+# connections a firewall blocks (network) would hang it until its bound; the collectives job's
+# ranks could not connect over a blocked path either.
+READS = {"bandwidth": {"seen": "path-mtu", "network": "network"}, "collectives": {"network": "network"}}
 
 
 def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:

@@ -39,6 +39,15 @@ def wait_until(predicate, timeout: float, what: str):
     raise TimeoutError(what)
 
 
+def went_first(diagnosis: dict, rank: int) -> str:
+    """The reason for the rank the kernel's TIME_WAIT says went first, as its own end reads: its
+    error is its own failure; torchrun's SIGTERM mid-teardown (or no end read) says only that it
+    was leaving. Exits are typed in the JSON ({"code", "signal"}); a string compared here never
+    matched, and the test expected "failed" whatever the run did."""
+    [ended] = [e["exit"] for e in diagnosis["evidence"] if e["rank"] == rank]
+    return "leaving" if ended is None or ended.get("signal") == signal.SIGTERM else "failed"
+
+
 @dataclass
 class Job:
     lab: object

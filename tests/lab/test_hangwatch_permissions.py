@@ -216,7 +216,10 @@ def test_a_rank_that_names_another_users_folder_for_its_flight_recorder_is_not_a
     rank = subprocess.Popen(AS_NOBODY + ["env", f"{FOLDER_VARIABLE}={roots}", "RANK=0", "sleep", "60"])
     try:
         deadline = time.monotonic() + 10
-        while Path(f"/proc/{rank.pid}/comm").read_text().strip() != "sleep":      # its environment is set
+        # Its environment is set: exec names the process before it places the new environment, so
+        # the name alone can come while /proc still shows none (the agent then sees no folder).
+        while Path(f"/proc/{rank.pid}/comm").read_text().strip() != "sleep" or \
+                FOLDER_VARIABLE.encode() not in Path(f"/proc/{rank.pid}/environ").read_bytes():
             assert time.monotonic() < deadline
             time.sleep(0.05)
         if lure == "an NCCL pipe":

@@ -16,6 +16,7 @@ import json
 import pytest
 
 from hangwatch.stall import DEFAULT_THRESHOLD
+from hangwatch.verdicts import NATIVE_WAIT
 from tests import impostors
 from tests.hostile import hostile_user
 
@@ -40,7 +41,7 @@ def test_six_impostors_of_another_user_neither_join_the_run_nor_delay_its_verdic
         left_at = job.fault_time()
         event = watch.wait_for("diagnosis", DEFAULT_THRESHOLD + 60)
         latency = event["time"] - left_at
-        watch.wait_for("incident", 10)
+        watch.wait_for("incident", NATIVE_WAIT + 5)
     finally:
         crowd.stop()
     diagnosis = event["snapshot"]["diagnosis"]

@@ -298,7 +298,7 @@ def test_ranks_that_never_create_a_process_group_are_said_to_train_alone(clean_l
                                           "--step-time", "0"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]          # exited 0 each, but no run of 4 ranks
     said = [line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: hangwatch: ")
             and "each rank trains alone" in line]
     assert len(said) == 1, done.stderr[-3000:]
@@ -313,10 +313,30 @@ def test_ranks_that_never_create_a_process_group_are_said_to_train_alone(clean_l
              f"its optimizer at hang_train.py:{_line(hang, 'optimizer.step()')}",
              f"a module's forward at hang_train.py:{_line(hang, 'loss = model(batch).pow(2).mean()')}"}
     assert set(found[2].split("; ")) <= steps, found[2]
-    # The summary's headline says the training finished; the line under it says what it was worth.
-    summary = done.stderr[done.stderr.index("ddp-preflight: training finished"):].splitlines()
-    assert summary[0].startswith("ddp-preflight: training finished: all 4 ranks exited with code 0"), summary
-    assert summary[1] == f"  but the ranks never exchanged a byte: {alone}"
-    assert json.loads((tmp_path / "run" / "result.json").read_text())["notes"] == [summary[1].strip()]
+    # The summary's headline says the training failed, and why; the line under it, hangwatch's words.
+    summary = done.stderr[done.stderr.index("ddp-preflight: training failed"):].splitlines()
+    assert summary[0].startswith(ALONE_HEADLINE), summary
+    assert summary[1] == f"  hangwatch: {alone}"
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (result["ok"], result["notes"], result["alone"]) == (False, [summary[1].strip()], [0, 1, 2, 3])
     assert not (tmp_path / "run" / "incidents").exists()        # not a hang: no bundle
+    # A run shorter than the threshold (60 steps of 0.05 s: no notice in time): its end says it all the same.
+    argv = command(clean_lab, tmp_path / "short", "--no-probes")
+    argv = argv[:argv.index("--") + 1] + [str(hang), "--steps", "60", "--fault", "alone"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert not [line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: hangwatch: ")], \
+        done.stderr[-3000:]
+    summary = done.stderr[done.stderr.index("ddp-preflight: training failed"):].splitlines()
+    assert summary[0].startswith(ALONE_HEADLINE) and summary[1] == "  rank 0 on master: exit code 0", summary
+    # What the launch saved says it to explain too: the verdict, not "no failure found".
+    explained = subprocess.run([*CLI, "explain", "--json", str(tmp_path / "short" / "run")], capture_output=True,
+                               text=True, timeout=60, cwd=REPO)
+    verdict = json.loads(explained.stdout)["diagnosis"]
+    assert (verdict["kind"], verdict["world"], [e["rank"] for e in verdict["evidence"]]) == ("alone", 4, [0, 1, 2, 3])
     assert_nothing_left(clean_lab, before)
+
+
+ALONE_HEADLINE = ("ddp-preflight: training failed: the 4 ranks exited with code 0, but none ever joined a process group: "
+                  "each imported torch, ran not one collective (its Flight Recorder) and was seen with no TCP connection "
+                  "to the store or a peer, so each trained alone (WORLD_SIZE 4; init_process_group skipped?)")

@@ -515,6 +515,9 @@ def test_no_output_file_stays_open_after_its_rank_is_gone_whatever_way_it_went(t
         assert held() == sorted(inodes)                   # one descriptor per rank's file, no more
         for i, p in enumerate(ranks):
             if i % 3 == 0:
+                # Once it has stopped itself (the kernel's state T): a SIGCONT sent before its
+                # SIGSTOP (a slow start on a loaded box) would leave it stopped for good.
+                _wait(lambda p=p: getattr(proc.stat(p.pid), "state", None) == "T", f"{p.pid} never stopped itself")
                 os.kill(p.pid, signal.SIGCONT)             # it ends by itself (its script returns)
             elif i % 3 == 1:
                 p.terminate()
@@ -669,6 +672,7 @@ time.sleep(60)
 """], stdout=subprocess.PIPE, text=True)
     rank.stdout.readline()
     peers = [server.accept()[0] for _ in range(3)]
+    ends = [f"127.0.0.1:{p.getpeername()[1]}" for p in peers]      # the rank's own end of each
     peers[0].sendall(b"a" * 1000)
     peers[1].sendall(b"b" * 2345)
     peers[2].close()                   # the rank's side of it: CLOSE_WAIT, until the rank closes it
@@ -678,7 +682,11 @@ time.sleep(60)
         _sampled(messages, rank.pid, 1)
         _settled([rank.pid])
         said = _stacks(a, messages, 7)
-        assert said.sockets[rank.pid] == protocol.SocketQueues(established=2, unsent=0, unread=3345, peer_closed=1)
+        # Its connections too, counted with its stack: the two still established, and every socket's
+        # own end (the one its peer closed as well).
+        assert said.sockets[rank.pid] == protocol.SocketQueues(
+            established=2, unsent=0, unread=3345, peer_closed=1,
+            links=tuple(sorted((end, f"127.0.0.1:{port}") for end in ends[:2])), endpoints=tuple(sorted(ends)))
     finally:
         a.stop.set()
         _end(rank)
@@ -734,3 +742,34 @@ time.sleep(60)
     finally:
         a.stop.set()
         _end(sender, receiver)
+
+
+def test_the_sample_after_the_agents_py_spy_read_a_rank_says_it_held_it():
+    # py-spy suspends the rank while it reads: that sample's CPU was not the rank's to use
+    # (hangwatch/progress.py: a held sample starts no quiet time).
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    messages: list = []
+    a = _agent([rank.pid], messages)
+    try:
+        # The agent's own first stacks (it takes them when it finds ranks) held it too: after them,
+        # two samples that say nothing held it.
+        _wait(lambda: any(m.get("type") == "stacks" for m in messages), "the agent took no stacks of its own")
+        taken = len(_samples(messages, rank.pid))
+        _wait(lambda: [s.held for s in _samples(messages, rank.pid)[taken + 1:]][:2] == [None, None],
+              "no samples after the agent's own stacks")
+        assert a.py_spy is not None
+        read = len(_samples(messages, rank.pid))
+        a.stacks(1, False, None)                      # a real dump, as the watcher's ask makes it
+        done = len(_samples(messages, rank.pid))
+        after = _wait(lambda: len(_samples(messages, rank.pid)) >= done + 3 and _samples(messages, rank.pid)[read:],
+                      "no samples after the dump")
+        held = [s.held for s in after]
+        # The samples whose time the dump fell in say so (one may come before stacks() returns);
+        # the ones before and after, nothing.
+        first = held.index(True)
+        last = len(held) - 1 - held[::-1].index(True)
+        assert held == [None] * first + [True] * (last - first + 1) + [None] * (len(held) - last - 1), held
+        assert len(held) - last - 1 >= 2, held
+    finally:
+        a.stop.set()
+        _end(rank)

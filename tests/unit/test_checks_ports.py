@@ -4,7 +4,7 @@ import copy
 import json
 
 from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
+from preflight.model import Context, NodeFacts, Options, Report, Status
 from preflight.probes.network import rank_address
 
 from .facts_fixtures import _recorded
@@ -332,3 +332,81 @@ def test_where_deleting_the_route_would_not_serve_the_fix_is_loose_mode_on_the_a
     assert {r.fix for r in run_checks(ctx_of(art), RP_CHECKS) if r.status is not Status.PASS} == {
         "on worker1: sudo sysctl -w net.ipv4.conf.eth0/10.rp_filter=2   # loose mode: eth0.10 accepts what any route "
         "leads back from, while worker1 answers out eth1, which must reach the master; keep it in /etc/sysctl.d"}
+
+
+def peer_results(art, probes=None):
+    results = run_checks(ctx_of(art, probes), RP_CHECKS)
+    return results, {(r.check, r.node, r.status.value) for r in results}
+
+
+WORKERS_ONLY = {("master-reachable", "worker1", "pass"), ("master-reachable", "worker2", "pass"),
+                ("ephemeral-ports", "master", "pass"), ("interface-choice", "master", "pass"),
+                ("interface-choice", "worker1", "pass"), ("interface-choice", "worker2", "pass"),
+                ("ephemeral-ports", "worker1", "fail"), ("ephemeral-ports", "worker2", "warn")}
+
+
+def test_a_dead_route_between_two_workers_is_named_on_the_node_that_has_it_with_one_fix():
+    # Recorded: dead-route@worker1:worker2 in a 3-node lab (a host route from worker1 to worker2's
+    # address through eth1, a veth whose other end is down). Issue 26: the path between the two
+    # workers was a firewall, with a ufw fix on worker2 (and one on worker1). Each connector's dials
+    # carry its own route there: the cause is worker1's route, named there, one fix, printed once.
+    art = load("lab_dead_route_peer")
+    w1, w2 = (n["ipv4"] for n in art["faults"][1:])
+    results, found = peer_results(art)
+    assert found == WORKERS_ONLY
+    fix = f"on worker1: sudo ip route del {w2} dev eth1   # or bring eth1 up"
+    named = [r for r in results if r.status is not Status.PASS]
+    assert {r.fix for r in named} == {fix}
+    assert [said.text for said in Report(tuple(results), ("master", "worker1", "worker2")).fixes] == [fix]
+    why = f"worker1's route to {w2} goes out eth1, which has no carrier (the kernel marks the route linkdown)"
+    got = {(r.check, r.node): r for r in results}
+    assert got[("ephemeral-ports", "worker1")].summary == (
+        f"new connections to worker1's ephemeral ports from worker2 get nowhere: {why}: its answers to worker2 go "
+        "nowhere")
+    assert got[("ephemeral-ports", "worker2")].summary == (
+        f"new connections to worker2's ephemeral ports from worker1 get nowhere: {why}: its connections to worker2 "
+        "go nowhere")
+    assert got[("ephemeral-ports", "worker2")].details["route"]["interface"] == "eth1"
+
+
+def test_a_strict_rp_filter_between_two_workers_is_named_on_the_node_that_has_it_with_one_fix():
+    # Recorded: rp-filter@worker1:worker2 (a direct link eth1 from worker1 to worker2 and a host
+    # route to worker2 through it; worker2 still reaches worker1 on eth0; rp_filter 1 on worker1).
+    # The filter drops all worker2 sends worker1: named on worker1, the fix names worker2.
+    art = load("lab_rp_filter_peer")
+    w1, w2 = (n["ipv4"] for n in art["faults"][1:])
+    results, found = peer_results(art)
+    assert found == WORKERS_ONLY
+    fix = (f"on worker1: sudo ip route del {w2} dev eth1   # worker2 is then reached via eth0, where its packets "
+           "arrive; or keep the route, with eth0 in loose mode: sudo sysctl -w net.ipv4.conf.eth0.rp_filter=2")
+    assert {r.fix for r in results if r.status is not Status.PASS} == {fix}
+    assert [said.text for said in Report(tuple(results), ("master", "worker1", "worker2")).fixes] == [fix]
+    why = (f"worker1's route to {w2} goes out eth1, but what worker2 sends to {w1} arrives on eth0, whose reverse-path "
+           "filter is strict (rp_filter 1): worker1 drops it (the kernel counted 20 reverse-path drops on worker1 while "
+           "the probe ran)")
+    got = {(r.check, r.node): r for r in results}
+    assert got[("ephemeral-ports", "worker1")].summary == (
+        f"new connections to worker1's ephemeral ports from worker2 get nowhere: {why}")
+    assert got[("ephemeral-ports", "worker2")].summary == (
+        f"new connections to worker2's ephemeral ports from worker1 get nowhere: {why}")
+    assert got[("ephemeral-ports", "worker1")].details["reverse_path"] == {
+        "node": "worker1", "arriving": "eth0", "address": w1, "rp_filter": 1, "drops_while_probed": 20}
+
+
+def test_a_peer_route_without_the_evidence_or_from_an_older_node_names_no_route_and_keeps_the_firewall_fix():
+    # DERIVED: one of worker2's connections to worker1 answered (whatever drops the rest, it is not
+    # worker1's route, which would lose them all); or the nodes did not say their routes (an older
+    # node): the firewall's fix, on the node that listens, as before.
+    for edit in ("answered", "no routes"):
+        art = load("lab_dead_route_peer")
+        pairs = art["probes"]["network"]["pairs"]
+        if edit == "answered":
+            next(p for p in pairs if p["src"] == "worker2" and p["dst"] == "worker1")["outcome"] = "open"
+        else:
+            for pair in pairs:
+                del pair["route"]
+        results = run_checks(ctx_of(art), RP_CHECKS)
+        assert not any("route" in r.summary or (r.fix and "ip route" in r.fix) for r in results), edit
+        assert {(r.node, r.fix.split(" proto")[0]) for r in results if r.status is not Status.PASS} == {
+            ("worker1", "on worker1: sudo ufw allow from 10.213.1.0/24"),
+            ("worker2", "on worker2: sudo ufw allow from 10.213.1.0/24")}, edit

@@ -391,3 +391,32 @@ def test_each_process_group_is_summarised_by_its_id_with_its_own_sequence_number
     found = flight.summary(json.loads(done.stdout))
     assert [(g["id"], g["group"], g["seq"], g["op"], g["last"]) for g in found["groups"]] == \
         [("0", "default_pg", 4, "all_reduce", True), ("1", "undefined", 3, "all_reduce", False)], found
+
+
+@pytest.mark.parametrize("script, expected", [
+    # A group that ran 3 all_reduces and a barrier, then was destroyed: the recorder keeps them.
+    ("import os, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+     "for _ in range(3):\n    dist.all_reduce(torch.ones(2))\ndist.barrier()\ndist.destroy_process_group()\n", 4),
+    # torch imported, a model trained, no group: none (nanochat on CPU).
+    ("import torch\nm = torch.nn.Linear(4, 4)\nm(torch.ones(4)).sum().backward()\n", 0),
+    # No torch at all.
+    ("print('hello')\n", 0),
+])
+def test_a_bootstrapped_ranks_end_record_says_how_many_collectives_it_ran(tmp_path, script, expected):
+    # What a launch's end rests on for ranks seen with no connection: their own record, which a
+    # group living between two of the agent's counts cannot escape.
+    (tmp_path / "train.py").write_text(script)
+    folder = private_folder(tmp_path / "fr")
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
+    env.update(flight.rank_environment(str(folder), env, nccl=False))
+    done = run([sys.executable, "-u", str(BOOTSTRAP), str(tmp_path / "train.py")], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    ending = json.loads(next(folder.glob("*.end")).read_text())
+    assert (ending["how"], ending["collectives"]) == ("returned", expected)
+    # The recorder off (the user's TORCH_FR_BUFFER_SIZE=0): not known, never 0.
+    if expected:
+        env["TORCH_FR_BUFFER_SIZE"] = "0"
+        for old in folder.glob("*.end"):
+            old.unlink()
+        done = run([sys.executable, "-u", str(BOOTSTRAP), str(tmp_path / "train.py")], tmp_path, env)
+        assert json.loads(next(folder.glob("*.end")).read_text())["collectives"] is None

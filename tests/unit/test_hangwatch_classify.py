@@ -189,3 +189,49 @@ def test_a_line_is_in_a_loop_by_the_file_itself_and_a_kernel_file_is_never_read(
     fake = tmp_path / "code.py"
     fake.symlink_to("/proc/kmsg")           # a name a process chose for its code
     assert loops.loop_lines(str(fake)) is None
+
+
+def test_the_lines_that_wait_on_a_lock_if_they_wait_are_read_from_the_code(tmp_path):
+    # node/loops.py: `X.acquire(...)` (a call over two lines counts on both) and `with X:` on a name
+    # or attribute; `with open(...)`, a call's other method and a `with` on a call are not.
+    from node import loops
+    code = tmp_path / "train.py"
+    code.write_text("import threading\n"                 # 1
+                    "lock = threading.Lock()\n"           # 2
+                    "lock.acquire()\n"                    # 3
+                    "with lock:\n"                        # 4
+                    "    pass\n"                          # 5
+                    "with self_.mu, open('x') as f:\n"    # 6
+                    "    pass\n"                          # 7
+                    "with open('x') as f:\n"              # 8
+                    "    pass\n"                          # 9
+                    "work.wait()\n"                       # 10
+                    "lock.acquire(\n"                     # 11
+                    "    timeout=5)\n")                   # 12
+    assert loops.lock_lines(str(code)) == frozenset({3, 4, 6, 11, 12})
+    dump = [{"thread_id": 1, "frames": [{"name": "main", "filename": str(code), "line": 3},
+                                        {"name": "main", "filename": str(code), "line": 10}]}]
+    loops.annotate(dump)
+    assert [f.get("waits_on") for f in dump[0]["frames"]] == ["lock", None]
+    assert loops.lock_lines(str(tmp_path / "missing.py")) is None
+
+
+def test_a_rank_importing_torch_dynamo_is_importing_it_at_its_own_line_not_compiling():
+    # importing_torch_dynamo.json: a real dump of importing_script.py at its line 4 (`torch._dynamo`,
+    # torch's lazy import, as DDP's constructor makes it), inside torch/_dynamo's module code under
+    # Python's import machinery. On CI's loaded box rank 0 was there while the others waited in
+    # DDP's first broadcast, and was said to be "compiling".
+    state = classify(dump("importing_torch_dynamo.json"), cpu_percent=99.0)
+    assert (state.state, state.op, state.frame.where) == ("importing", "torch._dynamo", "importing_script.py:4")
+    ranks = {0: state, 1: classify(dump("deadlock_rank0_all_reduce.json"), 0.0)}
+    found = diagnose(seen(ranks))
+    assert (found.kind, found.culprits) == ("straggler", (0,))
+    assert summary(found).startswith("not a hang: rank 1 waits in all_reduce while rank 0 is importing torch._dynamo "
+                                     "at importing_script.py:4 (<module>)"), summary(found)
+
+
+def test_a_module_of_the_trainings_own_that_trains_as_it_is_imported_is_not_importing():
+    # importing_own_module.json: a real dump of import_runner.py, which imports trains_on_import.py
+    # (beside it), a module that computes at its top level: it computes at its own line.
+    state = classify(dump("importing_own_module.json"), cpu_percent=99.0)
+    assert (state.state, state.op, state.frame.where) == ("computing", None, "trains_on_import.py:8")

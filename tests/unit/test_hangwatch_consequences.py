@@ -16,11 +16,14 @@ from .test_hangwatch_watch import AGENT, replay
 
 SUBGROUP = ("rank 1 never entered all_reduce #6 of group [0,1], where rank 0 waits; rank 1 waits in all_reduce #11 of "
             "the default group (hang_train.py:149)")
-SUBGROUP_PLAIN = ("ranks wait in different collectives: rank 0 in all_reduce at hang_train.py:186 (main); rank 1 in "
-                  "all_reduce at hang_train.py:149 (train_step); rank 2 in all_reduce at hang_train.py:149 (train_step); "
-                  "rank 3 in all_reduce at hang_train.py:149 (train_step); they wait in it at different lines: a "
-                  "collective of a subgroup, or one only some ranks call; which rank diverged cannot be told from "
-                  "where they wait (the Flight Recorder's numbers per group would say)")
+SUBGROUP_PLAIN = ("rank 1 never entered all_reduce of group [0,1] (hang_train.py:188), where rank 0 waits; rank 1 waits "
+                  "in all_reduce at hang_train.py:150 (train_step) with ranks 2,3 (their connections show the group: "
+                  "a second mesh of Gloo connections joins its members; no Flight Recorder numbers its collectives)")
+SUBGROUP_UNSURE = ("ranks wait in different collectives: rank 0 in all_reduce at hang_train.py:188 (main); rank 1 in "
+                   "all_reduce at hang_train.py:150 (train_step); rank 2 in all_reduce at hang_train.py:150 "
+                   "(train_step); rank 3 in all_reduce at hang_train.py:150 (train_step); they wait in it at different "
+                   "lines: a collective of a subgroup, or one only some ranks call; which rank diverged cannot be told "
+                   "from where they wait (the Flight Recorder's numbers per group would say)")
 
 
 def test_a_stack_older_than_a_ranks_last_work_is_never_where_it_ended(tmp_path):
@@ -65,16 +68,68 @@ def test_a_subgroup_collective_skipped_by_rank_1_names_rank_1_for_that_group(tmp
     assert [c.what for c in d.causes] == [c.what for c in CAUSES[Reason.SKIPPED_GROUP]]
 
 
-def test_without_a_flight_recorder_ranks_at_different_lines_are_never_a_certain_culprit(tmp_path):
-    # subgroup-plain.jsonl: the same shape, no Flight Recorder: every rank waits in all_reduce, rank 0
-    # at another line. Which one diverged the places cannot say: no culprit, every rank a candidate,
-    # and never "a peer or the link is gone".
+def test_without_a_flight_recorder_the_ranks_connections_show_the_subgroup_and_the_member_that_skipped(tmp_path):
+    # subgroup-plain.jsonl: the same shape, no Flight Recorder (an attached run that did not opt in):
+    # every rank waits in all_reduce, rank 0 at another line. Their connections show the group:
+    # Gloo joined ranks 0,1 by a second mesh (new_group([0, 1])), every other pair by one. Two
+    # calls of one group's all_reduce would have met: rank 0 waits in the subgroup's, and rank 1,
+    # its other member, waits elsewhere with ranks 2,3: it never entered it. Likely, not certain.
+    header, watcher, events = replay("subgroup-plain", tmp_path)
+    said = _said(events)
+    assert len(said) == 1, [e.text for e in events]
+    d = said[0].snapshot.diagnosis
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty, d.group, list(d.group_ranks)) == \
+        ("mismatch", [header["rank"]], [], "skipped-group", "likely", None, [0, 1]) and header["rank"] == 1
+    assert summary(d) == SUBGROUP_PLAIN, summary(d)
+
+
+def test_without_a_flight_recorder_or_the_connections_ranks_at_different_lines_are_never_a_culprit(tmp_path,
+                                                                                                  monkeypatch):
+    # The same recording with the connections taken out (an older agent): which one diverged the
+    # places cannot say: no culprit, every rank a candidate, and never "a peer or the link is gone".
+    _links_counted_between_samples_only_before("subgroup-plain", 0.0, tmp_path, monkeypatch)
     header, watcher, events = replay("subgroup-plain", tmp_path)
     said = _said(events)
     assert len(said) == 1, [e.text for e in events]
     d = said[0].snapshot.diagnosis
     assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
         ("mismatch", [], [0, 1, 2, 3], "different-collective", "unsure")
+    assert summary(d) == SUBGROUP_UNSURE, summary(d)
+
+
+def _links_counted_between_samples_only_before(name, at, tmp_path, monkeypatch):
+    """The recording `name`, its samples' counts of the connections from `at` on taken out: the
+    agent's count between samples (every few of them) missed what was made since."""
+    from . import test_hangwatch_watch
+    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        msg = record.get("msg")
+        if isinstance(msg, dict) and msg.get("type") == "sample" and record["at"] >= at:
+            for rank in msg.get("ranks", ()):
+                rank.pop("links", None)
+                rank.pop("endpoints", None)
+        out.append(json.dumps(record))
+    (tmp_path / f"{name}.jsonl").write_text("\n".join(out) + "\n")
+    monkeypatch.setattr(test_hangwatch_watch, "AGENT", tmp_path)
+
+
+def test_a_subgroup_made_just_before_the_stall_is_seen_in_the_connections_counted_with_the_stacks(tmp_path,
+                                                                                               monkeypatch):
+    # subgroup-stacked.jsonl: subgroup-plain's shape, recorded by the agent that counts each rank's
+    # connections with its stack. Its samples counted the subgroup's second mesh at 11.05 s, 0.16 s
+    # before the fault (11.21 s); on CI's loaded box that count came after the verdict (every few
+    # samples: the ranks' sockets had settled since the world's mesh), and the verdict was "unsure,
+    # every rank a candidate". Without that count the connections read with the stall's stacks
+    # show the group.
+    _links_counted_between_samples_only_before("subgroup-stacked", 8.0, tmp_path, monkeypatch)
+    header, watcher, events = replay("subgroup-stacked", tmp_path)
+    said = _said(events)
+    assert len(said) == 1, [e.text for e in events]
+    d = said[0].snapshot.diagnosis
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty, d.group, list(d.group_ranks)) == \
+        ("mismatch", [header["rank"]], [], "skipped-group", "likely", None, [0, 1]) and header["rank"] == 1
     assert summary(d) == SUBGROUP_PLAIN, summary(d)
 
 

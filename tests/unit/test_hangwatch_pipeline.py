@@ -113,3 +113,19 @@ def test_what_is_said_once_stands_by_its_fields():
     assert Said(About.STALL, Kind.EXITED, (3,), run=1).stands
     assert Said(About.ENDS, Kind.EXITED, (3,), pids=(4242,)).stands
     assert Said(About.TORCHRUNS, Kind.RENDEZVOUS_STALL, store="10.0.0.1:29500", node_ranks=(1,)).stands
+
+
+def test_a_rank_quiet_in_an_import_that_moves_no_byte_waits_on_io_and_is_not_working(tmp_path):
+    # A live rank of a recording, given the real dump of a rank importing torch._dynamo and made
+    # quiet: an import is working only while it uses CPU or moves bytes (a file system that does
+    # not answer would otherwise keep it "working", a straggler for ever).
+    from hangwatch.stalled import working
+    pyspy = Path(__file__).parent / "artifacts" / "pyspy" / "importing_torch_dynamo.json"
+    header, watcher, events = replay("sleep", tmp_path, until=5.0)
+    t = next(iter(watcher.state.live()))
+    t.dump, t.view.cpu, t.idle_since, t.io_known, t.moved = json.loads(pyspy.read_text()), 0.0, 1.0, True, 0
+    e = evidence_of(watcher.state, t, 10.0)
+    assert (e.state, e.op, e.reason, working(e)) == (S.IMPORTING, "torch._dynamo", Reason.WAITS_ON_IO, False)
+    t.moved = 4096                                    # still reading its files
+    e = evidence_of(watcher.state, t, 10.0)
+    assert (e.state, e.reason, working(e)) == (S.IMPORTING, None, True)

@@ -200,12 +200,24 @@ def test_a_connection_keeps_it_unsaid_and_one_after_the_notice_takes_it_back(tmp
     assert watcher.snapshot().diagnosis is None
 
 
-def test_the_launch_summary_says_it_under_its_headline():
-    result = LaunchResult([LaunchedRank(r, "master", r, exit=0) for r in range(2)], [NodeState("master", "exited")],
-                          None, None, 41.0, notes=[f"but the ranks never exchanged a byte: {ALONE}"])
-    lines = render(result, 29500, "master").splitlines()
-    assert lines[:2] == ["training finished: all 2 ranks exited with code 0 (41.0 s)",
-                         f"  but the ranks never exchanged a byte: {ALONE}"]
+def test_a_launch_whose_ranks_never_joined_a_group_failed_and_says_why_under_its_headline():
+    # Issue 26/27: every rank exited 0, none ever joined a process group (each trained alone): a
+    # failure, not "finished", however short the run (a run under the threshold has no notice).
+    alone = LaunchResult([LaunchedRank(r, "master", r, exit=0) for r in range(2)], [NodeState("master", "exited")],
+                         None, None, 41.0, notes=[f"hangwatch: {ALONE}"], alone=(0, 1))
+    assert (alone.ok, alone.exit_code, alone.to_json()["alone"]) == (False, 1, [0, 1])
+    lines = render(alone, 29500, "master").splitlines()
+    assert lines[:2] == ["training failed: the 2 ranks exited with code 0, but none ever joined a process group: each "
+                         "imported torch, ran not one collective (its Flight Recorder) and was seen with no TCP "
+                         "connection to the store or a peer, so each trained alone (WORLD_SIZE 2; init_process_group "
+                         "skipped?) (41.0 s)", f"  hangwatch: {ALONE}"]
+    short = LaunchResult([LaunchedRank(r, "master", r, exit=0) for r in range(2)], [NodeState("master", "exited")],
+                         None, None, 4.0, alone=(0, 1))
+    assert render(short, 29500, "master").splitlines()[1] == "  rank 0 on master: exit code 0"
+    finished = LaunchResult([LaunchedRank(r, "master", r, exit=0) for r in range(2)], [NodeState("master", "exited")],
+                            None, None, 41.0)
+    assert render(finished, 29500, "master").splitlines()[0] == \
+        "training finished: all 2 ranks exited with code 0 (41.0 s)"
 
 
 # -- the agent's side, on real processes -------------------------------------------------------
@@ -277,3 +289,45 @@ def test_each_ranks_established_connections_are_counted():
             p.kill()
             p.wait()
         listener.close()
+
+
+def test_a_runs_end_names_the_ranks_that_never_joined_a_group_and_only_those_that_imported_torch(tmp_path):
+    # alone.jsonl to its end: every rank ended, none ever held a connection, each with torch
+    # loaded. The one rule launch and attach end by (runs.never_connected); a rank without torch
+    # (a script that only prints) is never one.
+    from hangwatch import runs
+    header, watcher, events = replay("alone", tmp_path)
+    assert all(t.ended for t in watcher.state.ranks.values())
+    assert watcher.never_connected() == (0, 1, 2, 3)
+    next(t for t in watcher.state.ranks.values() if t.key == 2).torch = False
+    assert runs.never_connected(watcher.state) == (0, 1, 3)
+
+
+def test_the_verdict_at_a_runs_end_is_the_notice_said_or_one_made_for_a_run_too_short_for_it(tmp_path):
+    from hangwatch import alone
+    header, watcher, events = replay("alone", tmp_path)
+    said = alone.at_end(watcher.state, 100.0, 1000.0)
+    assert (said.kind, said.world, said.reason) == ("alone", 4, "training")      # the notice said at 8.7 s
+    watcher.state.diagnosis = None            # derived: a run that ended before the notice
+    made = alone.at_end(watcher.state, 100.0, 1000.0)
+    assert (made.kind, made.world, made.reason, [e.rank for e in made.evidence]) == ("alone", 4, None, [0, 1, 2, 3])
+    next(t for t in watcher.state.ranks.values() if t.key == 3).talked = True      # one did connect: no verdict
+    assert alone.at_end(watcher.state, 100.0, 1000.0) is None
+
+
+def test_a_launch_fails_only_on_ranks_whose_own_record_says_they_ran_no_collective(tmp_path):
+    # Connections are counted each second: a short run's group can live between two counts. A
+    # launch's ranks each record how many collectives they ran (the bootstrap's PID.end, from
+    # their Flight Recorder); alone.jsonl was recorded without it (torchrun started by hand).
+    from hangwatch import runs
+    header, watcher, events = replay("alone", tmp_path)
+    assert watcher.never_connected() == (0, 1, 2, 3) and watcher.ran_no_collective() == ()
+    tracks = sorted(watcher.state.ranks.values(), key=lambda t: t.key)
+    for t in tracks:
+        t.ending = {"how": "returned", "code": 0, "collectives": 0}          # derived: as launched
+    assert runs.ran_no_collective(watcher.state) == (0, 1, 2, 3)
+    assert (watcher.alone_verdict().kind, watcher.alone_verdict().world) == ("alone", 4)
+    tracks[1].ending = {"how": "returned", "code": 0, "collectives": 5}      # it ran some: a group existed
+    assert runs.ran_no_collective(watcher.state) == (0, 2, 3)
+    tracks[1].ending = {"how": "returned", "code": 0, "collectives": None}   # its recorder was off: not known
+    assert runs.ran_no_collective(watcher.state) == (0, 2, 3)

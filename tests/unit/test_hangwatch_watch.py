@@ -69,7 +69,7 @@ def test_the_recorded_straggler_is_never_a_hang(tmp_path):
     assert "diagnosis" not in kinds and "incident" not in kinds, [e.text for e in events]
     straggler = next(e for e in events if e.kind == "straggler")
     assert straggler.snapshot.diagnosis.culprits == [header["rank"]] == [0]
-    assert "rank 0 is computing at hang_train.py:" in straggler.text
+    assert "rank 0 is computing at hang_train.py:43 (compute);" in straggler.text, straggler.text     # compute()'s line then
     assert "resumed" in kinds[kinds.index("straggler"):]
 
 

@@ -322,7 +322,8 @@ def owned(path, user) -> str:
 
 def test_no_py_spy_the_intruder_placed_is_found_beside_python_on_path_or_in_home(fake_py_spies, user, markers):
     env = {"PATH": f"{fake_py_spies['path'].parent}:/usr/bin:/bin", "HOME": str(user.home)}
-    done = subprocess.run([fake_py_spies["python"], "-c", "import json; from node import pyspy; "
+    # -s, as the agent's Python runs (node/boot.py): a test beside this one plants the intruder's user site.
+    done = subprocess.run([fake_py_spies["python"], "-s", "-c", "import json; from node import pyspy; "
                            "print(json.dumps(pyspy.find()))"], env={**env, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=60, cwd="/")
 

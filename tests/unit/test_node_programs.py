@@ -400,6 +400,9 @@ def test_a_listener_serves_its_token_while_strangers_hold_idle_connections():
                            timeout=30)
         [outcome] = connect.wait(30).json_lines(protocol.RESULT)[-1]
         assert outcome["outcome"] == "open", outcome
+        # The connector's own route to the address it dialled, as the facts read the route to the master.
+        assert {k: outcome["route"][k] for k in ("address", "interface", "source")} == {
+            "address": "127.0.0.1", "interface": "lo", "source": "127.0.0.1"}, outcome
         for s in strangers:
             s.close()
     finally:

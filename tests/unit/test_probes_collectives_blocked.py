@@ -1,0 +1,72 @@
+"""The collectives job is not started over a path the network probe found blocked (issue 26: it
+waited out its 15 s bound there, and bench/probes.py's blocked cluster took 1.59x a clean one).
+Decided on recorded real probe data of the lab: which address each node's ranks bind as the node
+is set up (Gloo's bind, in its facts) and once pinned (the probe's listener), and which dials
+into those addresses the probe found blocked. The job itself is never reached where it must not
+start: the cluster given here fails the test if a job is started on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.model import Options
+from preflight.probes import collectives
+from preflight.probes.collectives import _binds
+from preflight.probes.network_seen import NetworkSeen
+
+from .test_checks_ports import ctx_of, load
+
+
+class NoJobs:
+    """A cluster whose every node is usable and on which no job may start."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def usable(self) -> list[int]:
+        return list(range(self.n))
+
+    def job(self, *args, **kwargs):
+        pytest.fail("a job was started over a path the network probe found blocked")
+
+
+def _blocked_first(name: str, nproc: int) -> list[tuple[str, str, str, str]]:
+    art = load(name)
+    nodes = ctx_of(art).nodes
+    seen = NetworkSeen.from_json(art["probes"]["network"])
+    return sorted({(d.src, d.dst, d.sent.get("address"), d.kind.value)
+                   for d in seen.blocking(_binds(nodes, list(range(len(nodes)))), nproc)})
+
+
+def test_as_set_up_the_ranks_bind_what_the_hostname_resolves_to_and_only_its_blocked_paths_count():
+    # Every hostname resolves to IPv6: unpinned ranks bind IPv6. A firewall for IPv6 alone blocks
+    # them; one for IPv4 alone does not (their job would form: it is started).
+    assert _blocked_first("lab_probe_ipv6_firewall", 1) == [
+        ("master", "worker1", "fd64:6470:213::11", "closed"), ("master", "worker1", "fd64:6470:213::11", "listener")]
+    assert _blocked_first("lab_probe_ipv4_firewall", 1) == []
+    assert _blocked_first("lab_probe_clean", 1) == []
+
+
+def test_a_nodes_own_blocked_port_counts_only_when_its_ranks_connect_to_each_other():
+    own = ("master", "master", "10.213.4.200", "listener")
+    with_two = _blocked_first("lab_probe_self_firewall", 2)
+    with_one = _blocked_first("lab_probe_self_firewall", 1)
+    assert own in with_two and own not in with_one
+    assert ("worker1", "master", "10.213.4.200", "listener") in with_one
+
+
+@pytest.mark.parametrize("name, nproc, summary", [
+    ("lab_probe_firewalls", 1, "master -> worker1's port {port} on 10.213.0.11 is blocked (filtered), so the job's "
+                               "ranks could not connect (see ephemeral-ports)"),
+    ("lab_probe_self_firewall", 2, "master -> its own port {port} on 10.213.4.200 is blocked (filtered), so the "
+                                   "job's ranks could not connect (see ephemeral-ports)"),
+])
+def test_blocked_both_as_set_up_and_pinned_no_job_starts_and_the_path_is_said(name, nproc, summary):
+    art = load(name)
+    ctx = ctx_of(art)
+    options = Options(master_addr=art["master_addr"], nproc_per_node=nproc)
+    out = collectives.probe(NoJobs(len(ctx.nodes)), ctx.nodes, options, network=art["probes"]["network"])
+    first = out["blocked"][0]
+    assert out["skipped"] == summary.format(port=first["port"])
+    assert {(d["src"], d["dst"]) for d in out["blocked"]} == \
+        {(a, b) for a, b, _, _ in _blocked_first(name, nproc)}
