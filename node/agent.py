@@ -83,7 +83,7 @@ class Agent:
         self.py_spy, self.py_spy_refused = pyspy.find(spec.get("py_spy"))
         self.native = bool(spec.get("native"))
         self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
-        self.last_stacks = 0.0
+        self.last_stacks: float | None = None   # when it last took stacks (None: never; the first at once)
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.reading = collections.Counter()   # pid -> py-spy dumps of it running now (each suspends it)
         self.read_until: dict = {}             # pid -> when the last dump of it ended (monotonic)
@@ -461,7 +461,7 @@ class Agent:
             if launchers:
                 message["launchers"] = launchers
             self.emit(message)
-            if found and time.monotonic() - self.last_stacks > self.stack_every:
+            if found and (self.last_stacks is None or time.monotonic() - self.last_stacks > self.stack_every):
                 wanted = {p for p in found if p not in self.unwanted}
                 threading.Thread(target=self.stacks, args=(None, None, wanted), daemon=True).start()
                 self.last_stacks = time.monotonic()
