@@ -265,6 +265,7 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
         t = state.ranks.get((node, pid))
         if t is None or t.ended:
             continue
+        t.read_at = now        # its py-spy read, held it: samples from now on say whether that ended
         if t.stack_at is not None and taken < t.stack_at:
             continue           # older than the stack in hand
         if pid in msg.partial and not _decided_without_native(t, dump):

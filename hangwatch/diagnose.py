@@ -30,6 +30,7 @@ class Hold(Word):
     """A decision to say nothing now."""
     STOPPING = "stopping"            # someone is stopping the run (Ctrl-C, a scheduler, a launcher): no hang
     STORE_COMING = "store-coming"    # its store's answer is on its way (read under a short deadline): judged with it
+    BEING_READ = "being-read"        # our py-spy holds a rank it reads: its CPU and place are told once it lets go
     NOTHING = "nothing"              # nothing is stuck
 
 
@@ -47,6 +48,10 @@ def store_coming(s: Stall) -> Hold | None:
     return Hold.STORE_COMING if s.store_coming else None
 
 
+def being_read(s: Stall) -> Hold | None:
+    return Hold.BEING_READ if s.being_read else None
+
+
 def nothing(s: Stall) -> Hold:
     return Hold.NOTHING
 
@@ -54,6 +59,7 @@ def nothing(s: Stall) -> Hold:
 RULES: tuple[Rule, ...] = (
     being_stopped,           # a stop, not a hang
     store_coming,            # wait for the store's answer
+    being_read,              # wait for the ranks our py-spy holds (within its bound, and a sample of their own)
     never_checked_in,        # ranks in init_process_group, none in a collective: who never checked in
     straggler,               # ranks wait while another works: a straggler, or one that never arrives (endless)
     ended_first,             # ranks wait while others ended: the ends no other explains

@@ -26,7 +26,12 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
     found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
     stale = _stale(t, found)
-    if stale is not None:
+    if t.idle_since is None and t.dump is not None and t.held_since_read():
+        # Working at its last sample of its own, held by our py-spy since (reading its stack): that
+        # CPU is from before, so neither it nor a stack read with it says what the rank does now.
+        found = RankState(S.UNKNOWN, evidence=("held by hangwatch's py-spy since its stack was read: its CPU is "
+                                               "not its own meanwhile",))
+    elif stale is not None:
         # Not quiet, and its stack no longer says where it is: it works, somewhere.
         found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING, evidence=(f"CPU {v.cpu:.0f}%", stale))
     notes = list(found.evidence)

@@ -32,6 +32,7 @@ S = RankStatus
 def forget(t: Track) -> None:
     """What its progress was: nothing is judged from it (its node was lost)."""
     t.view.idle_for, t.idle_since, t.busy_at, t.quiet_at, t.moved = 0.0, None, None, None, 0
+    t.free_at, t.read_at = None, None
     t.spinning, t.last_wait = False, None
 
 
@@ -41,6 +42,8 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     if s.cpu is None:
         return
     quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
+    if not s.held:
+        t.free_at = now
     if quiet and s.held and t.idle_since is None and not t.stopped and not t.spinning:
         # Our own py-spy held it (suspended to read its stack) during this sample: its CPU was not
         # its to use, so a busy rank read then looks quiet. No sign it stopped (its CPU stays the
@@ -120,6 +123,15 @@ def busy_on_gpu(state: State) -> tuple[str, ...]:
     that CPU cannot show."""
     return tuple(sorted({t.view.node for t in state.live() if t.view.gpu is not None and t.idle_since is None
                          and state.nodes[t.view.node].status is NodeStatus.WATCHING}))
+
+
+def read_again(state: State, run: int | None = None) -> bool:
+    """Whether its ranks' stacks may be read again: every live rank (of `run`) read by a stall's
+    ask has had a sample since whose CPU was its own. py-spy suspends a rank while it reads it (for
+    seconds, native frames on a loaded node): asks back to back would hold it for good, and a rank
+    only ever read held shows neither quiet nor busy (CI: two ranks that waited in all_reduce were
+    named computing for 28 s, their CPU the last they had used before)."""
+    return not any(t.held_since_read() for t in state.live() if run is None or t.run == run)
 
 
 def went_quiet(state: State, run: int | None = None) -> float | None:

@@ -141,7 +141,8 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
         pending = state.asked_at is not None and (last_quiet is None or state.asked_at >= last_quiet)
         plan = stall.plan(waiting, state.config.threshold, covered, stacks_age,
                           now - state.asked_at if pending and state.asked_at is not None else None)
-        take = take or plan.take_stacks
+        # Not while a rank its last answer read has had no sample of its own since (our py-spy held it).
+        take = take or (plan.take_stacks and progress.read_again(state, run))
         if plan.diagnose:
             verdicts.stalled(state, waiting, now, wall, out, run)
     if take:

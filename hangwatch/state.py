@@ -42,6 +42,8 @@ class Track:
                                       # helpers', or a wait its stacks show unchanged while it spins)
     busy_at: float | None = None      # the last sample that used CPU
     quiet_at: float | None = None     # the last sample in which it used none (its own and its helpers')
+    free_at: float | None = None      # the last sample our own py-spy did not hold it in (its CPU its own)
+    read_at: float | None = None      # when an agent's stacks of it last came (either part of an answer)
     moved: int = 0                    # bytes it read or wrote since idle_since
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
@@ -95,6 +97,10 @@ class Track:
     @property
     def launcher(self) -> int | None:
         return self.info.ppid if self.info is not None else None
+
+    def held_since_read(self) -> bool:
+        """Our py-spy read it and it has had no sample of its own since: its CPU is unknown."""
+        return self.read_at is not None and (self.free_at is None or self.free_at <= self.read_at)
 
 
 @dataclass

@@ -56,7 +56,10 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
     ended_verdict = ended.judge(state, now, wall, run) if any(t.ended for t in tracks) else None
     share = _wait_share(state, seen)
     return Stall(seen, waited=waiting, ended=ended_verdict, store=_store_said(state, seen, tracks),
-                 store_coming=_store_coming(state, seen, tracks, now), planned=state.config.planned,
+                 store_coming=_store_coming(state, seen, tracks, now),
+                 being_read=any(t.held_since_read() and seen[t.key].state is S.UNKNOWN
+                                for t in tracks if t.key in seen),
+                 planned=state.config.planned,
                  endless=state.config.endless, quiet=_quiet(state, seen, tracks, now),
                  idle_share=share[0] if share else None, idle_span=share[1] if share else None,
                  notes=state.config.notes, find_groups=lambda: meshes.shared_groups(tracks))

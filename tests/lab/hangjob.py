@@ -136,7 +136,10 @@ class Watch:
                 if e["event"] == kind and where(e):
                     return e
             time.sleep(0.1)
-        raise AssertionError(f"no {kind} event in {timeout} s: {[e['event'] + ': ' + e['text'] for e in self.events]}")
+        # With every input the watcher had, timed: what CI's log must show to tell why.
+        since = min((e["time"] for e in self.events), default=time.time() - timeout)
+        raise AssertionError(f"no {kind} event in {timeout} s: {[e['event'] + ': ' + e['text'] for e in self.events]}\n"
+                             + self.timeline(since))
 
     def timeline(self, since: float) -> str:
         """Every event so far, timed from `since`: what an assert on when a verdict came shows."""
