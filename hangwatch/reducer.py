@@ -113,7 +113,7 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
             verdicts.report(state, found, 0.0, wall, out, verdicts.ends_said(found), run=ended.last_run(state))
     spinning = progress.busy_on_gpu(state)
     if spinning and (state.spin_asked_at is None or now - state.spin_asked_at >= state.config.threshold / 2) \
-            and state.asked_at is None:
+            and state.asked_at is None and progress.read_again(state):
         state.spin_asked_at = now
         agents.ask_stacks(state, now, out, spinning)
     verdicts.launchers_waiting(state, now, wall, out)
