@@ -21,17 +21,19 @@ from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, NodeNote, RankStatus, RankView, Seen, Who
+from .model import Diagnosis, NodeNote, NodeStatus, RankStatus, RankView, Seen, Who
 from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
 S = RankStatus
+EXIT_WAIT = 10.0     # s: the most a run's ends wait for an agent's exit message of a rank it saw go
 CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
 
 
 def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: list[Effect]) -> None:
     """The agent saw the exit the moment it happened (pidfd), with what the node could tell of it."""
     fresh = not t.ended
+    t.exit_heard = True
     status = ExitStatus.from_wait_status(msg.code) if msg.code is not None else None
     if fresh or t.exit_status is None:
         _ended(state, t, status if status is not None else t.exit_status, msg.t, now)
@@ -55,6 +57,19 @@ def rank_exit(state: State, t: Track, msg: protocol.RankExit, now: float, out: l
             other.leaving = closed > 0
     if fresh:
         _gone(state, t, out)
+
+
+def awaited(state: State, now: float) -> bool:
+    """A rank its agent found, then saw gone (or a zombie), whose exit message has not come: every
+    rank an agent found ends in one (node/agent.py), with its code and its own record of how its
+    script ended, but on a loaded node seconds after the sample that missed the rank. A run's ends
+    are judged with it: without it a rank that finished cleanly first reads as one that may have
+    failed (CI: "ended first (exit code 0) ... its own error or a lost peer"). Waited for while its
+    node is watched, EXIT_WAIT at most. A rank only its launcher saw (it ended before the agent's
+    first sample) has no exit message to wait for."""
+    return any(t.ended and t.info is not None and not t.exit_heard and t.gone_at is not None
+               and now - t.gone_at < EXIT_WAIT
+               and state.nodes[t.view.node].status is NodeStatus.WATCHING for t in state.ranks.values())
 
 
 def zombie(state: State, t: Track, status: ExitStatus, at: float | None, now: float, out: list[Effect]) -> None:

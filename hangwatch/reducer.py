@@ -106,7 +106,7 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
     agents.clocks_due(state, now, wall, out)
     for t in state.live():
         t.view.idle_for = round(now - t.idle_since, 1) if t.idle_since is not None else 0.0
-    if state.exit_check_at is not None and now >= state.exit_check_at:
+    if state.exit_check_at is not None and now >= state.exit_check_at and not ended.awaited(state, now):
         state.exit_check_at = None
         found = ended.judge(state, now, wall)
         if found is not None:

@@ -32,6 +32,7 @@ class Stall:
     ended: Diagnosis | None = None            # exits.judge's verdict on its ranks that ended, when some did
     store: StoreAnswer | None = None          # what its store said since its ranks began to wait in init_process_group
     store_coming: bool = False                # an agent is reading that store now: its answer is on its way
+    ends_coming: bool = False                 # a rank of it seen gone: its agent's exit message is on its way
     being_read: bool = False                  # a rank that worked at its last sample of its own is held by our
                                               # py-spy since (reading its stack): neither its CPU nor its place known
     planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan

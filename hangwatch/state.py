@@ -61,6 +61,7 @@ class Track:
     gone_at: float | None = None      # when the watcher learned it was gone (monotonic)
     exit_t: float | None = None       # when it ended, on the master's clock (epoch s): its record's time or its exit's
     exit_status: ExitStatus | None = None
+    exit_heard: bool = False          # its agent's exit message came (its code, its own record of its end)
     ending: dict | None = None        # its own record of how its script ended (PID.end)
     exception: Seen | None = None     # an exception it printed (its output) or recorded
     quote: str | None = None          # the output line the exception rests on

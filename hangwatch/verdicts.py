@@ -57,6 +57,7 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
     share = _wait_share(state, seen)
     return Stall(seen, waited=waiting, ended=ended_verdict, store=_store_said(state, seen, tracks),
                  store_coming=_store_coming(state, seen, tracks, now),
+                 ends_coming=ended.awaited(state, now),
                  being_read=any(t.held_since_read() and seen[t.key].state is S.UNKNOWN
                                 for t in tracks if t.key in seen),
                  planned=state.config.planned,

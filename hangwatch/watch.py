@@ -85,9 +85,10 @@ class Watcher(Source):
         self._ticker.start()
         return self
 
-    def settle(self, timeout: float = reducer.EXIT_SETTLE + 1.0) -> None:
+    def settle(self, timeout: float = reducer.EXIT_SETTLE + ended.EXIT_WAIT + 1.0) -> None:
         """Wait (up to `timeout`) for exits still being judged: at the end of a run, the order in
-        which its ranks left says which one to look at."""
+        which its ranks left says which one to look at (judged once every rank's exit message came,
+        ended.awaited: at once, unless one is late)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:

@@ -270,11 +270,30 @@ class Agent:
         # its zombie (exitcodes.py). Without them (no CAP_NET_ADMIN, no taskstats): the zombie alone.
         codes = ExitCodes()
         codes.start()
+        def report(pid):
+            reported.add(pid)           # once: a zombie's pidfd stays readable until it is reaped
+            st = proc.stat(pid)
+            code = st.exit_status if st is not None and st.state in "ZX" else None
+            if code is None:
+                code = codes.status(pid)
+            at = time.time()
+            self.ended_at = time.monotonic()
+            closed = self.closed_since(pid)
+            with self.keeping:
+                kept = self.keeper.ended(pid)
+                if kept.get("output"):
+                    kept["shared"] = self.shared_output(pid)
+            self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": closed, **kept})
+
         while not self.stop.is_set():
+            gone = []
             for pid in list(self.ranks.known):
                 if pid not in fds.values() and pid not in reported:
                     try:
                         fd = os.pidfd_open(pid)
+                    except ProcessLookupError:
+                        gone.append(pid)        # ended (and reaped) before it could be opened
+                        continue
                     except (OSError, AttributeError):
                         continue
                     fds[fd] = pid
@@ -283,21 +302,13 @@ class Agent:
             codes.drain()               # every poll: the socket holds every process's exits
             for fd, _ in ended:
                 pid = fds.pop(fd)
-                reported.add(pid)       # once: a zombie's pidfd stays readable until it is reaped
                 poller.unregister(fd)
                 os.close(fd)
-                st = proc.stat(pid)
-                code = st.exit_status if st is not None and st.state in "ZX" else None
-                if code is None:
-                    code = codes.status(pid)
-                at = time.time()
-                self.ended_at = time.monotonic()
-                closed = self.closed_since(pid)
-                with self.keeping:
-                    kept = self.keeper.ended(pid)
-                    if kept.get("output"):
-                        kept["shared"] = self.shared_output(pid)
-                self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": closed, **kept})
+                report(pid)
+            # Every rank it knew ends in one exit message (the watcher judges a run's ends once each
+            # came): one gone before its pidfd was opened too, with what the kernel's records kept.
+            for pid in gone:
+                report(pid)
         codes.close()
 
     def shared_output(self, pid) -> bool:
