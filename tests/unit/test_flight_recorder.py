@@ -378,6 +378,8 @@ for _ in range(3):
     dist.all_reduce(t, group=subgroup)       # the subgroup: its own #1..#3
 dist.all_reduce(t)                           # the default group's #4: the last collective of all
 sys.stdout.buffer.write(c10d._dump_fr_trace_json(True, False))
+sys.stdout.flush()
+dist.destroy_process_group()                 # Gloo's threads ended before exit (else an abort, now and then)
 """
 
 

@@ -181,7 +181,7 @@ def test_a_rank_in_a_session_of_its_own_that_ignores_sigterm_is_still_ended(tmp_
     # torchrun's own end at the supervisor's grace, and would be left behind, orphaned.
     script = tmp_path / "train.py"
     script.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                      "print('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+                      "os.write(1, b'pid %d\\n' % os.getpid())\ntime.sleep(300)\n")
     lines: list[str] = []
     job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
                        "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
@@ -207,7 +207,7 @@ if os.environ["LOCAL_RANK"] == "1":
     while not os.path.exists(started):
         time.sleep(0.05)
     sys.exit(3)
-print("pid", os.getpid(), flush=True)
+os.write(1, b"pid %d\\n" % os.getpid())   # one write: the ranks share a pipe
 open(started, "w").close()
 time.sleep(300)
 """
@@ -240,7 +240,7 @@ def test_the_launch_program_says_which_ranks_torchrun_stops_when_one_fails(tmp_p
 
 def test_the_launch_program_says_nothing_is_stopped_when_every_rank_returns_and_all_when_it_is_stopped(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\n"
+    script.write_text("import os, time\nos.write(1, b'pid %d\\n' % os.getpid())\n"
                       "time.sleep(300 if os.path.exists('hold') else 0)\n")
     spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
             "torchrun": ["--nproc-per-node", "2", "--master-port", str(_free_port()), "--max-restarts", "0",
@@ -276,7 +276,7 @@ def _state(pid: int) -> str:
 def _sleeping_ranks(tmp_path, ranks: int, lines: list[str]):
     """The launch program with ranks that print their pid and sleep; its lines go into `lines`."""
     script = tmp_path / "train.py"
-    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    script.write_text("import os, time\nos.write(1, b'pid %d\\n' % os.getpid())\ntime.sleep(300)\n")
     spec = {"program": "launch", "cwd": str(tmp_path), "module": False,
             "torchrun": ["--nproc-per-node", str(ranks), "--master-port", str(_free_port()), "--max-restarts", "0",
                          str(script), "--"]}
@@ -365,7 +365,7 @@ def test_torchruns_close_stops_the_ranks_even_when_the_stopping_line_cannot_be_w
 
 def test_a_silent_master_is_gone_after_the_lease(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    script.write_text("import os, time\nos.write(1, b'pid %d\\n' % os.getpid())\ntime.sleep(300)\n")
     lines: list[str] = []
     job = local().job({"program": "launch", "cwd": str(tmp_path), "module": False,
                        "torchrun": ["--nproc-per-node", "1", "--tee", "3", str(script), "--"]},
