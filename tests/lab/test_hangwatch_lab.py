@@ -169,8 +169,11 @@ def test_a_rank_that_never_calls_init_process_group_is_named_with_its_node(watch
     watch, job = watched("--steps", "50", "--fault", "skip-init", "--rank", "3", port=29640)
     diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
     assert diagnosis["kind"] == "rendezvous-stall" and diagnosis["culprits"] == [3], diagnosis
+    # On failure: every rank's evidence and the watcher's timed inputs (a full run here once left rank 1
+    # out of the waiting ranks, its state not kept).
     assert diagnosis["summary"] == (f"rank 3 never checked in (worker1's): it is idle at hang_train.py:"
-                                    f"{_line('time.sleep(5400)')} (main); ranks 0,1,2 wait in init_process_group")
+                                    f"{_line('time.sleep(5400)')} (main); ranks 0,1,2 wait in init_process_group"), \
+        (diagnosis["evidence"], watch.timeline(min(e["time"] for e in watch.events)))
 
 
 def test_a_lost_node_is_reported_and_the_others_are_still_watched(watched):
