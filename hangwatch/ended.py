@@ -26,7 +26,9 @@ from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
 S = RankStatus
-EXIT_WAIT = 10.0     # s: the most a run's ends wait for an agent's exit message of a rank it saw go
+EXIT_WAIT = 10.0     # s: the most a run's ends wait for an agent's exit message of a rank it saw go: a bound,
+                     # not a judgement (a live agent sends it within its 200 ms pidfd poll and a read of the
+                     # rank's record; one that could not open the pidfd never does; a lost agent is not waited for)
 CLOCK_STEP = 0.1     # s: nodes' clocks this close (NTP keeps them within ms) are taken as one clock
 
 

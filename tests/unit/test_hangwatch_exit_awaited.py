@@ -44,16 +44,6 @@ def _late_exit(tmp_path) -> str:
     return "quit-late"
 
 
-def _replayed(tmp_path, name):
-    import tests.unit.test_hangwatch_watch as watch_tests
-    kept = watch_tests.AGENT
-    watch_tests.AGENT = tmp_path
-    try:
-        return replay(name, tmp_path)
-    finally:
-        watch_tests.AGENT = kept
-
-
 LEFT_FIRST = "rank 3 on worker1 left first, while the others still ran (exit code 0)"
 
 
@@ -65,7 +55,7 @@ def test_the_recorded_clean_exit_first_is_left_first(tmp_path):
 
 
 def test_a_rank_seen_gone_before_its_exit_message_is_judged_with_it(tmp_path):
-    header, watcher, events = _replayed(tmp_path, _late_exit(tmp_path))
+    header, watcher, events = replay(_late_exit(tmp_path), tmp_path, folder=tmp_path)
     said = [e for e in events if e.kind == "diagnosis"]
     assert len(said) == 1, [e.text for e in said]
     d = said[0].snapshot.diagnosis

@@ -38,14 +38,7 @@ def _held_recording(tmp_path, held: bool) -> str:
 
 
 def _replayed(tmp_path, held: bool):
-    import tests.unit.test_hangwatch_watch as watch_tests
-    name = _held_recording(tmp_path, held)
-    kept = watch_tests.AGENT
-    watch_tests.AGENT = tmp_path
-    try:
-        return replay(name, tmp_path)
-    finally:
-        watch_tests.AGENT = kept
+    return replay(_held_recording(tmp_path, held), tmp_path, folder=tmp_path)
 
 
 def test_samples_our_py_spy_held_are_no_quiet_time_and_the_straggler_stays_one(tmp_path):

@@ -13,11 +13,12 @@ AGENT = Path(__file__).parent / "artifacts" / "agent"
 
 
 def replay(name, tmp_path, until=None, threshold=stall.DEFAULT_THRESHOLD, lost=lambda record: False, then=(),
-           **options):
+           folder=None, **options):
     """Feed a recording to a real Watcher on a driven clock. lost(record): a message that never
     arrives (a killed agent, a dead link); then: (at, action(watcher)) pairs, done at that time;
+    folder: where NAME.jsonl is (a recording derived in a test's own folder; default AGENT);
     options: the Watcher's own (planned=...)."""
-    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
+    lines = ((folder or AGENT) / f"{name}.jsonl").read_text().splitlines()
     header, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
     records = sorted([r for r in records if not lost(r)] + [{"at": at, "do": do} for at, do in then],
                      key=lambda r: r["at"])
