@@ -345,9 +345,14 @@ def _decided_without_native(t: Track, dump) -> bool:
     compiler's code; in a lock, a condition or a queue of Python's threading; asleep. A rank idle
     or working at a line of its own is not decided: a wait in C++ under that line (work.wait(), a
     bare Lock.acquire(), a store's get, Gloo's recv; a host thread spinning on its GPU) shows only
-    in them (one busy since, on a node with no GPU, computes there: _computes_where_withheld)."""
+    in them (one busy since, on a node with no GPU, computes there: _computes_where_withheld).
+    A rank the kernel holds stopped (SIGSTOP: state T) is decided too: the kernel says why, its
+    Python frames where; native frames would only say how deep under that line (CI: a stopped
+    rank's native read took 7 s and held its deadlock's verdict past the threshold)."""
     if not isinstance(dump, list):
         return False
+    if t.proc_state == "T":
+        return True
     found = classify(dump, t.view.cpu, t.view.wchan, waits_in=t.view.waits_in)
     return found.state in (RankStatus.COLLECTIVE, RankStatus.LOADING_DATA, RankStatus.SAVING, RankStatus.COMPILING,
                            RankStatus.IMPORTING) \

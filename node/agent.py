@@ -135,11 +135,12 @@ class Agent:
             staged = how == "stall"          # the watcher's ask in a stall (it has an id)
 
             def one(p, how=how):
-                # Asleep in the kernel (time.sleep): its Python frames say where; native frames,
-                # slow to take, would add nothing.
+                # Asleep in the kernel (time.sleep), or stopped by it (SIGSTOP: state T): its Python
+                # frames say where, the kernel why; native frames, slow to take, would add nothing.
                 asleep = staged and self.waits.get(p) == {"call": "sleep"}
+                stopped = staged and getattr(proc.stat(p), "state", None) == "T"
                 dump = self.dump(p, False if staged else how)
-                if staged and not asleep and isinstance(dump, list) and not pyspy.in_distributed(dump):
+                if staged and not asleep and not stopped and isinstance(dump, list) and not pyspy.in_distributed(dump):
                     deeper.append(p)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
                 out[str(p)] = dump

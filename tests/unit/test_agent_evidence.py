@@ -773,3 +773,27 @@ def test_the_sample_after_the_agents_py_spy_read_a_rank_says_it_held_it():
     finally:
         a.stop.set()
         _end(rank)
+
+
+def test_a_rank_the_kernel_stopped_is_read_once_and_a_running_one_at_its_own_line_deeper():
+    # In a stall the Python frames go first and native frames follow for a rank whose Python stack
+    # does not stop in torch.distributed. A rank stopped by SIGSTOP is decided by the kernel's state
+    # and its Python frames: its native read (7 s on CI's box) would only hold the answer.
+    code = "while True:\n    pass\n"
+    stopped = subprocess.Popen([sys.executable, "-c", code])
+    running = subprocess.Popen([sys.executable, "-c", code])
+    messages: list = []
+    a = _agent([stopped.pid, running.pid], messages)
+    try:
+        _sampled(messages, stopped.pid, 1)
+        _sampled(messages, running.pid, 1)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        _stopped(stopped.pid)
+        a.stacks(request_id=11, native="stall")
+        said = [protocol.agent_message(m) for m in messages if m.get("type") == "stacks" and m.get("id") == 11]
+        assert [s.partial for s in said] == [(running.pid,), ()], said
+        assert sorted(said[0].stacks) == sorted(said[1].stacks) == sorted([stopped.pid, running.pid])
+        assert all(isinstance(s.stacks[stopped.pid], list) for s in said), said
+    finally:
+        a.stop.set()
+        _end(stopped, running)
