@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from typing import Dict, FrozenSet, Optional, Set, Tuple
 
 from .bounded import read_regular
 
 MOST_BYTES = 4 << 20          # a source file larger than this is not parsed
 MOST_FILES = 256              # files remembered
+
+_STDLIB = re.compile(r"/lib/python3\.\d+/")     # the standard library's folder (hangwatch/classify.py's STDLIB)
 
 LOCK = "lock"        # the line calls X.acquire(...) or enters `with X:` (X not a call): a lock's wait
 
@@ -72,15 +75,25 @@ def _parsed(path: str) -> Optional[Tuple[FrozenSet[int], FrozenSet[int]]]:
     return found
 
 
+def installed(path: str) -> bool:
+    """Installed code (a package's, the standard library's, a frozen module): never the training's
+    own lines, the only ones whose loops and locks the watcher reads (hangwatch/classify.py's
+    Frame.in_library). Not parsed: a rank importing torch stands in torch's largest files, and
+    parsing one holds the agent's interpreter for up to a second (16 ranks starting on 2 cores:
+    its samples stopped for 5 s and the watcher called the node lost)."""
+    return "-packages/" in path or path.startswith("<frozen") or bool(_STDLIB.search(path))
+
+
 def annotate(dump) -> None:
-    """Mark each Python frame of a `py-spy dump --json` with "in_loop" (True or False) where its
-    file could be read, and "waits_on": "lock" where its line waits on a lock if it waits."""
+    """Mark each Python frame of the training's own code in a `py-spy dump --json` with "in_loop"
+    (True or False) where its file could be read, and "waits_on": "lock" where its line waits on a
+    lock if it waits."""
     if not isinstance(dump, list):
         return
     for thread in dump:
         for frame in (thread.get("frames") or []) if isinstance(thread, dict) else []:
             path, line = frame.get("filename"), frame.get("line")
-            if not isinstance(path, str) or not path.endswith(".py") or not isinstance(line, int):
+            if not isinstance(path, str) or not path.endswith(".py") or not isinstance(line, int) or installed(path):
                 continue
             parsed = _parsed(path)
             if parsed is not None:

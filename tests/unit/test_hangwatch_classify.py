@@ -235,3 +235,23 @@ def test_a_module_of_the_trainings_own_that_trains_as_it_is_imported_is_not_impo
     # (beside it), a module that computes at its top level: it computes at its own line.
     state = classify(dump("importing_own_module.json"), cpu_percent=99.0)
     assert (state.state, state.op, state.frame.where) == ("computing", None, "trains_on_import.py:8")
+
+
+def test_only_the_trainings_own_lines_are_read_for_loops_and_locks(tmp_path):
+    # A rank importing torch stands in torch's largest files: parsing one held the agent's
+    # interpreter for up to a second, its samples stopped, and the watcher called the node lost.
+    # The watcher reads loops and locks of the training's own frames only (Frame.in_library).
+    from node import loops
+    code = "import threading\nlock = threading.Lock()\nfor _ in range(3):\n    lock.acquire()\n"
+    installed = tmp_path / "lib" / "python3.11" / "site-packages" / "pkg" / "mod.py"
+    stdlib = tmp_path / "usr" / "lib" / "python3.11" / "queue.py"
+    own = tmp_path / "train.py"
+    for path in (installed, stdlib, own):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code)
+    dump = [{"thread_id": 1, "frames": [{"name": "f", "filename": str(path), "line": 4}
+                                        for path in (installed, stdlib, own)]}]
+    loops.annotate(dump)
+    assert [(f.get("in_loop"), f.get("waits_on")) for f in dump[0]["frames"]] == \
+        [(None, None), (None, None), (True, "lock")]
+    assert {key[0] for key in loops._cache} & {str(installed), str(stdlib)} == set()      # never parsed
