@@ -36,6 +36,13 @@ def launch(lab, tmp_path, *options, timeout=180, **kwargs) -> subprocess.Complet
     return done
 
 
+def said(done: subprocess.CompletedProcess) -> str:
+    """What ddp-preflight itself said (its exit code and every line of its own, none of the ranks'
+    output), whole: the reason a run failed, as a failing assert's message."""
+    own = [line for line in done.stderr.splitlines() if not line.startswith("[")]
+    return f"exit code {done.returncode}\n" + "\n".join(own)
+
+
 def _line(script: Path, text: str) -> int:
     return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if text in line)
 
@@ -81,7 +88,7 @@ def test_four_ranks_on_two_nodes_stream_prefixed_output_and_keep_a_log_per_node(
     # The full preflight (probes included) first, then the training on the same connections.
     # --nproc-per-node after the script is the script's: torchrun must not take it (seed 000).
     done = launch(clean_lab, tmp_path, script_args=("--steps", "3", "--nproc-per-node", "7"))
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 0, said(done)
     lines = rank_lines(done.stdout)
     assert sorted(lines) == [0, 1, 2, 3]
     for rank, node in ((0, "master"), (1, "master"), (2, "worker1"), (3, "worker1")):
@@ -176,7 +183,7 @@ def test_sixteen_ranks_launch_with_bfloat16_rounding_not_taken_for_wrong_results
     # collectives check failed, and the launch was refused (2 of 2 runs).
     before = counts(clean_lab)
     done = launch(clean_lab, tmp_path, "--only", "collectives", nproc=8, script_args=("--steps", "1"))
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 0, said(done)
     assert "not launching" not in done.stderr and "returns wrong results" not in done.stdout
     assert "on 2 node(s) x 8 = 16 ranks" in done.stderr and "all 16 ranks exited with code 0" in done.stderr
     assert_nothing_left(clean_lab, before)
