@@ -13,9 +13,11 @@ from .state import GONE, State, Track
 S = RankStatus
 
 
-def evidence_of(state: State, t: Track, now: float) -> Evidence:
+def evidence_of(state: State, t: Track, now: float, unformed: str | None = None) -> Evidence:
     """One rank as its stack, its CPU and its helpers', its kernel state, its Flight Recorder and
-    its sockets show it now."""
+    its sockets show it now. unformed: why its world cannot have formed (its store holds fewer
+    check-ins than its world size): a rank its stack showed in init_process_group is still there,
+    whatever CPU its wait uses (3-9% of a core on a loaded box: a store's polls)."""
     v = t.view
     if t.ended:
         return Evidence(v.node, v.pid, _rank(t), S.EXITED, exit=v.exit, ended_at=t.exit_t, frame=v.frame,
@@ -25,7 +27,7 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
         return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
     found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
-    stale = _stale(t, found)
+    stale = _stale(t, found) if not (unformed and found.state is S.RENDEZVOUS) else None
     if t.idle_since is None and t.dump is not None and t.held_since_read():
         # Working at its last sample of its own, held by our py-spy since (reading its stack): that
         # CPU is from before, so neither it nor a stack read with it says what the rank does now.
@@ -35,6 +37,8 @@ def evidence_of(state: State, t: Track, now: float) -> Evidence:
         # Not quiet, and its stack no longer says where it is: it works, somewhere.
         found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING, evidence=(f"CPU {v.cpu:.0f}%", stale))
     notes = list(found.evidence)
+    if unformed and found.state is S.RENDEZVOUS and _stale(t, found) is not None:
+        notes.append(f"used CPU since its stack, and cannot have left: {unformed}")
     if t.dump is None and t.dump_error:
         notes = [f"no stack: {t.dump_error}"]
     state_, reason = found.state, found.reason

@@ -49,9 +49,11 @@ def stalled(state: State, waiting: float, now: float, wall: float, out: list[Eff
 def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: float, wall: float) -> Stall:
     """What a run shows now: every rank's evidence (the dashboard's view updated to it), how its
     ended ranks ended, what its store said since its ranks began to wait in init_process_group."""
-    seen: dict[Who, Evidence] = {}
+    seen: dict[Who, Evidence] = {t.key: evidence_of(state, t, now) for t in tracks}
+    unformed = _unformed(_store_said(state, seen, tracks))
     for t in tracks:
-        seen[t.key] = evidence_of(state, t, now)
+        if unformed:
+            seen[t.key] = evidence_of(state, t, now, unformed)
         shown(state, t, seen[t.key])
     ended_verdict = ended.judge(state, now, wall, run) if any(t.ended for t in tracks) else None
     share = _wait_share(state, seen)
@@ -64,6 +66,17 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
                  endless=state.config.endless, quiet=_quiet(state, seen, tracks, now),
                  idle_share=share[0] if share else None, idle_span=share[1] if share else None,
                  notes=state.config.notes, find_groups=lambda: meshes.shared_groups(tracks))
+
+
+def _unformed(store: protocol.StoreAnswer | None) -> str | None:
+    """Why the run's world cannot have formed, from its store's answer in this stall: fewer ranks
+    checked in than its world size (Gloo: each rank writes its key, then waits for every other
+    rank's). No rank leaves init_process_group before every rank of its world has checked in, so
+    one seen there is there still. None: nothing says so (a store with no rank's key: NCCL's)."""
+    if store is None or store.error or not store.world_size or not store.checked_in \
+            or len(set(store.checked_in)) >= store.world_size:
+        return None
+    return f"its store holds {len(set(store.checked_in))} of {store.world_size} check-ins"
 
 
 def _wait_share(state: State, seen: dict[Who, Evidence]) -> tuple[float, int] | None:

@@ -331,3 +331,26 @@ def test_a_launch_fails_only_on_ranks_whose_own_record_says_they_ran_no_collecti
     assert runs.ran_no_collective(watcher.state) == (0, 2, 3)
     tracks[1].ending = {"how": "returned", "code": 0, "collectives": None}   # its recorder was off: not known
     assert runs.ran_no_collective(watcher.state) == (0, 2, 3)
+
+
+def test_a_rank_whose_wait_in_init_process_group_uses_some_cpu_still_waits_there_while_one_never_checked_in(tmp_path):
+    # CI's loaded box (two full runs here): a rank waiting in init_process_group used 3-9% of a core
+    # (its store's polls), over the 5% a quiet rank uses; after its stack showed it there it was
+    # "computing; working since its last stack", left out of the waiting ranks. The store says rank
+    # 3 never checked in, so no rank can have left init_process_group: it is waiting there still.
+    rank2 = next(r["msg"]["pid"] for r in _records("skip-init") if r["msg"]["type"] == "rank" and r["msg"]["rank"] == 2)
+    first_stall_stack = min(r["at"] for r in _records("skip-init") if r["msg"]["type"] == "stacks" and r["msg"].get("id"))
+
+    def polls(record):
+        message = record["msg"]
+        if record["node"] != "worker1" or message["type"] != "sample" or record["at"] <= first_stall_stack:
+            return None
+        return {**message, "ranks": [{**s, "cpu": 6.0} if s["pid"] == rank2 else s for s in message["ranks"]]}
+    header, watcher, events = replay("skip-init", tmp_path, **changed("skip-init", polls))
+    diagnosis = _diagnosis(events)
+    assert (diagnosis.kind, diagnosis.culprits, diagnosis.reason, diagnosis.certainty) == \
+        ("rendezvous-stall", [3], "never-checked-in", "certain")
+    assert summary(diagnosis) == ("rank 3 never checked in (worker1's): it is idle at hang_train.py:65 (main); "
+                                 "ranks 0,1,2 wait in init_process_group")
+    waiting = next(e for e in diagnosis.evidence if e.rank == 2)
+    assert waiting.notes[-1] == "used CPU since its stack, and cannot have left: its store holds 3 of 4 check-ins"
