@@ -88,6 +88,7 @@ class Agent:
         self.reading = collections.Counter()   # pid -> py-spy dumps of it running now (each suspends it)
         self.read_until: dict = {}             # pid -> when the last dump of it ended (monotonic)
         self.dumping_lock = threading.Lock()
+        self.one_reader: dict = {}             # pid -> the lock each read of it holds: one tracer at a time
         self.waits = {}               # pid -> its main thread's blocking system call at the last sample
         self.held = {}                # pid -> the most TCP sockets it held at a count
         self.endpoints = {}           # pid -> its TCP sockets' local endpoints when last counted
@@ -183,15 +184,22 @@ class Agent:
 
     def dump(self, pid, native):
         """One py-spy dump of a rank, counted: py-spy suspends the rank while it reads (seconds, for
-        native frames on a loaded node), and the samples taken meanwhile say so (`held`)."""
+        native frames on a loaded node), and the samples taken meanwhile say so (`held`). One at a
+        time per rank: a process has one ptrace tracer, and a second py-spy's attach fails with
+        EPERM (the agent's own stacks and a watcher's ask read a rank at once: "ptrace not
+        permitted", its fix offered to root)."""
         with self.dumping_lock:
             self.reading[pid] += 1
+            one = self.one_reader.setdefault(pid, threading.Lock())
         try:
-            return pyspy.dump(self.py_spy, pid, native)
+            with one:
+                return pyspy.dump(self.py_spy, pid, native)
         finally:
             with self.dumping_lock:
                 self.reading[pid] -= 1
                 self.read_until[pid] = time.monotonic()
+                if not self.reading[pid]:
+                    self.one_reader.pop(pid, None)
 
     def read_since(self, pid, since) -> bool:
         """A dump of it ran at some time since `since` (monotonic)."""

@@ -90,6 +90,7 @@ def dump(py_spy: str, pid: int, native) -> object:
     if not os.path.exists(f"/proc/{pid}"):
         return {"error": "the process exited"}
     if re.search(r"Permission denied|Operation not permitted|EPERM", text, re.IGNORECASE):
+        traced_by = traced_by or proc.tracer(pid)      # a tracer that came during the read: its EPERM
         if traced_by:
             # Not a missing permission: another tracer holds it (ptrace_scope changes nothing).
             name = (proc.read(f"/proc/{traced_by}/comm") or "").strip()[:32]
