@@ -5,6 +5,7 @@ computes for ever, and a rank that leaves cleanly first."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -90,14 +91,24 @@ def test_a_rank_that_leaves_cleanly_first_is_named_not_the_peer_it_made_fail(cle
     argv = [*CLI, *NODES, "--ssh-config", str(clean_lab.ssh_config), "--launch", "--nproc-per-node", "2",
             "--no-probes", "--log-dir", str(tmp_path / "run"), "--", str(SCRIPT), "--steps", "500",
             "--fault", "quit", "--rank", "3", "--at", "5"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO)
+    trace = tmp_path / "trace.jsonl"       # the launch's watcher's inputs, timed (hangwatch/watch.py)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO,
+                          env={**os.environ, "HANGWATCH_TRACE": str(trace)})
     assert "Traceback (most recent call last):\n  File \"/work" not in done.stderr
     assert done.returncode == 1, done.stderr[-3000:]
+    # On failure: whether rank 3's exit message (its code, its record) came before its end was judged.
     assert "hangwatch: EXITED: rank 3 on worker1 left first, while the others still ran (exit code 0)" in done.stderr, \
-        done.stderr[-3000:]
+        done.stderr[-3000:] + "\n" + _inputs(trace)
     headline = next(line for line in done.stderr.splitlines() if line.startswith("ddp-preflight: training failed"))
     assert headline.startswith("ddp-preflight: training failed: rank 3 on worker1 left first"), headline
     assert_nothing_left(clean_lab, before)
+
+
+def _inputs(trace: Path) -> str:
+    """The watcher's inputs but its samples, timed from its first: what came, and what it did."""
+    steps = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    return "\n".join(f"{s['wall'] - steps[0]['wall']:7.2f} {s['input']} {s['node'] or ''} {s['message'] or ''} "
+                     f"-> {s['effects']}" for s in steps if s["message"] != "Sample")
 
 
 @pytest.mark.parametrize("fault, rank, expected", [
