@@ -31,6 +31,7 @@ class Hold(Word):
     STOPPING = "stopping"            # someone is stopping the run (Ctrl-C, a scheduler, a launcher): no hang
     STORE_COMING = "store-coming"    # its store's answer is on its way (read under a short deadline): judged with it
     BEING_READ = "being-read"        # our py-spy holds a rank it reads: its CPU and place are told once it lets go
+    PLACING = "placing"              # a rank seen in init_process_group used CPU since: its stack is read again first
     ENDS_COMING = "ends-coming"      # a rank seen gone: its agent's exit message (its code, its record) is on its way
     NOTHING = "nothing"              # nothing is stuck
 
@@ -57,6 +58,10 @@ def being_read(s: Stall) -> Hold | None:
     return Hold.BEING_READ if s.being_read else None
 
 
+def placing(s: Stall) -> Hold | None:
+    return Hold.PLACING if s.placing else None
+
+
 def nothing(s: Stall) -> Hold:
     return Hold.NOTHING
 
@@ -66,6 +71,7 @@ RULES: tuple[Rule, ...] = (
     store_coming,            # wait for the store's answer
     being_read,              # wait for the ranks our py-spy holds (within its bound, and a sample of their own)
     ends_coming,             # wait for how a rank seen gone ended (its agent's exit message, within a bound)
+    placing,                 # read again a rank that used CPU since its stack showed it in init_process_group
     never_checked_in,        # ranks in init_process_group, none in a collective: who never checked in
     straggler,               # ranks wait while another works: a straggler, or one that never arrives (endless)
     ended_first,             # ranks wait while others ended: the ends no other explains

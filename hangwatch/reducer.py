@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from . import agents, alone, ended, progress, runs, stall, verdicts
 from .alone import ALONE_AFTER
+from .diagnose import Hold
 from .events import Event, EventKind
 from .inputs import (
     AgentClosed,
@@ -143,7 +144,8 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
                           now - state.asked_at if pending and state.asked_at is not None else None)
         # Not while a rank its last answer read has had no sample of its own since (our py-spy held it).
         take = take or (plan.take_stacks and progress.read_again(state, run))
-        if plan.diagnose:
-            verdicts.stalled(state, waiting, now, wall, out, run)
+        if plan.diagnose and verdicts.stalled(state, waiting, now, wall, out, run) is Hold.PLACING \
+                and state.asked_at is None:
+            take = take or progress.read_again(state, run)     # its stack again, before a verdict leaves it out
     if take:
         agents.ask_stacks(state, now, out)

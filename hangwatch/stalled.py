@@ -35,6 +35,8 @@ class Stall:
     ends_coming: bool = False                 # a rank of it seen gone: its agent's exit message is on its way
     being_read: bool = False                  # a rank that worked at its last sample of its own is held by our
                                               # py-spy since (reading its stack): neither its CPU nor its place known
+    placing: bool = False                     # a rank its stack showed in init_process_group has used CPU since:
+                                              # its stack is read again before a verdict leaves it out
     planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
     endless: float = math.inf                 # seconds a rank may compute while the others wait (--endless-after)
     quiet: float | None = None                # every live rank watched and quiet: for how long (None: not so)

@@ -13,6 +13,7 @@ from node import protocol
 from node.store import READ_TIMEOUT
 
 from . import ended, meshes, stall
+from .classify import classify
 from .diagnose import Hold, decide
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
@@ -29,21 +30,23 @@ STORE_WAIT = READ_TIMEOUT + 2.0   # seconds a store being read is waited for (th
 
 # -- when progress has stopped -----------------------------------------------------------------
 
-def stalled(state: State, waiting: float, now: float, wall: float, out: list[Effect], run: int | None = None) -> None:
+def stalled(state: State, waiting: float, now: float, wall: float, out: list[Effect],
+            run: int | None = None) -> Hold | None:
     """Progress stopped `waiting` seconds ago in `run` (None: every run with a quiet rank) and the
     stacks in hand show where every quiet rank of it is. Each run is judged alone: another run's
     ranks (another user's, another store's) are neither culprits nor victims of its verdict."""
     if run is None:
         for each in sorted({t.run for t in state.live() if t.idle_since is not None}):
             stalled(state, waiting, now, wall, out, each)
-        return
+        return None
     if stopped_by_us(state):
-        return           # its own freeze (SIGSTOP) and stop: never a hang of the ranks
+        return None      # its own freeze (SIGSTOP) and stop: never a hang of the ranks
     tracks = [t for t in state.ranks.values() if t.run == run]
     found = decide(stall_of(state, run, tracks, waiting, now, wall))
     if isinstance(found, Hold):
-        return
+        return found
     report(state, found, waiting, wall, out, Said(About.STALL, found.kind, tuple(found.named), run=run), run=run)
+    return None
 
 
 def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: float, wall: float) -> Stall:
@@ -62,10 +65,22 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
                  ends_coming=ended.awaited(state, now),
                  being_read=any(t.held_since_read() and seen[t.key].state is S.UNKNOWN
                                 for t in tracks if t.key in seen),
+                 placing=waiting < state.config.threshold + stall.RECHECK
+                 and any(_left_rendezvous_unseen(t) for t in tracks),
                  planned=state.config.planned,
                  endless=state.config.endless, quiet=_quiet(state, seen, tracks, now),
                  idle_share=share[0] if share else None, idle_span=share[1] if share else None,
                  notes=state.config.notes, find_groups=lambda: meshes.shared_groups(tracks))
+
+
+def _left_rendezvous_unseen(t: Track) -> bool:
+    """It used CPU since its stack showed it in init_process_group, and that is all that says it
+    left: a wait there uses some CPU (Gloo's connection retries, a store's polls: 3-9% of a core on
+    a loaded box, synchronized across the ranks). Its stack read again says whether it left; the
+    verdict waits for it, within RECHECK past the threshold (a bound: then it is said as it is)."""
+    return not t.ended and t.idle_since is None and t.dump is not None and t.busy_at is not None \
+        and t.stack_at is not None and t.busy_at > t.stack_at \
+        and classify(t.dump, None, t.view.wchan).state is S.RENDEZVOUS
 
 
 def _unformed(store: protocol.StoreAnswer | None) -> str | None:
