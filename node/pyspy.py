@@ -12,6 +12,7 @@ import sys
 from typing import Optional, Tuple
 
 from . import proc
+from .loader_env import tool_env
 from .trust import walk
 
 # Python frames that stop at a call into C++ that can hide a wait (backward, where DDP's reducer
@@ -74,7 +75,7 @@ def dump(py_spy: str, pid: int, native) -> object:
         # does not change under the read; traced and running, the read may catch it mid-call.
         argv.append("--nonblocking")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_TIMEOUT, env=tool_env())
     except subprocess.TimeoutExpired:
         return {"error": f"py-spy took over {DUMP_TIMEOUT:.0f} s"}
     if done.returncode == 0:

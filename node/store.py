@@ -37,6 +37,7 @@ import time
 from typing import List, Optional, Sequence, Tuple
 
 from . import trust
+from .loader_env import tool_env
 
 # The Python functions a rank sits in while it creates its process group (hangwatch/classify.py
 # reads the same names as "rendezvous"; a unit test keeps the two in step).
@@ -144,7 +145,7 @@ def _run_reader(asks: list, python: str, deadline: float) -> List[dict]:
     with tempfile.TemporaryFile() as errors:
         try:
             reader = subprocess.Popen(trust.python_argv(python, READER), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=errors, cwd="/", start_new_session=True)
+                                      stderr=errors, cwd="/", start_new_session=True, env=tool_env())
         except OSError as exc:
             return [{"error": f"{python} did not run: {exc.strerror or exc}"} for _ in asks]
         got, ready_at = _answers(reader, ask, len(asks), started, deadline)

@@ -31,10 +31,6 @@ GRACE = 5.0      # seconds between SIGTERM and SIGKILL: torchrun stops its ranks
 LOOK_EVERY = 1.0  # seconds between two listings of the job's processes
 
 PREPARES = {"launch"}       # the jobs that take the master's "prepare-stop" (SIGUSR2): node/launch_runner.py
-# The jobs whose torchrun starts Pythons as the training does (without -I): the ranks read
-# PYTHONPATH, PYTHONHOME and PYTHONUSERBASE from the job's environment before their first line.
-RANKED = {"launch", "torchjob"}
-
 CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from node.programs import child; child()"
 
 
@@ -148,11 +144,10 @@ def asked(command: dict, job: dict, pid: int) -> None:
 
 
 def refused(job: dict, env: dict, cwd: str) -> bool:
-    """Says so, and True, when the job's ranks would import from a folder another user can change
-    (trust.training_path_refusal): before anything of the job starts. A launch says it as its own
-    error (node/launch_runner.py's marker); any job ends with REFUSED."""
-    if job.get("program") not in RANKED:
-        return False
+    """Says so, and True, when the job's ranks would import or load from a path another user can
+    change (trust.training_path_refusal: PYTHONPATH, LD_PRELOAD, ...; every job, since a loader
+    variable reaches a Python started with -I too): before anything of the job starts. A launch
+    says it as its own error (node/launch_runner.py's marker); any job ends with REFUSED."""
     found = trust.training_path_refusal(env, job.get("cwd") or cwd)
     if found is None:
         return False

@@ -312,20 +312,8 @@ def path_entries(env: Mapping[str, str], name: str, cwd: str) -> List[str]:
 
 def training_path_refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
     """(why, fix) when the training's environment (the node's, with --env and the config's on top)
-    makes its Python import from a folder another user owns or can write; None when it does not.
-    Every folder of PYTHONPATH, PYTHONHOME and PYTHONUSERBASE is walked as the interpreter is."""
-    me = user_name(os.geteuid())
-    who = "root" if os.geteuid() == 0 else f"root or {me}"
-    for name in PATH_VARIABLES:
-        for folder in path_entries(env, name, cwd):
-            refused = walk(folder)
-            if refused is None:
-                continue
-            if refused.why == "owner":
-                why = f"belongs to {refused.owner()} (uid {refused.uid})"
-            else:
-                why = f"is writable by other users (mode {mode_words(refused.mode)})"
-            said = why if refused.path == folder else f"is refused: {refused.path} {why}"
-            return (f"the training's {name} folder {folder} {said}, who could change what the ranks import "
-                    f"as {me}"), f"give {name} only folders that {who} alone can change, or leave it out"
-    return None
+    makes its Python import, or its loader load, from a path another user owns or can write; None
+    when it does not. Every variable that loads something (node/loader_env.py: PYTHONPATH,
+    PYTHONHOME, LD_PRELOAD, ...) is walked as the interpreter is."""
+    from .loader_env import refusal
+    return refusal(env, cwd)

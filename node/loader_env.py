@@ -1,0 +1,136 @@
+"""What of an environment may reach a process this tool starts, as root or any user: one rule,
+in the spirit of sudo's env_reset. Standard library only, Python 3.8+.
+
+A variable that makes the dynamic loader, Python or a shell load, import or run something
+(LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT and every other LD_*; PYTHONPATH, PYTHONHOME,
+PYTHONUSERBASE, PYTHONPYCACHEPREFIX, PYTHONSTARTUP, PYTHONPLATLIBDIR, ...; BASH_ENV, ENV;
+GCONV_PATH, LOCPATH; OPENSSL_CONF, OPENSSL_MODULES, ...) is allowed in the training's
+environment only when every path it names, and every folder above it, belongs to root or this
+user and no one else can write it (trust.walk, as for the Python itself). Otherwise `refusal`
+says so in one line, with the fix; the job does not start.
+
+The tool's own children (ip, nft, git, nvidia-smi, py-spy, the store reader) get no such
+variable at all: `tool_env` keeps only what a command needs to run and speak (an allow-list)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+from .trust import mode_words, user_name, walk
+
+
+class Loads(NamedTuple):
+    """How a variable names what it makes a process load: its entries are `noun`s (a folder, a
+    file), split at `split` (a regular expression; "" for one path); a relative entry is under
+    the start folder, an empty one that folder itself. Unless `bare`, an entry without a '/' is a
+    name searched elsewhere (LD_PRELOAD=libfoo.so is looked up on the library path, itself
+    judged) or no path at all (LD_BIND_NOW=1), and is not walked."""
+    noun: str
+    verb: str
+    split: str = ":"
+    bare: bool = True
+
+
+_FOLDERS_IMPORT = Loads("folder", "import")
+_FOLDER_IMPORT = Loads("folder", "import", split="")
+_FILE_RUN = Loads("file", "run", split="")
+_LIBS = Loads("file", "load", split=r"[:\s]", bare=False)
+_FOLDERS_LOAD = Loads("folder", "load")
+
+KNOWN: Dict[str, Loads] = {
+    "PYTHONPATH": _FOLDERS_IMPORT,
+    "PYTHONHOME": _FOLDERS_IMPORT,                  # PREFIX[:EXEC_PREFIX]
+    "PYTHONUSERBASE": _FOLDER_IMPORT,
+    "PYTHONPYCACHEPREFIX": _FOLDER_IMPORT,          # its .pyc files are imported in place of the source
+    "PYTHONPLATLIBDIR": _FOLDER_IMPORT,             # under the prefix (see _entries)
+    "PYTHONSTARTUP": _FILE_RUN,
+    "PYTHONEXECUTABLE": _FILE_RUN,
+    "BASH_ENV": _FILE_RUN,                          # sourced by every non-interactive bash
+    "ENV": _FILE_RUN,                               # sourced by sh -i, and by bash in POSIX mode
+    "LD_PRELOAD": _LIBS,
+    "LD_AUDIT": _LIBS,
+    "LD_LIBRARY_PATH": Loads("folder", "load", split=r"[:;]"),
+    "GCONV_PATH": _FOLDERS_LOAD,                    # glibc's iconv modules: shared objects
+    "LOCPATH": _FOLDERS_LOAD,
+    "OPENSSL_CONF": Loads("file", "load", split=""),    # names engines and providers to load
+    "OPENSSL_ENGINES": Loads("folder", "load", split=""),
+    "OPENSSL_MODULES": Loads("folder", "load", split=""),
+    "PERL5LIB": _FOLDERS_IMPORT,
+    "PERLLIB": _FOLDERS_IMPORT,
+    "GIT_EXEC_PATH": Loads("folder", "run", split=""),
+}
+# Every other variable of these families: each word in it that is a path (has a '/') is judged.
+FAMILIES = ("LD_", "PYTHON", "GCONV", "OPENSSL_", "PERL5", "RUBY", "NODE_OPTIONS", "NODE_PATH", "BASH_FUNC_")
+_ANY = Loads("path", "load", split=r"[:;,=\s]", bare=False)
+
+
+def loads(name: str) -> Optional[Loads]:
+    """How `name` makes a process load something; None for a variable that does not."""
+    if name in KNOWN:
+        return KNOWN[name]
+    return _ANY if name.startswith(FAMILIES) else None
+
+
+def _entries(name: str, value: str, how: Loads, cwd: str) -> List[str]:
+    """The paths `value` names, as the loader or Python reads them when started in `cwd`."""
+    words = re.split(how.split, value) if how.split else [value]
+    out: List[str] = []
+    for word in words:
+        if "/" not in word and not how.bare:
+            continue                     # a name, not a path (or no path at all: LD_BIND_NOW=1)
+        if name == "PYTHONPLATLIBDIR":
+            out += [os.path.normpath(os.path.join(prefix, word)) for prefix in
+                    dict.fromkeys([sys.base_prefix, sys.prefix])]
+            continue
+        out.append(os.path.normpath(os.path.join(cwd, word)))     # "" is cwd itself
+    return list(dict.fromkeys(out))
+
+
+def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
+    """(why, fix) when a variable of `env` would make a process started in `cwd` load, import or
+    run something another user owns or can write; None when none does. PYTHONPATH's words are
+    those the import scan and the launch have always said."""
+    me = user_name(os.geteuid())
+    who = "root" if os.geteuid() == 0 else f"root or {me}"
+    for name in sorted(env, key=lambda n: (n not in KNOWN, n)):
+        how = loads(name)
+        value = env.get(name) or ""
+        if how is None or not value:
+            continue
+        for path in _entries(name, value, how, cwd):
+            refused = walk(path)
+            if refused is None:
+                continue
+            if refused.why == "owner":
+                why = f"belongs to {refused.owner()} (uid {refused.uid})"
+            else:
+                why = f"is writable by other users (mode {mode_words(refused.mode)})"
+            said = why if refused.path == path else f"is refused: {refused.path} {why}"
+            return (f"the training's {name} {how.noun} {path} {said}, who could change what the ranks "
+                    f"{how.verb} as {me}"), f"give {name} only {how.noun}s that {who} alone can change, or leave it out"
+    return None
+
+
+# What a command of the tool's own may keep of the environment: how to find programs and how to
+# speak, nothing that loads or runs anything.
+KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES", "SLURM_JOB_ID")
+
+
+def tool_env(env: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str, str]:
+    """The environment of a command the tool runs for itself: PATH (its absolute folders only:
+    an empty or relative entry is the caller's folder), the locale and a few names, HOME from the
+    password database (never the caller's HOME), and `extra`. No LD_*, PYTHON*, BASH_ENV, ..."""
+    import pwd
+    env = os.environ if env is None else env
+    out = {k: v for k, v in env.items() if k in KEPT or k.startswith("LC_")}
+    out["PATH"] = os.pathsep.join(d for d in (env.get("PATH") or os.defpath).split(os.pathsep) if d[:1] == "/")
+    try:
+        out["HOME"] = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        out["HOME"] = "/"
+    out.update(extra)
+    return out
