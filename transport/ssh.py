@@ -88,15 +88,52 @@ class SshProcess(Process):
         self.channel.close()
 
 
-def _check_host_keys(conn) -> None:
+def user_home() -> str:
+    """The home of the user this runs as, from the password database, as OpenSSH takes it: never
+    $HOME, which sudo may keep from another user."""
+    import pwd
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        return "/nonexistent"
+
+
+def expand_home(name: str) -> str:
+    """A per-user ssh file's name as OpenSSH expands it: `~` and `%d` are the home of the user
+    this runs as (user_home), `%u` its name."""
+    import pwd
+    home = user_home()
+    if name == "~" or name.startswith("~/"):
+        name = home + name[1:]
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        me = str(os.geteuid())
+    return name.replace("%d", home).replace("%u", me).replace("%%", "%")
+
+
+def known_hosts_files(ssh_config) -> list[str]:
+    """The known hosts files OpenSSH would read for a host (UserKnownHostsFile of its config, else
+    ~/.ssh/known_hosts and known_hosts2 of the password database's home)."""
+    names = ssh_config.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2"
+    if isinstance(names, list):
+        names = " ".join(names)
+    return [expand_home(name) for name in str(names).split()]
+
+
+def _check_host_keys(conn, host: str) -> None:
     """Verify host keys the way OpenSSH would (fabric accepts any key by default): the known
     hosts files of the ssh config, and an unknown host is refused unless the config says
-    StrictHostKeyChecking no or accept-new."""
+    StrictHostKeyChecking no or accept-new. A known hosts file vouches for a host's key, so one
+    that another user owns or could change, or could put in its place, is refused as an ssh
+    config is (ssh_file_problem)."""
     import paramiko
 
-    files = (conn.ssh_config.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split()
-    for name in files:
-        path = os.path.expanduser(name)
+    for path in known_hosts_files(conn.ssh_config):
+        if os.path.lexists(path):
+            problem = ssh_file_problem("known hosts file", path, "it says which host keys to trust")
+            if problem:
+                raise NodeError(f"{host}: {problem}")
         if os.path.isfile(path):
             conn.client.load_host_keys(path)
     strict = str(conn.ssh_config.get("stricthostkeychecking", "ask")).lower()
@@ -104,12 +141,30 @@ def _check_host_keys(conn) -> None:
         paramiko.WarningPolicy() if strict in ("no", "off", "accept-new") else paramiko.RejectPolicy())
 
 
+DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ed25519", "id_dsa")
+
+
+def _own_keys(conn) -> None:
+    """The keys paramiko tries come from the password database's home, as OpenSSH's do: where
+    $HOME is another's (sudo kept it), paramiko's own look in ~/.ssh is turned off, an
+    IdentityFile it expanded under $HOME is taken from the user's own home, and the user's own
+    default keys are offered instead."""
+    given, home = os.path.expanduser("~"), user_home()
+    if os.path.realpath(given) == os.path.realpath(home):
+        return
+    keys = [home + key[len(given):] if key == given or key.startswith(given + "/") else key
+            for key in conn.connect_kwargs.get("key_filename") or []]
+    keys += [p for p in (os.path.join(home, ".ssh", name) for name in DEFAULT_KEYS) if os.path.isfile(p)]
+    conn.connect_kwargs["look_for_keys"] = False
+    conn.connect_kwargs["key_filename"] = list(dict.fromkeys(keys))
+
+
 def ssh_config_files(ssh_config: str | None) -> list[str]:
     """The ssh configs paramiko will read for a connection: the one given, else the user's and
     the system's (as fabric loads them), those that exist."""
     if ssh_config:
         return [ssh_config]
-    return [p for p in (os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config") if os.path.exists(p)]
+    return [p for p in (expand_home("~/.ssh/config"), "/etc/ssh/ssh_config") if os.path.exists(p)]
 
 
 def ssh_config_problem(ssh_config: str | None) -> str | None:
@@ -119,27 +174,38 @@ def ssh_config_problem(ssh_config: str | None) -> str | None:
     such a file ("Bad owner or permissions"), the file must be a regular file of root or this
     user that no one else may write, and so must be every folder above it (a sticky one such as
     /tmp aside: there only an entry's owner can move it)."""
-    me = os.geteuid()
     for given in ssh_config_files(ssh_config):
-        real = os.path.realpath(given)
-        for where in [real] + folders_up(os.path.dirname(real)):
-            try:
-                st = os.stat(where)
-            except OSError as exc:
-                return f"ssh config {given}: {where}: {exc.strerror}"
-            why = None
-            if where == real and not stat.S_ISREG(st.st_mode):
-                why = "is not a regular file"
-            elif st.st_uid not in (0, me):
-                why = f"belongs to uid {st.st_uid}, not to root or this user (uid {me})"
-            elif others_may_write(st, where) and not (where != real and st.st_mode & stat.S_ISVTX):
-                why = f"is writable by other users (mode {writable_mode(st, where)})"
-            if why:
-                shown = "it" if where == real == given else where
-                undo = f"setfacl -b {where}" if why.endswith("with an ACL)") else \
-                    f"chown {me} FILE; chmod go-w FILE and its folders"
-                return (f"ssh config {given} is refused: {shown} {why}, and an ssh config's Match exec and "
-                        f"ProxyCommand run as this user; give a config only root or this user can change ({undo})")
+        problem = ssh_file_problem("ssh config", given, "an ssh config's Match exec and ProxyCommand run as this user")
+        if problem:
+            return problem
+    return None
+
+
+def ssh_file_problem(label: str, given: str, because: str) -> str | None:
+    """Why a per-user ssh file (`label`: "ssh config", "known hosts file") must not be read, or
+    None: it and every folder above it, links resolved, must be root's or this user's and
+    writable by no one else (a sticky folder above it aside), and it a regular file."""
+    me = os.geteuid()
+    real = os.path.realpath(given)
+    for where in [real] + folders_up(os.path.dirname(real)):
+        try:
+            st = os.stat(where)
+        except OSError as exc:
+            return f"{label} {given}: {where}: {exc.strerror}"
+        why = None
+        if where == real and not stat.S_ISREG(st.st_mode):
+            why = "is not a regular file"
+        elif st.st_uid not in (0, me):
+            why = f"belongs to uid {st.st_uid}, not to root or this user (uid {me})"
+        elif others_may_write(st, where) and not (where != real and st.st_mode & stat.S_ISVTX):
+            why = f"is writable by other users (mode {writable_mode(st, where)})"
+        if why:
+            shown = "it" if where == real == given else where
+            undo = f"setfacl -b {where}" if why.endswith("with an ACL)") else \
+                f"chown {me} FILE; chmod go-w FILE and its folders"
+            kind = "a config" if label == "ssh config" else f"a {label}"
+            return (f"{label} {given} is refused: {shown} {why}, and {because}; give {kind} only root or this "
+                    f"user can change ({undo})")
     return None
 
 
@@ -193,7 +259,8 @@ class SshNode(Node):
         # Only the checked configs, parsed here: fabric loads no file of its own (lazy=True).
         config = Config(ssh_config=checked_ssh_config(self.ssh_config, self.name), lazy=True)
         conn = Connection(self.name, config=config, connect_timeout=CONNECT_TIMEOUT)
-        _check_host_keys(conn)
+        _check_host_keys(conn, self.name)
+        _own_keys(conn)
         try:
             conn.open()
         except Exception as exc:   # every connect failure becomes one line with a fix

@@ -227,15 +227,10 @@ def intruders_config(user, shared) -> Path:
     return plant(user, shared / "ssh_config", f'Match exec "id > {shared}/pwned"\n  User root\n')
 
 
-@pytest.mark.parametrize("how", ["--ssh-config", "DDP_PREFLIGHT_SSH_CONFIG", "HOME"])
+@pytest.mark.parametrize("how", ["--ssh-config", "DDP_PREFLIGHT_SSH_CONFIG"])
 def test_an_ssh_config_of_another_user_is_refused_and_never_run(user, shared, how):
     config = intruders_config(user, shared)
-    if how == "HOME":              # `sudo` keeping the caller's HOME: fabric reads ~/.ssh/config
-        dot_ssh = shared / ".ssh"
-        user.run(["mkdir", "-m", "700", str(dot_ssh)])
-        config = plant(user, dot_ssh / "config", config.read_text())
-        args, env = (), {"HOME": str(shared)}
-    elif how == "DDP_PREFLIGHT_SSH_CONFIG":
+    if how == "DDP_PREFLIGHT_SSH_CONFIG":
         args, env = (), {how: str(config)}
     else:
         args, env = ("--ssh-config", str(config)), {}
@@ -246,6 +241,20 @@ def test_an_ssh_config_of_another_user_is_refused_and_never_run(user, shared, ho
     for tool in (("hangwatch", "attach", "--for", "1"), ("ddp_preflight", "--json")):
         done = run(*tool, *args, "nosuch.invalid", cwd=shared, env=env)
         assert one_line(done) == f"{tool[0].replace('_', '-')}: error: {refusal}"
+    assert not (shared / "pwned").exists()
+
+
+def test_an_ssh_config_in_the_home_that_home_names_is_never_read(user, shared):
+    """`sudo` keeping the caller's HOME: ~/.ssh/config is the password database's home's, as
+    OpenSSH takes it (issue 34), so another user's is neither run nor even refused: not read."""
+    config = intruders_config(user, shared)
+    dot_ssh = shared / ".ssh"
+    user.run(["mkdir", "-m", "700", str(dot_ssh)])
+    plant(user, dot_ssh / "config", config.read_text())
+
+    for tool in (("hangwatch", "attach", "--for", "1"), ("ddp_preflight", "--json")):
+        done = run(*tool, "nosuch.invalid", cwd=shared, env={"HOME": str(shared)})
+        assert "Traceback" not in done.stderr and str(shared) not in done.stderr + done.stdout, done.stderr[-2000:]
     assert not (shared / "pwned").exists()
 
 
