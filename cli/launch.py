@@ -22,6 +22,8 @@ from node.redact import redact_argv, redact_env, redact_text
 from node.terminal import shown, shown_text
 from preflight.api import Preflight
 from preflight.model import Report, Status
+from rules.facts import Missing
+from rules.launch_args import too_many_ranks
 
 from .exit import Exit
 
@@ -89,6 +91,12 @@ def log_dir_problem(log_dir: str | None) -> str | None:
 
 def launch_training(args, cluster, done: Preflight, targets, command: Command) -> int:
     report = done.report
+    cpus = {n.node: None if isinstance(n.parsed.cpu, Missing) else n.parsed.cpu.usable_cores or n.parsed.cpu.logical_cores
+            for n in done.nodes if n.error is None}
+    over = too_many_ranks(done.options.nproc_per_node, cpus)
+    if over:
+        say(f"not launching: {over}")
+        return Exit.FOUND
     bad = refusal(report, args.strict)
     if bad and not args.force:
         say(f"not launching: {describe(bad)}. Fix it (the report above has the fix), "
