@@ -26,8 +26,20 @@ def main(argv: list[str]) -> int:
     from explain.inputs import InputError
     from explain.render import as_json, as_text
     from node.terminal import shown
+    stdin = None
+    if "-" in args.paths:
+        # Bounded in size and time (an endless pipe, a terminal left open): what is read says so.
+        import io
+
+        from explain.inputs import BoundedStdin
+        stdin = BoundedStdin()
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(stdin, 1 << 20))
     try:
         explanation = explain(args.paths)
+        note = stdin.note() if stdin is not None else None
+        if note is not None:
+            from dataclasses import replace
+            explanation = replace(explanation, skipped=(*explanation.skipped, note))
     except InputError as exc:
         # It may quote the input (a file's name, a line of it): shown, never obeyed.
         print(f"ddp-preflight explain: error: {shown(str(exc))}", file=sys.stderr)

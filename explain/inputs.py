@@ -12,9 +12,12 @@ folder answers in a time bounded by those caps, whatever another user left in it
 from __future__ import annotations
 
 import enum
+import io
 import json
 import os
 import re
+import select
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,3 +179,61 @@ def _json_kind(path: str, follow: bool = True, logs: list[int] | None = None) ->
     if "nproc_per_node" in data and "nodes" in data:
         return Input(path, InputKind.PLAN)
     return Input(path, InputKind.OTHER, "a JSON document of another kind")
+
+
+# stdin (`explain -`): a pipe or a terminal that may never end. Read as much as one log file is
+# (its first part only: a stream has no end to seek to), and for at most STDIN_SECONDS; then it
+# stops, and the explanation says how much was read and that the rest was not.
+STDIN_BYTES = LOG_HEAD + LOG_TAIL
+STDIN_SECONDS = 60.0
+
+
+class BoundedStdin(io.RawIOBase):
+    """A file descriptor read up to `most_bytes` and until `most_seconds` have passed since the
+    first read (a select with the time left: a writer that never writes, or trickles, stops it
+    too). `stopped` says why it stopped before the end of its input ("size", "time"), else None."""
+
+    def __init__(self, fd: int = 0, most_bytes: int = STDIN_BYTES, most_seconds: float = STDIN_SECONDS):
+        super().__init__()
+        self.fd, self.most_bytes, self.most_seconds = fd, most_bytes, most_seconds
+        self.got = 0
+        self.started: float | None = None
+        self.stopped: str | None = None
+        self.ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.stopped or self.ended:
+            return 0
+        now = time.monotonic()
+        self.started = now if self.started is None else self.started
+        left = self.started + self.most_seconds - now
+        ready = select.select([self.fd], [], [], max(0.0, left))[0] if left > 0 else []
+        if not ready:
+            self.stopped = "time"
+            return 0
+        if self.got >= self.most_bytes:
+            # At the cap: stopped, unless the input ends right here.
+            self.ended = not os.read(self.fd, 1)
+            self.stopped = None if self.ended else "size"
+            return 0
+        data = os.read(self.fd, min(len(buffer), self.most_bytes - self.got))
+        if not data:
+            self.ended = True
+            return 0
+        buffer[:len(data)] = data
+        self.got += len(data)
+        return len(data)
+
+    def note(self) -> str | None:
+        """What the explanation says of stdin when it stopped before its end; None otherwise."""
+        if self.stopped is None:
+            return None
+        seconds = time.monotonic() - (self.started or time.monotonic())
+        why = (f"it reached {size_text(self.most_bytes)}" if self.stopped == "size"
+               else f"it was still open after {self.most_seconds:g} s")
+        return (f"-: stopped reading stdin after {size_text(self.got)} in {seconds:.0f} s, as {why} (stdin is read "
+                f"up to {size_text(self.most_bytes)} and {self.most_seconds:g} s): the rest was not read; save it to "
+                "a file and give its path")
