@@ -10,7 +10,7 @@ user and no one else can write it (trust.walk, as for the Python itself). Otherw
 says so in one line, with the fix; the job does not start.
 
 The tool's own children (ip, nft, git, nvidia-smi, py-spy, the store reader) get no such
-variable at all: `tool_env` keeps only what a command needs to run and speak (an allow-list)."""
+variable at all (`tool_env`), whatever the caller's environment holds."""
 
 from __future__ import annotations
 
@@ -114,19 +114,23 @@ def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-# What a command of the tool's own may keep of the environment: how to find programs and how to
-# speak, nothing that loads or runs anything.
-KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES",
-        "NVIDIA_VISIBLE_DEVICES", "SLURM_JOB_ID")
+# What a command of the tool's own never gets: every variable that loads, imports or runs
+# something (loads()), and those that make git, a shell or the resolver read a file or run a
+# command (GIT_CONFIG_*, core.fsmonitor in $XDG_CONFIG_HOME/git/config, BASH_FUNC_*, PS4, ...).
+DROPPED = frozenset(KNOWN) | {"IFS", "CDPATH", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "HOSTALIASES",
+                              "NLSPATH", "RES_OPTIONS", "LOCALDOMAIN", "PAGER", "EDITOR", "VISUAL",
+                              "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "XDG_DATA_HOME", "XDG_CACHE_HOME"}
+DROPPED_FAMILIES = FAMILIES + ("GIT_", "BASH_", "MALLOC_", "GLIBC_TUNABLES")
 
 
 def tool_env(env: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str, str]:
-    """The environment of a command the tool runs for itself: PATH (its absolute folders only:
-    an empty or relative entry is the caller's folder), the locale and a few names, HOME from the
-    password database (never the caller's HOME), and `extra`. No LD_*, PYTHON*, BASH_ENV, ..."""
+    """The environment of a command the tool runs for itself (ip, git, nvidia-smi, py-spy, the
+    store reader), whoever called it: without any variable that loads or runs something (DROPPED),
+    PATH's absolute folders only (an empty or relative entry is the caller's folder), HOME from
+    the password database (never the caller's HOME), then `extra`."""
     import pwd
     env = os.environ if env is None else env
-    out = {k: v for k, v in env.items() if k in KEPT or k.startswith("LC_")}
+    out = {k: v for k, v in env.items() if k not in DROPPED and not k.startswith(DROPPED_FAMILIES)}
     out["PATH"] = os.pathsep.join(d for d in (env.get("PATH") or os.defpath).split(os.pathsep) if d[:1] == "/")
     try:
         out["HOME"] = pwd.getpwuid(os.geteuid()).pw_dir

@@ -209,7 +209,11 @@ def test_an_empty_library_path_entry_is_the_start_folder(user, intruder_home):
 
 
 def test_the_tools_own_commands_get_no_loader_variable_and_the_password_databases_home():
-    env = tool_env({"PATH": ":bin:/usr/bin", "LD_PRELOAD": "/x.so", "PYTHONPATH": "/x", "BASH_ENV": "/x",
-                    "GIT_CONFIG_COUNT": "1", "HOME": "/home/other", "LC_ALL": "C"})
+    env = tool_env({"PATH": ":bin:/usr/bin", "LD_PRELOAD": "/x.so", "LD_AUDIT": "/x.so", "PYTHONPATH": "/x",
+                    "PYTHONSTARTUP": "/x", "BASH_ENV": "/x", "ENV": "/x", "BASH_FUNC_ls%%": "() { id; }",
+                    "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "id",
+                    "XDG_CONFIG_HOME": "/home/other/.config", "GCONV_PATH": "/x", "OPENSSL_CONF": "/x",
+                    "HOME": "/home/other", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "0", "TERM": "xterm"})
     import pwd
-    assert env == {"PATH": "/usr/bin", "LC_ALL": "C", "HOME": pwd.getpwuid(os.geteuid()).pw_dir}
+    assert env == {"PATH": "/usr/bin", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "0", "TERM": "xterm",
+                   "HOME": pwd.getpwuid(os.geteuid()).pw_dir}
