@@ -9,6 +9,7 @@ import time
 from .. import proc, pyspy, ranks
 from ..boot import STAGE0
 from ..proc import read
+from ..trust import user_name
 
 TRAINING_SCRIPT = re.compile(r"train[^/]*\.py$|(^|\.)(base_train|train)$")
 
@@ -51,7 +52,9 @@ def _socket_owners(inodes: set[int]) -> dict[int, int]:
 
 def describe(pid: int) -> dict:
     st = proc.stat(pid)
-    return {"pid": pid, "ppid": st.ppid if st else None, "uid": proc.owner(pid), "cmdline": proc.cmdline(pid),
+    uid = proc.owner(pid)
+    return {"pid": pid, "ppid": st.ppid if st else None, "uid": uid, "user": None if uid is None else user_name(uid),
+            "cmdline": proc.cmdline(pid),
             "age_seconds": round(proc.uptime() - st.start_seconds, 1) if st else None,
             "orphan": st is not None and st.ppid == 1}
 
@@ -100,10 +103,36 @@ def training_reasons(pid: int, argv: list[str]) -> list[str]:
     return reasons
 
 
+def loads_torch(pid: int) -> bool:
+    """Whether torch's own library is mapped into the process: it imported torch. Readable for
+    this user's processes (and every one, as root); False where it is not."""
+    maps = read(f"/proc/{pid}/maps", "") or ""
+    return "/libtorch" in maps
+
+
+def evidence(pid: int, argv: list[str], launchers: set[int], holders: set[int], master_port: int) -> list[str]:
+    """What shows a process is part of a training run, beyond what anyone can claim (RANK in an
+    environment, a script named train.py): it is torchrun, torchrun started it, it holds the
+    master port, or it has torch loaded."""
+    found = []
+    if ranks.is_launcher(argv):
+        found.append("torchrun")
+    st = proc.stat(pid)
+    if st is not None and st.ppid in launchers:
+        found.append(f"started by torchrun (PID {st.ppid})")
+    if pid in holders:
+        found.append(f"holds port {master_port}")
+    if loads_torch(pid):
+        found.append("torch loaded")
+    return found
+
+
 def training_processes(master_port: int) -> dict:
-    """Processes that look like a training run (training_reasons). This process and its
-    ancestors are left out, and so are ddp-preflight's own node programs (hangwatch's agent of a
-    run that just ended, another collector): the boot line they run is theirs alone."""
+    """Processes of a training run: one that looks like training (training_reasons) and shows
+    it (evidence); a process that only claims RANK, or only runs a train*.py, is not proof of a
+    leftover run (any user can start one). This process and its ancestors are left out, and so
+    are ddp-preflight's own node programs (hangwatch's agent of a run that just ended, another
+    collector): the boot line they run is theirs alone. Each is said with its owner."""
     try:
         own_net = os.stat("/proc/self/ns/net").st_ino
     except OSError:
@@ -111,21 +140,24 @@ def training_processes(master_port: int) -> dict:
     mine = own_lineage()
     found = []
     holders = {h["pid"] for h in port_holders(master_port)["holders"]}
+    seen = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in mine or not _same_network(int(entry), own_net):
             continue
-        pid = int(entry)
-        argv = proc.cmdline(pid)
-        if not argv or STAGE0 in argv:
-            continue
+        argv = proc.cmdline(int(entry))
+        if argv and STAGE0 not in argv:
+            seen[int(entry)] = argv
+    launchers = {pid for pid, argv in seen.items() if ranks.is_launcher(argv)}
+    for pid, argv in sorted(seen.items()):
         reasons = training_reasons(pid, argv)
+        if not reasons:
+            continue
         # Holding the port makes a training process matter more; alone it does not make one
         # (sshd holds 22): master-port names such a holder.
-        if reasons and pid in holders:
-            reasons.append(f"holds port {master_port}")
-        if reasons:
-            found.append({**describe(pid), "why": reasons})
-    return {"processes": found, "scanned_at": time.time()}
+        shown = evidence(pid, argv, launchers, holders, master_port)
+        if shown:
+            found.append({**describe(pid), "why": reasons + [e for e in shown if e not in reasons]})
+    return {"processes": found, "scanned_at": time.time(), "euid": os.geteuid()}
 
 
 def ptrace_facts() -> dict:

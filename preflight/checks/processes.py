@@ -35,6 +35,15 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
                       f"port {port} on {master.node} is held by a process of another user",
                       who_holds(master.node, port),
                       details)
+    elif training is not None and all(h.pid in training for h in holders) and _others(master, holders):
+        # Another user's run on the port: not this user's to stop; the run needs another port.
+        others = _others(master, holders)
+        other = DEFAULT_MASTER_PORT if port != DEFAULT_MASTER_PORT else DEFAULT_MASTER_PORT + 1
+        yield Verdict(Status.FAIL, master.node,
+                      f"port {port} on {master.node} is held by " + "; ".join(map(_described, holders))
+                      + ": rendezvous fails with EADDRINUSE (seed 002)",
+                      change(f"--master-port {other}", note=f"another port for the run; {port} is held by "
+                             f"{_whose(others)}: ask {_users(others)}, it is not yours to stop"), details)
     elif training is not None and all(h.pid in training for h in holders):
         pids = " ".join(str(h.pid) for h in holders)
         yield Verdict(Status.FAIL, master.node,
@@ -72,6 +81,37 @@ def _program(argv: list[str]) -> str:
     return argv[0].split()[0].rsplit("/", 1)[-1].rstrip(":") if argv and argv[0].strip() else "another program"
 
 
+def _scanner(node: NodeFacts) -> int | None:
+    """The user the node's facts were collected as (the training's user there); None: not said."""
+    ptrace = node.parsed.ptrace
+    return None if isinstance(ptrace, Missing) else ptrace.euid
+
+
+def _others(node: NodeFacts, processes) -> list[Process]:
+    """The processes of another user than the one the facts were collected as: never this run's
+    to stop (a recording without owners: none)."""
+    me = _scanner(node)
+    return [p for p in processes if me is not None and p.uid is not None and p.uid != me]
+
+
+def _described(p: Process) -> str:
+    """describe_process, with its owner when it is known."""
+    return describe_process(p) + (f" of {p.owner()}" if p.uid is not None else "")
+
+
+def _users(processes) -> str:
+    return " and ".join(dict.fromkeys(p.owner() for p in processes))
+
+
+def _whose(processes) -> str:
+    return "; ".join(f"{p.owner()}'s PID {p.pid}" for p in processes)
+
+
+def _listed(processes) -> str:
+    return "; ".join(_described(p) for p in processes[:4]) + (
+        f"; and {len(processes) - 4} more" if len(processes) > 4 else "")
+
+
 def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
     for node in ctx.reachable:
         found = node.parsed.processes
@@ -81,14 +121,28 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
         if not found:
             yield Verdict(Status.PASS, node.node, "no leftover training processes")
             continue
-        orphans = [p for p in found if p.orphan]
-        listed = "; ".join(describe_process(p) for p in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+        details = {"processes": [p.to_json() for p in found]}
+        others = _others(node, found)
+        own = [p for p in found if p not in others]
+        if not own:
+            # Another user's run (or a process that shows torch and a rank): named with its owner,
+            # never failed on and never killed from here; its user is the one to ask.
+            yield Verdict(Status.WARN, node.node,
+                          f"{len(others)} training process{'es' if len(others) > 1 else ''} of another user on "
+                          f"{node.node}: {_listed(others)}: not this user's to stop",
+                          change(f"ask {_users(others)} whether {'they are' if len(others) > 1 else 'it is'} a "
+                                 f"run of theirs on {node.node}; it shares the node's CPUs, GPUs and ports with yours"),
+                          details)
+            continue
+        orphans = [p for p in own if p.orphan]
+        also = f"; of other users: {_listed(others)}" if others else ""
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
-                      f"{len(found)} training process{'es' if len(found) > 1 else ''} already on {node.node}"
-                      f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {listed}",
-                      run(f"kill {' '.join(str(p.pid) for p in found)}", node.node,
-                          f"on {node.node}, if they are not a run you want"),
-                      {"processes": [p.to_json() for p in found]})
+                      f"{len(own)} training process{'es' if len(own) > 1 else ''} already on {node.node}"
+                      f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {_listed(own)}{also}",
+                      run(f"kill {' '.join(str(p.pid) for p in own)}", node.node,
+                          f"on {node.node}, if they are not a run you want"
+                          + (f"; {_whose(others)} are not yours: ask {_users(others)}" if others else "")),
+                      details)
 
 
 PTRACE_FIX = {

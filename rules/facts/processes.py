@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .read import Sent, flag, number, objects, present, required, sent_of, texts, whole
+from .read import Sent, flag, number, objects, present, required, sent_of, text, texts, whole
 
 
 @dataclass(frozen=True)
@@ -18,11 +18,19 @@ class Process(Sent):
     age_seconds: float | None = None   # None: its start time was not readable
     orphan: bool = False               # its parent is PID 1: what started it is gone
     why: tuple[str, ...] = ()          # why it looks like training; empty: it does not
+    # Its owner (None: not said, a recording from before) and that owner's name on the node.
+    uid: int | None = field(default=None, kw_only=True)
+    user_name: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Process:
         return cls(required(whole(wire, "pid"), "pid"), texts(wire, "cmdline"), number(wire, "age_seconds"),
-                   flag(wire, "orphan"), texts(wire, "why"), sent=sent_of(wire))
+                   flag(wire, "orphan"), texts(wire, "why"), uid=whole(wire, "uid"), user_name=text(wire, "user"),
+                   sent=sent_of(wire))
+
+    def owner(self) -> str:
+        """Its owner as a person reads it: the name, else the uid."""
+        return self.user_name or (f"uid {self.uid}" if self.uid is not None else "an unknown user")
 
 
 @dataclass(frozen=True)
