@@ -138,3 +138,85 @@ def tool_env(env: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str,
         out["HOME"] = "/"
     out.update(extra)
     return out
+
+
+# -- the training's own files: its code folder (first on sys.path), its script, its data -------------
+
+# What Python imports from the code folder as it stands: modules, compiled ones, packages.
+IMPORTABLE = (".py", ".pyc", ".so", ".pth")
+MOST_ENTRIES = 10_000       # names of the code folder looked at: a folder of data is not walked whole
+
+
+def _said(refused) -> str:
+    if refused.why == "owner":
+        return f"belongs to {refused.owner()} (uid {refused.uid})"
+    return f"is writable by other users (mode {mode_words(refused.mode)})"
+
+
+def fix_command(refused) -> str:
+    """The command that makes `refused.path` trusted: its owner root (or this user), no write for
+    others (an ACL's entries removed)."""
+    import shlex
+    path = shlex.quote(refused.path)
+    if refused.why == "owner":
+        return f"chown {user_name(os.geteuid())} {path}"
+    if refused.mode.endswith("+acl"):
+        return f"setfacl -b {path}"
+    return f"chmod go-w {path}"
+
+
+def path_refusal(label: str, path: str, verb: str) -> Optional[Tuple[str, str]]:
+    """(why, fix) when `path` (the training's `label`: "code folder", "script", "data folder") or
+    a folder above it belongs to another user or others may write it; None when it is trusted,
+    or not there (its reader says that it is missing)."""
+    refused = walk(path) if os.path.lexists(path) else None
+    if refused is None:
+        return None
+    said = _said(refused) if refused.path == path else f"is refused: {refused.path} {_said(refused)}"
+    who = "root" if os.geteuid() == 0 else f"root or {user_name(os.geteuid())}"
+    return (f"the training's {label} {path} {said}, who could change what the ranks {verb} as "
+            f"{user_name(os.geteuid())}", f"{fix_command(refused)}, or use a copy that only {who} can change")
+
+
+def code_refusal(folder: str, script: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(why, fix) when the training's code could be changed by another user: the folder it starts
+    in (first on sys.path for -m), the script and the script's own folder (first on sys.path for
+    a script), and what Python would import from that folder (its modules and packages, at its
+    top)."""
+    found = path_refusal("code folder", folder, "run")
+    if found is None and script:
+        found = path_refusal("script", os.path.join(folder, script), "run")
+    first = os.path.dirname(os.path.join(folder, script)) if script else folder
+    if found is None and first != folder:
+        found = path_refusal("script's folder", first, "run")
+    return found or _imported_refusal(first)
+
+
+def _imported_refusal(folder: str) -> Optional[Tuple[str, str]]:
+    """A module or package at the top of `folder` (first on sys.path) that another user owns or
+    may write, though the folder is trusted (copied with its owners kept, made writable)."""
+    try:
+        names = sorted(os.listdir(folder))[:MOST_ENTRIES]
+    except OSError:
+        return None
+    for name in names:
+        path = os.path.join(folder, name)
+        if name.endswith(IMPORTABLE) or os.path.isfile(os.path.join(path, "__init__.py")) or name == "__pycache__":
+            refused = walk(path)
+            if refused is not None:
+                return path_refusal("module", path, "import")
+    return None
+
+
+def job_refusal(job: dict, env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
+    """(why, fix) when a supervised job may not start: its environment (refusal), and for the
+    launch its code (code_refusal: the folder it starts in, the script torchrun is given)."""
+    start = job.get("cwd") or cwd
+    found = refusal(env, start)
+    if found is None and job.get("program") == "launch":
+        words = list(job.get("torchrun") or [])
+        script = None
+        if "--" in words and not job.get("module"):
+            script = words[words.index("--") - 1]
+        found = code_refusal(start, script)
+    return found

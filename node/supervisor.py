@@ -25,6 +25,7 @@ import time
 
 from . import proc, protocol, signing, trust
 from .control import Control
+from .loader_env import job_refusal
 
 GRACE = 5.0      # seconds between SIGTERM and SIGKILL: torchrun stops its ranks and the launch
                  # program says their exits (at load average 5, 2 s cut that off)
@@ -145,10 +146,11 @@ def asked(command: dict, job: dict, pid: int) -> None:
 
 def refused(job: dict, env: dict, cwd: str) -> bool:
     """Says so, and True, when the job's ranks would import or load from a path another user can
-    change (trust.training_path_refusal: PYTHONPATH, LD_PRELOAD, ...; every job, since a loader
-    variable reaches a Python started with -I too): before anything of the job starts. A launch
+    change (loader_env.job_refusal: PYTHONPATH, LD_PRELOAD, ...; every job, since a loader
+    variable reaches a Python started with -I too; a launch's code folder and script): before
+    anything of the job starts. A launch
     says it as its own error (node/launch_runner.py's marker); any job ends with REFUSED."""
-    found = trust.training_path_refusal(env, job.get("cwd") or cwd)
+    found = job_refusal(job, env, cwd)
     if found is None:
         return False
     why, fix = found

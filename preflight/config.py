@@ -55,6 +55,9 @@ class Config:
 def load(path: str | None) -> Config:
     if not path:
         return Config()
+    refused = owner_refusal(path)
+    if refused is not None:
+        raise ConfigError(refused)
     try:
         raw = tomllib.loads(read_regular(path, CONFIG_BYTES).decode("utf-8"))
     except FileNotFoundError:
@@ -88,6 +91,29 @@ def load(path: str | None) -> Config:
         if "env" in table:
             table["env"] = _env_table(path, f"[nodes.{name}.env]", table["env"])
     return Config(raw, nodes, path)
+
+
+def owner_refusal(path: str) -> str | None:
+    """Why the config may not be read, or None: its [env], python and hosts decide what runs, as
+    root too, so it and every folder above it (links resolved) must be root's or this user's and
+    writable by no one else (node/trust.py's walk, as for the training's Python and PYTHONPATH)."""
+    import os
+
+    from node.loader_env import fix_command
+    from node.trust import mode_words, user_name, walk
+
+    refused = walk(path) if os.path.lexists(path) else None
+    if refused is None:
+        return None
+    me = user_name(os.geteuid())
+    if refused.why == "owner":
+        why = f"belongs to {refused.owner()} (uid {refused.uid})"
+    else:
+        why = f"is writable by other users (mode {mode_words(refused.mode)})"
+    said = f"it {why}" if refused.path == os.path.abspath(path) else f"{refused.path} {why}"
+    return (f"config {path} is refused: {said}, who could change what runs as {me} (its [env], python and hosts): "
+            f"{fix_command(refused)}, or give a config that only {'root' if me == 'root' else f'root or {me}'} "
+            "can change")
 
 
 def _env_table(path: str, where: str, table) -> dict[str, str]:

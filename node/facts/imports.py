@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from .. import trust
+from ..loader_env import code_refusal
 from ..placement import placement
 from . import import_scan
 
@@ -58,6 +59,10 @@ def training_imports(request: dict) -> dict | None:
     refused = trust.training_path_refusal(os.environ, folder)
     if refused is not None:
         return {"error": refused[0]}
+    # The code itself: its folder (first on sys.path), the script, what they import at their top.
+    refused = code_refusal(folder, None if module else entry)
+    if refused is not None:
+        return {"error": f"{refused[0]}; fix: {refused[1]}"}
     path = trust.path_entries(os.environ, "PYTHONPATH", folder)
     try:
         # The scan's own imports come from the interpreter, never from the project's folder it runs in.

@@ -75,7 +75,12 @@ def _hash_algorithms():
 
 
 def _shards(request: dict):
+    from ..loader_env import path_refusal
     from . import shards
+    # A data folder another user can change feeds the ranks what they choose: refused, as code is.
+    refused = path_refusal("data folder", os.path.expanduser(request["data_dir"]), "read")
+    if refused is not None:
+        return {"error": f"{refused[0]}; fix: {refused[1]}", "missing": False}
     try:
         cache = shards.default_cache_path(request["data_dir"])
         algorithm = request.get("hash_algorithm") or "best"

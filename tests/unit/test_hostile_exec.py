@@ -111,11 +111,16 @@ def test_preflight_of_this_machine_from_a_folder_the_intruder_owns_imports_nothi
     assert "Traceback" not in done.stderr, done.stderr
     report = json.loads(done.stdout)
     statuses = {r["check"]: r["status"] for r in report["results"] if r["node"] in (HOST, None)}
-    # The run still works: the node was reached, torch found, the probes ran, the script's
-    # imports resolved (torch, json) without running any of the folder's files.
-    assert statuses["node-reachable"] == statuses["torch-parity"] == "pass", report
-    assert statuses["training-imports"] == statuses["compute-balance"] == "pass", report
-    assert all(r["status"] != "error" for r in report["results"]), report
+    # The run still works: the node was reached, torch found, the probes ran, without running
+    # any of the folder's files. The training's code is the intruder's, which root's ranks would
+    # run (issue 34): training-imports refuses it in one line with the fix, and nothing else errs.
+    assert statuses["node-reachable"] == statuses["torch-parity"] == statuses["compute-balance"] == "pass", report
+    imports = next(r for r in report["results"] if r["check"] == "training-imports")
+    assert (imports["status"], imports["summary"]) == (
+        "error", f"{HOST}: the training command's imports were not resolved: the training's code folder "
+                 f"{planted_folder} belongs to ddpp-intruder (uid {hostile_user().uid}), who could change what the "
+                 f"ranks run as root; fix: chown root {planted_folder}, or use a copy that only root can change")
+    assert [r["check"] for r in report["results"] if r["status"] == "error"] == ["training-imports"], report
 
 
 def test_hangwatch_attach_to_this_machine_from_a_folder_the_intruder_owns_imports_nothing_of_it(

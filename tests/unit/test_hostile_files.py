@@ -313,8 +313,16 @@ def test_a_fifo_given_as_the_config_is_one_line(arena, user):
     done = subprocess.run([*CLI, "--config", str(shared / "cluster.toml"), "--no-probes"], cwd=arena, env=ENV,
                           capture_output=True, text=True, timeout=120)
 
+    # The intruder's FIFO is refused for its owner (issue 34) before anything opens it.
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == (f"ddp-preflight: error: config {shared}/cluster.toml is not read: a FIFO, not a regular "
+    assert done.stderr == (f"ddp-preflight: error: config {shared}/cluster.toml is refused: it belongs to "
+                           f"{user.name} (uid {user.uid}), who could change what runs as root (its [env], python and "
+                           f"hosts): chown root {shared}/cluster.toml, or give a config that only root can change\n")
+    # Root's own FIFO (root's folder) is still one line, never waited on.
+    os.mkfifo(arena / "cluster.toml")
+    done = subprocess.run([*CLI, "--config", str(arena / "cluster.toml"), "--no-probes"], cwd=arena, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stderr == (f"ddp-preflight: error: config {arena}/cluster.toml is not read: a FIFO, not a regular "
                            "file; give a TOML file\n")
 
 

@@ -163,9 +163,11 @@ def test_ddp_preflight_refuses_a_hostile_hostfile_line(user, shared, witness, li
 
 
 @pytest.mark.parametrize("host,chars", [("x$(id>f)", "('$', '(', '>', ')')"), ("worker1\nid>f", "('\\n', '>')")])
-def test_ddp_preflight_refuses_a_hostile_host_in_the_config(user, shared, witness, host, chars):
+def test_ddp_preflight_refuses_a_hostile_host_in_the_config(user, shared, witness, host, chars, tmp_path):
     escaped = host.replace("\n", "\\n")
-    config = plant(user, shared / "cluster.toml", f'hosts = ["master", "{escaped}"]\n')
+    # Root's own config (one of the intruder's is refused whole: test_hostile_code.py), naming the host.
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'hosts = ["master", "{escaped}"]\n')
     before = set(os.listdir(shared))
     done = run("ddp_preflight", "--ssh-config", str(witness), "--config", str(config), cwd=shared)
 
@@ -206,13 +208,14 @@ def test_a_fifo_in_place_of_the_hostfile_is_refused_at_once(user, shared):
 
 
 @pytest.mark.parametrize("tool", ["ddp_preflight", "hangwatch"])
-def test_more_hosts_than_the_cap_on_the_command_line_or_in_the_config_is_one_line(user, shared, tool):
+def test_more_hosts_than_the_cap_on_the_command_line_or_in_the_config_is_one_line(user, shared, tool, tmp_path):
     hosts = [f"n{i}" for i in range(MAX_HOSTS + 1)]
     if tool == "hangwatch":
         done = run("hangwatch", "attach", "--for", "1", *hosts, cwd=shared)
         origin = "the command line"
     else:
-        config = plant(user, shared / "cluster.toml", "hosts = [" + ", ".join(f'"{h}"' for h in hosts) + "]\n")
+        config = tmp_path / "cluster.toml"        # root's own: one of the intruder's is refused whole
+        config.write_text("hosts = [" + ", ".join(f'"{h}"' for h in hosts) + "]\n")
         done = run("ddp_preflight", "--config", str(config), "--json", cwd=shared)
         origin = f"config {config} (hosts)"
 

@@ -1,0 +1,203 @@
+"""Issue 34, part A, item 2: a config, a code folder, a script and its folder, a module beside it
+and a data folder that another user owns or may write are refused, with the command that fixes
+it, like PYTHONPATH; --force changes nothing. A real second user (tests/hostile.py) plants what
+leaves a marker when run; root runs the real `ddp-preflight` (and --launch) on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from node.loader_env import code_refusal
+from tests.hostile import hostile_user
+
+from .ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = socket.gethostname()
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+            "from cli.ddp_preflight import main; sys.exit(main())", *args]
+
+
+@pytest.fixture
+def user():
+    return hostile_user()
+
+
+@pytest.fixture
+def markers(tmp_path):
+    folder = tmp_path / "markers"
+    folder.mkdir()
+    folder.chmod(0o777)
+    return folder
+
+
+@pytest.fixture
+def arena():
+    """A folder of root's that the intruder may enter (0755)."""
+    folder = Path(tempfile.mkdtemp(prefix="ddpp-hostile-code-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def intruder_home(user):
+    folder = user.home / f"code-{uuid.uuid4().hex[:8]}"
+    user.run(["mkdir", "-m", "755", str(folder)])
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def plant(user, path: Path, text: str) -> Path:
+    user.run(["sh", "-c", 'cat > "$1"', "sh", str(path)], input=text)
+    return path
+
+
+def marker_module(markers: Path) -> str:
+    return f"import os\nopen({str(markers)!r} + '/' + __name__ + '-uid-' + str(os.getuid()), 'w').close()\n"
+
+
+def left(markers: Path) -> list[str]:
+    return sorted(os.listdir(markers))
+
+
+def launch(cwd: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command("--no-probes", "--force", "--master-port", str(free_port()), "--launch",
+                                  "--log-dir", str(tmp_path / "logs"), *extra, "--", "train.py"),
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def failed_line(done: subprocess.CompletedProcess, why: str, fix: str) -> None:
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert (f"ddp-preflight: training failed on {HOST}: {why} (fix: {fix}); every node was stopped") \
+        in done.stderr.splitlines(), done.stderr[-3000:]
+
+
+def test_a_config_of_another_user_is_refused_whole_and_its_env_never_reaches_anything(user, intruder_home,
+                                                                                       markers, arena):
+    (intruder_home / "lib").mkdir()
+    shutil.chown(intruder_home / "lib", user.uid, user.gid)
+    plant(user, intruder_home / "lib" / "json.py", marker_module(markers))
+    config = plant(user, intruder_home / "cluster.toml", f'[env]\nPYTHONPATH = "{intruder_home}/lib"\n')
+    done = subprocess.run(command("--force", "--config", str(config), "--launch", "--", "train.py"), cwd=arena,
+                          capture_output=True, text=True, timeout=120)
+
+    assert left(markers) == []
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"ddp-preflight: error: config {config} is refused: it belongs to {user.name} (uid "
+                           f"{user.uid}), who could change what runs as root (its [env], python and hosts): chown root "
+                           f"{config}, or give a config that only root can change\n")
+
+
+def test_roots_config_in_a_group_writable_folder_with_the_intruder_in_the_group_is_refused(user, arena):
+    shared = arena / "shared"
+    shared.mkdir()
+    os.chown(shared, 0, user.gid)
+    shared.chmod(0o775)
+    config = shared / "cluster.toml"
+    config.write_text("hosts = []\n")
+    done = subprocess.run(command("--config", str(config), "--only", "node-reachable"), cwd=arena, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stderr == (f"ddp-preflight: error: config {config} is refused: {shared} is writable by other users "
+                           "(mode 775), who could change what runs as root (its [env], python and hosts): chmod go-w "
+                           f"{shared}, or give a config that only root can change\n")
+
+
+def test_roots_script_in_a_folder_anyone_may_write_starts_no_rank(user, arena, markers, tmp_path):
+    code = arena / "code"
+    code.mkdir()
+    code.chmod(0o777)                 # not sticky: the intruder may add and replace files
+    (code / "train.py").write_text("import helpers\n")
+    plant(user, code / "helpers.py", marker_module(markers))
+    done = launch(code, tmp_path)
+
+    assert left(markers) == []
+    failed_line(done, f"the training's code folder {code} is writable by other users (mode 777), who could change "
+                      "what the ranks run as root", f"chmod go-w {code}, or use a copy that only root can change")
+
+
+def test_a_code_folder_the_intruder_owns_starts_no_rank_even_with_force(user, intruder_home, markers, tmp_path):
+    plant(user, intruder_home / "train.py", "import helpers\n")
+    plant(user, intruder_home / "helpers.py", marker_module(markers))
+    done = launch(intruder_home, tmp_path)
+
+    assert left(markers) == []
+    failed_line(done, f"the training's code folder {intruder_home} belongs to {user.name} (uid {user.uid}), who could "
+                      "change what the ranks run as root",
+                f"chown root {intruder_home}, or use a copy that only root can change")
+
+
+def test_a_script_linked_into_the_intruders_folder_starts_no_rank(user, intruder_home, arena, markers, tmp_path):
+    code = arena / "code"
+    code.mkdir()
+    plant(user, intruder_home / "train.py", marker_module(markers))
+    (code / "train.py").symlink_to(intruder_home / "train.py")
+    done = launch(code, tmp_path)
+
+    assert left(markers) == []
+    failed_line(done, f"the training's script {code}/train.py is refused: {intruder_home}/train.py belongs to "
+                      f"{user.name} (uid {user.uid}), who could change what the ranks run as root",
+                f"chown root {intruder_home}/train.py, or use a copy that only root can change")
+
+
+def test_a_module_of_the_intruders_in_roots_own_folder_is_refused_by_the_import_scan(user, arena, markers):
+    code = arena / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import json\nimport helpers\n")
+    helpers = code / "helpers.py"
+    helpers.write_text(marker_module(markers))
+    os.chown(helpers, user.uid, user.gid)      # copied with its owner kept (cp -a, tar as root)
+    done = subprocess.run(command("--only", "training-imports", "--json", "--", "train.py"), cwd=code,
+                          capture_output=True, text=True, timeout=120)
+
+    assert left(markers) == []
+    [result] = json.loads(done.stdout)["results"]
+    assert (result["status"], result["summary"]) == (
+        "error", f"{HOST}: the training command's imports were not resolved: the training's module {helpers} belongs "
+                 f"to {user.name} (uid {user.uid}), who could change what the ranks import as root; fix: chown root "
+                 f"{helpers}, or use a copy that only root can change")
+
+
+def test_a_data_folder_the_intruder_owns_is_refused_and_roots_is_read(user, intruder_home, arena):
+    plant(user, intruder_home / "shard_000.bin", "x" * 100)
+    done = subprocess.run(command("--only", "data-shards", "--json", "--data-dir", str(intruder_home)), cwd=arena,
+                          capture_output=True, text=True, timeout=120)
+    [result] = [r for r in json.loads(done.stdout)["results"] if r["node"] == HOST]
+    assert (result["status"], result["summary"]) == (
+        "error", f"the training's data folder {intruder_home} belongs to {user.name} (uid {user.uid}), who could "
+                 f"change what the ranks read as root; fix: chown root {intruder_home}, or use a copy that only root "
+                 "can change")
+
+    data = arena / "data"
+    data.mkdir()
+    (data / "shard_000.bin").write_text("x" * 100)
+    done = subprocess.run(command("--only", "data-shards", "--json", "--data-dir", str(data)), cwd=arena,
+                          capture_output=True, text=True, timeout=120)
+    [result] = [r for r in json.loads(done.stdout)["results"] if r["node"] == HOST]
+    assert result["status"] == "pass" and result["summary"].startswith("1 shards, "), result
+
+
+def test_roots_own_code_passes_and_a_group_writable_folder_of_the_intruders_group_does_not(user, arena):
+    code = arena / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    assert code_refusal(str(code), "train.py") is None
+    os.chown(code, 0, user.gid)
+    code.chmod(0o775)
+    assert code_refusal(str(code), "train.py") == (
+        f"the training's code folder {code} is writable by other users (mode 775), who could change what the ranks "
+        "run as root", f"chmod go-w {code}, or use a copy that only root can change")
