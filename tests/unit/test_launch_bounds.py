@@ -47,23 +47,31 @@ def test_more_ranks_than_cpus_is_refused_even_with_force_and_nothing_starts(tmp_
 
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
-    assert (f"ddp-preflight: not launching: --nproc-per-node 100000 is more ranks than {HOST} can run at once "
-            f"({cpus} CPUs it may use, one rank each): give --nproc-per-node {cpus} or fewer; --force does not "
-            "override this") in done.stderr.splitlines(), done.stderr[-3000:]
+    assert (f"ddp-preflight: not launching: --nproc-per-node 100000 is more ranks than {HOST} can hold ({cpus} CPUs "
+            f"it may use, at most 16 ranks each): give --nproc-per-node {16 * cpus} or fewer (ranks-per-node says "
+            "how many run well); --force does not override this") in done.stderr.splitlines(), done.stderr[-3000:]
     assert os.listdir(markers) == []
 
 
-def test_as_many_ranks_as_cpus_still_launch(tmp_path):
+def test_the_bound_is_one_past_what_a_node_can_hold(tmp_path):
     cpus = usable_cpus()
-    done, markers = launch(tmp_path, cpus)
+    done, markers = launch(tmp_path, 16 * cpus + 1)
+
+    assert done.returncode == 1 and "--force does not override this" in done.stderr, done.stderr[-3000:]
+    assert os.listdir(markers) == []
+
+
+def test_more_ranks_than_cpus_but_within_the_bound_still_launch_with_force(tmp_path):
+    cpus = usable_cpus()
+    done, markers = launch(tmp_path, 2 * cpus)      # ranks-per-node fails; --force launches it
 
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(os.listdir(markers)) == sorted(f"rank-{r}" for r in range(cpus))
+    assert sorted(os.listdir(markers)) == sorted(f"rank-{r}" for r in range(2 * cpus))
 
 
 def test_the_bound_names_the_node_with_the_fewest_cpus_and_skips_unknown_ones():
-    assert too_many_ranks(4, {"a": 8, "b": 2, "c": None, "d": 3}) == (
-        "--nproc-per-node 4 is more ranks than b can run at once (2 CPUs it may use, one rank each): give "
-        "--nproc-per-node 2 or fewer; --force does not override this")
-    assert too_many_ranks(2, {"a": 8, "b": 2, "c": None}) is None
+    assert too_many_ranks(60, {"a": 8, "b": 2, "c": None, "d": 3}) == (
+        "--nproc-per-node 60 is more ranks than b can hold (2 CPUs it may use, at most 16 ranks each): give "
+        "--nproc-per-node 32 or fewer (ranks-per-node says how many run well); --force does not override this")
+    assert too_many_ranks(32, {"a": 8, "b": 2, "c": None}) is None
     assert too_many_ranks(100000, {"a": None}) is None
