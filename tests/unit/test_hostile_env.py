@@ -217,3 +217,44 @@ def test_the_tools_own_commands_get_no_loader_variable_and_the_password_database
     import pwd
     assert env == {"PATH": "/usr/bin", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "0", "TERM": "xterm",
                    "HOME": pwd.getpwuid(os.geteuid()).pw_dir}
+
+
+def test_a_pycache_prefix_with_a_planted_pyc_for_json_starts_no_rank(user, intruder_home, markers, tmp_path):
+    """The issue's attack: --env PYTHONPYCACHEPREFIX=<a folder the intruder writes> holding
+    json/__init__.cpython-3X.pyc (unchecked-hash: never compared to the source), which every rank
+    imports in place of the standard json."""
+    from .ports import free_port
+
+    source = Path(json.__file__)
+    pyc = Path(str(intruder_home) + str(source.parent)) / f"__init__.{sys.implementation.cache_tag}.pyc"
+    user.run(["mkdir", "-p", str(pyc.parent)])
+    planted = intruder_home / "planted.py"
+    user.run(["sh", "-c", 'cat > "$1"', "sh", str(planted)],
+             input=f"import os\nopen({str(markers)!r} + '/json-uid-' + str(os.getuid()), 'w').close()\n")
+    user.run(["/usr/bin/python3", "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], "
+              "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)", str(planted), str(pyc)])
+    code = train_folder(tmp_path)
+    done = subprocess.run(command("--no-probes", "--force", "--master-port", str(free_port()), "--launch",
+                                  "--log-dir", str(tmp_path / "logs"), "--env", f"PYTHONPYCACHEPREFIX={intruder_home}",
+                                  "--", "train.py"),
+                          cwd=code, capture_output=True, text=True, timeout=300)
+
+    assert left(markers) == []
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert (f"ddp-preflight: training failed on {HOST}: "
+            f"{refused_line('PYTHONPYCACHEPREFIX', 'folder', intruder_home, user, 'import')} (fix: give "
+            "PYTHONPYCACHEPREFIX only folders that root alone can change, or leave it out); every node was stopped") \
+        in done.stderr.splitlines(), done.stderr[-3000:]
+
+
+def test_the_planted_pyc_does_run_under_that_prefix_so_the_marker_can_tell(user, intruder_home, markers):
+    source = Path(json.__file__)
+    pyc = Path(str(intruder_home) + str(source.parent)) / f"__init__.{sys.implementation.cache_tag}.pyc"
+    user.run(["mkdir", "-p", str(pyc.parent)])
+    planted = intruder_home / "planted.py"
+    user.run(["sh", "-c", 'cat > "$1"', "sh", str(planted)],
+             input=f"import os\nopen({str(markers)!r} + '/json-uid-' + str(os.getuid()), 'w').close()\n")
+    user.run(["/usr/bin/python3", "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], "
+              "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)", str(planted), str(pyc)])
+    subprocess.run([sys.executable, "-c", "import json"], env={"PYTHONPYCACHEPREFIX": str(intruder_home)}, check=True)
+    assert left(markers) == ["json-uid-0"]
