@@ -104,6 +104,12 @@ def given_pids(given: list[str], hosts: list[str], aliases: tuple[str, ...] = ()
     return {host: tuple(pids) for host, pids in out.items()}
 
 
+def missing_pids(target) -> tuple[int, ...]:
+    """The --pid processes of a target on this machine that do not exist."""
+    import os
+    return tuple(pid for pid in target.pids if not os.path.exists(f"/proc/{pid}"))
+
+
 def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
     """The ssh config and the Slurm job, and every host (the command line's, the job's) through
     the one check, before any node is contacted or any ssh config is read: raises UsageError
@@ -182,6 +188,11 @@ def attach(args) -> int:
         here = socket.gethostname()
         pids = given_pids(args.pid, [here], aliases=("localhost",))
         targets = [WatchTarget(LocalNode(here, python), pids.get(here, ()))]
+    for target in targets:
+        gone = missing_pids(target) if target.node.is_local else ()
+        if gone:
+            raise UsageError(f"--pid {gone[0]}: no such process on {target.name}; give the pid of a running rank or "
+                             "torchrun (ps -ef)")
     from node.terminal import shown  # a node's error may quote its words: shown, never obeyed
     for problem in problems:
         print(f"hangwatch: {shown(problem)}", file=sys.stderr)

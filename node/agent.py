@@ -9,7 +9,9 @@ lost, its master dead), the agent removes what was made for the watch and exits 
 never signals a rank: py-spy's dump pauses a rank for a few milliseconds, and that is all.
 
 spec: {"program": "agent", "node": name, "pids": [..], "interval": 1.0, "stack_every": 120.0,
-       "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders]}
+       "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders],
+       "run": a launch's token|absent} (pids: exactly those processes, and the ranks of those that
+       are launchers; run: the processes of that launch alone, ranks.py)
 Lines out (AGENT + JSON), as node/protocol.py types them:
 - {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null};
 - {"type": "rank", ...what ranks.Finder says, "started"} (RankFound: /proc/stat's btime + its start
@@ -75,7 +77,7 @@ class Agent(Stacks, Exits):
         self.stack_every = float(spec.get("stack_every", 120.0))
         self.py_spy, self.py_spy_refused = pyspy.find(spec.get("py_spy"))
         self.native = bool(spec.get("native"))
-        self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
+        self.ranks = Finder(spec.get("pids") or [], redact=redact_env, run=spec.get("run"))
         self.last_stacks: float | None = None   # when it last took stacks (None: never; the first at once)
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.reading = collections.Counter()   # pid -> py-spy dumps of it running now (each suspends it)
