@@ -173,3 +173,38 @@ def test_a_healthy_launch_is_not_stopped_for_another_run_of_its_user_and_reports
         text = path.read_text()
         for pid in theirs:
             assert f"pid {pid}" not in text and f'"pid": {pid}' not in text, (path, pid)
+
+
+FORGED = """import time
+def forged_all_reduce_under_roots_rank():
+    time.sleep(120)
+forged_all_reduce_under_roots_rank()
+"""
+
+
+def test_attach_with_pids_reads_and_reports_nothing_of_other_processes(processes, tmp_path):
+    """`hangwatch attach --pid A --pid B` as root, beside root's other rank and a second user's
+    process that claims rank 0 of the same store (its stack a forged name): only A and B are found,
+    and no event, bundle or report names the others or shows the forged frame."""
+    port = free_port()
+    a = processes.start([sys.executable, "-c", SLEEP], {**rank_env(port), "RANK": "0"})
+    b = processes.start([sys.executable, "-c", SLEEP], {**rank_env(port), "RANK": "1", "LOCAL_RANK": "1"})
+    other = processes.start([sys.executable, "-c", SLEEP], rank_env(free_port()))
+    user = hostile_user()
+    forged = user.file(user.home / f"forged-{port}.py", FORGED)
+    stranger = processes.start([sys.executable, str(forged)], {**rank_env(port), "RANK": "0"}, user=user)
+    time.sleep(0.5)
+    incidents = tmp_path / "incidents"
+    try:
+        watch = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "--pid", str(a), "--pid", str(b),
+                                "--json", "--threshold", "4", "--for", "12", "--incident-dir", str(incidents)],
+                               capture_output=True, text=True, cwd=ROOT, timeout=120)
+    finally:
+        forged.unlink()
+    events = [json.loads(line) for line in watch.stdout.splitlines()]
+    found = {e["pid"] for e in events if e["event"] == "rank-found"}
+    assert found == {a, b}, ([e["text"] for e in events], watch.stderr[-2000:])
+    written = watch.stdout + watch.stderr + "".join(p.read_text() for p in incidents.rglob("*") if p.is_file())
+    for pid in (other, stranger):
+        assert f'"pid": {pid}' not in written and f"pid {pid}" not in written, pid
+    assert "forged_all_reduce" not in written
