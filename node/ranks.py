@@ -55,6 +55,7 @@ import pwd
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import proc
+from .redact import redact_text
 
 # A launcher's command line: torchrun (any spelling) or ddp-preflight's own launch program,
 # which runs torchrun in its process.
@@ -130,7 +131,7 @@ def launcher_options(argv, env) -> dict:
         endpoint = f"{options.get('master-addr', env.get('MASTER_ADDR'))}:" \
                    f"{options.get('master-port', env.get('MASTER_PORT', '29500'))}"
     return {"nnodes": _int(nnodes), "node_rank": _int(options.get("node-rank", env.get("NODE_RANK"))),
-            "master": endpoint, "nproc_per_node": _int(options.get("nproc-per-node"))}
+            "master": redact_text(endpoint) if endpoint else None, "nproc_per_node": _int(options.get("nproc-per-node"))}
 
 
 def real_uid(pid: int) -> Optional[int]:
@@ -240,7 +241,9 @@ class Finder:
                 "uid": uid, "user": user_name(uid), "given": given or below,
                 "rank": _int(env.get("RANK")), "local_rank": _int(env.get("LOCAL_RANK")),
                 "world_size": _int(env.get("WORLD_SIZE")),
-                "master": f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if "MASTER_ADDR" in env else None,
+                # Shown in events and bundles: a password in it (admin:pw@host) never leaves the node.
+                "master": redact_text(f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}")
+                if "MASTER_ADDR" in env else None,
                 "env_readable": readable,
                 "env": self.redact(env)}
 

@@ -5,13 +5,16 @@ could know by its shape, and variants the issue did not list."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from node.ranks import Finder
 from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
 
 from .ports import free_port
@@ -133,3 +136,56 @@ def test_a_launch_writes_no_value_of_a_secret_option_pair_or_a_user_password_in_
         text = path.read_text()
         for value in v.values():
             assert value not in text, (path, value)
+
+
+def test_an_incident_bundle_keeps_no_password_of_a_safe_named_variable_or_an_option_pair(tmp_path):
+    """The bundle of a real recorded deadlock, its rank given (as an older agent would send them,
+    unredacted) MASTER_ADDR and TORCH_NCCL_DEBUG_INFO with user:password@, its store address so,
+    and the issue's command line: incident.json and report.txt hold none of the values; STEPS=100
+    is shown."""
+    from hangwatch.incident import write
+    from hangwatch.model import Snapshot
+
+    v = {kind: fresh() for kind in ("addr", "debug", "token", "mysql", "client", "bytes")}
+    env = {"RANK": "1", "MASTER_ADDR": f"admin:{v['addr']}@10.0.0.1", "STEPS": "100",
+           "TORCH_NCCL_DEBUG_INFO": f"svc:{v['debug']}@dbg:9000"}
+    argv = ["/usr/bin/python3", "train.py", "--password", "--token", v["token"], "-p" + v["mysql"],
+            "--client-secret", v["client"]]
+    details = {"nodes": {"master": {"host": "master", "python": "3.11", "torch": "2.13", "py_spy": None}},
+               "ranks": {"master:4242": {"argv": argv, "env": env, "master": f"admin:{v['addr']}@10.0.0.1:29500",
+                                         "extra": f"{{'password': b'{v['bytes']}'}}"}}}
+    art = Path(__file__).parent / "artifacts"
+    snapshot = Snapshot.from_json(json.loads((art / "snapshots" / "deadlock.json").read_text()))
+    bundle = Path(write(snapshot, details, str(tmp_path / "incidents")))
+    written = {name: (bundle / name).read_text() for name in ("incident.json", "report.txt")}
+    for name, text in written.items():
+        for kind, value in v.items():
+            assert value not in text, (name, kind)
+    rank = json.loads(written["incident.json"])["ranks"]["master:4242"]
+    assert rank["env"] == {"RANK": "1", "MASTER_ADDR": f"admin:{REDACTED}@10.0.0.1", "STEPS": "100",
+                           "TORCH_NCCL_DEBUG_INFO": f"svc:{REDACTED}@dbg:9000"}
+    assert rank["argv"][2:] == ["--password", REDACTED, REDACTED, f"-p{REDACTED}", "--client-secret", REDACTED]
+    assert rank["master"] == f"admin:{REDACTED}@10.0.0.1:29500"
+    assert "    STEPS=100" in written["report.txt"].splitlines()
+
+
+def test_a_ranks_store_address_leaves_the_node_without_its_password():
+    """A real process whose MASTER_ADDR holds user:password@ (and a torchrun's endpoint so): what
+    the rank finder reports (the agent's rank and launcher messages, shown in events and bundles)
+    holds no password."""
+    value = fresh()
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": f"admin:{value}@127.0.0.1",
+           "MASTER_PORT": "29511"}
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "torchrun",
+                                 "--rdzv-endpoint", f"bob:{value}@127.0.0.1:29512"], env=os.environ)
+    try:
+        time.sleep(0.3)
+        finder = Finder()
+        found = finder.scan()
+        assert found[rank.pid]["master"] == f"admin:{REDACTED}@127.0.0.1:29511"
+        assert finder.launchers[launcher.pid]["master"] == f"bob:{REDACTED}@127.0.0.1:29512"
+    finally:
+        for p in (rank, launcher):
+            p.kill()
+            p.wait()
