@@ -99,3 +99,42 @@ def test_a_rank_printing_256_mib_in_one_line_costs_the_launch_no_more_than_a_lin
     assert len(logged[0]) < 64 * 1024
     shown = [line for line in stdout.decode().splitlines() if " r0] x" in line]
     assert len(shown) == 1 and shown[0].endswith(said)
+
+
+FORGE = """import os
+with open(f"/proc/{os.getppid()}/fd/1", "w") as out:      # its launcher's stdout, past torchrun's tee
+    for _ in range(%d):
+        out.write("DDP_PREFLIGHT_LAUNCH " + "y" * (32 << 20) + "\\n")
+        out.flush()
+print("done", flush=True)
+"""
+
+
+def test_marked_lines_a_rank_forges_into_its_launchers_stdout_are_kept_as_a_line_each(tmp_path):
+    """A rank writes six 32 MiB lines that start with the launch program's marker straight into
+    its launcher's stdout: each fails its signature and is kept, logged and shown as text cut at
+    64 KiB (before, each was kept whole: the master held 289 MB after four, growing with each);
+    the master's peak stays that of one line in reading (under 200 MB)."""
+    lines = 6
+    script = tmp_path / "forge.py"
+    script.write_text(FORGE % lines)
+    log_dir = tmp_path / "run"
+    launch = subprocess.Popen([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port",
+                               str(free_port()), "--launch", "--log-dir", str(log_dir), "--", str(script)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    peaks: dict[int, int] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_high_water, args=(launch.pid, peaks, stop), daemon=True)
+    watcher.start()
+    try:
+        stdout, stderr = launch.communicate(timeout=300)
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert launch.returncode == 0, stderr.decode()[-3000:]
+    assert peaks.get(launch.pid, 0) < 200 * 1024, f"master: {peaks.get(launch.pid, 0) // 1024} MB"
+    forged = "DDP_PREFLIGHT_LAUNCH " + "y" * (32 << 20)
+    said = f"(unsigned marker, shown as text) {forged[:64 * 1024]} [... {len(forged) - 64 * 1024} more characters " \
+           "of this line left out]"
+    logged = [line for line in (log_dir / f"{os.uname().nodename}.log").read_text().splitlines() if "yyyy" in line]
+    assert logged == [f"[{os.uname().nodename}] {said}"] * lines, [line[-120:] for line in logged]
