@@ -140,8 +140,8 @@ def redact_text(text: str) -> str:
     text = ATTACHED_P.sub(lambda m: "-p" + REDACTED if attached_p(m.group(0)) else m.group(0), text)
     text = _options_in_text(text)
     text = _key_values(text)
-    return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_pair(m.group(1), m.group(2)) else m.group(0),
-                    text)
+    return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_pair(m.group(1), m.group(2))
+                    and not m.group(2).startswith(REDACTED) else m.group(0), text)
 
 
 def secret_pair(name: str, value: str) -> bool:
@@ -273,10 +273,15 @@ def _secret_call(found: re.Match) -> str:
     return f"{name}({REDACTED})"
 
 
+# A compiler's switches that start with -p (a build's log, pasted to explain): not a password.
+COMPILER_P = frozenset({"-pthread", "-pipe", "-pedantic", "-pedantic-errors", "-pie", "-pg", "-pthreads"})
+
+
 def attached_p(word: str) -> bool:
     """Is this word -p with a value attached that may be a password (`-pMYSQLPASS`, `-phunter2`)?
     Not a port or a folder (`-p2222`), nor a password option of its own (`-password`, `-passwd`)."""
-    if not word.startswith("-p") or word.startswith("--") or len(word) == 2 or plain_value(word[2:]):
+    if not word.startswith("-p") or word.startswith("--") or len(word) == 2 or plain_value(word[2:]) \
+            or word in COMPILER_P:
         return False
     parts = NAME_PARTS.findall(word[1:])
     return not (parts and parts[0].lower() != "p" and OPTION.fullmatch(word) and takes_secret_value(word))

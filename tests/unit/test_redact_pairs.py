@@ -41,8 +41,8 @@ def test_a_secret_option_followed_by_another_secret_option_hides_both_values():
 
 @pytest.mark.parametrize("word,shown", [
     ("-pMYSQLPASS", False), ("-phunter2", False), ("-pS3cr3t!", False), ("-p2222", True), ("-p/data/x", True),
-    ("-p", True)])
-def test_minus_p_with_an_attached_value_is_hidden_unless_a_port_or_a_folder(word, shown):
+    ("-p", True), ("-pthread", True), ("-pipe", True)])
+def test_minus_p_with_an_attached_value_is_hidden_unless_a_port_a_folder_or_a_compilers_switch(word, shown):
     assert (redact_argv(["train.py", word]) == ["train.py", word]) is shown
     assert (redact_text(f"run: train.py {word} --steps 3") == f"run: train.py {word} --steps 3") is shown
 
@@ -72,8 +72,10 @@ def test_bytes_and_call_reprs_under_a_secret_key_or_a_secret_class_are_hidden():
     }
     for text, hidden in said.items():
         assert redact_text(text) == hidden, text
-    # A call of a harmless class is shown.
+    # A call of a harmless class is shown; a call's closing parenthesis stays where it was.
     assert redact_text("DataLoader(dataset, batch_size=32)") == "DataLoader(dataset, batch_size=32)"
+    assert redact_text(f"Config(api_key=SecretStr('{v[0]}'))") == f"Config(api_key={REDACTED})"
+    assert redact_text(f"connect(password={v[1]})") == f"connect(password={REDACTED})"
 
 
 def test_user_and_password_before_an_at_are_hidden_in_any_value_with_or_without_a_scheme():
