@@ -202,13 +202,18 @@ def attach(args) -> int:
 
     from hangwatch.events import Event, EventKind
 
-    hung, alone = threading.Event(), threading.Event()
+    hung, alone, missing = threading.Event(), threading.Event(), threading.Event()
+    missing_text: list[str] = []
     failed = nothing = False
     write_lock = threading.Lock()
 
     def on_event(event):
         if event.hang:
             hung.set()
+        if event.data.get("missing"):
+            missing_text.append(event.text)          # a --pid of no process on a remote node: usage
+            missing.set()
+            return
         if "alone" in event.data:
             # Ranks of a world of more than one that never connected: no hang (nothing stops), but
             # the run is not what it claims to be, so it fails (exit 1) unless they connect after all.
@@ -251,6 +256,11 @@ def attach(args) -> int:
             deadline = time.monotonic() + args.duration if args.duration else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 if args.exit_on_hang and hung.is_set():
+                    break
+                if missing.is_set():
+                    from node.terminal import shown
+                    print(f"hangwatch: error: {shown(missing_text[0])}", file=sys.stderr)
+                    nothing = True
                     break
                 if not args.keep_watching:
                     ended = watcher.over()

@@ -112,7 +112,8 @@ class Agent(Stacks, Exits):
         self.emit({"type": "hello", "node": self.spec.get("node"), "host": os.uname().nodename,
                    "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
                    "torch": torch_version, "py_spy": self.py_spy, "py_spy_refused": self.py_spy_refused,
-                   "time": time.time()})
+                   "time": time.time(),
+                   "missing": sorted(p for p in self.ranks.given if not os.path.exists(f"/proc/{p}"))})
     def command(self, command):
         """One command from the watcher, on the control line (node/control.py)."""
         if command.get("cmd") == "stacks":

@@ -76,3 +76,14 @@ def test_a_healthy_launch_follows_its_own_ranks_alone_beside_another_run_of_its_
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def test_attach_to_a_pid_of_no_process_on_a_remote_node_is_one_line_and_exit_2(clean_lab):
+    # A --pid on worker1 is known missing only there: its agent says so in its hello.
+    done = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "master", "worker1", "--ssh-config",
+                           str(clean_lab.ssh_config), "--pid", "worker1:999999", "--for", "60"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == ["hangwatch: error: --pid worker1:999999: no such process on worker1; give the "
+                                        "pid of a running rank or torchrun (ps -ef)"], done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
