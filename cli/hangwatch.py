@@ -104,6 +104,12 @@ def given_pids(given: list[str], hosts: list[str], aliases: tuple[str, ...] = ()
     return {host: tuple(pids) for host, pids in out.items()}
 
 
+def missing_pids(target) -> tuple[int, ...]:
+    """The --pid processes of a target on this machine that do not exist."""
+    import os
+    return tuple(pid for pid in target.pids if not os.path.exists(f"/proc/{pid}"))
+
+
 def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
     """The ssh config and the Slurm job, and every host (the command line's, the job's) through
     the one check, before any node is contacted or any ssh config is read: raises UsageError
@@ -182,6 +188,11 @@ def attach(args) -> int:
         here = socket.gethostname()
         pids = given_pids(args.pid, [here], aliases=("localhost",))
         targets = [WatchTarget(LocalNode(here, python), pids.get(here, ()))]
+    for target in targets:
+        gone = missing_pids(target) if target.node.is_local else ()
+        if gone:
+            raise UsageError(f"--pid {gone[0]}: no such process on {target.name}; give the pid of a running rank or "
+                             "torchrun (ps -ef)")
     from node.terminal import shown  # a node's error may quote its words: shown, never obeyed
     for problem in problems:
         print(f"hangwatch: {shown(problem)}", file=sys.stderr)
@@ -191,13 +202,18 @@ def attach(args) -> int:
 
     from hangwatch.events import Event, EventKind
 
-    hung, alone = threading.Event(), threading.Event()
+    hung, alone, missing = threading.Event(), threading.Event(), threading.Event()
+    missing_text: list[str] = []
     failed = nothing = False
     write_lock = threading.Lock()
 
     def on_event(event):
         if event.hang:
             hung.set()
+        if event.data.get("missing"):
+            missing_text.append(event.text)          # a --pid of no process on a remote node: usage
+            missing.set()
+            return
         if "alone" in event.data:
             # Ranks of a world of more than one that never connected: no hang (nothing stops), but
             # the run is not what it claims to be, so it fails (exit 1) unless they connect after all.
@@ -240,6 +256,11 @@ def attach(args) -> int:
             deadline = time.monotonic() + args.duration if args.duration else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 if args.exit_on_hang and hung.is_set():
+                    break
+                if missing.is_set():
+                    from node.terminal import shown
+                    print(f"hangwatch: error: {shown(missing_text[0])}", file=sys.stderr)
+                    nothing = True
                     break
                 if not args.keep_watching:
                     ended = watcher.over()

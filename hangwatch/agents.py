@@ -37,6 +37,11 @@ def from_agent(state: State, node: str, message: AgentMessage, now: float, wall:
             _refused_py_spy(state, node, message.py_spy_refused, message.py_spy, out)
         if not message.py_spy:
             out.append(BringPySpy(node))
+        if message.missing:
+            # attach --pid of no process on that node: the attach ends on it (cli/hangwatch.py).
+            out.append(say(EventKind.NOTICE, f"--pid {', '.join(f'{node}:{p}' for p in message.missing)}: no such "
+                           f"process on {node}; give the pid of a running rank or torchrun (ps -ef)",
+                           node=node, missing=list(message.missing)))
     elif isinstance(message, protocol.PySpyAnswer):
         if message.refused:
             _refused_py_spy(state, node, message.refused, message.path, out)

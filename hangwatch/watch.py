@@ -36,7 +36,8 @@ TRACE_VARIABLE = "HANGWATCH_TRACE"
 @dataclass(frozen=True)
 class WatchTarget:
     node: Node                     # reached through the transport (SSH, or this machine)
-    pids: tuple[int, ...] = ()     # processes to watch whatever they look like
+    pids: tuple[int, ...] = ()     # processes to watch whatever they look like (and no other)
+    run: str | None = None         # a launch's run token: its processes alone are watched (node/ranks.py)
 
     @property
     def name(self) -> str:
@@ -72,7 +73,8 @@ class Watcher(Source):
         for target in self.targets:
             link = AgentLink(target.node, self.receive, self.closed)
             spec = {"node": target.name, "interval": self.interval, "pids": list(target.pids), "lease": self.lease,
-                    "native": self.native, "py_spy": self.py_spy or (local_py_spy() if target.node.is_local else None)}
+                    "native": self.native, "py_spy": self.py_spy or (local_py_spy() if target.node.is_local else None),
+                    **({"run": target.run} if target.run else {})}
             try:
                 link.start(spec)
             except Exception as exc:

@@ -10,6 +10,7 @@ once the lease runs out: nothing of the run outlives it on any node."""
 from __future__ import annotations
 
 import collections
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from hangwatch.model import Diagnosis
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
+from node.ranks import RUN_VARIABLE
 from node.redact import redact_json
 from transport import RunningJob
 
@@ -55,6 +57,9 @@ class Launch:
     def __init__(self, cluster, plan: Plan, log_dir: str | Path | None = None, *, check_port: bool = True,
                  lease: float = DEFAULT_LEASE):
         self.cluster, self.plan, self.lease = cluster, plan, lease
+        # In the environment of what it starts on every node (the launch program, torchrun, the ranks):
+        # its watch follows those processes alone (node/ranks.py), never another run's on the node.
+        self.run_token = secrets.token_hex(8)
         self.log_dir = Path(log_dir) if log_dir else None
         self.check_port = check_port
         self.on_line: list[Callable[[Line], None]] = []
@@ -100,7 +105,8 @@ class Launch:
                         "flight_recorder": self.plan.flight_recorder, "torchrun": list(node.torchrun),
                         "torch_pip": node.torch_pip}
                 try:
-                    job = self.cluster.job(index, spec, env=dict(node.env), timeout=NO_LIMIT, lease=self.lease,
+                    env = {**node.env, RUN_VARIABLE: self.run_token}     # its processes, told from others'
+                    job = self.cluster.job(index, spec, env=env, timeout=NO_LIMIT, lease=self.lease,
                                            on_line=lambda raw, n=node: self._line(n, raw))
                 except Exception as exc:    # the connection is gone: this node's error, then stop all
                     state = self.nodes[node.node]

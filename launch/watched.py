@@ -70,7 +70,9 @@ class WatchedLaunch:
         self.stop_on_hang = stop_on_hang
         self.on_event = on_event
         self.said = RunVerdict()
-        targets = [WatchTarget(cluster.nodes[i]) for i in cluster.usable()]
+        # Its own processes alone, told by the run token it starts them with: another run on a node,
+        # of the same user too, is never read, stopped or reported (node/ranks.py).
+        targets = [WatchTarget(cluster.nodes[i], run=self.launch.run_token) for i in cluster.usable()]
         # The agents go with the run: a node cut off from this machine ends both within one lease.
         self.watcher = Watcher(targets, on_event=self._event, on_hang=self._hang,
                                incident_dir=str(Path(log_dir) / "incidents"), lease=self.launch.lease,

@@ -9,7 +9,9 @@ lost, its master dead), the agent removes what was made for the watch and exits 
 never signals a rank: py-spy's dump pauses a rank for a few milliseconds, and that is all.
 
 spec: {"program": "agent", "node": name, "pids": [..], "interval": 1.0, "stack_every": 120.0,
-       "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders]}
+       "py_spy": path|null, "native": false, "lease": seconds|null, "remove": [folders],
+       "run": a launch's token|absent} (pids: exactly those processes, and the ranks of those that
+       are launchers; run: the processes of that launch alone, ranks.py)
 Lines out (AGENT + JSON), as node/protocol.py types them:
 - {"type": "hello", ..., "py_spy": path|null, "py_spy_refused": why|null};
 - {"type": "rank", ...what ranks.Finder says, "started"} (RankFound: /proc/stat's btime + its start
@@ -50,7 +52,9 @@ import sys
 import threading
 import time
 
-from . import blocked, flight, loops, proc, protocol, pyspy, store
+from . import blocked, proc, protocol, pyspy
+from .agent_exits import Exits
+from .agent_stacks import Stacks
 from .control import Control
 from .gpus import Gpus
 from .keeper import Keeper, children_of
@@ -66,23 +70,14 @@ TIME_WAIT_LEN = 60.0      # seconds the kernel keeps a closed connection in TIME
 MAX_KEPT = 4096           # ranks whose output files are remembered (an ended rank's too: its peers end after it)
 
 
-def _each(work, pids) -> None:
-    """work(pid) for every pid at once, each in a thread of its own; back when all are done."""
-    threads = [threading.Thread(target=work, args=(p,)) for p in pids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-class Agent:
+class Agent(Stacks, Exits):
     def __init__(self, spec):
         self.spec = spec
         self.interval = float(spec.get("interval", 1.0))
         self.stack_every = float(spec.get("stack_every", 120.0))
         self.py_spy, self.py_spy_refused = pyspy.find(spec.get("py_spy"))
         self.native = bool(spec.get("native"))
-        self.ranks = Finder(spec.get("pids") or [], redact=redact_env)
+        self.ranks = Finder(spec.get("pids") or [], redact=redact_env, run=spec.get("run"))
         self.last_stacks: float | None = None   # when it last took stacks (None: never; the first at once)
         self.dumping = collections.Counter()   # pid -> py-spy reads of it under way: its state 't' is ours
         self.reading = collections.Counter()   # pid -> py-spy dumps of it running now (each suspends it)
@@ -117,133 +112,8 @@ class Agent:
         self.emit({"type": "hello", "node": self.spec.get("node"), "host": os.uname().nodename,
                    "pid": os.getpid(), "uid": os.geteuid(), "python": sys.version.split()[0],
                    "torch": torch_version, "py_spy": self.py_spy, "py_spy_refused": self.py_spy_refused,
-                   "time": time.time()})
-
-    def stacks(self, request_id=None, native=None, wanted=None):
-        """Every rank's stack (those `wanted`, when the watcher says which it follows: the
-        processes of another user's run are not read), then what their stores say."""
-        pids = [p for p in self.ranks.known if wanted is None or p in wanted]
-        out, deeper = {}, []
-        if self.py_spy is None:
-            out = {str(p): {"error": "py-spy is not on this node"} for p in pids}
-        else:
-            how = native if native is not None else self.native
-            # In a stall, asked for: every rank's Python frames first, sent at once; then native
-            # frames of those whose Python stack does not stop in torch.distributed (a wait in C++
-            # under a frame of the user's, DDP's all_reduce under backward()), sent after. Native
-            # frames take seconds a rank on a loaded node (libtorch's symbols): the watcher decides
-            # from the Python frames wherever they decide (hangwatch/agents.py).
-            staged = how == "stall"          # the watcher's ask in a stall (it has an id)
-
-            def one(p, how=how):
-                # Asleep in the kernel (time.sleep), or stopped by it (SIGSTOP: state T): its Python
-                # frames say where, the kernel why; native frames, slow to take, would add nothing.
-                asleep = staged and self.waits.get(p) == {"call": "sleep"}
-                stopped = staged and getattr(proc.stat(p), "state", None) == "T"
-                dump = self.dump(p, False if staged else how)
-                if staged and not asleep and not stopped and isinstance(dump, list) and not pyspy.in_distributed(dump):
-                    deeper.append(p)
-                loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
-                out[str(p)] = dump
-
-            def native_of(p):
-                dump = self.dump(p, True)
-                if isinstance(dump, list):  # an error keeps the Python frames in hand
-                    loops.annotate(dump)
-                    out[str(p)] = dump
-
-            with self.dumping_lock:
-                self.dumping.update(pids)
-            try:
-                _each(one, pids)
-                if deeper:
-                    # The first part says what it can: the Flight Recorders, the sockets, and the
-                    # stores of ranks waiting in init_process_group (their Python frames show it),
-                    # read beside the native frames, their answer sent when it comes.
-                    flights = self.flights(pids, request_id)
-                    first = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": dict(out),
-                             "partial": sorted(deeper), "flight": flights, "sockets": socket_queues(pids)}
-                    reading = self.read_stores(first, request_id, out)
-                    _each(native_of, deeper)
-                    if reading is not None:
-                        reading.join()
-            finally:
-                with self.dumping_lock:
-                    self.dumping.subtract(pids)
-        if not deeper:
-            flights = self.flights(pids, request_id)
-        self.last_stacks = time.monotonic()
-        message = {"type": "stacks", "t": time.time(), "id": request_id, "stacks": out, "flight": flights,
-                   "sockets": socket_queues(pids)}
-        if deeper:
-            self.emit(message)                  # its stores, if any, were read with the first part
-            return
-        reading = self.read_stores(message, request_id, out)
-        if reading is not None:
-            reading.join()
-
-    def dump(self, pid, native):
-        """One py-spy dump of a rank, counted: py-spy suspends the rank while it reads (seconds, for
-        native frames on a loaded node), and the samples taken meanwhile say so (`held`). One at a
-        time per rank: a process has one ptrace tracer, and a second py-spy's attach fails with
-        EPERM (the agent's own stacks and a watcher's ask read a rank at once: "ptrace not
-        permitted", its fix offered to root)."""
-        with self.dumping_lock:
-            self.reading[pid] += 1
-            one = self.one_reader.setdefault(pid, threading.Lock())
-        try:
-            with one:
-                return pyspy.dump(self.py_spy, pid, native)
-        finally:
-            with self.dumping_lock:
-                self.reading[pid] -= 1
-                self.read_until[pid] = time.monotonic()
-                if not self.reading[pid]:
-                    self.one_reader.pop(pid, None)
-
-    def read_since(self, pid, since) -> bool:
-        """A dump of it ran at some time since `since` (monotonic)."""
-        with self.dumping_lock:
-            return self.reading[pid] > 0 or self.read_until.get(pid, since - 1) >= since
-
-    def read_stores(self, message: dict, request_id, dumps: dict):
-        """Send this stacks message; in a stall (asked for), the stores of the ranks its stacks show
-        waiting in init_process_group (who never checked in) are read after it, each once, all under
-        one bound, in a thread of their own (returned: None when there are none), their answer sent
-        as a stores message. The stacks go first: a store read never holds them (one that never
-        answers would hold every verdict)."""
-        stores = self.rendezvous_stores(dumps) if request_id is not None else []
-        if stores:
-            message["reading"] = [master for master, _ in stores]
-        self.emit(message)
-        if not stores:
-            return None
-
-        def read():
-            self.emit({"type": "stores", "t": time.time(), "id": request_id,
-                       "stores": store.read_all(stores, deadline=store.READ_DEADLINE)})
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        return reader
-
-    @staticmethod
-    def flights(pids, request_id) -> dict:
-        """Asked for, in a stall: each rank's Flight Recorder (launched ranks, opted-in ones), all at once."""
-        found: dict = {}
-        if request_id is not None:
-            _each(lambda p: found.__setitem__(str(p), flight.ask(p)), pids)
-        return {p: f for p, f in found.items() if f is not None}
-
-    def rendezvous_stores(self, dumps: dict) -> list:
-        """The stores (MASTER_ADDR:PORT, world size) of the ranks waiting in init_process_group,
-        each once."""
-        stores = {}
-        for pid, dump in dumps.items():
-            info = self.ranks.known.get(int(pid))
-            if info is not None and store.in_rendezvous(dump) and info["master"] not in stores:
-                stores[info["master"]] = info["world_size"]
-        return list(stores.items())
-
+                   "time": time.time(),
+                   "missing": sorted(p for p in self.ranks.given if not os.path.exists(f"/proc/{p}"))})
     def command(self, command):
         """One command from the watcher, on the control line (node/control.py)."""
         if command.get("cmd") == "stacks":
@@ -265,79 +135,6 @@ class Agent:
             path, refused = pyspy.find(command.get("path"))
             self.py_spy = path or self.py_spy
             self.emit({"type": "py-spy", "path": path, "given": command.get("path"), "refused": refused})
-
-    def watch_exits(self):
-        """The moment each rank exits, through a pidfd (Linux 5.3+): the order of exits names the
-        rank that went first, even when its peers follow within milliseconds. The exit code is
-        read while the rank is a zombie or, when torchrun reaped it first, from the kernel's own
-        exit record (exitcodes.py)."""
-        import select
-
-        from .exitcodes import ExitCodes
-        poller, fds, reported = select.poll(), {}, set()
-        # The kernel's exit records: a rank's code even when its parent reaped it before we read
-        # its zombie (exitcodes.py). Without them (no CAP_NET_ADMIN, no taskstats): the zombie alone.
-        codes = ExitCodes()
-        codes.start()
-        def report(pid):
-            reported.add(pid)           # once: a zombie's pidfd stays readable until it is reaped
-            st = proc.stat(pid)
-            code = st.exit_status if st is not None and st.state in "ZX" else None
-            if code is None:
-                code = codes.status(pid)
-            at = time.time()
-            self.ended_at = time.monotonic()
-            closed = self.closed_since(pid)
-            with self.keeping:
-                kept = self.keeper.ended(pid)
-                if kept.get("output"):
-                    kept["shared"] = self.shared_output(pid)
-            self.emit({"type": "exit", "pid": pid, "t": at, "code": code, "closed": closed, **kept})
-
-        while not self.stop.is_set():
-            gone = []
-            for pid in list(self.ranks.known):
-                if pid not in fds.values() and pid not in reported:
-                    try:
-                        fd = os.pidfd_open(pid)
-                    except ProcessLookupError:
-                        gone.append(pid)        # ended (and reaped) before it could be opened
-                        continue
-                    except (OSError, AttributeError):
-                        continue
-                    fds[fd] = pid
-                    poller.register(fd, select.POLLIN)
-            ended = poller.poll(200)
-            codes.drain()               # every poll: the socket holds every process's exits
-            for fd, _ in ended:
-                pid = fds.pop(fd)
-                poller.unregister(fd)
-                os.close(fd)
-                report(pid)
-            # Every rank it knew ends in one exit message (the watcher judges a run's ends once each
-            # came): one gone before its pidfd was opened too, with what the kernel's records kept.
-            for pid in gone:
-                report(pid)
-        codes.close()
-
-    def shared_output(self, pid) -> bool:
-        """Whether its output file is written by another process too: its launcher's (`torchrun >
-        node.log`: every rank of the node inherits the file) or another rank's. The master then
-        takes only the lines whose own prefix names it (`[rank3]: `): the others may be any rank's."""
-        mine, parent = self.outputs.get(pid, (set(), set()))
-        others = set(parent)
-        for other, (files, _) in self.outputs.items():
-            if other != pid:
-                others |= files
-        return bool(mine & others)
-
-    def closed_since(self, gone):
-        """For each other live rank: how many fewer TCP sockets it holds than the most it held (a
-        socket its peer closed stays open, CLOSE_WAIT, until the rank closes it). A rank that had
-        closed some when another ended was already on its way out."""
-        now = held_sockets([p for p in list(self.ranks.known) if p != gone and p in self.held])
-        return {pid: max(0, self.held[pid] - n) for pid, n in now.items()}
-
     def run(self):
         self.hello()
         threading.Thread(target=self.watch_exits, daemon=True).start()

@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 
-from . import flight, proc, protocol, signing
+from . import flight, proc, protocol, signing, tail
 from .private import write_file
 from .protocol import LAUNCH as MARKER
 
@@ -296,6 +296,7 @@ def main(spec, work):
             fix=f"{sys.executable} -m pip install {wanted}, or --python the training environment's interpreter")
         return 2
     contexts, watched = watch_ranks()
+    tail.install()       # torchrun's --tee in bounded memory, whatever a rank prints (node/tail.py)
     logs = os.path.join(work.folder, "torchrun")     # torchrun's --tee files
     code = 0
     try:

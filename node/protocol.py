@@ -135,6 +135,7 @@ class Hello:
     py_spy: Optional[str] = None            # the py-spy it will run, or None
     py_spy_refused: Optional[str] = None    # why it did not run the one it was given
     time: Optional[float] = None
+    missing: tuple = ()                     # the pids it was given (attach --pid) of no process
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,8 @@ def agent_message(data: dict):
                                    if isinstance(pair, (list, tuple)) and len(pair) == 2)
     elif cls in (RankFound, LauncherFound):
         values["argv"] = tuple(data.get("argv") or ())
+    elif cls is Hello:
+        values["missing"] = tuple(int(pid) for pid in data.get("missing") or () if isinstance(pid, int))
     elif cls is Stacks:
         values["stacks"] = {int(pid): dump for pid, dump in (data.get("stacks") or {}).items()}
         values["flight"] = {int(pid): rec for pid, rec in (data.get("flight") or {}).items()}

@@ -28,6 +28,17 @@ their environments gets the shell, all it can tell). Processes claiming the same
 above either (two runs) are all ranks: what that means is the watcher's to say. A process given
 by pid is a rank whatever it looks like.
 
+What a watch follows is narrowed by what it was given, never widened:
+- a launch's agents are given its run token (RUN_VARIABLE, set in the environment of the launch
+  program it starts, which torchrun and every rank inherit): only processes whose environment
+  holds that token, run by the agent's own user, are ranks or launchers to them (another user
+  who copied the token is not that user). Another run on the node, of the same user
+  too (another store, another torchrun waiting in its rendezvous), is not seen at all: never
+  read, stopped or reported;
+- `hangwatch attach --pid A --pid B`: those processes exactly, and the ranks of those that are
+  launchers (a given torchrun is a launcher, its ranks below it followed); no other process of
+  the node, of any user.
+
 A process is judged once for its life (its pid and start time): a rank stays one whatever its
 ancestors turn into. One that is not a rank is looked at again while it is young (YOUNG: it may
 not have exec'd its program yet), unless a rank is above it: no exec changes that.
@@ -44,11 +55,14 @@ import pwd
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import proc
+from .redact import redact_text
 
 # A launcher's command line: torchrun (any spelling) or ddp-preflight's own launch program,
 # which runs torchrun in its process.
 LAUNCHERS = ("torch.distributed.run", "torchrun", "torch/distributed/run.py", "torch.distributed.launch",
              "torchelastic", "node.programs import child")
+# A launch's run token, in its launch program's environment (so in torchrun's and every rank's).
+RUN_VARIABLE = "DDP_PREFLIGHT_RUN"
 YOUNG = 2.0       # seconds: a process this young may not have exec'd its program yet
 MAX_DEPTH = 64    # ancestors walked at most: real chains are a few deep; a bound all the same
 
@@ -117,7 +131,7 @@ def launcher_options(argv, env) -> dict:
         endpoint = f"{options.get('master-addr', env.get('MASTER_ADDR'))}:" \
                    f"{options.get('master-port', env.get('MASTER_PORT', '29500'))}"
     return {"nnodes": _int(nnodes), "node_rank": _int(options.get("node-rank", env.get("NODE_RANK"))),
-            "master": endpoint, "nproc_per_node": _int(options.get("nproc-per-node"))}
+            "master": redact_text(endpoint) if endpoint else None, "nproc_per_node": _int(options.get("nproc-per-node"))}
 
 
 def real_uid(pid: int) -> Optional[int]:
@@ -158,8 +172,9 @@ class Finder:
     container, a lab node); its ranks are its own agent's to watch. `given` pids are ranks
     whatever they look like."""
 
-    def __init__(self, given: Iterable[int] = (), redact=None):
+    def __init__(self, given: Iterable[int] = (), redact=None, run: Optional[str] = None):
         self.given: Set[int] = set(given)
+        self.run = run                              # a launch's token: its processes alone are followed
         self.redact = redact or (lambda env: env)
         self.own_netns = proc.netns(os.getpid())
         self.known: Dict[int, dict] = {}            # pid -> what it is, fixed for its life
@@ -204,7 +219,12 @@ class Finder:
             return None
         argv = proc.cmdline(pid)
         env = proc.environ(pid)
-        if not given and is_launcher(argv) and (netns is None or netns == self.own_netns):
+        if self.run is not None and ((env or {}).get(RUN_VARIABLE) != self.run or real_uid(pid) != os.getuid()):
+            return None                   # not the launch's: another run's, or a copy of its token by another user
+        below = not given and bool(self.given) and self.given_above(st.ppid)
+        if self.given and not given and not below:
+            return None                   # attach --pid: those processes, and their ranks if launchers
+        if is_launcher(argv) and (netns is None or netns == self.own_netns or given):
             uid = real_uid(pid)
             self.launchers[pid] = {"pid": pid, "start": st.start_ticks, "argv": argv[:40],
                                    "uid": uid, "user": user_name(uid), **launcher_options(argv, env or {})}
@@ -218,12 +238,30 @@ class Finder:
         readable, env = env is not None, env or {}
         uid = real_uid(pid)
         return {"pid": pid, "ppid": st.ppid, "start": st.start_ticks, "argv": argv[:12],
-                "uid": uid, "user": user_name(uid), "given": given,
+                "uid": uid, "user": user_name(uid), "given": given or below,
                 "rank": _int(env.get("RANK")), "local_rank": _int(env.get("LOCAL_RANK")),
                 "world_size": _int(env.get("WORLD_SIZE")),
-                "master": f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}" if "MASTER_ADDR" in env else None,
+                # Shown in events and bundles: a password in it (admin:pw@host) never leaves the node.
+                "master": redact_text(f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}")
+                if "MASTER_ADDR" in env else None,
                 "env_readable": readable,
                 "env": self.redact(env)}
+
+    def given_above(self, pid: int) -> bool:
+        """Whether `pid` (a parent) or one of its ancestors was given (attach --pid): a given
+        launcher's ranks are followed (rank_above keeps out a given rank's helpers)."""
+        seen: Set[int] = set()
+        for _ in range(MAX_DEPTH):
+            if pid <= 0 or pid in seen:
+                return False
+            if pid in self.given:
+                return True
+            seen.add(pid)
+            st = proc.stat(pid)
+            if st is None:
+                return False
+            pid = st.ppid
+        return False
 
     def rank_above(self, pid: int, found: Dict[int, dict]) -> bool:
         """Whether `pid` (a parent) or one of its ancestors is a rank, as the module says. Ranks
@@ -233,7 +271,7 @@ class Finder:
             if pid <= 0 or pid in seen:
                 return False
             seen.add(pid)
-            if pid in self.given:
+            if pid in self.given and not is_launcher(proc.cmdline(pid)):
                 return True
             st = proc.stat(pid)
             if st is None:

@@ -6,11 +6,12 @@ rules. Where in doubt, a value is hidden: a hidden harmless value costs a look a
 shown secret cannot be taken back.
 
 The rules, in the user's words:
-- an environment (`--env`, a node's, a rank's) shows a value only for a name known to be safe:
+- an environment (`--env`, a node's, a rank's) shows a value for a name known to be safe:
   the settings that decide how training binds, threads and picks its devices (PATH-like folders,
   CUDA_*, NCCL_*, GLOO_*, OMP_*, TORCH_*, MASTER_*, WORLD_SIZE, RANK, ...: `SAFE_NAMES`,
-  `SAFE_PREFIXES`), and not even then when the name says secret; every other value is
-  `<redacted>`;
+  `SAFE_PREFIXES`), for a name made of a training's setting words only (BATCH_SIZE, RUN_NAME),
+  and a plain value (a number, a yes or no, a folder: STEPS=100) under any other name; not even
+  then when the name says secret; every other value is `<redacted>` (node/secret_names.py);
 - a variable, option or JSON key whose name has a secret word as one of its parts: HF_TOKEN,
   WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, MY_PASS, PGPASSWORD, SSHPASS, GITHUB_PAT, --api-key,
   apiKey; not KEYBOARD, TOKENIZERS_PARALLELISM, AUTHOR, BYPASS or PWD (the current folder). A
@@ -19,18 +20,24 @@ The rules, in the user's words:
   (GitHub's ghp_/gho_/ghs_/github_pat_, Slack's xox?-, AWS's AKIA..., Hugging Face's hf_,
   OpenAI's sk-, GitLab's glpat-, ...), a webhook URL's secret path (Slack, Discord, Teams, any
   .../hooks/...: the scheme and host kept), a URL's user and password (kept: the scheme and the
-  host, `postgres://<redacted>@db:5432/x`), a signed URL's secret query keys (sig, signature,
-  X-Amz-Signature, token, key, code, ...: `?sv=2022&sig=<redacted>`), an Authorization or Cookie
+  host, `postgres://<redacted>@db:5432/x`), a password before an @ with no scheme
+  (`admin:<redacted>@db`), the value a class named secret holds (`SecretStr(<redacted>)`), a
+  signed URL's secret query keys (sig, signature, X-Amz-Signature,
+  token, key, code, ...: `?sv=2022&sig=<redacted>`), an Authorization or Cookie
   header, a Bearer token, Basic auth (base64 of user:password);
 - in free text (an exception's message, a traceback's source line), a key with a secret name and
   its value, as a dict's repr, JSON, YAML or a NAME=VALUE pair writes them (`{'password': 'X'}`,
-  `"api_key": "X"`, `token: X`, `TOKEN = X`, `PWD=X;` of a connection string); an exception's
+  `{'token': b'X'}`, `{'api_key': bytearray(b'X')}`, `"api_key": "X"`,
+  `token: X`, `TOKEN = X`, `PWD=X;` of a connection string); an exception's
   name (KeyError: ...) is not a key;
 - in a command line, the value after a secret option however it is written (`--token X`,
-  `--password=X`, `--pw X`, `--password -xSECRET`: a password option's value may start with '-'),
+  `--password=X`, `--pw X`, `--password -xSECRET`: a password option's value may start with '-';
+  `--password --token X`: the word after a password option is hidden, and when it is a secret
+  option its own value too, so that neither reading shows a secret),
   the password of `--user user:password` (curl's -u), and the password of the programs whose `-p`
-  is one (sshpass -p X, mysql -pX); `-p` and `-P` elsewhere are a port, a folder or a switch and
-  are shown."""
+  is one (sshpass -p X, mysql -pX), and any `-pX` whose X is not a port or a folder (`-pMYSQLPASS`:
+  which program reads it a word does not say); `-p 8080`, `-p2222` and `-P` are a port, a folder
+  or a switch and are shown."""
 
 from __future__ import annotations
 
@@ -38,72 +45,21 @@ import base64
 import binascii
 import re
 
-REDACTED = "<redacted>"
-
-# -- by name -------------------------------------------------------------------------------------
-
-# A name's parts: split at _ - . and where lower case turns upper (apiKey); digits apart.
-NAME_PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-# Words that name a value which is itself the secret: an option with one always takes a value.
-VALUE_PARTS = frozenset({
-    "TOKEN", "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD", "PASSWORDS", "PASSPHRASE", "PWD", "PW",
-    "PASSCODE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT", "SIG", "SAS", "BEARER"})
-SECRET_PARTS = VALUE_PARTS | frozenset({
-    "AUTH", "AUTHORIZATION", "COOKIE", "COOKIES", "SESSION", "SIGNATURE"})
-# Parts written as one word with a prefix: PGPASSWORD, ACCESSTOKEN, CLIENTSECRET, OPENAIAPIKEY,
-# SSHPASS. (KEY alone is not a suffix: MONKEY, HOCKEY; nor PASS in the English words below.)
-SECRET_SUFFIXES = ("PASSWORD", "PASSWD", "PASSPHRASE", "TOKEN", "SECRET", "APIKEY", "ACCESSKEY", "PRIVATEKEY",
-                   "PASS")
-NOT_A_PASS = frozenset({"BYPASS", "COMPASS", "ENCOMPASS", "SURPASS", "TRESPASS", "OVERPASS", "UNDERPASS",
-                        "MULTIPASS", "ONEPASS", "TWOPASS", "SINGLEPASS", "FIRSTPASS", "SECONDPASS"})
-# An option that starts so is a switch, not a holder of a value: --no-auth, --use-auth-token.
-SWITCH_WORDS = frozenset({"NO", "USE", "DISABLE", "ENABLE", "WITH", "WITHOUT", "SKIP", "ASK", "PROMPT",
-                          "REQUIRE", "ALLOW", "IGNORE", "FORCE", "SHOW", "PRINT", "CHECK", "VERIFY"})
-
-
-def _secret_part(part: str) -> bool:
-    return part in SECRET_PARTS or (part.endswith(SECRET_SUFFIXES) and part not in NOT_A_PASS)
-
-
-def secret_name(name: str) -> bool:
-    """Does this name say it holds a secret? (HF_TOKEN, MY_PASS, SSHPASS, GH_PAT, --api-key: yes.)"""
-    if name == "PWD":                # the shell's current folder, not a password (--pwd, pwd= are)
-        return False
-    return any(_secret_part(p.upper()) for p in NAME_PARTS.findall(name))
-
-
-def takes_secret_value(option: str) -> bool:
-    """A secret option whose next word is its value even when that word starts with '-'
-    (`--password -xSECRET`): a password, token or key option that is not a switch (`--no-auth`)."""
-    parts = [p.upper() for p in NAME_PARTS.findall(option)]
-    if not parts or parts[0] in SWITCH_WORDS:
-        return False
-    return any(p in VALUE_PARTS or (p.endswith(SECRET_SUFFIXES) and p not in NOT_A_PASS) for p in parts)
-
-
-# -- which environment values may be shown -------------------------------------------------------------
-
-SAFE_NAMES = frozenset({
-    "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "LD_PRELOAD", "CPATH", "PYTHONPATH", "MANPATH", "PKG_CONFIG_PATH",
-    "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "PWD", "OLDPWD", "HOSTNAME", "TMPDIR",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_EXE", "CONDA_PYTHON_EXE", "CONDA_SHLVL",
-    "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-    "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
-    "TOKENIZERS_PARALLELISM", "DTYPE", "COMPUTE_DTYPE", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-})
-SAFE_PREFIXES = (
-    "CUDA_", "NCCL_", "GLOO_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "TORCHELASTIC_", "TORCHINDUCTOR_",
-    "TORCHDYNAMO_", "PYTORCH_", "MASTER_", "NVIDIA_", "CUDNN_", "CUBLAS_", "NANOCHAT_", "TP_", "DTYPE",
-    "COMPUTE_DTYPE", "PYTHON", "LC_", "SLURM_", "UCX_", "FI_", "HIP_", "ROCR_", "HSA_", "MIOPEN_", "XLA_",
-    "HANGWATCH_", "DDP_PREFLIGHT_",
+from .secret_names import (
+    NAME_PARTS,
+    harmless_name,
+    plain_value,
+    safe_name,
+    secret_name,
+    secret_part,
+    shown_variable,
+    takes_secret_value,
 )
 
+__all__ = ["REDACTED", "harmless_name", "plain_value", "redact_argv", "redact_env", "redact_json", "redact_text",
+           "safe_name", "secret_name", "shown_variable", "takes_secret_value"]
 
-def safe_name(name: str) -> bool:
-    """May this variable's value be shown? Only a setting known to be harmless, never a name that
-    says secret (TORCH_SOMETHING_TOKEN is hidden)."""
-    return (name in SAFE_NAMES or name.startswith(SAFE_PREFIXES)) and not secret_name(name)
-
+REDACTED = "<redacted>"
 
 # -- by value ------------------------------------------------------------------------------------
 
@@ -114,8 +70,8 @@ TOKEN_SHAPES = re.compile(
     r"|github_pat_[A-Za-z0-9_]{20,}"                         # GitHub: fine-grained personal
     r"|xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"   # Slack
     r"|(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![0-9A-Z])"       # AWS access key ids
-    r"|hf_(?=[A-Za-z]*\d)[A-Za-z0-9]{30,}"                  # Hugging Face
-    r"|sk-(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,}"              # OpenAI, Anthropic (sk-ant-, sk-proj-)
+    r"|hf_[A-Za-z0-9]{30,}"                                 # Hugging Face (letters only too)
+    r"|sk-[A-Za-z0-9_-]{20,}"                               # OpenAI, Anthropic (sk-ant-, sk-proj-)
     r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"                # Stripe
     r"|gl(?:pat|dt|ptt|rt|cbt|oas|ft|imt|soat)-[A-Za-z0-9_-]{20,}"   # GitLab
     r"|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}"         # npm, PyPI
@@ -149,7 +105,8 @@ USER_PASSWORD = re.compile(r"(?<![\w\-])(--user|--proxy-user|-u|-U)([ \t]+|=)([^
 # 'X'}}); VALUE is what a secret key's value is: a quoted text (to its closing quote or the line's
 # end), a list or a flat object, or one word.
 KEY = re.compile(r"""(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)(\\?["'])?([ \t]*[:=][ \t]*)""")
-VALUE = re.compile(r"""(\\?["'])(.*?)(?:\1|(?=\n)|\Z)|\[[^\[\]\n]*\]|\{[^{}\n]*\}"""
+VALUE = re.compile(r"""(?:[bBrRuU]{1,2}(?=\\?["']))?(\\?["'])(.*?)(?:\1|(?=\n)|\Z)|\[[^\[\]\n]*\]|\{[^{}\n]*\}"""
+                   r"""|[A-Za-z_][\w.]*\((?:[^()\n]|\([^()\n]*\))*\)"""
                    r"""|[^\s,;&{}\[\]()'"\\][^\s,;&}\])'"\\]*""")
 # Names that _key_values leaves alone: an exception's type (KeyError: 'x' is no key), and the headers
 # HEADER and COOKIE_HEADER already hid (their scheme word stays: "Authorization: Basic <redacted>").
@@ -171,6 +128,8 @@ def redact_text(text: str) -> str:
     text = PRIVATE_KEY.sub(REDACTED, text)
     text = TOKEN_SHAPES.sub(REDACTED, text)
     text = URL.sub(_url, text)
+    text = USERINFO.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    text = SECRET_CALL.sub(_secret_call, text)
     text = HEADER.sub(lambda m: m.group(1) + m.group(2) + (f"{m.group(3)} " if m.group(3) else "") + REDACTED, text)
     text = COOKIE_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
@@ -178,10 +137,11 @@ def redact_text(text: str) -> str:
     text = USER_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{REDACTED}", text)
     text = SSHPASS_IN_TEXT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = MYSQL_IN_TEXT.sub(lambda m: m.group(1) + REDACTED, text)
-    text = OPTION_IN_TEXT.sub(_option_in_text, text)
+    text = ATTACHED_P.sub(lambda m: "-p" + REDACTED if attached_p(m.group(0)) else m.group(0), text)
+    text = _options_in_text(text)
     text = _key_values(text)
-    return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_pair(m.group(1), m.group(2)) else m.group(0),
-                    text)
+    return PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_pair(m.group(1), m.group(2))
+                    and not m.group(2).startswith(REDACTED) else m.group(0), text)
 
 
 def secret_pair(name: str, value: str) -> bool:
@@ -214,7 +174,8 @@ def _key_values(text: str) -> str:
         if not said or said == REDACTED or not secret_pair(name, said):
             continue
         closed = quote if quote and value.group(0).endswith(quote) and len(value.group(0)) > len(quote) else ""
-        out += [text[done:key.end()], f"{quote or ''}{REDACTED}{closed}"]
+        prefix = text[value.start():value.start(1)] if quote else ""       # a bytes' b, a raw string's r
+        out += [text[done:key.end()], f"{prefix}{quote or ''}{REDACTED}{closed}"]
         done = value.end()
     return "".join(out) + text[done:] if out else text
 
@@ -230,7 +191,7 @@ def _secret_key_in_prose(name: str) -> bool:
     """An unquoted `NAME: X` (YAML, a message): its name says secret by a word other than KEY, or
     by a KEY of a secret kind."""
     parts = [p.upper() for p in NAME_PARTS.findall(name)]
-    if any(_secret_part(p) for p in parts if p != "KEY"):
+    if any(secret_part(p) for p in parts if p != "KEY"):
         return True
     return any(p == "KEY" and i > 0 and parts[i - 1] in KEY_KINDS for i, p in enumerate(parts))
 
@@ -269,19 +230,68 @@ def _query_pair(found: re.Match) -> str:
     return found.group(0)
 
 
-def _option_in_text(found: re.Match) -> str:
-    option, space, value = found.groups()
-    if value == REDACTED or not secret_name(option):
+def _options_in_text(text: str) -> str:
+    """Each secret option's value hidden (`--token X`); a hidden value that is itself a secret option
+    (`--password --token X`: is --token the password, or an option of its own?) hides its own
+    value too, so that neither reading shows a secret."""
+    out, done, at = [], 0, 0
+    while (found := OPTION_IN_TEXT.search(text, at)) is not None:
+        option, _, value = found.groups()
+        at = found.start(3)              # the value may be an option of its own
+        if found.start(3) < done or value == REDACTED or not secret_name(option) \
+                or (value.startswith("-") and not takes_secret_value(option)):
+            continue
+        out += [text[done:found.start(3)], REDACTED]
+        done = at = found.end(3)
+        while OPTION.fullmatch(value) and secret_name(value):
+            after = NEXT_WORD.match(text, done)
+            if after is None or after.group(2) == REDACTED \
+                    or (after.group(2).startswith("-") and not takes_secret_value(value)):
+                break
+            out += [text[done:after.start(2)], REDACTED]
+            done = at = after.end(2)
+            value = after.group(2)
+    return "".join(out) + text[done:] if out else text
+
+
+NEXT_WORD = re.compile(r"([ \t]+)(\S+)")
+# A value given to a short -p with no space (`-pMYSQLPASS`, mysql's way): hidden unless it is plainly a
+# port or a folder (`-p2222`, `-p/data`): which program reads it is not known from a word.
+ATTACHED_P = re.compile(r"(?<![\w\-])-p(?=[^\s=])([^\s'\"]+)")
+# A user's password before an @ with no scheme (`admin:pw@db`, `MASTER_ADDR=u:pw@10.0.0.1`); a URL's
+# is URL's. Not an e-mail (no colon, or mailto:'s) nor git's `git@host:org/x` (the colon after the @).
+USERINFO = re.compile(r"(?<![\w.%+\-:/@<])(?!(?i:mailto|sips?|xmpp|im|pres):)([\w.%+\-]+):([^\s@/:'\"<>]+)@(?=[\w\[])")
+# A value a class's repr holds when its name says secret (`SecretStr('X')`, `Password(b'X')`): the
+# class says what it holds, whatever key it stands under.
+SECRET_CALL = re.compile(r"(?<![\w.])([A-Z][\w]*)\(([^()\n]+)\)")
+
+
+def _secret_call(found: re.Match) -> str:
+    name, inside = found.groups()
+    if not secret_name(name) or inside == REDACTED or inside.strip("'\"") == REDACTED:
         return found.group(0)
-    if takes_secret_value(option) or not value.startswith("-"):
-        return f"{option}{space}{REDACTED}"
-    return found.group(0)
+    return f"{name}({REDACTED})"
+
+
+# A compiler's switches that start with -p (a build's log, pasted to explain): not a password.
+COMPILER_P = frozenset({"-pthread", "-pipe", "-pedantic", "-pedantic-errors", "-pie", "-pg", "-pthreads"})
+
+
+def attached_p(word: str) -> bool:
+    """Is this word -p with a value attached that may be a password (`-pMYSQLPASS`, `-phunter2`)?
+    Not a port or a folder (`-p2222`), nor a password option of its own (`-password`, `-passwd`)."""
+    if not word.startswith("-p") or word.startswith("--") or len(word) == 2 or plain_value(word[2:]) \
+            or word in COMPILER_P:
+        return False
+    parts = NAME_PARTS.findall(word[1:])
+    return not (parts and parts[0].lower() != "p" and OPTION.fullmatch(word) and takes_secret_value(word))
 
 
 def redact_env(env: dict) -> dict:
-    """An environment to show: a value only for a name known safe (its credentials hidden too),
-    `<redacted>` for every other."""
-    return {name: redact_text(value) if safe_name(name) and isinstance(value, str) else REDACTED
+    """An environment to show: a value for a name known safe or plainly harmless (its credentials
+    hidden too), and a plain value (a number, a yes or no, a folder) under any name that does not
+    say secret (STEPS=100); `<redacted>` for every other."""
+    return {name: redact_text(value) if isinstance(value, str) and shown_variable(name, value) else REDACTED
             for name, value in env.items()}
 
 
@@ -296,7 +306,9 @@ def redact_argv(argv: list) -> list:
         word = str(word)
         if hide_next == "any" or (hide_next == "value" and not word.startswith("-")):
             out.append(REDACTED)
-            hide_next = None
+            # A hidden word that is itself a secret option (`--password --token X`): its value too.
+            hide_next = ("any" if takes_secret_value(word) else "value") \
+                if OPTION.fullmatch(word) and secret_name(word) else None
             continue
         hide_next = None
         program = word.rsplit("/", 1)[-1]
@@ -311,6 +323,9 @@ def redact_argv(argv: list) -> list:
             continue
         elif password_p == "sshpass" and not word.startswith("-"):
             password_p = None     # the command sshpass runs: its -p is its own (ssh -p PORT)
+        if "=" not in word and attached_p(word):
+            out.append("-p" + REDACTED)                  # -pMYSQLPASS: whose -p it is, a word does not say
+            continue
         option, equals, _ = word.partition("=")
         if equals and OPTION.fullmatch(option) and secret_name(option):
             out.append(f"{option}={REDACTED}")           # the whole value, whatever it holds

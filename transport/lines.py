@@ -2,7 +2,9 @@
 
 A rank's line longer than MAX_LINE is cut there and says how much was left out (a 200 MB line
 without a newline costs 64 KiB, not gigabytes). Protocol lines (node/protocol.py) may be longer:
-the facts of a node with a large shard manifest are one line."""
+the facts of a node with a large shard manifest are one line. One that fails its signature (a
+rank wrote it into its launcher's stdout) is text like any other, and is cut so (as_text) before
+anything keeps or shows it."""
 
 from __future__ import annotations
 
@@ -61,3 +63,11 @@ class LineSplitter:
             text += f" [... {self._dropped} more bytes of this line left out]"
         self._parts, self._kept, self._dropped, self._head = [], 0, 0, b""
         return text
+
+
+def as_text(line: str, max_line: int = MAX_LINE) -> str:
+    """A line taken as a program's text, cut as a text line is (a marked line that failed its
+    signature had the protocol's room): its first max_line characters and what was left out."""
+    if len(line) <= max_line:
+        return line
+    return line[:max_line] + f" [... {len(line) - max_line} more characters of this line left out]"

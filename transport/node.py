@@ -26,7 +26,7 @@ from node import protocol, signing
 from node.control import HEARTBEAT
 
 from .errors import NodeError, explain_python
-from .lines import LineSplitter
+from .lines import LineSplitter, as_text
 from .payload import boot_argv, stdin_payload
 
 OnLine = Callable[[str], None]
@@ -159,7 +159,7 @@ class Program:
         # without its tag; any other becomes text that no parser takes for a marked line.
         if line.startswith(protocol.PREFIX):
             signed = self._verifier.check(line)
-            line = signed if signed is not None else signing.NOT_SIGNED + line
+            line = signed if signed is not None else signing.NOT_SIGNED + as_text(line)
         if line.startswith(protocol.PREFIX):
             if self.keep_marked:
                 self._marked.append(line)

@@ -41,22 +41,23 @@ pytestmark = pytest.mark.timeout(300)
 class Run:
     """A torchrun job and a `hangwatch attach --json` of this machine, their output read as it comes."""
 
-    def __init__(self, tmp_path: Path, watch_args: tuple[str, ...] = ()):
+    def __init__(self, tmp_path: Path, watch_args=lambda job: ()):
+        """watch_args(torchrun's pid): attach's options (the job starts first: a --pid may name it)."""
         self.events: list[dict] = []
         self.lines: list[str] = []
         self.seen: set[int] = set()        # the job's ranks, as found
-        self.watch = subprocess.Popen([sys.executable, "-m", "hangwatch", "attach", "--json", "--threshold",
-                                       str(THRESHOLD), "--incident-dir", str(tmp_path / "incidents"), "--for", "200",
-                                       *watch_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      cwd=ROOT)
-        threading.Thread(target=lambda: self.events.extend(json.loads(line) for line in self.watch.stdout),
-                         daemon=True).start()
         self.job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                                      "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
                                      "--steps", "500", "--fault", "leave", "--rank", "1", "--at", "5"],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
                                     start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         threading.Thread(target=lambda: self.lines.extend(self.job.stdout), daemon=True).start()
+        self.watch = subprocess.Popen([sys.executable, "-m", "hangwatch", "attach", "--json", "--threshold",
+                                       str(THRESHOLD), "--incident-dir", str(tmp_path / "incidents"), "--for", "200",
+                                       *watch_args(self.job.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      cwd=ROOT)
+        threading.Thread(target=lambda: self.events.extend(json.loads(line) for line in self.watch.stdout),
+                         daemon=True).start()
 
     def ranks(self) -> set[int]:
         """The job's ranks: torchrun's children."""
@@ -131,13 +132,13 @@ def _named(event: dict, pids: set[int]) -> set[int]:
     return {e["pid"] for e in ((event.get("snapshot") or {}).get("diagnosis") or {}).get("evidence") or ()} & pids
 
 
-def _watched(tmp_path: Path, watch_args=lambda crowd: (), launchers: int = 0) \
+def _watched(tmp_path: Path, watch_args=lambda crowd, job: (), launchers: int = 0) \
         -> tuple[Run, impostors.Crowd, dict, float, str]:
     intruder = hostile_user()
     crowd = impostors.start(intruder, 6, host="127.0.0.1", world=2, launchers=launchers)
     run = None
     try:
-        run = Run(tmp_path, watch_args(crowd))
+        run = Run(tmp_path, lambda job: watch_args(crowd, job))
         fault = run.fault_time()
         ranks = run.ranks()
         assert len(ranks) == 2, ranks
@@ -180,14 +181,17 @@ def test_another_users_impostors_are_not_followed_and_never_delay_the_verdict(tm
 
 
 def test_impostors_followed_on_request_are_runs_of_their_own_unknown_and_never_culprits(tmp_path):
-    # Root asks to watch one of the intruder's processes too (--pid): that user's processes are
-    # followed, each a run of its own (its own store), never a rank of root's run.
-    run, crowd, event, latency, stderr = _watched(tmp_path, lambda crowd: ("--pid", str(crowd.pids[0])))
+    # Root asks to watch its torchrun and one of the intruder's processes (--pid): exactly those
+    # are followed (issue 34: attach --pid follows the pids given, a launcher's with its ranks),
+    # the intruder's a run of its own (its own store), never a rank of root's run.
+    run, crowd, event, latency, stderr = _watched(
+        tmp_path, lambda crowd, job: ("--pid", str(job), "--pid", str(crowd.pids[0])))
     _the_real_verdict(event, latency, stderr)
     pids = set(crowd.pids)
     diagnosis = event["snapshot"]["diagnosis"]
     assert not {e["pid"] for e in diagnosis["evidence"]} & pids
-    assert {r["pid"] for r in event["snapshot"]["ranks"]} & pids, "the impostors were not followed"
+    followed = {r["pid"] for r in event["snapshot"]["ranks"]}
+    assert followed & pids == {crowd.pids[0]}, "not exactly the impostor given was followed"
     # What is said of them: unknown, their store silent; never a verdict that names them.
     named = [e for e in run.events if e["event"] in ("diagnosis", "straggler", "incident") and _named(e, pids)]
     assert not named, [e["text"] for e in named]

@@ -216,8 +216,10 @@ def test_a_ranks_helpers_are_never_ranks_through_any_wrapper(trees, monkeypatch)
     assert not set(read) & set(pids.values()), "the rank or its helpers were looked at again"
     monkeypatch.undo()
 
-    # A helper given by pid is a rank all the same: the user said so.
-    assert _ranks_among(Finder(given=[pids["r.a"]]), trees) == {rank, pids["r.a"]}
+    # A helper given by pid is a rank all the same: the user said so. And it alone (issue 34: attach
+    # --pid follows exactly the processes given, never the node's other ranks).
+    assert _ranks_among(Finder(given=[pids["r.a"]]), trees) == {pids["r.a"]}
+    assert _ranks_among(Finder(given=[pids["r.a"], rank]), trees) == {rank, pids["r.a"]}
 
 
 def test_a_python_that_a_wrapper_without_rank_started_is_a_rank(trees):
