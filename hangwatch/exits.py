@@ -166,7 +166,8 @@ def seen_in_record(record: dict) -> Seen:
     if info is None:
         return Seen(str(record.get("type")), str(record.get("message") or ""), source="record")
     where = f"{info.file}:{info.line}" if info.file and info.line else None
-    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, "record")
+    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, "record", info.cause,
+                info.failure)
 
 
 def _sibling_before(ending: Ending, endings: Sequence[Ending]) -> bool:
@@ -341,6 +342,11 @@ def _at_once(ending: Ending) -> bool:
 
 def _siblings(a: Ending, b: Ending) -> bool:
     return a.node == b.node and a.launcher is not None and a.launcher == b.launcher
+
+
+def evidence_of(r: Read) -> Evidence:
+    """A rank's Evidence as its ending was read."""
+    return _evidence(r)
 
 
 def _evidence(r: Read) -> Evidence:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hangwatch import exits
+from hangwatch import exits, named
 from hangwatch.ended import as_seen
 from hangwatch.model import Diagnosis
 from hangwatch.who import Who
@@ -42,7 +42,9 @@ def judge(ranks: Sequence[LaunchedRank], nodes: Sequence[NodeState]) -> Diagnosi
     """The verdict on these ranks' ends (None: nothing failed, or the run was stopped first)."""
     by = {n.node: n for n in nodes}
     endings = [ending_of(r, by.get(r.node)) for r in ranks if r.ended]
-    return exits.judge(endings) if endings else None
+    master = next((r.node for r in ranks if r.rank == 0), None)
+    order = tuple(dict.fromkeys(r.node for r in sorted(ranks, key=lambda r: r.rank)))
+    return named.judge(endings, context=named.Context(master, order, launched=True)) if endings else None
 
 
 def first_on_node(ranks: Sequence[LaunchedRank], node: NodeState) -> tuple[Who, ...]:
