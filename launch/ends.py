@@ -8,7 +8,6 @@ stopped the others for."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from hangwatch import exits, named
 from hangwatch.ended import as_seen
@@ -16,8 +15,7 @@ from hangwatch.model import Diagnosis
 from hangwatch.who import Who
 from node.protocol import ExitStatus
 
-if TYPE_CHECKING:      # outcome.py renders with these rules: it imports this module
-    from .outcome import LaunchedRank, LaunchResult, NodeState
+from .launched import LaunchedRank, LaunchResult, NodeState
 
 
 def stopped_by(rank: LaunchedRank, node: NodeState | None) -> exits.StoppedBy | None:
