@@ -91,6 +91,10 @@ def decide(g: Gathered) -> Explanation:
     d = Diagnosis(kind=root.kind, culprits=tuple(root.culprits), candidates=tuple(root.candidates), reason=root.reason,
                   certainty=root.certainty, evidence=tuple(found), causes=_causes(root, finding),
                   nodes=tuple(root.nodes), store=root.store, unknown_why=root.unknown_why, world=g.world, basis=basis)
+    if finding is not None and d.culprits:
+        # One culprit list: the verdict's. What the messages' own reading names (a launcher's table
+        # in file-read order, a local rank taken for a global one) never adds other ranks beside it.
+        finding = replace(finding, culprits=tuple(k for k in finding.culprits if k in d.culprits))
     return Explanation(d, root.fix or (finding.fix if finding else None), tuple(root.quotes), read, skipped,
                        finding=finding)
 

@@ -79,3 +79,19 @@ def test_the_live_watcher_names_what_the_failures_words_name(folder, reason, cul
     assert live is not None and (live.reason, tuple(live.culprits)) == (reason, culprits)
     d = decide(g).diagnosis
     assert d is not None and (d.reason, tuple(d.culprits)) == (reason, culprits)
+
+
+PASTED = sorted((ART / "pasted").glob("*.log"))
+
+
+@pytest.mark.parametrize("path", [ART / f for f in FOLDERS] + PASTED, ids=lambda p: p.name)
+def test_explain_names_one_culprit_list(path):
+    # Before: beside "rank 3 was killed" (the verdict), the finding of sigkill-reset named rank 1 (its
+    # table's first failed line: local rank 1 on worker1 read as global rank 1); exit-abort's named
+    # rank 0 beside the verdict's rank 3; quit-r3's rank 0 beside rank 3.
+    from explain import explain
+    e = explain([str(path)])
+    for run in e.runs or (e,):
+        d, f = run.diagnosis, run.finding
+        if d is not None and d.culprits and f is not None:
+            assert set(f.culprits) <= set(d.culprits), (d.culprits, f.culprits)
