@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from hangwatch import failures
-from hangwatch.exits import OUTSIDE, StoppedBy
+from hangwatch.exits import StoppedBy, stop_of
 from hangwatch.model import Diagnosis, exit_from_json
 from hangwatch.tracebacks import exception_in
 from hangwatch.words import who
@@ -148,7 +148,7 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
             seen.exit_quotes.append(Quote(path, None, f"rank {r['rank']} on {r.get('node')}: {status}"))
         if isinstance(r.get("pid"), int) and seen.pid is None:
             seen.pid = r["pid"]
-        seen.stopped_by = _stopped_by(r, r.get("node") in stopped) or seen.stopped_by
+        seen.stopped_by = _stopped_by(r, status, r.get("node") in stopped) or seen.stopped_by
     verdict = data.get("verdict")
     if isinstance(verdict, dict):
         try:
@@ -161,16 +161,11 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
                                             f"{who(d.named) or 'no rank named'}")
 
 
-def _stopped_by(rank: dict, node_stopped: bool) -> StoppedBy | None:
-    """Who began stopping a launched rank before it ended, as its launch recorded it: ddp-preflight
-    (a signal on a node it stopped, or a lost peer read after its stop began), or torchrun (the
-    launch program saw it stop the rank)."""
-    if rank.get("stopped_by") in tuple(StoppedBy):
-        return StoppedBy(rank["stopped_by"])
-    if node_stopped and (rank.get("signal") is not None or rank.get("error_after_stop")):
-        return OUTSIDE
-    return None
-
+def _stopped_by(rank: dict, status: ExitStatus | None, node_stopped: bool) -> StoppedBy | None:
+    """Who began stopping a launched rank before it ended, as its launch recorded it: the one rule
+    (hangwatch/exits.py's stop_of), the launch summary's too."""
+    return stop_of(status, node_stopped, rank.get("error_after_stop") is True, rank.get("failed_first") is True,
+                   rank.get("stopped_by") == StoppedBy.TORCHRUN.value)
 
 
 def _rank_in(path: str) -> int | None:

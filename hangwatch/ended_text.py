@@ -109,6 +109,8 @@ NAMED = {
     Reason.PORT_IN_USE: "torchrun on {nodes} could not listen on the master port{port}: it is in use (EADDRINUSE); "
                         "no rank started",
     Reason.UNSUPPORTED: "{who} called what the backend does not implement: {exception}",
+    Reason.SIZE_MISMATCH: "the ranks issued collectives of different sizes: Gloo received more bytes than its "
+                          "collective expected ({basis})",
     Reason.SCRIPT_OPTIONS: "torchrun on {nodes} took the script's options for its own and stopped before any rank "
                            "started: {basis}",
     Reason.NCCL_ERROR: "{who} failed in NCCL: {exception}",

@@ -105,6 +105,21 @@ OUTSIDE = StoppedBy.DDP_PREFLIGHT     # stops every node of the run from outside
                                       # began is its doing
 
 
+def stop_of(status: ExitStatus | None, node_stopped: bool, error_after_stop: bool = False, failed_first: bool = False,
+            torchrun: bool = False) -> StoppedBy | None:
+    """Who began stopping a launched rank before it ended, from what its launch recorded: the one
+    rule for a launch's summary (launch/ends.py) and explain of its result.json (explain/records.py).
+    ddp-preflight, when it stopped the rank's node and the rank ended by a signal a launcher sends
+    (SIGTERM, SIGINT, SIGHUP, SIGKILL) or lost a peer after its stop began, unless torchrun saw it
+    fail before any stop reached the node (`failed_first`: a SIGKILL from outside, before the
+    stop); SIGABRT, SIGSEGV and the like are the rank's own. Else torchrun, when its launch program
+    said it began stopping the rank."""
+    sent = status is not None and status.signal is not None and (status.stopped or status.signal == signal.SIGKILL)
+    if node_stopped and not failed_first and (sent or error_after_stop):
+        return OUTSIDE
+    return StoppedBy.TORCHRUN if torchrun else None
+
+
 def read(ending: Ending, endings: Sequence[Ending]) -> Read:
     """What one ending was, given the others of its run (for a sibling that ended before it). A
     rank that ended after ddp-preflight began stopping every node, and not cleanly, ended by that

@@ -186,6 +186,7 @@ class Reason(Word):
     ADDRESS_FAMILY = "address-family"         # its Gloo binds another address family than its peers'
     PORT_IN_USE = "port-in-use"               # the store could not listen: the master port is taken
     UNSUPPORTED = "unsupported"               # it called what the backend does not implement
+    SIZE_MISMATCH = "size-mismatch"           # Gloo received more bytes than its collective expected: different collectives
     SCRIPT_OPTIONS = "script-options"         # torchrun's parser took the script's options for its own
     NCCL_ERROR = "nccl-error"                 # NCCL refused: invalid usage, a duplicate GPU, a system error
     OUT_OF_MEMORY = "out-of-memory"           # CUDA ran out of memory on its GPU

@@ -89,6 +89,8 @@ def _decide(by: dict[Failure, list[tuple[Ending, Said]]], endings: Sequence[Endi
             context: Context) -> Named | None:
     if Failure.ADDRESS_FAMILY in by:
         return _address_family(by[Failure.ADDRESS_FAMILY], context)
+    if Failure.SIZE_MISMATCH in by:
+        return _size_mismatch(by[Failure.SIZE_MISMATCH])
     if Failure.CANNOT_CONNECT in by:
         return _cannot_connect(by[Failure.CANNOT_CONNECT], endings, context)
     if Failure.RENDEZVOUS_TIMEOUT in by:
@@ -139,6 +141,19 @@ def _pin(context: Context, nodes: list[str]) -> Fix:
                                 f"--env {var}=<the LAN interface>",))
     return Fix(Action.SET, (pin_interface("gloo", None),), nodes[0] if len(nodes) == 1 else None,
                "on " + (", ".join(nodes) or "every node"))
+
+
+def _size_mismatch(ranks: list[tuple[Ending, Said]]) -> Named:
+    """Gloo's own words: a rank received more bytes than its collective expected, so the ranks issued
+    collectives of different sizes. The rank that read it aborted by itself; which rank issued the
+    other collective, the words do not say."""
+    keys = tuple(sorted(e.key for e, _ in ranks))
+    sizes = [(s.detail.get("got"), s.detail.get("expected")) for _, s in ranks]
+    got, expected = next(((g, x) for g, x in sizes if g is not None), (None, None))
+    d = Diagnosis(Kind.MISMATCH, (), (), Reason.SIZE_MISMATCH, Certainty.CERTAIN, basis=Basis.WORDS,
+                  unknown_why=f"{who(keys)} aborted on it" + (f" ({got} bytes vs {expected})" if got else "")
+                              + "; which rank issued the other collective, Gloo's words do not say")
+    return Named(d, said_by=keys)
 
 
 def _cannot_connect(ranks: list[tuple[Ending, Said]], endings: Sequence[Ending], context: Context) -> Named:

@@ -18,17 +18,24 @@ from node.protocol import ExitStatus
 from .launched import LaunchedRank, LaunchResult, NodeState
 
 
+def stopped_by_us(rank: LaunchedRank, node: NodeState | None) -> bool:
+    """ddp-preflight's stop ended it (exits.stop_of, the one rule)."""
+    return stopped_by(rank, node) is exits.OUTSIDE
+
+
 def stopped_by(rank: LaunchedRank, node: NodeState | None) -> exits.StoppedBy | None:
-    """Who began stopping it before it ended: ddp-preflight (a signal on a node it stopped, or a lost
-    peer read after its stop began), else torchrun (the launch program saw it stop the rank)."""
-    if node is not None and node.stopped and (rank.signal is not None or rank.error_after_stop):
-        return exits.OUTSIDE
-    return exits.StoppedBy(rank.stopped_by) if rank.stopped_by else None
+    """Who began stopping it before it ended: exits.stop_of over what the launch recorded of it."""
+    return exits.stop_of(_status(rank), node is not None and node.stopped, rank.error_after_stop, rank.failed_first,
+                         rank.stopped_by is exits.StoppedBy.TORCHRUN)
+
+
+def _status(rank: LaunchedRank) -> ExitStatus | None:
+    return ExitStatus(signal=rank.signal) if rank.signal is not None else \
+        ExitStatus(code=rank.exit) if rank.exit is not None else None
 
 
 def ending_of(rank: LaunchedRank, node: NodeState | None) -> exits.Ending:
-    status = ExitStatus(signal=rank.signal) if rank.signal is not None else \
-        ExitStatus(code=rank.exit) if rank.exit is not None else None
+    status = _status(rank)
     error = rank.error
     return exits.Ending(rank.node, rank.pid, rank.rank, status=status,
                         exception=as_seen(error, "output") if error is not None else None,

@@ -26,6 +26,8 @@ class LaunchedRank:
     error: ExceptionInfo | None = None  # the exception its output shows, if any
     stopped_by: StoppedBy | None = None   # torchrun: its launcher began stopping it (the launch program said so)
     error_after_stop: bool = False     # its error's lines came after ddp-preflight began stopping the run
+    failed_first: bool = False         # it had already ended, not cleanly, when torchrun began stopping its node's
+                                       # ranks (the launch program's "stopping" marker lists it as failed)
 
     @property
     def ok(self) -> bool:

@@ -20,7 +20,7 @@ from hangwatch.words import who
 from node.protocol import ExitStatus
 from node.terminal import shown, shown_data, shown_text
 
-from .ends import first_on_node, judged
+from .ends import first_on_node, judged, stopped_by_us
 from .launched import LaunchedRank, LaunchResult, NodeState
 
 __all__ = ["LaunchResult", "LaunchedRank", "NodeState", "STOPPED_BY_US", "explain", "render", "stop_signal"]
@@ -40,7 +40,7 @@ def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
     for r in ranks:
         if r.ended and r.ok:
             continue
-        if r.signal is not None and node.stopped:
+        if stopped_by_us(r, node) and r.signal is not None:
             r.why = STOPPED_BY_US
         elif stop_signal(r) and (r.stopped_by == StoppedBy.TORCHRUN or failed):
             # The launch program saw torchrun begin to stop it; without its word (an older torch), a

@@ -259,6 +259,10 @@ class Launch:
                     r = self.ranks.get(self._global(node, entry))
                     if r is not None:
                         r.stopped_by = r.stopped_by or StoppedBy.TORCHRUN
+                for local in data.get("failed", []):
+                    r = self.ranks.get(self._global(node, {"local_rank": local})) if isinstance(local, int) else None
+                    if r is not None:
+                        r.failed_first = True       # it ended by itself before any stop reached its node
             ended = []
             for entry in [] if stopping else data.get("ranks", []):
                 r = self.ranks.get(self._global(node, entry))
