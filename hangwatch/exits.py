@@ -110,12 +110,15 @@ def stop_of(status: ExitStatus | None, node_stopped: bool, error_after_stop: boo
     """Who began stopping a launched rank before it ended, from what its launch recorded: the one
     rule for a launch's summary (launch/ends.py) and explain of its result.json (explain/records.py).
     ddp-preflight, when it stopped the rank's node and the rank ended by a signal a launcher sends
-    (SIGTERM, SIGINT, SIGHUP, SIGKILL) or lost a peer after its stop began, unless torchrun saw it
-    fail before any stop reached the node (`failed_first`: a SIGKILL from outside, before the
-    stop); SIGABRT, SIGSEGV and the like are the rank's own. Else torchrun, when its launch program
+    (SIGTERM, SIGINT, SIGHUP; SIGKILL unless torchrun saw it fail before it began stopping the node,
+    `failed_first`: a SIGKILL from outside) or lost a peer after its stop began; SIGABRT, SIGSEGV
+    and the like are the rank's own. Else torchrun, when its launch program
     said it began stopping the rank."""
-    sent = status is not None and status.signal is not None and (status.stopped or status.signal == signal.SIGKILL)
-    if node_stopped and not failed_first and (sent or error_after_stop):
+    # A stop signal on a stopped node is the stop's even when torchrun saw it first (the supervisor
+    # ends the node's whole group); a SIGKILL torchrun saw before it began stopping came from outside.
+    sent = status is not None and status.signal is not None and \
+        (status.stopped or (status.signal == signal.SIGKILL and not failed_first))
+    if node_stopped and (sent or error_after_stop):
         return OUTSIDE
     return StoppedBy.TORCHRUN if torchrun else None
 

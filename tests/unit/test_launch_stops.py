@@ -93,3 +93,9 @@ def test_a_size_mismatch_is_a_mismatch_live_in_explain_and_in_the_summary_and_ra
     assert d is not None and (d.kind, tuple(d.culprits), d.reason, d.certainty) == want
     assert "Gloo received more bytes than its collective expected (rank 0 aborted on it (4096 bytes vs 2048)" \
         in headline(d)
+
+
+def test_a_stop_signal_on_a_stopped_node_stays_the_stops_even_when_torchrun_listed_it_failed():
+    # ddp-preflight's supervisor ends the node's whole group: a SIGTERM torchrun saw before its own
+    # close is still that stop's, never the rank's own failure.
+    assert stop_of(ExitStatus(signal=signal.SIGTERM), node_stopped=True, failed_first=True) is OUTSIDE
