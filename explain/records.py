@@ -73,11 +73,13 @@ def read_flight(gathered: Gathered, path: str) -> None:
         rank = data.get("rank") if isinstance(data.get("rank"), int) else rank
         node = data.get("node") if isinstance(data.get("node"), str) else None
         data = data["flight"]
-    entries = data.get("entries") if isinstance(data, dict) else None
+    entries = data.get("entries", [] if "pg_status" in data else None) if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        return
+        return                    # no entries and no status: not a dump (a rank that ran no collective has its status)
     if rank is None:
         rank = _rank_of_dump(data)
+    if rank is None and not entries:
+        return                    # an empty recorder of a rank nothing names says nothing
     seen = gathered.rank(node, rank)
     seen.flight = {"entries": entries, "path": path, "pg_status": data.get("pg_status")}
 

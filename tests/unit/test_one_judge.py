@@ -95,3 +95,23 @@ def test_explain_names_one_culprit_list(path):
         d, f = run.diagnosis, run.finding
         if d is not None and d.culprits and f is not None:
             assert set(f.culprits) <= set(d.culprits), (d.culprits, f.culprits)
+
+
+def test_explain_reads_an_empty_flight_recorder_the_launch_kept(tmp_path):
+    # A rank that ran no collective dumps its recorder with `"pg_status": {}` and no "entries" (torch
+    # omits an empty list). Before: "a JSON document of another kind", not read. Derived from the
+    # launch's own kept dump of launch-leave (flight-rank-3.json), its entries and status emptied.
+    import json
+    import shutil
+
+    from explain import explain
+    folder = tmp_path / "launch-leave"
+    shutil.copytree(ART / "explain" / "launch-leave", folder)
+    kept = json.loads((folder / "flight-rank-3.json").read_text())
+    kept["flight"] = {k: v for k, v in kept["flight"].items() if k != "entries"} | {"pg_status": {}}
+    (folder / "flight-rank-3.json").write_text(json.dumps(kept))
+    e = explain([str(folder)])
+    assert str(folder / "flight-rank-3.json") in e.read
+    assert not [s for s in e.skipped if "flight-rank-3" in s]
+    d = e.diagnosis
+    assert d is not None and (d.kind, tuple(d.culprits)) == (Kind.DEADLOCK, (2,))   # the others' dumps still decide
