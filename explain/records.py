@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hangwatch import failures
 from hangwatch.exits import StoppedBy, stop_of
-from hangwatch.model import Diagnosis, exit_from_json
+from hangwatch.model import HANGS, Diagnosis, exit_from_json
 from hangwatch.tracebacks import exception_in
 from hangwatch.words import who
 from node.bounded import Skipped, read_regular
@@ -98,6 +98,9 @@ def read_bundle(gathered: Gathered, path: str) -> None:
     data = _load(path)
     snapshot = data.get("snapshot") if isinstance(data, dict) else None
     diagnosis = snapshot.get("diagnosis") if isinstance(snapshot, dict) else None
+    kind = diagnosis.get("kind") if isinstance(diagnosis, dict) else None
+    if kind in {k.value for k in HANGS}:
+        gathered.hang_bundled = True
     for e in (diagnosis or {}).get("evidence") or []:
         if not isinstance(e, dict):
             continue
@@ -130,6 +133,7 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
     gathered.launched = True
     gathered.finished = data.get("ok") is True
     stopped = {n.get("node") for n in data.get("nodes") or [] if isinstance(n, dict) and n.get("stopped")}
+    gathered.watched = any(isinstance(n, dict) and n.get("watched") is True for n in data.get("nodes") or [])
     for n in data.get("nodes") or []:
         # A node's own error (ssh refused, torchrun missing, its cwd gone), not one ddp-preflight's
         # stop caused: the launch's record of why the training did not run there.

@@ -42,6 +42,7 @@ class Explanation:
     saved: bool = False              # the verdict is the one a launch saved in its result.json
     finding: Finding | None = None   # what the catalogued messages say failed (finding.py)
     runs: tuple[Explanation, ...] = ()   # inputs of separate runs (runs.py): each explained alone
+    stopped: str | None = None       # a watched launch ddp-preflight stopped with no hang named: why it stopped
 
     @property
     def ok(self) -> bool:
@@ -52,7 +53,7 @@ class Explanation:
         return {"ok": self.ok, "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
                 "finding": self.finding.to_json() if self.finding else None,
                 "runs": [r.to_json() for r in self.runs],
-                "fix": self.fix.text() if self.fix else None, "saved": self.saved,
+                "fix": self.fix.text() if self.fix else None, "saved": self.saved, "stopped": self.stopped,
                 "quotes": [{"path": q.path, "line": q.line, "text": q.text} for q in self.quotes],
                 "read": list(self.read), "skipped": list(self.skipped)}
 
@@ -84,7 +85,7 @@ def decide(g: Gathered) -> Explanation:
         root.candidates, root.culprits, root.certainty = [*root.culprits, *root.candidates], [], Certainty.UNSURE
     if root is None:
         return Explanation(None, finding.fix if finding else None, finding.quotes if finding else (), read, skipped,
-                           finding=finding)
+                           finding=finding, stopped=g.stop_reason if g.watched_no_hang else None)
     found = evidence(g, root)
     basis = (Basis.SEQUENCE if root.reason is Reason.BEHIND and any(e.seq is not None for e in found) else
              Basis.WORDS if root.named_by_words else Basis.EVIDENCE)

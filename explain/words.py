@@ -92,6 +92,10 @@ def _rendezvous(g: Gathered, said: list[NodeSaid], ranks: list[RankSeen]) -> Roo
 
 
 def _behind_ranks(g: Gathered) -> Joined | None:
+    """The ranks the Flight Recorders say are behind; none in a watched launch a person stopped
+    (Gathered.watched_no_hang: dumps kept while the ranks ran)."""
+    if g.watched_no_hang:
+        return None
     joined = join(g.ranks, g.world)
     return joined if joined is not None and joined.behind else None
 

@@ -115,3 +115,27 @@ def test_explain_reads_an_empty_flight_recorder_the_launch_kept(tmp_path):
     assert not [s for s in e.skipped if "flight-rank-3" in s]
     d = e.diagnosis
     assert d is not None and (d.kind, tuple(d.culprits)) == (Kind.DEADLOCK, (2,))   # the others' dumps still decide
+
+
+def test_a_watched_launch_stopped_with_no_hang_named_is_not_a_deadlock_in_explain(tmp_path):
+    # nanochat and nanoGPT, stopped by a person (SIGTERM or Ctrl-C to the launcher) while healthy:
+    # explain of the folder said "deadlock (certain): rank 1 never entered all_gather #152" from the
+    # Flight Recorders the launch kept at the stop (ranks one collective apart: a run in flight). The
+    # watcher, which saw their progress, named no hang: no verdict in result.json, no incident bundle.
+    # Derived from launch-leave (real): the same folder without the bundle hangwatch wrote is a
+    # watched launch stopped with no hang named.
+    import json
+    import shutil
+
+    from explain import explain
+    from explain.render import as_text
+    folder = tmp_path / "stopped"
+    shutil.copytree(ART / "explain" / "launch-leave", folder, ignore=shutil.ignore_patterns("incidents"))
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, "stop_reason": "interrupted"}))    # Ctrl-C's
+    e = explain([str(folder)])
+    assert e.diagnosis is None and e.stopped == "interrupted"
+    assert "the launch was stopped (interrupted) while hangwatch watched it, and it named no hang" in as_text(e)
+    # With the bundle of the hang it named, the files still say what it was (launch-leave's verdict).
+    d = explain([str(ART / "explain" / "launch-leave")]).diagnosis
+    assert d is not None and (d.kind, tuple(d.culprits), d.certainty) == (Kind.DEADLOCK, (2,), Certainty.CERTAIN)
