@@ -8,8 +8,23 @@ import signal as signals
 from dataclasses import asdict, dataclass, field
 
 from hangwatch.exits import StoppedBy
-from hangwatch.model import Diagnosis
+from hangwatch.model import Diagnosis, Word
 from hangwatch.tracebacks import ExceptionInfo
+from hangwatch.who import Who, who
+from node.protocol import ExitStatus
+
+
+class Why(Word):
+    """Why a rank did not end by itself, or has no exit status (a closed set; the words are
+    rendered from it and its rank's fields by LaunchedRank.why_text)."""
+    STOPPED_BY_US = "stopped by ddp-preflight"             # ddp-preflight's stop ended it (exits.stop_of)
+    STOPPED_BY_TORCHRUN = "stopped by torchrun"           # torchrun stopped it (LaunchedRank.stopped_for: whose failure)
+    LOST_TO_OUR_STOP = "lost its peer when ddp-preflight stopped the run"
+    NOT_STARTED = "not started"
+    NODE_FAILED = "not started: the node failed (above)"
+    STOPPED_BEFORE_START = "not started: stopped by ddp-preflight before it started"
+    TORCHRUN_KILLED = "no exit status: its torchrun was killed, stopped by ddp-preflight"
+    TORCHRUN_ENDED = "no exit status: its torchrun ended"   # LaunchedRank.torchrun: how
 
 
 @dataclass
@@ -22,7 +37,11 @@ class LaunchedRank:
     step: int | None = None            # from its last "step N" line
     exit: int | None = None            # exit code, when it exited
     signal: int | None = None          # signal number, when a signal ended it
-    why: str | None = None             # who stopped it, when it did not end by itself
+    why: Why | None = None             # who stopped it, when it did not end by itself
+    stopped_for: tuple[Who, ...] = ()  # Why.STOPPED_BY_TORCHRUN: the rank of its node whose failure it was stopped
+                                       # for (several: one of them, the rule cannot tell which)
+    torchrun: ExitStatus | None = None  # Why.TORCHRUN_ENDED: how its node's torchrun ended
+    node_error: str | None = None      # ... and the node's error then
     error: ExceptionInfo | None = None  # the exception its output shows, if any
     stopped_by: StoppedBy | None = None   # torchrun: its launcher began stopping it (the launch program said so)
     error_after_stop: bool = False     # its error's lines came after ddp-preflight began stopping the run
@@ -30,21 +49,45 @@ class LaunchedRank:
                                        # ranks (the launch program's "stopping" marker lists it as failed)
 
     @property
+    def status(self) -> ExitStatus | None:
+        """How its process ended (node.protocol's one type): its code, or the signal; None: not known."""
+        return ExitStatus(signal=self.signal) if self.signal is not None else \
+            ExitStatus(code=self.exit) if self.exit is not None else None
+
+    @property
     def ok(self) -> bool:
         return self.exit == 0
 
     @property
     def ended(self) -> bool:
-        return self.exit is not None or self.signal is not None
+        return self.status is not None
+
+    def why_text(self) -> str | None:
+        """Its why in words, from its fields (a copy written out for the terminal holds its word as a str)."""
+        why = Why(self.why) if self.why is not None else None
+        if why is Why.STOPPED_BY_TORCHRUN:
+            first = self.stopped_for
+            return why.value + (f" when {who(first)} failed" if len(first) == 1 else
+                                     f" when one of {who(first)} failed" if first else "")
+        if why is Why.TORCHRUN_KILLED:
+            return f"no exit status: torchrun on {self.node} was killed, {Why.STOPPED_BY_US.value}"
+        if why is Why.TORCHRUN_ENDED:
+            t = self.torchrun
+            how = f"exit code {t.code}" if t is not None and t.code is not None else \
+                f"signal {t.signal}" if t is not None else "no exit status"
+            return f"no exit status (torchrun on {self.node} ended with {how}" + \
+                (f"; {self.node_error})" if self.node_error else ")")
+        return why.value if why is not None else None
 
     def outcome(self) -> str:
-        """'exit code 1', 'signal 15 (stopped by ddp-preflight)', or why it is not known."""
+        """'exit code 1', 'signal 15 (SIGTERM), stopped by ddp-preflight', or why it is not known."""
+        why = self.why_text()
         if self.exit is not None:
-            return f"exit code {self.exit}" + (f", {self.why}" if self.why else "")
+            return f"exit code {self.exit}" + (f", {why}" if why else "")
         if self.signal is not None:
             text = f"signal {self.signal} ({_signal_name(self.signal)})"
-            return f"{text}, {self.why}" if self.why else text
-        return self.why or "no exit status"
+            return f"{text}, {why}" if why else text
+        return why or "no exit status"
 
 
 @dataclass

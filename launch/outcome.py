@@ -16,16 +16,15 @@ from dataclasses import replace
 from hangwatch.exits import StoppedBy
 from hangwatch.model import Kind
 from hangwatch.text import headline
-from hangwatch.words import who
 from node.protocol import ExitStatus
 from node.terminal import shown, shown_data, shown_text
 
 from .ends import first_on_node, judged, stopped_by_us
-from .launched import LaunchedRank, LaunchResult, NodeState
+from .launched import LaunchedRank, LaunchResult, NodeState, Why
 
-__all__ = ["LaunchResult", "LaunchedRank", "NodeState", "STOPPED_BY_US", "explain", "render", "stop_signal"]
+__all__ = ["LaunchResult", "LaunchedRank", "NodeState", "STOPPED_BY_US", "Why", "explain", "render", "stop_signal"]
 
-STOPPED_BY_US = "stopped by ddp-preflight"
+STOPPED_BY_US = Why.STOPPED_BY_US.value
 
 
 def stop_signal(rank: LaunchedRank) -> bool:
@@ -40,29 +39,28 @@ def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
     for r in ranks:
         if r.ended and r.ok:
             continue
+        r.stopped_for, r.torchrun, r.node_error = (), None, None
         if stopped_by_us(r, node) and r.signal is not None:
-            r.why = STOPPED_BY_US
+            r.why = Why.STOPPED_BY_US
         elif stop_signal(r) and (r.stopped_by == StoppedBy.TORCHRUN or failed):
             # The launch program saw torchrun begin to stop it; without its word (an older torch), a
             # rank of its node that failed is why torchrun stopped the others: the one that failed
             # first by the one rule (exits.judge), or the ones it cannot tell apart.
-            r.why = "stopped by torchrun" + (f" when {who(first)} failed" if len(first) == 1 else
-                                             f" when one of {who(first)} failed" if first else "")
+            r.why, r.stopped_for = Why.STOPPED_BY_TORCHRUN, tuple(first)
         elif r.ended and r.error is not None and r.error.lost_peer and r.error_after_stop:
             # It lost a peer that ddp-preflight's stop had ended (the nodes are stopped one by one):
             # the error came after the stop began, so it is the stop's victim, not a failure.
-            r.why = f"lost its peer when {STOPPED_BY_US.replace('stopped by ', '')} stopped the run"
+            r.why = Why.LOST_TO_OUR_STOP
         elif r.ended:
             r.why = None                   # it failed by itself
         elif not node.launched or (node.watched and r.pid is None):
-            r.why = ("not started: the node failed (above)" if node.error else
-                     f"not started: {STOPPED_BY_US} before it started" if node.stopped else "not started")
+            r.why = Why.NODE_FAILED if node.error else Why.STOPPED_BEFORE_START if node.stopped else Why.NOT_STARTED
         elif node.stopped:
-            r.why = f"no exit status: torchrun on {node.node} was killed, {STOPPED_BY_US}"
+            r.why = Why.TORCHRUN_KILLED
         else:
-            how = f"exit code {node.exit}" if node.exit is not None else f"signal {node.signal}"
-            r.why = f"no exit status (torchrun on {node.node} ended with {how}" + \
-                    (f"; {node.error})" if node.error else ")")
+            r.why, r.node_error = Why.TORCHRUN_ENDED, node.error
+            r.torchrun = ExitStatus(code=node.exit) if node.exit is not None else \
+                ExitStatus(signal=node.signal) if node.signal is not None else None
 
 
 def render(result: LaunchResult, port: int, master: str) -> str:
