@@ -90,10 +90,21 @@ class LaunchedRank:
         return why or "no exit status"
 
 
+class NodeRun(Word):
+    """Where a node's training is (a closed set)."""
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"              # torchrun ended with code 0
+    FAILED = "failed"              # torchrun ended with another code or a signal
+    STOPPED = "stopped"            # ddp-preflight stopped it while it ran
+    ERROR = "error"                # the node could not start, or its connection dropped
+    NOT_STARTED = "not started"    # the run was stopped before it started here
+
+
 @dataclass
 class NodeState:
     node: str
-    status: str = "starting"           # starting | running | exited | failed | stopped | error | not started
+    status: NodeRun = NodeRun.STARTING
     exit: int | None = None            # torchrun's exit code on the node
     signal: int | None = None
     error: str | None = None           # the node could not start, or its connection dropped

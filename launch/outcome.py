@@ -20,7 +20,7 @@ from node.protocol import ExitStatus
 from node.terminal import shown, shown_data, shown_text
 
 from .ends import first_on_node, judged, stopped_by_us
-from .launched import LaunchedRank, LaunchResult, NodeState, Why
+from .launched import LaunchedRank, LaunchResult, NodeRun, NodeState, Why
 
 __all__ = ["LaunchResult", "LaunchedRank", "NodeState", "STOPPED_BY_US", "Why", "explain", "render", "stop_signal"]
 
@@ -101,7 +101,7 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         elif result.stop_reason:
             lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
         else:
-            bad = [x for x in result.nodes if x.error] or [x for x in result.nodes if x.status != "exited"]
+            bad = [x for x in result.nodes if x.error] or [x for x in result.nodes if x.status != NodeRun.EXITED]
             lines.append(f"training failed on {', '.join(x.node for x in bad) or 'a node'}")
     lines += [f"  {note}" for note in result.notes]      # right under the headline: it may qualify it
     for node in result.nodes:

@@ -24,6 +24,7 @@ from node.redact import redact_json
 from transport import RunningJob
 
 from .ends import judge
+from .launched import NodeRun
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
 from .output import Line, NodeLogs, Tee, parse
 from .plan import NodePlan, Plan
@@ -93,7 +94,7 @@ class Launch:
         for index, node in enumerate(self.plan.nodes):
             with self._lock:
                 if self.stop_reason is not None:     # a node already failed: start no more
-                    self.nodes[node.node].status = "not started"
+                    self.nodes[node.node].status = NodeRun.NOT_STARTED
                     self._ended(node, None)
                     continue
                 spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
@@ -104,11 +105,11 @@ class Launch:
                                            on_line=lambda raw, n=node: self._line(n, raw))
                 except Exception as exc:    # the connection is gone: this node's error, then stop all
                     state = self.nodes[node.node]
-                    state.status, state.error = "error", f"could not start: {type(exc).__name__}: {exc}"
+                    state.status, state.error = NodeRun.ERROR, f"could not start: {type(exc).__name__}: {exc}"
                     self._ended(node, None)
                     continue
                 self._jobs[node.node] = job
-                self.nodes[node.node].status = "running"
+                self.nodes[node.node].status = NodeRun.RUNNING
             threading.Thread(target=self._watch, args=(node, job), daemon=True,
                              name=f"launch-{node.node}").start()
 
@@ -318,8 +319,8 @@ class Launch:
                 state.error = f"{result.error}" + (f": {result.stderr.strip().splitlines()[-1]}"
                                                    if result.stderr.strip() else "")
             failed = state.error is not None or result.exit != 0
-            state.status = ("stopped" if state.stopped else "error" if state.error
-                            else "failed" if failed else "exited")
+            state.status = (NodeRun.STOPPED if state.stopped else NodeRun.ERROR if state.error
+                            else NodeRun.FAILED if failed else NodeRun.EXITED)
             self._ended(node, result)
         if failed and not state.stopped:
             self.stop(f"{node.node} failed")
@@ -329,7 +330,7 @@ class Launch:
         state = self.nodes[node.node]
         state.ended_at = time.time()
         self._frozen_changed.notify_all()        # a stop waiting for it to freeze waits no more
-        failed = state.status in ("failed", "error")
+        failed = state.status in (NodeRun.FAILED, NodeRun.ERROR)
         if failed and self.first_failure is None and not state.stopped and self.stop_reason is None:
             self.first_failure = node.node
         explain([self.ranks[r] for r in node.ranks], state)
