@@ -16,12 +16,12 @@ from dataclasses import asdict, replace
 from node import protocol
 from node.protocol import ExitStatus
 
-from . import exits, named
+from . import exits, named, notes
 from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, NodeNote, NodeStatus, RankStatus, RankView, Seen, Who
+from .model import Diagnosis, NodeNote, NodeStatus, RankStatus, RankView, Reason, Seen, Who
 from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
@@ -276,7 +276,7 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
         return None
     apart = clocks_apart(state)
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
-                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named]))
+                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named], found.reason))
     return found
 
 
@@ -290,6 +290,7 @@ def context(state: State) -> named.Context:
     return named.Context(master, order, bool(planned))
 
 
-def _notes(state: State, nodes: list[str]) -> tuple[NodeNote, ...]:
-    """What preflight said of these nodes (under --launch): a data-shards warning is the clue."""
-    return tuple(NodeNote(node, note) for node in dict.fromkeys(nodes) for note in state.config.notes.get(node, ()))
+def _notes(state: State, nodes: list[str], reason: Reason | None) -> tuple[NodeNote, ...]:
+    """What preflight said of these nodes (under --launch) that can cause the verdict's reason:
+    a data-shards warning beside a rank that left first (notes.py)."""
+    return notes.related(state.config.notes, nodes, reason)

@@ -260,6 +260,7 @@ class NodeNote:
     """What preflight said of a node (under --launch): the clue beside a verdict on its ranks."""
     node: str
     said: str
+    check: str | None = None          # the check that said it ("data-shards"): whether it is a clue (notes.py)
 
 
 @dataclass(frozen=True)

@@ -123,4 +123,5 @@ def cause_line(c: Cause) -> str:
 
 def note_line(n: NodeNote) -> str:
     """What preflight said of a node: "worker1: data-shards: 1 shard here, 4 on master"."""
-    return f"{n.node}: {n.said}" if n.node else n.said
+    said = f"{n.check}: {n.said}" if n.check else n.said
+    return f"{n.node}: {said}" if n.node else said

@@ -99,3 +99,24 @@ def test_a_stop_signal_on_a_stopped_node_stays_the_stops_even_when_torchrun_list
     # ddp-preflight's supervisor ends the node's whole group: a SIGTERM torchrun saw before its own
     # close is still that stop's, never the rank's own failure.
     assert stop_of(ExitStatus(signal=signal.SIGTERM), node_stopped=True, failed_first=True) is OUTSIDE
+
+
+def test_a_verdict_carries_only_the_preflight_findings_that_can_cause_it(tmp_path):
+    # Before: every warning of the named ranks' nodes rode along ("preflight said of vm:
+    # stale-processes ..." beside a rank that raised, or one that left its loop).
+    from hangwatch.diagnose import decide
+    from hangwatch.model import NodeNote
+    from hangwatch.stalled import Stall
+    from hangwatch.text import summary
+
+    from .test_hangwatch_pipeline import LEFT, WAITING, seen
+    notes = {"master": (NodeNote("master", "pid 4242 still holds port 29500", "stale-processes"),
+                        NodeNote("master", "1 shard here, 4 on worker1", "data-shards"))}
+    d = decide(Stall(seen({0: WAITING, 1: LEFT, 2: WAITING, 3: WAITING}), waited=9.0, notes=notes))
+    assert (d.kind, tuple(d.culprits), d.reason) == (Kind.DEADLOCK, (1,), Reason.LEFT_LOOP)
+    assert [(n.check, n.said) for n in d.notes] == [("data-shards", "1 shard here, 4 on worker1")]
+    assert summary(d).endswith("; preflight said of master: data-shards: 1 shard here, 4 on worker1")
+    # A rank that raised: neither finding can cause it; a busy master port: the stale process can.
+    from hangwatch import notes as clues
+    assert clues.related(notes, ["master"], Reason.RAISED) == ()
+    assert clues.related(notes, ["master"], Reason.PORT_IN_USE) == (notes["master"][0],)
