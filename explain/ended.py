@@ -79,10 +79,11 @@ def from_named(g: Gathered, found: named.Named | None) -> Root | None:
         return None
     d = found.diagnosis
     said = [r for r in g.ranks if r.key in found.said_by]
+    launchers = [n for n in g.nodes if any(n.said is said.said for said in found.launchers)]
     return Root(d.kind, d.reason or Reason.FAILED, list(d.culprits), list(d.candidates), d.certainty,
                 nodes=list(d.nodes), store=d.store, unknown_why=d.unknown_why,
                 notes={e.key: tuple(e.notes) for e in d.evidence if e.notes},
-                quotes=quotes(said), fix=found.fix, named_by_words=d.basis is Basis.WORDS)
+                quotes=quotes(launchers) + quotes(said), fix=found.fix, named_by_words=d.basis is Basis.WORDS)
 
 
 def _unseen(g: Gathered, rank: int) -> Evidence:

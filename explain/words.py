@@ -12,46 +12,27 @@ import signal
 from hangwatch import named
 from hangwatch.failures import Failure
 from hangwatch.model import Certainty, Kind, Reason
-from rules.launch_args import separate
-from rules.ports import who_holds
 
 from .ended import context, ended, ending_of, from_named
 from .join import Joined, join
 from .root import Root, quotes
-from .seen import Gathered, NodeSaid, RankSeen
+from .seen import Gathered
 
 
 def named_by_words(g: Gathered) -> Root | None:
     """The first root a failure's words name, in the order a run fails in: its launcher, then its ranks."""
-    return launcher(g) or said(g) or behind(g)
+    return said(g) or behind(g)
 
 
-def launcher(g: Gathered) -> Root | None:
-    """What a launcher's own lines name: torchrun's parser, its store's port."""
-    for failure, reason in ((Failure.SCRIPT_OPTIONS, Reason.SCRIPT_OPTIONS), (Failure.PORT_IN_USE, Reason.PORT_IN_USE)):
-        said = [n for n in g.nodes if n.said.failure is failure]
-        if not said:
-            continue
-        nodes = sorted({n.node for n in said if n.node})
-        first = said[0]
-        if reason is Reason.SCRIPT_OPTIONS:
-            option = first.said.detail.get("option")
-            return Root(Kind.EXITED, reason, nodes=nodes, unknown_why=first.said.detail.get("what"),
-                        quotes=quotes(said), fix=separate(["SCRIPT", option] if option else ["SCRIPT"], "SCRIPT"))
-        port = first.said.detail.get("port")
-        return Root(Kind.EXITED, reason, nodes=nodes, store=str(port) if port else None, quotes=quotes(said),
-                    fix=who_holds(nodes[0] if nodes else "the master", port or "MASTER_PORT"))
-    rendezvous = [n for n in g.nodes if n.said.failure is Failure.RENDEZVOUS_TIMEOUT]
-    if rendezvous:
-        return _rendezvous(g, rendezvous, [])
-    return None
+LAUNCHERS = (Failure.SCRIPT_OPTIONS, Failure.PORT_IN_USE, Failure.RENDEZVOUS_TIMEOUT)    # a launcher's own words
 
 
 def said(g: Gathered) -> Root | None:
     """What the ranks' own exceptions name, by the one judge's first step (hangwatch/named.py, the
     live watcher's too); then what only the files hold: the kernel's OOM killer (dmesg lines), NCCL's
     watchdog lines; a collective's timeout yields to the Flight Recorders' word on who is behind."""
-    words = from_named(g, named.by_words([ending_of(r) for r in ended(g)], context=context(g)))
+    launchers = [named.LauncherSaid(n.node, n.said) for n in g.nodes if n.said.failure in LAUNCHERS]
+    words = from_named(g, named.by_words([ending_of(r) for r in ended(g)], context=context(g), launchers=launchers))
     if words is not None and words.reason not in (Reason.TIMED_OUT, Reason.BEHIND):
         return words
     ooms = [n for n in g.nodes if n.said.failure is Failure.OOM_KILLED]
@@ -70,25 +51,6 @@ def said(g: Gathered) -> Root | None:
                     unknown_why="only its output was read: the other ranks' logs or Flight Recorder dumps say "
                                 "which rank is behind" if alone else None)
     return words
-
-
-def _rendezvous(g: Gathered, said: list[NodeSaid], ranks: list[RankSeen]) -> Root:
-    details = [n.said.detail for n in said] + [r.said.detail for r in ranks if r.said]
-    store = next((d["store"] for d in details if d.get("store")), None)
-    waited = next((d for d in details if d.get("side") == "store"), None)
-    client_nodes = sorted({n.node for n in said if n.node and n.said.detail.get("side") == "client"} |
-                          {r.node for r in ranks if r.node and r.said and r.said.detail.get("side") == "client"})
-    said_quotes = quotes(said) + quotes(ranks)
-    waiting = (f"the store waited {waited['seconds']} s and {waited['joined']} of {waited['world']} torchruns joined"
-               if waited else None)
-    if client_nodes:
-        said_by_client = next((d["said"] for d in details if d.get("said")), "it timed out")
-        return Root(Kind.RENDEZVOUS_STALL, Reason.CANNOT_REACH_STORE, nodes=client_nodes, store=store,
-                    culprits=sorted(r.key for r in ranks), quotes=said_quotes,
-                    unknown_why=said_by_client + (f"; {waiting}" if waiting else ""))
-    return Root(Kind.RENDEZVOUS_STALL, Reason.NEVER_CHECKED_IN, certainty=Certainty.UNSURE, store=store,
-                nodes=sorted({n.node for n in said if n.node}), unknown_why=waiting or "the rendezvous timed out",
-                quotes=said_quotes)
 
 
 def _behind_ranks(g: Gathered) -> Joined | None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 
 from rules.collectives import workaround
 from rules.fix import Action, Fix, run
+from rules.launch_args import separate
+from rules.ports import who_holds
 from rules.routes import ifname_var, pin_interface
 
 from . import causes, exits
@@ -29,6 +31,15 @@ class Named:
     diagnosis: Diagnosis
     fix: Fix | None = None
     said_by: tuple[Who, ...] = ()
+    launchers: tuple[LauncherSaid, ...] = ()     # the launchers' words that decided it
+
+
+@dataclass(frozen=True)
+class LauncherSaid:
+    """What a launcher's own lines name on a node (torchrun's parser, its store, its rendezvous),
+    not a rank's: read by the files' reader (explain) and, from a launch's output, by the launcher."""
+    node: str | None
+    said: Said
 
 
 @dataclass(frozen=True)
@@ -49,22 +60,23 @@ def said(ending: Ending) -> Said | None:
 
 
 def judge(endings: Sequence[Ending], running: Sequence[Evidence] = (), unseen: Sequence[Evidence] = (),
-          context: Context = Context()) -> Diagnosis | None:
-    """The one judge of a run's ends: what the failures' words name, else who failed first
-    (exits.judge)."""
-    found = by_words(endings, running, context)
+          context: Context = Context(), launchers: Sequence[LauncherSaid] = ()) -> Diagnosis | None:
+    """The one judge of a run's ends: what the launchers' and the ranks' failure words name, else
+    who failed first (exits.judge)."""
+    found = by_words(endings, running, context, launchers)
     return found.diagnosis if found is not None else exits.judge(endings, running, unseen)
 
 
-def by_words(endings: Sequence[Ending], running: Sequence[Evidence] = (), context: Context = Context()) \
-        -> Named | None:
-    """The first root the ranks' failure words name, in the order a run fails in; None: they name none."""
+def by_words(endings: Sequence[Ending], running: Sequence[Evidence] = (), context: Context = Context(),
+             launchers: Sequence[LauncherSaid] = ()) -> Named | None:
+    """The first root the failure words name, in the order a run fails in: its launchers' (torchrun's
+    parser, its store's port, its rendezvous), then its ranks'; None: they name none."""
     by: dict[Failure, list[tuple[Ending, Said]]] = {}
     for e in endings:
         s = said(e)
         if s is not None:
             by.setdefault(s.failure, []).append((e, s))
-    found = _decide(by, endings, running, context)
+    found = by_launchers(launchers) or _decide(by, endings, running, context)
     if found is None:
         return None
     d = found.diagnosis
@@ -73,6 +85,44 @@ def by_words(endings: Sequence[Ending], running: Sequence[Evidence] = (), contex
                              notes=_notes(d, r.ending, by))
                      for r in reads.values()) + tuple(running)
     return replace(found, diagnosis=replace(d, evidence=evidence, causes=causes.of(d.reason, found.fix)))
+
+
+def by_launchers(launchers: Sequence[LauncherSaid]) -> Named | None:
+    """What a launcher's own lines name: torchrun's parser took the script's options, its store's
+    port is in use, its rendezvous timed out. No rank started (or none is to blame): nodes are named."""
+    for failure, reason in ((Failure.SCRIPT_OPTIONS, Reason.SCRIPT_OPTIONS), (Failure.PORT_IN_USE, Reason.PORT_IN_USE)):
+        said = [n for n in launchers if n.said.failure is failure]
+        if not said:
+            continue
+        nodes = tuple(sorted({n.node for n in said if n.node}))
+        detail = said[0].said.detail
+        if reason is Reason.SCRIPT_OPTIONS:
+            option = detail.get("option")
+            return Named(Diagnosis(Kind.EXITED, (), (), reason, Certainty.CERTAIN, nodes=nodes,
+                                   unknown_why=detail.get("what"), basis=Basis.WORDS),
+                         separate(["SCRIPT", option] if option else ["SCRIPT"], "SCRIPT"), launchers=tuple(said))
+        port = detail.get("port")
+        return Named(Diagnosis(Kind.EXITED, (), (), reason, Certainty.CERTAIN, nodes=nodes,
+                               store=str(port) if port else None, basis=Basis.WORDS),
+                     who_holds(nodes[0] if nodes else "the master", port or "MASTER_PORT"), launchers=tuple(said))
+    said = [n for n in launchers if n.said.failure is Failure.RENDEZVOUS_TIMEOUT]
+    if not said:
+        return None
+    details = [n.said.detail for n in said]
+    store = next((d["store"] for d in details if d.get("store")), None)
+    waited = next((d for d in details if d.get("side") == "store"), None)
+    waiting = (f"the store waited {waited['seconds']} s and {waited['joined']} of {waited['world']} torchruns joined"
+               if waited else None)
+    clients = tuple(sorted({n.node for n in said if n.node and n.said.detail.get("side") == "client"}))
+    if clients:
+        said_by_client = next((d["said"] for d in details if d.get("said")), "it timed out")
+        d = Diagnosis(Kind.RENDEZVOUS_STALL, (), (), Reason.CANNOT_REACH_STORE, Certainty.CERTAIN, nodes=clients,
+                      store=store, unknown_why=said_by_client + (f"; {waiting}" if waiting else ""), basis=Basis.WORDS)
+    else:
+        d = Diagnosis(Kind.RENDEZVOUS_STALL, (), (), Reason.NEVER_CHECKED_IN, Certainty.UNSURE, store=store,
+                      nodes=tuple(sorted({n.node for n in said if n.node})),
+                      unknown_why=waiting or "the rendezvous timed out", basis=Basis.WORDS)
+    return Named(d, launchers=tuple(said))
 
 
 def _notes(d: Diagnosis, e: Ending, by: dict[Failure, list[tuple[Ending, Said]]]) -> tuple[str, ...]:

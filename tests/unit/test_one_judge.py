@@ -30,7 +30,9 @@ def verdict(d: Diagnosis | None):
 # What explain read that the replay does not give the live watcher, run by run: (why, explain's
 # verdict, the replay's). A watched launch has each of these inputs live too; the replay here feeds
 # ends only.
-LAUNCHER_LINE = "torchrun's own line (its store, its parser): a launch reports it as the node's error, not a rank's end"
+LAUNCHER_LINE = ("torchrun's own line (its store, its parser, its rendezvous): the one judge decides it "
+                 "(named.by_launchers), but the live watcher is not given a launcher's lines (a launch reports them "
+                 "as the node's error)")
 UNSEEN_CLEAN = ("a rank that exits 0 is in no torchrun table: explain infers it from the others' lost peer, live "
                 "its agent sees it exit")
 EXPLAIN_READ_MORE = {
