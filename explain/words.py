@@ -24,14 +24,11 @@ def named_by_words(g: Gathered) -> Root | None:
     return said(g) or behind(g)
 
 
-LAUNCHERS = (Failure.SCRIPT_OPTIONS, Failure.PORT_IN_USE, Failure.RENDEZVOUS_TIMEOUT)    # a launcher's own words
-
-
 def said(g: Gathered) -> Root | None:
     """What the ranks' own exceptions name, by the one judge's first step (hangwatch/named.py, the
     live watcher's too); then what only the files hold: the kernel's OOM killer (dmesg lines), NCCL's
     watchdog lines; a collective's timeout yields to the Flight Recorders' word on who is behind."""
-    launchers = [named.LauncherSaid(n.node, n.said) for n in g.nodes if n.said.failure in LAUNCHERS]
+    launchers = [named.LauncherSaid(n.node, n.said) for n in g.nodes if n.said.failure in named.LAUNCHERS]
     words = from_named(g, named.by_words([ending_of(r) for r in ended(g)], context=context(g), launchers=launchers))
     if words is not None and words.reason not in (Reason.TIMED_OUT, Reason.BEHIND):
         return words

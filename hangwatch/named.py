@@ -19,7 +19,7 @@ from rules.routes import ifname_var, pin_interface
 
 from . import causes, exits
 from .exits import Ending
-from .failures import Failure, Said, family_name, said_by
+from .failures import Failure, Said, family_name, said_by, usage_error
 from .model import Basis, Certainty, Diagnosis, Evidence, Kind, Reason, Who
 from .who import who
 
@@ -49,6 +49,20 @@ class Context:
     master: str | None = None
     nodes: tuple[str, ...] = ()
     launched: bool = False
+
+
+LAUNCHERS = (Failure.SCRIPT_OPTIONS, Failure.PORT_IN_USE, Failure.RENDEZVOUS_TIMEOUT)    # a launcher's own words
+
+
+def launcher_said(type: str | None, message: str | None, line: str) -> Said | None:
+    """What a launcher's own output names (torchrun's, not a rank's): its exception's words (type,
+    message with its chain's), else the line itself (its parser's usage error). None: nothing of a
+    launcher's own failure."""
+    if type is not None:
+        found = said_by(type, message or "")
+        if found is not None and found.failure in LAUNCHERS:
+            return found
+    return usage_error(line)
 
 
 def said(ending: Ending) -> Said | None:

@@ -49,7 +49,10 @@ def judge(ranks: Sequence[LaunchedRank], nodes: Sequence[NodeState]) -> Diagnosi
     endings = [ending_of(r, by.get(r.node)) for r in ranks if r.ended]
     master = next((r.node for r in ranks if r.rank == 0), None)
     order = tuple(dict.fromkeys(r.node for r in sorted(ranks, key=lambda r: r.rank)))
-    return named.judge(endings, context=named.Context(master, order, launched=True)) if endings else None
+    launchers = [named.LauncherSaid(n.node, said) for n in nodes for said in n.said]
+    if not endings and not launchers:
+        return None
+    return named.judge(endings, context=named.Context(master, order, launched=True), launchers=launchers)
 
 
 def first_on_node(ranks: Sequence[LaunchedRank], node: NodeState) -> tuple[Who, ...]:

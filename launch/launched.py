@@ -8,6 +8,7 @@ import signal as signals
 from dataclasses import asdict, dataclass, field
 
 from hangwatch.exits import StoppedBy
+from hangwatch.failures import Said
 from hangwatch.model import Diagnosis, Word
 from hangwatch.tracebacks import ExceptionInfo
 from hangwatch.who import Who, who
@@ -113,6 +114,7 @@ class NodeState:
     launched: bool = False             # torchrun was started (the node's checks before it passed)
     watched: bool = False              # the node reports each rank's start and exit
     ended_at: float | None = None      # epoch seconds
+    said: list[Said] = field(default_factory=list)   # what its torchrun's own lines named (its parser, its store)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hangwatch.exits import StoppedBy
-from hangwatch.model import Kind
+from hangwatch.model import Basis, Kind
 from hangwatch.text import headline
 from node.protocol import ExitStatus
 from node.terminal import shown, shown_data, shown_text
@@ -87,8 +87,9 @@ def render(result: LaunchResult, port: int, master: str) -> str:
             # the hang hangwatch named stood; that hang is the run's verdict.
             lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
             lines.append(f"  the hang: {shown(headline(verdict))}")
-        elif verdict is not None and verdict.named:
-            # The run's verdict: the ranks no other end explains (or the hang named), and why.
+        elif verdict is not None and (verdict.named or (verdict.basis is Basis.WORDS and verdict.nodes)):
+            # The run's verdict: the ranks no other end explains (or the hang named), and why; or the
+            # nodes whose launcher's own words named the failure (its store's port, its parser).
             lines.append(f"training failed: {shown(headline(verdict))}" + stopped)
         elif first_node is not None and first_node.error:
             lines.append(f"training failed on {first_node.node}: {first_node.error}"

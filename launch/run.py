@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hangwatch.exits import StoppedBy
 from hangwatch.model import Diagnosis
+from hangwatch.named import launcher_said
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
@@ -65,7 +66,7 @@ class Launch:
         self.on_stopping: list[Callable[[str | None, float, str], None]] = []
         self.on_exception: list[Callable[[str, int, ExceptionInfo], None]] = []
         self.on_rank_end: list[Callable[[str, int, int | None, ExitStatus], None]] = []
-        self._readers: dict[int, Reader] = {}         # rank -> what its output says of an exception
+        self._readers: dict[int | tuple[str, str], Reader] = {}   # rank (or a node's launcher) -> its exception
         self.ranks: dict[int, LaunchedRank] = {
             rank: LaunchedRank(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
         self.nodes: dict[str, NodeState] = {n.node: NodeState(n.node) for n in plan.nodes}
@@ -201,6 +202,16 @@ class Launch:
         for whole in self._tee(node).feed(raw):
             self._one_line(node, whole)
 
+    def _launcher_line(self, node: NodePlan, text: str) -> None:
+        """A line of the node's own (torchrun's): what its failure's words name, for the one judge
+        (named.by_launchers). Called with the lock held."""
+        info = self._readers.setdefault(("launcher", node.node), Reader()).feed(text)
+        said = launcher_said(info.type if info else None, (info.message + (f"\n{info.cause}" if info.cause else ""))
+                             if info else None, text)
+        state = self.nodes[node.node]
+        if said is not None and said not in state.said:
+            state.said.append(said)
+
     def _tee(self, node: NodePlan) -> Tee:
         tee = self._tees.get(node.node)
         if tee is None:
@@ -226,6 +237,8 @@ class Launch:
                     rank.error = seen
                     # Read on the master after its own stop began: a lost peer then is the stop's.
                     rank.error_after_stop = self.stop_reason is not None
+            if line.rank is None:
+                self._launcher_line(node, line.text)
             self._tails.setdefault((node.node, line.rank), collections.deque(maxlen=TAIL)).append(line.text)
         if seen is not None and rank is not None:
             self._tell(self.on_exception, node.node, rank.rank, seen)

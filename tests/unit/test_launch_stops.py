@@ -120,3 +120,34 @@ def test_a_verdict_carries_only_the_preflight_findings_that_can_cause_it(tmp_pat
     from hangwatch import notes as clues
     assert clues.related(notes, ["master"], Reason.RAISED) == ()
     assert clues.related(notes, ["master"], Reason.PORT_IN_USE) == (notes["master"][0],)
+
+
+def test_a_launchs_summary_names_what_torchruns_own_lines_name_as_explain_does(tmp_path):
+    # port-busy (real: torchrun on master could not listen on its store's port): before, the launch
+    # summary said only "torchrun on master ended with exit code 1"; explain of the files named the
+    # busy port. The launcher now reads the node's own lines into what they name (named.launcher_said,
+    # as run.py does line by line) and the one judge decides from them (named.by_launchers).
+    from hangwatch.named import launcher_said
+    from hangwatch.tracebacks import Reader
+
+    folder = Path(__file__).parent / "artifacts" / "explain" / "port-busy"
+    reader, said = Reader(), []
+    for line in (folder / "master.log").read_text().splitlines():
+        info = reader.feed(line)
+        found = launcher_said(info.type if info else None,
+                              (info.message + (f"\n{info.cause}" if info.cause else "")) if info else None, line)
+        if found is not None and found not in said:
+            said.append(found)
+    nodes = [NodeState("master", "failed", exit=1, launched=True, said=said),
+             NodeState("worker1", "stopped", launched=True, stopped=True)]
+    ranks = [LaunchedRank(r, "master" if r < 2 else "worker1", r % 2) for r in range(4)]
+    for node in nodes:
+        attribute([r for r in ranks if r.node == node.node], node)
+    result = LaunchResult(ranks, nodes, "master failed", "master", 5.0)
+    d = judged(result)
+    files = explain([str(folder)]).diagnosis
+    assert d is not None and files is not None
+    assert (d.kind, d.reason, tuple(d.nodes), d.store) == (files.kind, files.reason, tuple(files.nodes), files.store) \
+        == (Kind.EXITED, Reason.PORT_IN_USE, ("master",), d.store)
+    assert render(result, 29500, "master").splitlines()[0] == f"training failed: {headline(d)}; every node was stopped"
+    assert "could not listen on the master port" in headline(d)
