@@ -21,6 +21,7 @@ from . import causes, exits
 from .exits import Ending
 from .failures import Failure, Said, family_name, said_by, usage_error
 from .model import Basis, Certainty, Diagnosis, Evidence, Kind, Reason, Who
+from .tracebacks import ExceptionInfo
 from .who import who
 
 
@@ -54,12 +55,12 @@ class Context:
 LAUNCHERS = (Failure.SCRIPT_OPTIONS, Failure.PORT_IN_USE, Failure.RENDEZVOUS_TIMEOUT)    # a launcher's own words
 
 
-def launcher_said(type: str | None, message: str | None, line: str) -> Said | None:
-    """What a launcher's own output names (torchrun's, not a rank's): its exception's words (type,
-    message with its chain's), else the line itself (its parser's usage error). None: nothing of a
-    launcher's own failure."""
-    if type is not None:
-        found = said_by(type, message or "")
+def launcher_said(info: ExceptionInfo | None, line: str) -> Said | None:
+    """What a launcher's own output names (torchrun's, not a rank's): the words of the exception
+    its lines show so far (type, message with its chain's), else the line itself (its parser's
+    usage error). None: nothing of a launcher's own failure."""
+    if info is not None:
+        found = said_by(info.type, info.message + (f"\n{info.cause}" if info.cause else ""))
         if found is not None and found.failure in LAUNCHERS:
             return found
     return usage_error(line)

@@ -203,14 +203,10 @@ class Launch:
             self._one_line(node, whole)
 
     def _launcher_line(self, node: NodePlan, text: str) -> None:
-        """A line of the node's own (torchrun's): what its failure's words name, for the one judge
-        (named.by_launchers). Called with the lock held."""
-        info = self._readers.setdefault(("launcher", node.node), Reader()).feed(text)
-        said = launcher_said(info.type if info else None, (info.message + (f"\n{info.cause}" if info.cause else ""))
-                             if info else None, text)
-        state = self.nodes[node.node]
-        if said is not None and said not in state.said:
-            state.said.append(said)
+        """A line of torchrun's own: what it names, for the one judge (named.by_launchers). Lock held."""
+        said = launcher_said(self._readers.setdefault(("launcher", node.node), Reader()).feed(text), text)
+        if said is not None and said not in self.nodes[node.node].said:
+            self.nodes[node.node].said.append(said)
 
     def _tee(self, node: NodePlan) -> Tee:
         tee = self._tees.get(node.node)

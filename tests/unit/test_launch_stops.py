@@ -133,9 +133,7 @@ def test_a_launchs_summary_names_what_torchruns_own_lines_name_as_explain_does(t
     folder = Path(__file__).parent / "artifacts" / "explain" / "port-busy"
     reader, said = Reader(), []
     for line in (folder / "master.log").read_text().splitlines():
-        info = reader.feed(line)
-        found = launcher_said(info.type if info else None,
-                              (info.message + (f"\n{info.cause}" if info.cause else "")) if info else None, line)
+        found = launcher_said(reader.feed(line), line)
         if found is not None and found not in said:
             said.append(found)
     nodes = [NodeState("master", "failed", exit=1, launched=True, said=said),
