@@ -2,10 +2,11 @@
 rests on. A run that ddp-preflight --launch ran left its verdict in result.json: that verdict is
 the answer, decided live by hangwatch from more than the files hold (each rank's exit on one
 clock, its own record, the kernel's word on who closed first); the files add their lines. Any
-other run is decided here: first what a failure's own words name (words.py: a launcher's, then a
-rank's, then the rank the others' collectives say is behind), then how the ranks ended, by the
-one rule of who failed first (ended.py: hangwatch/exits.py's judge). The victims are evidence
-under it, never the root. Pure: over what logs.py and records.py gathered."""
+other run goes to the one judge the live watcher and a launch's summary use: what the failures'
+own words name (hangwatch/named.py, through words.py, which adds what only files hold: the OOM
+killer's and NCCL's watchdog lines, the rank the others' collectives say is behind), then how the
+ranks ended, by the one rule of who failed first (ended.py: hangwatch/exits.py's judge). The
+victims are evidence under it, never the root. Pure: over what logs.py and records.py gathered."""
 
 from __future__ import annotations
 
