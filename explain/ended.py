@@ -5,9 +5,9 @@ explains. Logs carry no exit times: ends are ordered only where the files say mo
 
 from __future__ import annotations
 
-from hangwatch import exits
+from hangwatch import exits, named
 from hangwatch.ended import as_seen
-from hangwatch.model import Evidence, Reason
+from hangwatch.model import Basis, Evidence, Reason
 from hangwatch.model import RankStatus as S
 from hangwatch.who import Unnumbered
 from hangwatch.words import who
@@ -65,6 +65,25 @@ def judged(g: Gathered) -> Root | None:
         root.nodes = sorted({r.node for r in lost if r.node})
         root.unknown_why = f"{who(r.key for r in lost)} lost a peer or the link"
     return root
+
+
+def context(g: Gathered) -> named.Context:
+    """What the files know of the run beyond its ends: its nodes in order (a launch's plan) and
+    whether ddp-preflight --launch ran it."""
+    return named.Context(g.node_order[0] if g.node_order else None, tuple(g.node_order), g.launched)
+
+
+def from_named(g: Gathered, found: named.Named | None) -> Root | None:
+    """The one judge's verdict from the ranks' words, with the lines of the ranks whose words decided it."""
+    if found is None:
+        return None
+    d = found.diagnosis
+    said = [r for r in g.ranks if r.key in found.said_by]
+    launchers = [n for n in g.nodes if any(n.said is said.said for said in found.launchers)]
+    return Root(d.kind, d.reason or Reason.FAILED, list(d.culprits), list(d.candidates), d.certainty,
+                nodes=list(d.nodes), store=d.store, unknown_why=d.unknown_why,
+                notes={e.key: tuple(e.notes) for e in d.evidence if e.notes},
+                quotes=quotes(launchers) + quotes(said), fix=found.fix, named_by_words=d.basis is Basis.WORDS)
 
 
 def _unseen(g: Gathered, rank: int) -> Evidence:

@@ -42,8 +42,8 @@ class Finding:
 # The messages that name a cause by themselves, in the order a run fails in (an earlier one is why a
 # later one happened: a duplicate GPU is why NCCL said invalid usage).
 ROOTS = ("gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family", "duplicate-gpu",
-         "nccl-invalid-usage", "unused-parameters", "gloo-unsupported", "mismatch-report", "cuda-oom", "host-oom",
-         "store-barrier", "store-client-timeout", "nccl-system-error")
+         "nccl-invalid-usage", "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch",
+         "cuda-oom", "host-oom", "store-barrier", "store-client-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
 # INFO lines, Gloo's loopback warning (harmless on one node), a victim's word on NCCL, monitored_barrier's
 LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-error", "monitored-barrier", "segfault", "abort")

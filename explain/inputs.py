@@ -153,6 +153,12 @@ def _over(size: int, budget: list[int] | None, what: str) -> str | None:
     return None
 
 
+def _flight_dump(data: dict) -> bool:
+    """torch's Flight Recorder JSON: its version, process groups and their status; "entries" only
+    once a collective ran (a rank that ran none dumps `"pg_status": {}` and no entries)."""
+    return "pg_status" in data or ("entries" in data and ("version" in data or "pg_config" in data))
+
+
 def _json_kind(path: str, follow: bool = True, logs: list[int] | None = None) -> Input:
     try:
         raw = read_regular(path, JSON_LIMIT, follow=follow)
@@ -168,9 +174,9 @@ def _json_kind(path: str, follow: bool = True, logs: list[int] | None = None) ->
     message = data.get("message")
     if isinstance(message, dict) and ("extraInfo" in message or "message" in message):
         return Input(path, InputKind.ERROR_FILE)
-    if "entries" in data and ("pg_status" in data or "version" in data or "pg_config" in data):
+    if _flight_dump(data):
         return Input(path, InputKind.FLIGHT)
-    if isinstance(data.get("flight"), dict) and "entries" in data["flight"]:
+    if isinstance(data.get("flight"), dict) and (_flight_dump(data["flight"]) or "entries" in data["flight"]):
         return Input(path, InputKind.FLIGHT)              # the launcher's kept dump: {"rank", "node", "flight"}
     if "snapshot" in data:
         return Input(path, InputKind.BUNDLE)

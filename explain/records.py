@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 from hangwatch import failures
-from hangwatch.exits import OUTSIDE, StoppedBy
-from hangwatch.model import Diagnosis, exit_from_json
+from hangwatch.exits import StoppedBy, stop_of
+from hangwatch.model import HANGS, Diagnosis, exit_from_json
 from hangwatch.tracebacks import exception_in
 from hangwatch.words import who
 from node.bounded import Skipped, read_regular
@@ -73,11 +73,13 @@ def read_flight(gathered: Gathered, path: str) -> None:
         rank = data.get("rank") if isinstance(data.get("rank"), int) else rank
         node = data.get("node") if isinstance(data.get("node"), str) else None
         data = data["flight"]
-    entries = data.get("entries") if isinstance(data, dict) else None
+    entries = data.get("entries", [] if "pg_status" in data else None) if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        return
+        return                    # no entries and no status: not a dump (a rank that ran no collective has its status)
     if rank is None:
         rank = _rank_of_dump(data)
+    if rank is None and not entries:
+        return                    # an empty recorder of a rank nothing names says nothing
     seen = gathered.rank(node, rank)
     seen.flight = {"entries": entries, "path": path, "pg_status": data.get("pg_status")}
 
@@ -96,6 +98,9 @@ def read_bundle(gathered: Gathered, path: str) -> None:
     data = _load(path)
     snapshot = data.get("snapshot") if isinstance(data, dict) else None
     diagnosis = snapshot.get("diagnosis") if isinstance(snapshot, dict) else None
+    kind = diagnosis.get("kind") if isinstance(diagnosis, dict) else None
+    if kind in {k.value for k in HANGS}:
+        gathered.hang_bundled = True
     for e in (diagnosis or {}).get("evidence") or []:
         if not isinstance(e, dict):
             continue
@@ -128,6 +133,7 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
     gathered.launched = True
     gathered.finished = data.get("ok") is True
     stopped = {n.get("node") for n in data.get("nodes") or [] if isinstance(n, dict) and n.get("stopped")}
+    gathered.watched = any(isinstance(n, dict) and n.get("watched") is True for n in data.get("nodes") or [])
     for n in data.get("nodes") or []:
         # A node's own error (ssh refused, torchrun missing, its cwd gone), not one ddp-preflight's
         # stop caused: the launch's record of why the training did not run there.
@@ -148,7 +154,7 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
             seen.exit_quotes.append(Quote(path, None, f"rank {r['rank']} on {r.get('node')}: {status}"))
         if isinstance(r.get("pid"), int) and seen.pid is None:
             seen.pid = r["pid"]
-        seen.stopped_by = _stopped_by(r, r.get("node") in stopped) or seen.stopped_by
+        seen.stopped_by = _stopped_by(r, status, r.get("node") in stopped) or seen.stopped_by
     verdict = data.get("verdict")
     if isinstance(verdict, dict):
         try:
@@ -161,16 +167,11 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
                                             f"{who(d.named) or 'no rank named'}")
 
 
-def _stopped_by(rank: dict, node_stopped: bool) -> StoppedBy | None:
-    """Who began stopping a launched rank before it ended, as its launch recorded it: ddp-preflight
-    (a signal on a node it stopped, or a lost peer read after its stop began), or torchrun (the
-    launch program saw it stop the rank)."""
-    if rank.get("stopped_by") in tuple(StoppedBy):
-        return StoppedBy(rank["stopped_by"])
-    if node_stopped and (rank.get("signal") is not None or rank.get("error_after_stop")):
-        return OUTSIDE
-    return None
-
+def _stopped_by(rank: dict, status: ExitStatus | None, node_stopped: bool) -> StoppedBy | None:
+    """Who began stopping a launched rank before it ended, as its launch recorded it: the one rule
+    (hangwatch/exits.py's stop_of), the launch summary's too."""
+    return stop_of(status, node_stopped, rank.get("error_after_stop") is True, rank.get("failed_first") is True,
+                   rank.get("stopped_by") == StoppedBy.TORCHRUN.value)
 
 
 def _rank_in(path: str) -> int | None:

@@ -49,6 +49,9 @@ def as_text(e: Explanation) -> str:
     elif d is None:
         lines = [f"no failure found in {len(e.read)} input{'s' if len(e.read) != 1 else ''}: no rank raised, was "
                  "killed or lost a peer, and no launcher failed"]
+        if e.stopped:
+            lines.append(f"the launch was stopped ({shown(e.stopped)}) while hangwatch watched it, and it named no "
+                         "hang: ranks a collective apart in the Flight Recorders kept at the stop were in flight")
     else:
         verdict = f"{d.kind.value} ({d.certainty.value}): {shown(text.summary(d))}"
         if e.finding is not None and d.certainty is Certainty.UNSURE and not d.culprits:

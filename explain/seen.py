@@ -83,9 +83,19 @@ class Gathered:
     finished: bool = False                                   # ... a result.json that says every rank exited 0
     saved: Diagnosis | None = None                           # ... and the verdict it saved (hangwatch's, live)
     node_errors: list[NodeError] = field(default_factory=list)   # ... the nodes it could not start or lost
+    watched: bool = False                                    # ... hangwatch watched its nodes (result.json)
+    hang_bundled: bool = False                               # an incident bundle of a hang hangwatch named was read
     messages: Messages = field(default_factory=Messages)     # the catalogued messages of every log, in order
     read: list[str] = field(default_factory=list)            # inputs read
     skipped: list[str] = field(default_factory=list)         # inputs not read, with why
+
+    @property
+    def watched_no_hang(self) -> bool:
+        """ddp-preflight stopped a launch that hangwatch watched to the end and named no hang in
+        (result.json saved none, no incident bundle of one): its Flight Recorders were kept while
+        the ranks ran, and ranks one collective apart in them are a run in flight, not a hang. The
+        live judge saw their progress; the files cannot."""
+        return self.watched and self.stop_reason is not None and self.saved is None and not self.hang_bundled
 
     def rank(self, node: str | None, rank: int | None, local_rank: int | None = None) -> RankSeen:
         """The record of this rank, made on first sight; a writer known only by its local rank

@@ -2,10 +2,11 @@
 rests on. A run that ddp-preflight --launch ran left its verdict in result.json: that verdict is
 the answer, decided live by hangwatch from more than the files hold (each rank's exit on one
 clock, its own record, the kernel's word on who closed first); the files add their lines. Any
-other run is decided here: first what a failure's own words name (words.py: a launcher's, then a
-rank's, then the rank the others' collectives say is behind), then how the ranks ended, by the
-one rule of who failed first (ended.py: hangwatch/exits.py's judge). The victims are evidence
-under it, never the root. Pure: over what logs.py and records.py gathered."""
+other run goes to the one judge the live watcher and a launch's summary use: what the failures'
+own words name (hangwatch/named.py, through words.py, which adds what only files hold: the OOM
+killer's and NCCL's watchdog lines, the rank the others' collectives say is behind), then how the
+ranks ended, by the one rule of who failed first (ended.py: hangwatch/exits.py's judge). The
+victims are evidence under it, never the root. Pure: over what logs.py and records.py gathered."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Explanation:
     saved: bool = False              # the verdict is the one a launch saved in its result.json
     finding: Finding | None = None   # what the catalogued messages say failed (finding.py)
     runs: tuple[Explanation, ...] = ()   # inputs of separate runs (runs.py): each explained alone
+    stopped: str | None = None       # a watched launch ddp-preflight stopped with no hang named: why it stopped
 
     @property
     def ok(self) -> bool:
@@ -52,7 +54,7 @@ class Explanation:
         return {"ok": self.ok, "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
                 "finding": self.finding.to_json() if self.finding else None,
                 "runs": [r.to_json() for r in self.runs],
-                "fix": self.fix.text() if self.fix else None, "saved": self.saved,
+                "fix": self.fix.text() if self.fix else None, "saved": self.saved, "stopped": self.stopped,
                 "quotes": [{"path": q.path, "line": q.line, "text": q.text} for q in self.quotes],
                 "read": list(self.read), "skipped": list(self.skipped)}
 
@@ -84,13 +86,17 @@ def decide(g: Gathered) -> Explanation:
         root.candidates, root.culprits, root.certainty = [*root.culprits, *root.candidates], [], Certainty.UNSURE
     if root is None:
         return Explanation(None, finding.fix if finding else None, finding.quotes if finding else (), read, skipped,
-                           finding=finding)
+                           finding=finding, stopped=g.stop_reason if g.watched_no_hang else None)
     found = evidence(g, root)
     basis = (Basis.SEQUENCE if root.reason is Reason.BEHIND and any(e.seq is not None for e in found) else
              Basis.WORDS if root.named_by_words else Basis.EVIDENCE)
     d = Diagnosis(kind=root.kind, culprits=tuple(root.culprits), candidates=tuple(root.candidates), reason=root.reason,
                   certainty=root.certainty, evidence=tuple(found), causes=_causes(root, finding),
                   nodes=tuple(root.nodes), store=root.store, unknown_why=root.unknown_why, world=g.world, basis=basis)
+    if finding is not None and d.culprits:
+        # One culprit list: the verdict's. What the messages' own reading names (a launcher's table
+        # in file-read order, a local rank taken for a global one) never adds other ranks beside it.
+        finding = replace(finding, culprits=tuple(k for k in finding.culprits if k in d.culprits))
     return Explanation(d, root.fix or (finding.fix if finding else None), tuple(root.quotes), read, skipped,
                        finding=finding)
 

@@ -119,7 +119,7 @@ def _say(state: State, quiet: list[Track], seconds: float, now: float, wall: flo
                  "torch imported"]
         if t.training is not None:
             notes.append(f"in {t.training}")
-        seen.append(replace(e, notes=tuple(notes)))
+        seen.append(replace(e, notes=tuple(notes), step=t.training))
     found = trains_alone(seen, max(t.view.world_size or 0 for t in quiet), seconds,
                          Reason.TRAINING if stepping else None)
     state.alone = tuple((t.view.node, t.view.pid) for t in quiet)

@@ -135,6 +135,11 @@ FAILURE_CAUSES: dict[Reason, tuple[Cause, ...]] = {
     Reason.UNSUPPORTED: (Cause("the backend does not implement this call: on Gloo, Work.get_future() of "
                                "reduce_scatter and others, AVG and PREMUL_SUM reductions, uneven all_gather "
                                "(ddp-preflight's collectives, --scan PATH finds the calls in the code)"),),
+    Reason.SIZE_MISMATCH: (Cause("the ranks called a collective with tensors of different sizes, or different "
+                                 "collectives, at one point: a rank-dependent shape, uneven data, a call on one rank "
+                                 "only (TORCH_DISTRIBUTED_DEBUG=DETAIL names the two calls)",
+                                 (Fix(Action.CHANGE, ("every rank issues the same collectives with the same tensor "
+                                                      "shapes in the same order",)),)),),
     Reason.SCRIPT_OPTIONS: (Cause("torchrun's parser reads options after the script that abbreviate one of its own "
                                   "(--run for --run-path, seed 000): ddp-preflight's launch-args"),),
     Reason.NCCL_ERROR: (Cause("NCCL refused the process group: two ranks on one GPU (more ranks per node than GPUs, or "

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from . import notes
 from .causes import TRAINS_ALONE
-from .model import Certainty, Diagnosis, Evidence, Kind, NodeNote, Reason, Word
+from .model import Certainty, Diagnosis, Evidence, Kind, Reason, Word
 from .model import RankStatus as S
 from .rendezvous import never_checked_in
 from .stalled import Stall
@@ -92,8 +93,8 @@ def decide(s: Stall, rules: Sequence[Rule] = RULES) -> Diagnosis | Hold:
             continue
         if isinstance(found, Hold):
             return found
-        nodes = dict.fromkeys(e.node for k, e in s.ranks.items() if k in found.named)
-        return replace(found, notes=tuple(NodeNote(node, said) for node in nodes for said in s.notes.get(node, ())))
+        nodes = [e.node for k, e in s.ranks.items() if k in found.named]
+        return replace(found, notes=notes.related(s.notes, nodes, found.reason))
     return Hold.NOTHING
 
 

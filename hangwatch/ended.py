@@ -16,12 +16,12 @@ from dataclasses import asdict, replace
 from node import protocol
 from node.protocol import ExitStatus
 
-from . import exits
+from . import exits, named, notes
 from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, NodeNote, NodeStatus, RankStatus, RankView, Seen, Who
+from .model import Diagnosis, NodeNote, NodeStatus, RankStatus, RankView, Reason, Seen, Who
 from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
@@ -111,7 +111,8 @@ def _gone(state: State, t: Track, out: list[Effect]) -> None:
 
 def as_seen(info: ExceptionInfo, source: str) -> Seen:
     where = f"{info.file}:{info.line}" if info.file and info.line else None
-    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, source)
+    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, source, info.cause,
+                info.failure)
 
 
 # -- what the launcher says ----------------------------------------------------------------------
@@ -269,15 +270,27 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     tracks = [t for t in state.ranks.values() if t.run == run]
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
     closed, owner = closed_first(state, tracks), owners(tracks)
-    found = exits.judge([ending_of(state, t, closed, owner) for t in tracks if t.ended], running)
+    found = named.judge([ending_of(state, t, closed, owner) for t in tracks if t.ended], running,
+                        context=context(state))
     if found is None:
         return None
     apart = clocks_apart(state)
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
-                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named]))
+                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named], found.reason))
     return found
 
 
-def _notes(state: State, nodes: list[str]) -> tuple[NodeNote, ...]:
-    """What preflight said of these nodes (under --launch): a data-shards warning is the clue."""
-    return tuple(NodeNote(node, note) for node in dict.fromkeys(nodes) for note in state.config.notes.get(node, ()))
+def context(state: State) -> named.Context:
+    """What the watcher knows of the run beyond its ends: the master's node (rank 0's in a launch
+    plan, else the first node watched), the nodes in order, and whether it is a launch."""
+    nodes = tuple(state.nodes)
+    planned = state.config.planned
+    master = planned.get(0) or (nodes[0] if nodes else None)
+    order = tuple(dict.fromkeys(planned[r] for r in sorted(planned))) or nodes
+    return named.Context(master, order, bool(planned))
+
+
+def _notes(state: State, nodes: list[str], reason: Reason | None) -> tuple[NodeNote, ...]:
+    """What preflight said of these nodes (under --launch) that can cause the verdict's reason:
+    a data-shards warning beside a rank that left first (notes.py)."""
+    return notes.related(state.config.notes, nodes, reason)

@@ -5,7 +5,7 @@ verdict's fields. Pure; nothing decides from these strings."""
 from __future__ import annotations
 
 from . import sequence
-from .model import Diagnosis, Evidence, Reason
+from .model import Basis, Diagnosis, Evidence, Reason
 from .model import RankStatus as S
 from .words import by_key, first_line, ranks, signal_name, who
 
@@ -49,15 +49,18 @@ def _ended_in_order(d: Diagnosis) -> list[Evidence]:
 
 
 def exit_head(d: Diagnosis) -> str:
-    """Who ended first, and why; or why that cannot be told."""
+    """Who ended first, and why; or why that cannot be told. A verdict a failure's own words named
+    is said in those words (the port in use, the address family), without the ranks that followed."""
+    if d.basis is Basis.WORDS:
+        return named(d, followed=False)
     by = by_key(d)
     ended = _ended_in_order(d)
-    named = [by[k] for k in d.named if k in by]
+    shown = [by[k] for k in d.named if k in by]
     if d.culprits:
-        head = "; ".join(f"{_on(e)} {_ended(e)}" for e in named)
+        head = "; ".join(f"{_on(e)} {_ended(e)}" for e in shown)
     elif d.candidates:
-        stopped = [e for e in named if e.reason is Reason.STOPPED_BY_LAUNCHER]
-        first = [e for e in named if e not in stopped]
+        stopped = [e for e in shown if e.reason is Reason.STOPPED_BY_LAUNCHER]
+        first = [e for e in shown if e not in stopped]
         head = f"{who(e.key for e in first)} ended first ({'; '.join(f'{_on(e)} {signal_name(e.exit)}' for e in first)})"
         if len(first) > 1:
             head += f", closer together than the nodes' clocks can order them (within {d.margin or 0:.3f} s)"
@@ -109,6 +112,8 @@ NAMED = {
     Reason.PORT_IN_USE: "torchrun on {nodes} could not listen on the master port{port}: it is in use (EADDRINUSE); "
                         "no rank started",
     Reason.UNSUPPORTED: "{who} called what the backend does not implement: {exception}",
+    Reason.SIZE_MISMATCH: "the ranks issued collectives of different sizes: Gloo received more bytes than its "
+                          "collective expected ({basis})",
     Reason.SCRIPT_OPTIONS: "torchrun on {nodes} took the script's options for its own and stopped before any rank "
                            "started: {basis}",
     Reason.NCCL_ERROR: "{who} failed in NCCL: {exception}",
@@ -125,8 +130,9 @@ NAMED = {
 }
 
 
-def named(d: Diagnosis) -> str:
-    """The summary of a verdict whose reason a failure's own words named."""
+def named(d: Diagnosis, followed: bool = True) -> str:
+    """The summary of a verdict whose reason a failure's own words named (`followed`: and how the
+    other ranks then ended)."""
     by = by_key(d)
     first = next((by[k] for k in d.named if k in by), None)
     seen = first.exception if first is not None else None
@@ -146,7 +152,7 @@ def named(d: Diagnosis) -> str:
     text = text.removesuffix(": ")          # a template's {exception} where the ranks raised none (a watchdog line)
     if d.unknown_why and "{basis}" not in words:
         text += f"; {d.unknown_why}"
-    others = [e for e in d.evidence if e.key not in d.named and e.reason is not None]
+    others = [e for e in d.evidence if e.key not in d.named and e.reason is not None] if followed else []
     if others:
         text += "; then " + ", ".join(f"{e.label} ({_followed(e)})" for e in others)
     return text

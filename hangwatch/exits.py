@@ -105,6 +105,24 @@ OUTSIDE = StoppedBy.DDP_PREFLIGHT     # stops every node of the run from outside
                                       # began is its doing
 
 
+def stop_of(status: ExitStatus | None, node_stopped: bool, error_after_stop: bool = False, failed_first: bool = False,
+            torchrun: bool = False) -> StoppedBy | None:
+    """Who began stopping a launched rank before it ended, from what its launch recorded: the one
+    rule for a launch's summary (launch/ends.py) and explain of its result.json (explain/records.py).
+    ddp-preflight, when it stopped the rank's node and the rank ended by a signal a launcher sends
+    (SIGTERM, SIGINT, SIGHUP; SIGKILL unless torchrun saw it fail before it began stopping the node,
+    `failed_first`: a SIGKILL from outside) or lost a peer after its stop began; SIGABRT, SIGSEGV
+    and the like are the rank's own. Else torchrun, when its launch program
+    said it began stopping the rank."""
+    # A stop signal on a stopped node is the stop's even when torchrun saw it first (the supervisor
+    # ends the node's whole group); a SIGKILL torchrun saw before it began stopping came from outside.
+    sent = status is not None and status.signal is not None and \
+        (status.stopped or (status.signal == signal.SIGKILL and not failed_first))
+    if node_stopped and (sent or error_after_stop):
+        return OUTSIDE
+    return StoppedBy.TORCHRUN if torchrun else None
+
+
 def read(ending: Ending, endings: Sequence[Ending]) -> Read:
     """What one ending was, given the others of its run (for a sibling that ended before it). A
     rank that ended after ddp-preflight began stopping every node, and not cleanly, ended by that
@@ -166,7 +184,8 @@ def seen_in_record(record: dict) -> Seen:
     if info is None:
         return Seen(str(record.get("type")), str(record.get("message") or ""), source="record")
     where = f"{info.file}:{info.line}" if info.file and info.line else None
-    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, "record")
+    return Seen(info.type, info.message, where, info.function, info.lost_peer, info.peer, "record", info.cause,
+                info.failure)
 
 
 def _sibling_before(ending: Ending, endings: Sequence[Ending]) -> bool:
@@ -341,6 +360,11 @@ def _at_once(ending: Ending) -> bool:
 
 def _siblings(a: Ending, b: Ending) -> bool:
     return a.node == b.node and a.launcher is not None and a.launcher == b.launcher
+
+
+def evidence_of(r: Read) -> Evidence:
+    """A rank's Evidence as its ending was read."""
+    return _evidence(r)
 
 
 def _evidence(r: Read) -> Evidence:

@@ -49,6 +49,7 @@ class Failure(Word):
     NCCL_ERROR = "nccl-error"                  # NCCL: another error
     CUDA_OUT_OF_MEMORY = "cuda-out-of-memory"  # torch.OutOfMemoryError (source)
     COLLECTIVE_TIMEOUT = "collective-timeout"  # a collective waited past the process group's timeout
+    SIZE_MISMATCH = "size-mismatch"            # Gloo received more bytes than its collective expected
     OOM_KILLED = "oom-killed"                  # the kernel's OOM killer (dmesg, Slurm)
 
 
@@ -67,6 +68,7 @@ EPHEMERAL = BY_ID["gloo-pair-bind"].pattern
 CUDA_OOM = BY_ID["cuda-oom"].pattern
 NCCL_INVALID_USAGE = BY_ID["nccl-invalid-usage"].pattern      # "invalid usage|ncclInvalidUsage"
 NCCL_SYSTEM_ERROR = BY_ID["nccl-system-error"].pattern        # "unhandled system error|ncclSystemError"
+SIZE_MISMATCH = BY_ID["gloo-size-mismatch"].pattern
 
 
 def said_by(type: str, message: str) -> Said | None:
@@ -76,6 +78,10 @@ def said_by(type: str, message: str) -> Said | None:
     found = FAMILY.search(text)
     if found:
         return Said(Failure.ADDRESS_FAMILY, {"own": int(found["own"]), "peer": int(found["peer"])})
+    found = SIZE_MISMATCH.search(text)
+    if found:
+        return Said(Failure.SIZE_MISMATCH, {"got": int(found["got"]) if found["got"] else None,
+                                            "expected": int(found["expected"]) if found["expected"] else None})
     found = CONNECT.search(text)
     if found:
         return Said(Failure.CANNOT_CONNECT, {"why": found["why"], "peer": _peer(found["peer"], found["port"])})

@@ -186,6 +186,7 @@ class Reason(Word):
     ADDRESS_FAMILY = "address-family"         # its Gloo binds another address family than its peers'
     PORT_IN_USE = "port-in-use"               # the store could not listen: the master port is taken
     UNSUPPORTED = "unsupported"               # it called what the backend does not implement
+    SIZE_MISMATCH = "size-mismatch"           # Gloo received more bytes than its collective expected: different collectives
     SCRIPT_OPTIONS = "script-options"         # torchrun's parser took the script's options for its own
     NCCL_ERROR = "nccl-error"                 # NCCL refused: invalid usage, a duplicate GPU, a system error
     OUT_OF_MEMORY = "out-of-memory"           # CUDA ran out of memory on its GPU
@@ -223,6 +224,8 @@ class Evidence:
     notes: tuple[str, ...] = ()       # what else was seen: "CPU 0%", "waiting in the kernel at futex_do_wait"
     node_rank: int | None = None      # a torchrun that waits in its rendezvous: its node rank (of Diagnosis.world)
     groups: tuple[InGroup, ...] = ()  # where it is in each process group it has used (Flight Recorder)
+    step: str | None = None           # the training step of its own its stack showed it in, where it trains alone
+                                      # ("optimizer.step at train.py:88": alone.py)
 
     writer: str | None = None         # a rank whose number is unknown, as explain read it (Unnumbered.writer)
 
@@ -257,6 +260,7 @@ class NodeNote:
     """What preflight said of a node (under --launch): the clue beside a verdict on its ranks."""
     node: str
     said: str
+    check: str | None = None          # the check that said it ("data-shards"): whether it is a clue (notes.py)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ class Seen:
     lost_peer: bool = False           # a message of a rank that lost a peer or the link
     peer: str | None = None           # the peer's address when the message names it
     source: str = "output"            # "record" (the rank wrote it) | "output" (read in its lines)
+    cause: str | None = None          # the chain's earlier exception, when it said more (a wrapper's ValueError
+                                      # raised from Gloo's timeout): what its words name is read from both
+    failure: str | None = None        # its message's id in the one catalogue (rules/failures.py); None: not there
 
 
 @dataclass(frozen=True)

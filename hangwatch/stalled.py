@@ -14,7 +14,7 @@ from functools import cached_property
 from node.protocol import StoreAnswer
 
 from .causes import CAUSES
-from .model import Certainty, Diagnosis, Evidence, Kind, Reason
+from .model import Certainty, Diagnosis, Evidence, Kind, NodeNote, Reason
 from .model import RankStatus as S
 from .who import Who
 
@@ -42,7 +42,7 @@ class Stall:
     quiet: float | None = None                # every live rank watched and quiet: for how long (None: not so)
     idle_share: float | None = None           # the share of the last `idle_span` s the waiting ranks spent idle
     idle_span: int | None = None
-    notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
+    notes: Mapping[str, tuple[NodeNote, ...]] = field(default_factory=dict)   # node -> what preflight said of it
     find_groups: Callable[[], tuple[frozenset[Who], ...]] = tuple   # the groups below, found when asked
 
     @cached_property

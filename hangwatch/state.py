@@ -12,7 +12,7 @@ from node.protocol import ExitStatus
 from . import stall
 from .events import Event, EventKind
 from .inputs import Effect, Say
-from .model import Diagnosis, Kind, NodeView, RankStatus, RankView, Seen, Snapshot, Unnumbered, Who, Word
+from .model import Diagnosis, Kind, NodeNote, NodeView, RankStatus, RankView, Seen, Snapshot, Unnumbered, Who, Word
 
 ENDLESS_TIMES = 5         # a straggler that keeps the others waiting this many thresholds is a hang
 SILENT_SAMPLES = 5        # an agent reports every sample interval: this many missed, its node is lost
@@ -122,7 +122,7 @@ class Config:
     native: bool = False                         # native frames in every stack
     endless_after: float | None = None           # seconds a rank may compute while the others wait
                                                  # (None: ENDLESS_TIMES x the threshold)
-    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
+    notes: dict[str, tuple[NodeNote, ...]] = field(default_factory=dict)   # node -> what preflight said of it
     planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
 
     @property

@@ -237,7 +237,7 @@ def _alone(d: Diagnosis) -> str:
     steps = ""
     if d.reason is Reason.TRAINING:
         # Where its stacks found each rank: its own line of the step, once for ranks at the same one.
-        seen = sorted({n[3:] for e in d.evidence for n in e.notes if n.startswith("in ")})
+        seen = sorted({e.step for e in d.evidence if e.step})
         steps = f", each in a training step of its own ({'; '.join(seen)})"
     return (f"{who(e.key for e in d.evidence)} (world {d.world}) used CPU for {d.waited or 0:.0f} s without a single "
             f"TCP connection to the store or to each other{steps}: each rank trains alone: no process group was "

@@ -22,7 +22,7 @@ from . import alone, ended, reducer, runs, stall
 from .events import Event
 from .inputs import Effect, Input
 from .links import LEASE, AgentLink
-from .model import Diagnosis, Snapshot
+from .model import Diagnosis, NodeNote, Snapshot
 from .render import event_text
 from .source import Source
 from .who import Who
@@ -49,7 +49,7 @@ class Watcher(Source):
                  interval: float = 1.0, native: bool = False, py_spy: str | None = None,
                  on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
                  incident_dir: str = "hangwatch-incidents", lease: float = LEASE,
-                 endless_after: float | None = None, notes: dict[str, tuple[str, ...]] | None = None,
+                 endless_after: float | None = None, notes: dict[str, tuple[NodeNote, ...]] | None = None,
                  planned: dict[int, str] | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.clock, self.wall = clock, wall    # tests replaying recorded agent lines drive the clock

@@ -4,6 +4,7 @@ of it (Unnumbered), never by a made-up number."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Union
 
@@ -35,6 +36,17 @@ class Unnumbered:
 
 
 Who = Union[int, Unnumbered]       # a rank named by a verdict: its number, or what is known of it
+
+
+def who(keys: Iterable[Who]) -> str:
+    """Ranks by number; a rank whose number is unknown by its pid (or where it was read)."""
+    keys = list(keys)
+    numbered = sorted(r for r in keys if isinstance(r, int))
+    pids = sorted(r.pid for r in keys if isinstance(r, Unnumbered) and r.pid is not None)
+    parts = [("rank " if len(numbered) == 1 else "ranks ") + ",".join(map(str, numbered))] if numbered else []
+    parts += [("pid " if len(pids) == 1 else "pids ") + ",".join(map(str, pids))] if pids else []
+    parts += [str(r) for r in keys if isinstance(r, Unnumbered) and r.pid is None]
+    return " and ".join(parts)
 
 
 def label(who: Who) -> str:

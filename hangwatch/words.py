@@ -12,17 +12,7 @@ from node.protocol import ExitStatus
 
 from .model import Cause, Diagnosis, Evidence, NodeNote, Unnumbered, Who
 from .model import RankStatus as S
-
-
-def who(keys: Iterable[Who]) -> str:
-    """Ranks by number; a rank whose number is unknown by its pid (or where it was read)."""
-    keys = list(keys)
-    numbered = sorted(r for r in keys if isinstance(r, int))
-    pids = sorted(r.pid for r in keys if isinstance(r, Unnumbered) and r.pid is not None)
-    parts = [("rank " if len(numbered) == 1 else "ranks ") + ",".join(map(str, numbered))] if numbered else []
-    parts += [("pid " if len(pids) == 1 else "pids ") + ",".join(map(str, pids))] if pids else []
-    parts += [str(r) for r in keys if isinstance(r, Unnumbered) and r.pid is None]
-    return " and ".join(parts)
+from .who import who  # noqa: F401  (the words for ranks: who.py holds them, for the decision modules too)
 
 
 def ranks_of(keys: Iterable[Who]) -> str:
@@ -133,4 +123,5 @@ def cause_line(c: Cause) -> str:
 
 def note_line(n: NodeNote) -> str:
     """What preflight said of a node: "worker1: data-shards: 1 shard here, 4 on master"."""
-    return f"{n.node}: {n.said}" if n.node else n.said
+    said = f"{n.check}: {n.said}" if n.check else n.said
+    return f"{n.node}: {said}" if n.node else said

@@ -8,29 +8,34 @@ stopped the others for."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from hangwatch import exits
+from hangwatch import exits, named
 from hangwatch.ended import as_seen
 from hangwatch.model import Diagnosis
 from hangwatch.who import Who
 from node.protocol import ExitStatus
 
-if TYPE_CHECKING:      # outcome.py renders with these rules: it imports this module
-    from .outcome import LaunchedRank, LaunchResult, NodeState
+from .launched import LaunchedRank, LaunchResult, NodeState
+
+
+def stopped_by_us(rank: LaunchedRank, node: NodeState | None) -> bool:
+    """ddp-preflight's stop ended it (exits.stop_of, the one rule)."""
+    return stopped_by(rank, node) is exits.OUTSIDE
 
 
 def stopped_by(rank: LaunchedRank, node: NodeState | None) -> exits.StoppedBy | None:
-    """Who began stopping it before it ended: ddp-preflight (a signal on a node it stopped, or a lost
-    peer read after its stop began), else torchrun (the launch program saw it stop the rank)."""
-    if node is not None and node.stopped and (rank.signal is not None or rank.error_after_stop):
-        return exits.OUTSIDE
-    return exits.StoppedBy(rank.stopped_by) if rank.stopped_by else None
+    """Who began stopping it before it ended: exits.stop_of over what the launch recorded of it."""
+    return exits.stop_of(_status(rank), node is not None and node.stopped, rank.error_after_stop, rank.failed_first,
+                         rank.stopped_by is exits.StoppedBy.TORCHRUN)
+
+
+def _status(rank: LaunchedRank) -> ExitStatus | None:
+    return ExitStatus(signal=rank.signal) if rank.signal is not None else \
+        ExitStatus(code=rank.exit) if rank.exit is not None else None
 
 
 def ending_of(rank: LaunchedRank, node: NodeState | None) -> exits.Ending:
-    status = ExitStatus(signal=rank.signal) if rank.signal is not None else \
-        ExitStatus(code=rank.exit) if rank.exit is not None else None
+    status = _status(rank)
     error = rank.error
     return exits.Ending(rank.node, rank.pid, rank.rank, status=status,
                         exception=as_seen(error, "output") if error is not None else None,
@@ -42,7 +47,12 @@ def judge(ranks: Sequence[LaunchedRank], nodes: Sequence[NodeState]) -> Diagnosi
     """The verdict on these ranks' ends (None: nothing failed, or the run was stopped first)."""
     by = {n.node: n for n in nodes}
     endings = [ending_of(r, by.get(r.node)) for r in ranks if r.ended]
-    return exits.judge(endings) if endings else None
+    master = next((r.node for r in ranks if r.rank == 0), None)
+    order = tuple(dict.fromkeys(r.node for r in sorted(ranks, key=lambda r: r.rank)))
+    launchers = [named.LauncherSaid(n.node, said) for n in nodes for said in n.said]
+    if not endings and not launchers:
+        return None
+    return named.judge(endings, context=named.Context(master, order, launched=True), launchers=launchers)
 
 
 def first_on_node(ranks: Sequence[LaunchedRank], node: NodeState) -> tuple[Who, ...]:

@@ -11,112 +11,20 @@ headline renders the verdict."""
 
 from __future__ import annotations
 
-import signal as signals
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 from hangwatch.exits import StoppedBy
-from hangwatch.model import Diagnosis, Kind
+from hangwatch.model import Basis, Kind
 from hangwatch.text import headline
-from hangwatch.tracebacks import ExceptionInfo
-from hangwatch.words import who
 from node.protocol import ExitStatus
 from node.terminal import shown, shown_data, shown_text
 
-STOPPED_BY_US = "stopped by ddp-preflight"
+from .ends import first_on_node, judged, stopped_by_us
+from .launched import LaunchedRank, LaunchResult, NodeRun, NodeState, Why
 
+__all__ = ["LaunchResult", "LaunchedRank", "NodeState", "STOPPED_BY_US", "Why", "explain", "render", "stop_signal"]
 
-@dataclass
-class LaunchedRank:
-    rank: int
-    node: str
-    local_rank: int
-    pid: int | None = None             # on its node
-    last_line: str | None = None
-    step: int | None = None            # from its last "step N" line
-    exit: int | None = None            # exit code, when it exited
-    signal: int | None = None          # signal number, when a signal ended it
-    why: str | None = None             # who stopped it, when it did not end by itself
-    error: ExceptionInfo | None = None  # the exception its output shows, if any
-    stopped_by: StoppedBy | None = None   # torchrun: its launcher began stopping it (the launch program said so)
-    error_after_stop: bool = False     # its error's lines came after ddp-preflight began stopping the run
-
-    @property
-    def ok(self) -> bool:
-        return self.exit == 0
-
-    @property
-    def ended(self) -> bool:
-        return self.exit is not None or self.signal is not None
-
-    def outcome(self) -> str:
-        """'exit code 1', 'signal 15 (stopped by ddp-preflight)', or why it is not known."""
-        if self.exit is not None:
-            return f"exit code {self.exit}" + (f", {self.why}" if self.why else "")
-        if self.signal is not None:
-            text = f"signal {self.signal} ({_signal_name(self.signal)})"
-            return f"{text}, {self.why}" if self.why else text
-        return self.why or "no exit status"
-
-
-@dataclass
-class NodeState:
-    node: str
-    status: str = "starting"           # starting | running | exited | failed | stopped | error | not started
-    exit: int | None = None            # torchrun's exit code on the node
-    signal: int | None = None
-    error: str | None = None           # the node could not start, or its connection dropped
-    fix: str | None = None
-    stopped: bool = False              # ddp-preflight stopped it while it ran
-    launched: bool = False             # torchrun was started (the node's checks before it passed)
-    watched: bool = False              # the node reports each rank's start and exit
-    ended_at: float | None = None      # epoch seconds
-
-
-@dataclass
-class LaunchResult:
-    ranks: list[LaunchedRank]
-    nodes: list[NodeState]
-    stop_reason: str | None            # why ddp-preflight stopped the run (None: it ended by itself)
-    first_failure: str | None          # the node that failed first
-    seconds: float
-    log_dir: str | None = None
-    port_free: bool | None = None      # the master port could be bound afterwards (None: not tested)
-    verdict: Diagnosis | None = None   # the verdict on the run: who failed first and why (or the hang named)
-    judged: bool = False               # the verdict was decided (None then means: nothing failed); a result
-                                       # with none that was never judged is judged by the summary, by the same rule
-    notes: list[str] = field(default_factory=list)
-    logs_error: str | None = None      # why the logs stopped before the end ("No space left on device")
-    alone: tuple[int, ...] = ()        # every rank exited 0 but none ever joined a process group (hangwatch's
-                                       # runs.ran_no_collective: no connection, no collective): each trained alone
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.ranks) and all(r.ok for r in self.ranks) and not any(n.error for n in self.nodes) \
-            and not self.alone
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
-
-    def failed_ranks(self) -> list[LaunchedRank]:
-        """The ranks that failed by themselves (not stopped by anyone)."""
-        return [r for r in self.ranks if r.ended and not r.ok and r.why is None]
-
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "exit_code": self.exit_code, "stop_reason": self.stop_reason,
-                "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
-                "log_dir": self.log_dir, "logs_complete": self.logs_error is None, "logs_error": self.logs_error,
-                "port_free": self.port_free, "notes": list(self.notes), "alone": list(self.alone),
-                "verdict": self.verdict.to_json() if self.verdict is not None else None,
-                "nodes": [asdict(n) for n in self.nodes],
-                "ranks": [{**asdict(r), "outcome": r.outcome()} for r in self.ranks]}
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signals.Signals(number).name
-    except ValueError:
-        return "unknown signal"
+STOPPED_BY_US = Why.STOPPED_BY_US.value
 
 
 def stop_signal(rank: LaunchedRank) -> bool:
@@ -126,42 +34,39 @@ def stop_signal(rank: LaunchedRank) -> bool:
 
 def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
     """Fill in `why` for one node's ranks once the node has ended."""
-    from .ends import first_on_node
     failed = [r for r in ranks if r.ended and not r.ok and not stop_signal(r)]
     first = first_on_node(ranks, node) if failed else ()
     for r in ranks:
         if r.ended and r.ok:
             continue
-        if r.signal is not None and node.stopped:
-            r.why = STOPPED_BY_US
+        r.stopped_for, r.torchrun, r.node_error = (), None, None
+        if stopped_by_us(r, node) and r.signal is not None:
+            r.why = Why.STOPPED_BY_US
         elif stop_signal(r) and (r.stopped_by == StoppedBy.TORCHRUN or failed):
             # The launch program saw torchrun begin to stop it; without its word (an older torch), a
             # rank of its node that failed is why torchrun stopped the others: the one that failed
             # first by the one rule (exits.judge), or the ones it cannot tell apart.
-            r.why = "stopped by torchrun" + (f" when {who(first)} failed" if len(first) == 1 else
-                                             f" when one of {who(first)} failed" if first else "")
+            r.why, r.stopped_for = Why.STOPPED_BY_TORCHRUN, tuple(first)
         elif r.ended and r.error is not None and r.error.lost_peer and r.error_after_stop:
             # It lost a peer that ddp-preflight's stop had ended (the nodes are stopped one by one):
             # the error came after the stop began, so it is the stop's victim, not a failure.
-            r.why = f"lost its peer when {STOPPED_BY_US.replace('stopped by ', '')} stopped the run"
+            r.why = Why.LOST_TO_OUR_STOP
         elif r.ended:
             r.why = None                   # it failed by itself
         elif not node.launched or (node.watched and r.pid is None):
-            r.why = ("not started: the node failed (above)" if node.error else
-                     f"not started: {STOPPED_BY_US} before it started" if node.stopped else "not started")
+            r.why = Why.NODE_FAILED if node.error else Why.STOPPED_BEFORE_START if node.stopped else Why.NOT_STARTED
         elif node.stopped:
-            r.why = f"no exit status: torchrun on {node.node} was killed, {STOPPED_BY_US}"
+            r.why = Why.TORCHRUN_KILLED
         else:
-            how = f"exit code {node.exit}" if node.exit is not None else f"signal {node.signal}"
-            r.why = f"no exit status (torchrun on {node.node} ended with {how}" + \
-                    (f"; {node.error})" if node.error else ")")
+            r.why, r.node_error = Why.TORCHRUN_ENDED, node.error
+            r.torchrun = ExitStatus(code=node.exit) if node.exit is not None else \
+                ExitStatus(signal=node.signal) if node.signal is not None else None
 
 
 def render(result: LaunchResult, port: int, master: str) -> str:
     """The end-of-run summary: a headline, one line per rank, node problems, where the logs are.
     What the ranks and nodes said (an exception's message, a function's name, a node's error) is
     shown, never obeyed: every string of the result goes through node/terminal.py first."""
-    from .ends import judged
     verdict = judged(result)          # its headline is rendered from the raw fields, then shown as one line
     result, master = shown_data(replace(result, verdict=None)), shown(master)
     lines = []
@@ -182,8 +87,9 @@ def render(result: LaunchResult, port: int, master: str) -> str:
             # the hang hangwatch named stood; that hang is the run's verdict.
             lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
             lines.append(f"  the hang: {shown(headline(verdict))}")
-        elif verdict is not None and verdict.named:
-            # The run's verdict: the ranks no other end explains (or the hang named), and why.
+        elif verdict is not None and (verdict.named or (verdict.basis is Basis.WORDS and verdict.nodes)):
+            # The run's verdict: the ranks no other end explains (or the hang named), and why; or the
+            # nodes whose launcher's own words named the failure (its store's port, its parser).
             lines.append(f"training failed: {shown(headline(verdict))}" + stopped)
         elif first_node is not None and first_node.error:
             lines.append(f"training failed on {first_node.node}: {first_node.error}"
@@ -196,7 +102,7 @@ def render(result: LaunchResult, port: int, master: str) -> str:
         elif result.stop_reason:
             lines.append(f"training stopped ({result.stop_reason}): every node was stopped")
         else:
-            bad = [x for x in result.nodes if x.error] or [x for x in result.nodes if x.status != "exited"]
+            bad = [x for x in result.nodes if x.error] or [x for x in result.nodes if x.status != NodeRun.EXITED]
             lines.append(f"training failed on {', '.join(x.node for x in bad) or 'a node'}")
     lines += [f"  {note}" for note in result.notes]      # right under the headline: it may qualify it
     for node in result.nodes:

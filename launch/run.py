@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hangwatch.exits import StoppedBy
 from hangwatch.model import Diagnosis
+from hangwatch.named import launcher_said
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
@@ -26,6 +27,7 @@ from node.redact import redact_json
 from transport import RunningJob
 
 from .ends import judge
+from .launched import NodeRun
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
 from .output import Line, NodeLogs, Tee, parse
 from .plan import NodePlan, Plan
@@ -69,7 +71,7 @@ class Launch:
         self.on_stopping: list[Callable[[str | None, float, str], None]] = []
         self.on_exception: list[Callable[[str, int, ExceptionInfo], None]] = []
         self.on_rank_end: list[Callable[[str, int, int | None, ExitStatus], None]] = []
-        self._readers: dict[int, Reader] = {}         # rank -> what its output says of an exception
+        self._readers: dict[int | tuple[str, str], Reader] = {}   # rank (or a node's launcher) -> its exception
         self.ranks: dict[int, LaunchedRank] = {
             rank: LaunchedRank(rank, n.node, local) for n in plan.nodes for local, rank in enumerate(n.ranks)}
         self.nodes: dict[str, NodeState] = {n.node: NodeState(n.node) for n in plan.nodes}
@@ -98,7 +100,7 @@ class Launch:
         for index, node in enumerate(self.plan.nodes):
             with self._lock:
                 if self.stop_reason is not None:     # a node already failed: start no more
-                    self.nodes[node.node].status = "not started"
+                    self.nodes[node.node].status = NodeRun.NOT_STARTED
                     self._ended(node, None)
                     continue
                 spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
@@ -110,11 +112,11 @@ class Launch:
                                            on_line=lambda raw, n=node: self._line(n, raw))
                 except Exception as exc:    # the connection is gone: this node's error, then stop all
                     state = self.nodes[node.node]
-                    state.status, state.error = "error", f"could not start: {type(exc).__name__}: {exc}"
+                    state.status, state.error = NodeRun.ERROR, f"could not start: {type(exc).__name__}: {exc}"
                     self._ended(node, None)
                     continue
                 self._jobs[node.node] = job
-                self.nodes[node.node].status = "running"
+                self.nodes[node.node].status = NodeRun.RUNNING
             threading.Thread(target=self._watch, args=(node, job), daemon=True,
                              name=f"launch-{node.node}").start()
 
@@ -206,6 +208,12 @@ class Launch:
         for whole in self._tee(node).feed(raw):
             self._one_line(node, whole)
 
+    def _launcher_line(self, node: NodePlan, text: str) -> None:
+        """A line of torchrun's own: what it names, for the one judge (named.by_launchers). Lock held."""
+        said = launcher_said(self._readers.setdefault(("launcher", node.node), Reader()).feed(text), text)
+        if said is not None and said not in self.nodes[node.node].said:
+            self.nodes[node.node].said.append(said)
+
     def _tee(self, node: NodePlan) -> Tee:
         tee = self._tees.get(node.node)
         if tee is None:
@@ -231,6 +239,8 @@ class Launch:
                     rank.error = seen
                     # Read on the master after its own stop began: a lost peer then is the stop's.
                     rank.error_after_stop = self.stop_reason is not None
+            if line.rank is None:
+                self._launcher_line(node, line.text)
             self._tails.setdefault((node.node, line.rank), collections.deque(maxlen=TAIL)).append(line.text)
         if seen is not None and rank is not None:
             self._tell(self.on_exception, node.node, rank.rank, seen)
@@ -265,6 +275,10 @@ class Launch:
                     r = self.ranks.get(self._global(node, entry))
                     if r is not None:
                         r.stopped_by = r.stopped_by or StoppedBy.TORCHRUN
+                for local in data.get("failed", []):
+                    r = self.ranks.get(self._global(node, {"local_rank": local})) if isinstance(local, int) else None
+                    if r is not None:
+                        r.failed_first = True       # it ended by itself before any stop reached its node
             ended = []
             for entry in [] if stopping else data.get("ranks", []):
                 r = self.ranks.get(self._global(node, entry))
@@ -320,8 +334,8 @@ class Launch:
                 state.error = f"{result.error}" + (f": {result.stderr.strip().splitlines()[-1]}"
                                                    if result.stderr.strip() else "")
             failed = state.error is not None or result.exit != 0
-            state.status = ("stopped" if state.stopped else "error" if state.error
-                            else "failed" if failed else "exited")
+            state.status = (NodeRun.STOPPED if state.stopped else NodeRun.ERROR if state.error
+                            else NodeRun.FAILED if failed else NodeRun.EXITED)
             self._ended(node, result)
         if failed and not state.stopped:
             self.stop(f"{node.node} failed")
@@ -331,7 +345,7 @@ class Launch:
         state = self.nodes[node.node]
         state.ended_at = time.time()
         self._frozen_changed.notify_all()        # a stop waiting for it to freeze waits no more
-        failed = state.status in ("failed", "error")
+        failed = state.status in (NodeRun.FAILED, NodeRun.ERROR)
         if failed and self.first_failure is None and not state.stopped and self.stop_reason is None:
             self.first_failure = node.node
         explain([self.ranks[r] for r in node.ranks], state)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hangwatch.events import Event, EventKind
-from hangwatch.model import Diagnosis, Kind
+from hangwatch.model import Diagnosis, Kind, NodeNote
 from preflight.model import Report, Status
 
 from .outcome import LaunchResult
@@ -63,7 +63,7 @@ class WatchedLaunch:
 
     def __init__(self, cluster, plan: Plan, log_dir: str | Path, *, lease: float | None = None,
                  stop_on_hang: bool = False, endless_after: float | None = None,
-                 notes: dict[str, tuple[str, ...]] | None = None, on_event: Callable[[Event], None] | None = None):
+                 notes: dict[str, tuple[NodeNote, ...]] | None = None, on_event: Callable[[Event], None] | None = None):
         from hangwatch.watch import Watcher, WatchTarget
 
         self.launch = Launch(cluster, plan, log_dir) if not lease else Launch(cluster, plan, log_dir, lease=lease)
@@ -151,11 +151,11 @@ def watched(cluster, plan: Plan, log_dir: str | Path, *, stop_wait: float = STOP
     return run.conclude(result)
 
 
-def preflight_notes(report: Report) -> dict[str, tuple[str, ...]]:
+def preflight_notes(report: Report) -> dict[str, tuple[NodeNote, ...]]:
     """What preflight found wrong on each node, for hangwatch to quote beside a hang there (a
     loader that never ends, on the node with the fewer shards)."""
-    notes: dict[str, list[str]] = {}
+    notes: dict[str, list[NodeNote]] = {}
     for r in report.results:
         if r.node and r.status in (Status.WARN, Status.FAIL):
-            notes.setdefault(r.node, []).append(f"{r.check}: {r.summary}")
+            notes.setdefault(r.node, []).append(NodeNote(r.node, r.summary, r.check))
     return {node: tuple(said) for node, said in notes.items()}

@@ -173,6 +173,16 @@ CATALOGUE: tuple[Message, ...] = (
        K.UNSUPPORTED, C.GLOO_UNSUPPORTED, P.ROOT,
        "Gloo does not implement this collective",
        change("use the nccl backend for it, or build it from collectives Gloo has (all_gather, then a local reduce)")),
+    # Gloo's pair (transport/tcp/pair.cc): a message longer than the receive buffer its collective posted;
+    # recorded on the lab (tests/unit/artifacts/logs/size: rank 1 all_reduces a longer tensor, rank 0 aborts)
+    _m("gloo-size-mismatch", ("doesn't match expected size", "op.preamble.length"),
+       r"op\.preamble\.length <= op\.nbytes\.(?: (?P<got>\d+) vs (?P<expected>\d+)\.)?"
+       r"|Received data size doesn't match expected size",
+       K.MISMATCH, C.DIFFERENT_COLLECTIVES, P.ROOT,
+       "Gloo received more bytes than its collective expected: the ranks issued collectives of different sizes "
+       "(or different collectives) at one point",
+       change("make every rank issue the same collectives with the same tensor shapes in the same order (a "
+              "rank-dependent shape, uneven data, a rank-0-only call)")),
     _m("mismatch-report", ("Detected mismatch between collectives",),
        r"Detected mismatch between collectives on ranks\.(?: Rank (?P<a>\d+) is running collective: (?P<one>Collective"
        r"FingerPrint\([^)]*\)?)(?:, but Rank (?P<b>\d+) is running collective: (?P<two>CollectiveFingerPrint\([^)]*\)?))?)?",

@@ -23,7 +23,7 @@ from hangwatch.model import Certainty, Diagnosis, Kind, Reason
 from hangwatch.text import headline
 from hangwatch.watch import Watcher, WatchTarget
 from launch.ends import judged
-from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+from launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
 from launch.outcome import explain as attribute
 from launch.watched import RunVerdict
 from node.protocol import ExitStatus
@@ -101,7 +101,7 @@ def test_the_rank_torchrun_stopped_the_others_for_is_the_rules_not_the_lists_fir
              LaunchedRank(3, "worker1", 1, pid=2, exit=1, error=own.exception),
              LaunchedRank(4, "worker1", 2, pid=3, signal=15, stopped_by="torchrun")]
     attribute(ranks, NodeState("worker1", "failed", exit=1, launched=True, watched=True))
-    assert ranks[2].why == "stopped by torchrun when rank 3 failed"
+    assert ranks[2].why is Why.STOPPED_BY_TORCHRUN and ranks[2].why_text() == "stopped by torchrun when rank 3 failed"
 
 
 def test_a_launched_runs_folder_gives_the_verdict_its_result_json_saved():
@@ -179,7 +179,7 @@ def test_a_replayed_hang_is_the_runs_verdict_when_nothing_failed_on_its_own(tmp_
     verdicts = RunVerdict()
     for event in events:
         verdicts.heard(event)
-    ranks = [LaunchedRank(v.rank, v.node, v.local_rank, pid=v.pid, signal=15, why="stopped by ddp-preflight")
+    ranks = [LaunchedRank(v.rank, v.node, v.local_rank, pid=v.pid, signal=15, why=Why.STOPPED_BY_US)
              for v in watcher.snapshot().ranks if v.rank is not None]
     result = LaunchResult(ranks, [NodeState(n, "stopped", stopped=True) for n in ("master", "worker1")],
                           "hangwatch named a hang (--stop-on-hang)", None, 20.0)

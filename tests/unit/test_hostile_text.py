@@ -351,7 +351,7 @@ def recorded_ending(user, folder: Path) -> dict:
 
 
 def test_the_training_failed_summary_shows_a_ranks_exception_written_out(intruders_folder, tmp_path):
-    from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+    from launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
 
     user, folder = intruders_folder
     ending = recorded_ending(user, folder)
@@ -360,10 +360,10 @@ def test_the_training_failed_summary_shows_a_ranks_exception_written_out(intrude
     verdict = watcher.verdict()
     assert verdict is not None and verdict.named == (1,), [e.text for e in events]
     result = LaunchResult(
-        ranks=[LaunchedRank(0, "master", 0, exit=None, signal=15, why="stopped by torchrun when rank 1 failed"),
+        ranks=[LaunchedRank(0, "master", 0, exit=None, signal=15, why=Why.STOPPED_BY_TORCHRUN, stopped_for=(1,)),
                LaunchedRank(1, "master", 1, exit=1),
-               LaunchedRank(2, "worker1", 0, exit=None, signal=15, why="stopped by ddp-preflight"),
-               LaunchedRank(3, "worker1", 1, exit=None, signal=15, why="stopped by ddp-preflight")],
+               LaunchedRank(2, "worker1", 0, exit=None, signal=15, why=Why.STOPPED_BY_US),
+               LaunchedRank(3, "worker1", 1, exit=None, signal=15, why=Why.STOPPED_BY_US)],
         nodes=[NodeState("master", "failed", exit=1, error=f"torchrun said {FORGE}"),
                NodeState("worker1", "stopped", stopped=True)],
         stop_reason="rank 1 failed", first_failure="master", seconds=14.0, verdict=verdict)
@@ -602,7 +602,7 @@ def test_a_ranks_exception_leaves_no_secret_in_the_hangwatch_line_the_summary_or
     `token: X`, JSON, a SAS URL in free text): the launcher's hangwatch line, its "training failed"
     summary, result.json as written and the incident bundle keep none of them."""
     from cli.launch import say
-    from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+    from launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
     from node.redact import redact_json, redact_text
     from node.terminal import shown_text
 
@@ -626,10 +626,10 @@ def test_a_ranks_exception_leaves_no_secret_in_the_hangwatch_line_the_summary_or
               '{"api_key": "<redacted>"} url https://a.blob.core.windows.net/c/x?sv=2022-11-02&sig=<redacted>')
     assert line.startswith("ddp-preflight: hangwatch: EXITED: rank 1 on master raised " + hidden), line
     result = LaunchResult(
-        ranks=[LaunchedRank(0, "master", 0, exit=None, signal=15, why="stopped by torchrun when rank 1 failed"),
+        ranks=[LaunchedRank(0, "master", 0, exit=None, signal=15, why=Why.STOPPED_BY_TORCHRUN, stopped_for=(1,)),
                LaunchedRank(1, "master", 1, exit=1),
-               LaunchedRank(2, "worker1", 0, exit=None, signal=15, why="stopped by ddp-preflight"),
-               LaunchedRank(3, "worker1", 1, exit=None, signal=15, why="stopped by ddp-preflight")],
+               LaunchedRank(2, "worker1", 0, exit=None, signal=15, why=Why.STOPPED_BY_US),
+               LaunchedRank(3, "worker1", 1, exit=None, signal=15, why=Why.STOPPED_BY_US)],
         nodes=[NodeState("master", "failed", exit=1), NodeState("worker1", "stopped", stopped=True)],
         stop_reason="rank 1 failed", first_failure="master", seconds=14.0, verdict=verdict)
     # As cli/launch.py prints the summary and launch/run.py writes result.json.

@@ -112,7 +112,8 @@ def test_python_version_of_the_node_package():
 # another module of hangwatch, so no decision can carry, or read back, its own words.
 DECISIONS = ("diagnose", "verdicts", "exits", "ended", "progress", "classify", "sequence", "stacks", "agents",
              "state", "reducer", "stalled", "waiting", "rendezvous", "evidence", "causes", "runs", "stall",
-             "inputs", "events", "model", "who", "tracebacks", "lost_peer", "prefixes", "torchrun_table", "failures")
+             "inputs", "events", "model", "who", "tracebacks", "lost_peer", "prefixes", "torchrun_table", "failures",
+             "named", "notes")
 RENDERERS = ("hangwatch.text", "hangwatch.ended_text", "hangwatch.words", "hangwatch.render", "node.terminal")
 # Where a verdict's words may be rendered: the renderers, and the edges that show them (the CLI, the
 # dashboard, the bundle and the watcher's shell, the launch summary, explain's renderer).

@@ -1,0 +1,143 @@
+"""One judge for every mode (issue 35): every recorded run folder in tests/unit/artifacts, read by
+explain's one reader of those files, is judged twice: by explain, and by the live watcher fed the
+same ends as a watched launch feeds it (each rank's exit from torchrun and the exception its output
+shows: Watcher.rank_ended and rank_error). Both call the one judge of a run's ends
+(hangwatch/named.py: what the ranks' failure words name, then hangwatch/exits.py's who failed
+first), so they give the same verdict (kind, culprits, certainty), or this file names what one of
+them read that the other was not given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explain import inputs
+from explain.gather import gather
+from explain.verdict import decide
+from hangwatch.model import Certainty, Diagnosis, Kind, Reason
+
+from .test_first_failure import _live
+
+ART = Path(__file__).parent / "artifacts"
+FOLDERS = sorted(p.parent.relative_to(ART).as_posix() for p in ART.glob("*/*/run.json"))
+
+
+def verdict(d: Diagnosis | None):
+    return None if d is None else (d.kind, tuple(d.culprits), d.certainty)
+
+
+# What explain read that the replay does not give the live watcher, run by run: (why, explain's
+# verdict, the replay's). A watched launch has each of these inputs live too; the replay here feeds
+# ends only.
+LAUNCHER_LINE = ("torchrun's own line (its store, its parser, its rendezvous): the one judge decides it "
+                 "(named.by_launchers), but the live watcher is not given a launcher's lines (a launch reports them "
+                 "as the node's error)")
+UNSEEN_CLEAN = ("a rank that exits 0 is in no torchrun table: explain infers it from the others' lost peer, live "
+                "its agent sees it exit")
+EXPLAIN_READ_MORE = {
+    "explain/launch-leave": ("the ranks' Flight Recorder files (rank 2 behind by sequence number); the replay has "
+                             "no Flight Recorder", (Kind.DEADLOCK, (2,), Certainty.CERTAIN), None),
+    "explain/port-busy": (LAUNCHER_LINE, (Kind.EXITED, (), Certainty.CERTAIN), None),
+    "explain/rendezvous-timeout": (LAUNCHER_LINE, (Kind.RENDEZVOUS_STALL, (), Certainty.CERTAIN), None),
+    "explain/swallowed": (LAUNCHER_LINE, (Kind.EXITED, (), Certainty.CERTAIN), None),
+    "logs/quit": (UNSEEN_CLEAN, (Kind.EXITED, (1,), Certainty.LIKELY), (Kind.EXITED, (), Certainty.LIKELY)),
+    "logs/quit-r3": (UNSEEN_CLEAN, (Kind.EXITED, (3,), Certainty.LIKELY), (Kind.EXITED, (), Certainty.LIKELY)),
+    "logs/quit-work": (UNSEEN_CLEAN, (Kind.EXITED, (1,), Certainty.LIKELY), (Kind.EXITED, (), Certainty.LIKELY)),
+}
+
+
+def test_every_recorded_run_folder_is_judged_here():
+    # 28 folders with a run.json (nccl-h100 holds loose logs, no run): a folder added is judged too.
+    assert len(FOLDERS) == 28, FOLDERS
+    assert set(EXPLAIN_READ_MORE) <= set(FOLDERS)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_live_and_explain_give_one_verdict_on_a_recorded_run(folder, tmp_path):
+    g = gather(inputs.find([str(ART / folder)]))
+    from_files = verdict(decide(g).diagnosis)
+    live = verdict(_live(g, tmp_path))
+    if folder in EXPLAIN_READ_MORE:
+        why, explained, replayed = EXPLAIN_READ_MORE[folder]
+        assert (from_files, live) == (explained, replayed), why
+    else:
+        assert live == from_files, folder
+
+
+@pytest.mark.parametrize("folder, reason, culprits", [
+    ("logs/vpn-ipv6", Reason.ADDRESS_FAMILY, (2, 3)),          # seed 004: Gloo binds IPv6 on worker1
+    ("logs/firewall", Reason.CANNOT_CONNECT, ()),              # connectFullMesh: a node's rule, no rank
+    ("explain/refused", Reason.CANNOT_CONNECT, ()),
+    ("explain/getfuture", Reason.UNSUPPORTED, (0, 1, 2, 3)),   # Gloo lacks Work::getFuture
+    ("logs/timeout", Reason.BEHIND, (1,)),                     # the others timed out waiting for rank 1
+    ("explain/large-timeout", Reason.TIMED_OUT, (0, 1, 2, 3)),
+])
+def test_the_live_watcher_names_what_the_failures_words_name(folder, reason, culprits, tmp_path):
+    # Before: live said "raised" / "lost-peer" on these while explain named the cause (the message-
+    # text diagnoses lived in explain/words.py alone).
+    g = gather(inputs.find([str(ART / folder)]))
+    live = _live(g, tmp_path)
+    assert live is not None and (live.reason, tuple(live.culprits)) == (reason, culprits)
+    d = decide(g).diagnosis
+    assert d is not None and (d.reason, tuple(d.culprits)) == (reason, culprits)
+
+
+PASTED = sorted((ART / "pasted").glob("*.log"))
+
+
+@pytest.mark.parametrize("path", [ART / f for f in FOLDERS] + PASTED, ids=lambda p: p.name)
+def test_explain_names_one_culprit_list(path):
+    # Before: beside "rank 3 was killed" (the verdict), the finding of sigkill-reset named rank 1 (its
+    # table's first failed line: local rank 1 on worker1 read as global rank 1); exit-abort's named
+    # rank 0 beside the verdict's rank 3; quit-r3's rank 0 beside rank 3.
+    from explain import explain
+    e = explain([str(path)])
+    for run in e.runs or (e,):
+        d, f = run.diagnosis, run.finding
+        if d is not None and d.culprits and f is not None:
+            assert set(f.culprits) <= set(d.culprits), (d.culprits, f.culprits)
+
+
+def test_explain_reads_an_empty_flight_recorder_the_launch_kept(tmp_path):
+    # A rank that ran no collective dumps its recorder with `"pg_status": {}` and no "entries" (torch
+    # omits an empty list). Before: "a JSON document of another kind", not read. Derived from the
+    # launch's own kept dump of launch-leave (flight-rank-3.json), its entries and status emptied.
+    import json
+    import shutil
+
+    from explain import explain
+    folder = tmp_path / "launch-leave"
+    shutil.copytree(ART / "explain" / "launch-leave", folder)
+    kept = json.loads((folder / "flight-rank-3.json").read_text())
+    kept["flight"] = {k: v for k, v in kept["flight"].items() if k != "entries"} | {"pg_status": {}}
+    (folder / "flight-rank-3.json").write_text(json.dumps(kept))
+    e = explain([str(folder)])
+    assert str(folder / "flight-rank-3.json") in e.read
+    assert not [s for s in e.skipped if "flight-rank-3" in s]
+    d = e.diagnosis
+    assert d is not None and (d.kind, tuple(d.culprits)) == (Kind.DEADLOCK, (2,))   # the others' dumps still decide
+
+
+def test_a_watched_launch_stopped_with_no_hang_named_is_not_a_deadlock_in_explain(tmp_path):
+    # nanochat and nanoGPT, stopped by a person (SIGTERM or Ctrl-C to the launcher) while healthy:
+    # explain of the folder said "deadlock (certain): rank 1 never entered all_gather #152" from the
+    # Flight Recorders the launch kept at the stop (ranks one collective apart: a run in flight). The
+    # watcher, which saw their progress, named no hang: no verdict in result.json, no incident bundle.
+    # Derived from launch-leave (real): the same folder without the bundle hangwatch wrote is a
+    # watched launch stopped with no hang named.
+    import json
+    import shutil
+
+    from explain import explain
+    from explain.render import as_text
+    folder = tmp_path / "stopped"
+    shutil.copytree(ART / "explain" / "launch-leave", folder, ignore=shutil.ignore_patterns("incidents"))
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, "stop_reason": "interrupted"}))    # Ctrl-C's
+    e = explain([str(folder)])
+    assert e.diagnosis is None and e.stopped == "interrupted"
+    assert "the launch was stopped (interrupted) while hangwatch watched it, and it named no hang" in as_text(e)
+    # With the bundle of the hang it named, the files still say what it was (launch-leave's verdict).
+    d = explain([str(ART / "explain" / "launch-leave")]).diagnosis
+    assert d is not None and (d.kind, tuple(d.culprits), d.certainty) == (Kind.DEADLOCK, (2,), Certainty.CERTAIN)
