@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 
@@ -22,13 +23,18 @@ PROBES: dict[str, Callable[..., dict]] = {
 READS = {"bandwidth": {"seen": "path-mtu", "network": "network"}, "collectives": {"network": "network"}}
 
 
-def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options,
+               seconds: dict[str, float] | None = None) -> dict:
+    """`seconds`, when given, gets each probe's wall time (preflight's own time per stage, -v)."""
     out: dict = {}
     for name in sorted(names, key=lambda n: n in READS):
+        started = time.monotonic()
         try:
             seen = {keyword: out.get(probe) for keyword, probe in READS.get(name, {}).items()}
             out[name] = PROBES[name](cluster, nodes, options, **seen)
         except Exception as exc:   # a broken probe must not lose the report
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             out[name] = {"error": f"{type(exc).__name__}: {exc} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"}
+        if seconds is not None:
+            seconds[name] = time.monotonic() - started
     return out
