@@ -214,7 +214,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         if progress:
             sys.stderr.write("\r\x1b[K")
         if args.verbose:        # preflight's own time per stage (issue 36), beside the report
-            for stage, seconds in (*done.stages, ("total", sum(s for _, s in done.stages))):
+            for stage, seconds in done.stages:
                 print(f"ddp-preflight: stage {stage} {seconds:.1f} s", file=sys.stderr)
         code = _render(args, done.report)
         if launch is None or code == Exit.USAGE:

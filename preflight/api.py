@@ -33,8 +33,9 @@ class Preflight:
     report: Report
     nodes: tuple[NodeFacts, ...]
     options: Options
-    # Preflight's own wall time per stage, in order: ("facts", s), ("probe collectives", s), ...,
-    # ("checks", s). What `-v` prints; the report is the same without it.
+    # Preflight's own wall time per stage, in order: ("facts", s), ("probes", s) and within it
+    # ("probe collectives", s), ... (the probes that need torch overlap: one shared job), then
+    # ("checks", s), ("total", s). What `-v` prints; the report is the same without it.
     stages: tuple[tuple[str, float], ...] = ()
 
 
@@ -49,19 +50,21 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
                "launch_cwd": os.getcwd(),
                "master_code_dir": cluster.targets[0].code_dir if cluster.targets else None}
     env = {t.name: options.env.for_node(t.name) for t in cluster.targets}
-    started = time.monotonic()
+    began = started = time.monotonic()
     found, master_addr = gather(cluster, request, on_progress=on_progress, env=env)
     stages = [("facts", time.monotonic() - started)]
     nodes = tuple(found)
     options = replace(options, master_addr=master_addr)
     needed = sorted({p for c in checks for p in c.needs})
     seconds: dict[str, float] = {}
+    started = time.monotonic()
     probes = run_probes(needed, cluster, nodes, options, seconds) if needed else {}
-    stages += [(f"probe {name}", s) for name, s in seconds.items()]
+    if needed:
+        stages += [("probes", time.monotonic() - started), *((f"probe {name}", s) for name, s in seconds.items())]
     started = time.monotonic()
     ctx = Context(nodes, options, probes, cluster.slurm_job)
     report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
-    stages.append(("checks", time.monotonic() - started))
+    stages += [("checks", time.monotonic() - started), ("total", time.monotonic() - began)]
     return Preflight(report, nodes, options, tuple(stages))
 
 
