@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per check and node)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show passing checks too")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show passing checks too, and preflight's own time per stage (on stderr)")
     launch = p.add_argument_group("launch (after preflight, start the training command given after --)")
     launch.add_argument("--launch", action="store_true",
                         help="start torchrun on every node with preflight's settings, stream every rank's output here")
@@ -212,6 +213,9 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         done = api.check(cluster, options, checks, on_progress=progress)
         if progress:
             sys.stderr.write("\r\x1b[K")
+        if args.verbose:        # preflight's own time per stage (issue 36), beside the report
+            for stage, seconds in done.stages:
+                print(f"ddp-preflight: stage {stage} {seconds:.1f} s", file=sys.stderr)
         code = _render(args, done.report)
         if launch is None or code == Exit.USAGE:
             return code

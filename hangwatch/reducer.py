@@ -21,7 +21,9 @@ lines at the edge (render.py, text.py)."""
 
 from __future__ import annotations
 
-from . import agents, alone, ended, progress, runs, stall, verdicts
+from node import protocol
+
+from . import agents, alone, ended, kept, progress, runs, stall, verdicts
 from .alone import ALONE_AFTER
 from .diagnose import Hold
 from .events import Event, EventKind
@@ -62,6 +64,23 @@ __all__ = ["ALONE_AFTER", "EXIT_SETTLE", "AgentClosed", "AgentFailed", "AskStack
 def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     """Apply one input; the effects the shell must carry out, in order."""
     out: list[Effect] = []
+    # What a rank's kept evidence was read from may change (kept.py): counted before and after the
+    # input, so nothing derived while it is taken is kept past it.
+    # A node's samples and stacks are about its own ranks; its other messages (a rank found, which can
+    # make another node's a duplicate or start a run) may be about any. Time passing, notices, asks
+    # and bundles change no rank's inputs; a tick can lose a node (its status is in the key).
+    about = event.node if isinstance(event, (AgentClosed, AgentFailed, RankEnded, RankError)) or \
+        isinstance(event, FromAgent) and isinstance(event.message, (protocol.Sample, protocol.Stacks)) else None
+    moves = not isinstance(event, (Tick, Notice, BundleWritten, BundleAsked, BundleFailed, TakeStacks, Stopping))
+    if moves:
+        kept.moved(state, about)
+    _take(state, event, now, wall, out)
+    if moves:
+        kept.moved(state, about)
+    return out
+
+
+def _take(state: State, event: Input, now: float, wall: float, out: list[Effect]) -> None:
     if isinstance(event, FromAgent):
         agents.from_agent(state, event.node, event.message, now, wall, out)
         verdicts.bundle_when_complete(state, wall, out)
@@ -96,7 +115,6 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
         ended.rank_error(state, event)
     elif isinstance(event, RankEnded):
         ended.rank_ended(state, event, now, out)
-    return out
 
 
 def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:

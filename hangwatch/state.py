@@ -208,6 +208,11 @@ class State:
     formed: set[str | None] = field(default_factory=set)    # stores whose torchruns have started ranks
     samples: dict[str, int] = field(default_factory=dict)   # node -> samples its agent has sent
     found_any: bool = False                   # a rank or a torchrun has been followed
+    # Derived values kept until their input changes (kept.py): node -> inputs taken that can change
+    # its ranks, the same for every node at once, and what was derived under those counts.
+    inputs: dict[str, int] = field(default_factory=dict)
+    inputs_all: int = 0
+    kept: dict = field(default_factory=dict)
 
     def tracks(self, node: str | None = None) -> list[Track]:
         return [t for t in self.ranks.values() if node is None or t.view.node == node]

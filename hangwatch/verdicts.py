@@ -12,11 +12,10 @@ from dataclasses import replace
 from node import protocol
 from node.store import READ_TIMEOUT
 
-from . import ended, meshes, stall
+from . import ended, kept, meshes, stall
 from .classify import classify
 from .diagnose import Hold, decide
 from .events import Event, EventKind
-from .evidence import evidence_of, shown
 from .inputs import Effect, Say, WriteBundle
 from .model import Diagnosis, Evidence, Kind, NodeStatus, RankStatus
 from .rendezvous import Torchrun, torchruns_waiting
@@ -52,12 +51,12 @@ def stalled(state: State, waiting: float, now: float, wall: float, out: list[Eff
 def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: float, wall: float) -> Stall:
     """What a run shows now: every rank's evidence (the dashboard's view updated to it), how its
     ended ranks ended, what its store said since its ranks began to wait in init_process_group."""
-    seen: dict[Who, Evidence] = {t.key: evidence_of(state, t, now) for t in tracks}
+    seen: dict[Who, Evidence] = {t.key: kept.evidence(state, t, now) for t in tracks}
     unformed = _unformed(_store_said(state, seen, tracks))
     for t in tracks:
         if unformed:
-            seen[t.key] = evidence_of(state, t, now, unformed)
-        shown(state, t, seen[t.key])
+            seen[t.key] = kept.evidence(state, t, now, unformed)
+        kept.show(state, t, seen[t.key])
     ended_verdict = ended.judge(state, now, wall, run) if any(t.ended for t in tracks) else None
     share = _wait_share(state, seen)
     return Stall(seen, waited=waiting, ended=ended_verdict, store=_store_said(state, seen, tracks),

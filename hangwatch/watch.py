@@ -28,6 +28,7 @@ from .source import Source
 from .who import Who
 
 COPY_WAIT = 30.0          # seconds the watch's end waits for a py-spy still being copied
+BUNDLE_WAIT = 60.0        # seconds the watch's end waits for a bundle still being written
 # A file that gets one line per input the reducer takes and what it returned (its time, the input,
 # the agent's own time for its messages): how late a sample or a stack came, read after the fact.
 TRACE_VARIABLE = "HANGWATCH_TRACE"
@@ -63,6 +64,7 @@ class Watcher(Source):
         self.lock = threading.RLock()
         self.links: dict[str, AgentLink] = {}
         self._bringing: list[threading.Thread] = []
+        self._writing: list[threading.Thread] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.trace = _trace_file(os.environ.get(TRACE_VARIABLE))
@@ -83,6 +85,11 @@ class Watcher(Source):
                                               "environment's Python, runnable by this user"))
                 continue
             self.links[target.name] = link
+        return self.start_ticking()
+
+    def start_ticking(self) -> Watcher:
+        """Time passing, 4 Hz, on the real clock (start does it; a test that plays the agents'
+        messages itself starts it alone)."""
         self._ticker = threading.Thread(target=self._tick_loop, name="hangwatch-tick", daemon=True)
         self._ticker.start()
         return self
@@ -107,6 +114,8 @@ class Watcher(Source):
             self._ticker.join(2)
         for thread in self._bringing:
             thread.join(COPY_WAIT)
+        for thread in self._writing:
+            thread.join(BUNDLE_WAIT)
 
     # --- inputs ---------------------------------------------------------------------------
     def receive(self, node: str, message: dict) -> None:
@@ -201,13 +210,15 @@ class Watcher(Source):
                 if link is not None:
                     link.send(effect.command)     # a closed one: its close comes as an input
         elif isinstance(effect, reducer.WriteBundle):
-            from .incident import write
-            try:
-                path = write(effect.snapshot, effect.details, self.incident_dir)
-            except OSError as exc:
-                self.feed(reducer.BundleFailed(str(exc)))
+            if self._ticker is None:      # a replay driving the clock: in place, in order
+                self._write_bundle(effect)
             else:
-                self.feed(reducer.BundleWritten(path))
+                # Seconds at thousands of ranks (redacting, rendering): outside the decision loop,
+                # so the ticks and the agents' messages go on meanwhile (issue 36).
+                thread = threading.Thread(target=self._write_bundle, args=(effect,), name="hangwatch-bundle",
+                                          daemon=True)
+                self._writing.append(thread)
+                thread.start()
         elif isinstance(effect, reducer.HangNamed):
             if self.on_hang:
                 self.on_hang(effect.bundle)
@@ -216,6 +227,15 @@ class Watcher(Source):
             thread = threading.Thread(target=self._bring_py_spy, args=(effect.node,), daemon=True)
             self._bringing.append(thread)
             thread.start()
+
+    def _write_bundle(self, effect: reducer.WriteBundle) -> None:
+        from .incident import write
+        try:
+            path = write(effect.snapshot, effect.details, self.incident_dir)
+        except OSError as exc:
+            self.feed(reducer.BundleFailed(str(exc)))
+        else:
+            self.feed(reducer.BundleWritten(path))
 
     def _say(self, event: Event) -> None:
         """An event to the listener, its line rendered here, at the edge, from what it carries."""

@@ -3,7 +3,7 @@ its own version) and starts every rank as `python -m node.jobs.<job>`, with this
 on PYTHONPATH. Nothing is written but what torchrun writes in its own log folder, which goes
 with the supervisor's private folder.
 
-spec: {"job": "collectives" | "bandwidth", "torchrun": [torchrun's options], "args": [the
+spec: {"job": "collectives" | "bandwidth" | "probes", "torchrun": [torchrun's options], "args": [the
        job's options], "bind": the master's address or null, "store_token": hex}
 On the master node (node rank 0) torchrun's rendezvous store listens on `bind` only, not on
 every interface: nobody on another network can reach the probe's store. On the network it is on,
@@ -21,7 +21,7 @@ import socket
 
 from . import signing
 
-JOBS = ("collectives", "bandwidth")
+JOBS = ("collectives", "bandwidth", "probes")
 _held: list = []       # the store's listening sockets live as long as this process
 
 

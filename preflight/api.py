@@ -14,6 +14,7 @@ launcher starts the training on the connections preflight opened."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,10 @@ class Preflight:
     report: Report
     nodes: tuple[NodeFacts, ...]
     options: Options
+    # Preflight's own wall time per stage, in order: ("facts", s), ("probes", s) and within it
+    # ("probe collectives", s), ... (the probes that need torch overlap: one shared job), then
+    # ("checks", s), ("total", s). What `-v` prints; the report is the same without it.
+    stages: tuple[tuple[str, float], ...] = ()
 
 
 def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
@@ -45,14 +50,22 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
                "launch_cwd": os.getcwd(),
                "master_code_dir": cluster.targets[0].code_dir if cluster.targets else None}
     env = {t.name: options.env.for_node(t.name) for t in cluster.targets}
+    began = started = time.monotonic()
     found, master_addr = gather(cluster, request, on_progress=on_progress, env=env)
+    stages = [("facts", time.monotonic() - started)]
     nodes = tuple(found)
     options = replace(options, master_addr=master_addr)
     needed = sorted({p for c in checks for p in c.needs})
-    probes = run_probes(needed, cluster, nodes, options) if needed else {}
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    probes = run_probes(needed, cluster, nodes, options, seconds) if needed else {}
+    if needed:
+        stages += [("probes", time.monotonic() - started), *((f"probe {name}", s) for name, s in seconds.items())]
+    started = time.monotonic()
     ctx = Context(nodes, options, probes, cluster.slurm_job)
     report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))
-    return Preflight(report, nodes, options)
+    stages += [("checks", time.monotonic() - started), ("total", time.monotonic() - began)]
+    return Preflight(report, nodes, options, tuple(stages))
 
 
 def run(targets: list[Target], options: Options | None = None, *, checks: Iterable[Check] = CHECKS,

@@ -28,11 +28,13 @@ GOAL_SECONDS = 0.3                 # one all_reduce this long: startup costs are
 TIMED_ITERATIONS = 4
 
 
-def main() -> None:
+def main(argv=None, rank=None, world=None, prefix=None) -> None:
+    """As its own job: every rank of torchrun's. Inside the probes job (node/jobs/probes.py): the
+    given ranks, in a group whose keys are under `prefix` in the store."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch  # here, so the probe can import MARKER without torch
     import torch.distributed as dist
@@ -45,8 +47,10 @@ def main() -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # torchrun's store, every value signed (a stranger's write ends the job: "interfered").
-    dist.init_process_group(args.backend, store=signed_store.rank_store(PROCESS_GROUP_TIMEOUT),
-                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+    store = signed_store.rank_store(PROCESS_GROUP_TIMEOUT)
+    dist.init_process_group(args.backend, store=dist.PrefixStore(prefix, store) if prefix else store,
+                            rank=int(os.environ["RANK"]) if rank is None else rank,
+                            world_size=int(os.environ["WORLD_SIZE"]) if world is None else world,
                             timeout=PROCESS_GROUP_TIMEOUT)
     rank, world = dist.get_rank(), dist.get_world_size()
     connected = time.perf_counter()

@@ -13,6 +13,7 @@ from . import torchjob
 from .gpus import Plan, collective_plan, cuda_blocked
 from .network_seen import NetworkSeen, not_run_over
 from .path_mtu_seen import PathMtuSeen
+from .together import Part, Together, serial
 
 TIMEOUT = 60.0       # seconds for the whole job; the job itself aims at a few
 
@@ -39,8 +40,9 @@ def plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list[int]) -> P
 
 
 def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | None = None,
-          network: dict | None = None) -> dict:
-    """`seen`: the path-MTU probe's data, `network`: the network probe's, when they ran first."""
+          network: dict | None = None, together: Together | None = None) -> dict:
+    """`seen`: the path-MTU probe's data, `network`: the network probe's, when they ran first.
+    `together`: its job is the shared one of the probes that need torch (together.py)."""
     usable = [i for i in cluster.usable() if nodes[i].error is None]
     ranks = plan(nodes, options, usable)
     if ranks.skipped:
@@ -62,7 +64,11 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
         return {"skipped": not_run_over(blocked[0]), "blocked": [b.to_json() for b in blocked]}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
                             nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
-    results = torchjob.run(cluster, nodes, options, job, usable)
+    results = together.run("bandwidth", Part(tuple(usable), job.nproc_per_node, job.args, job.timeout)) \
+        if together is not None else None
+    if results is None:
+        with serial(together):
+            results = torchjob.run(cluster, nodes, options, job, usable)
     stranger = torchjob.interfered(results, options.master_port)
     if stranger:
         return {"error": stranger}

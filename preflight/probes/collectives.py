@@ -27,6 +27,7 @@ from .bandwidth import master_port_held
 from .code_scan import scan, scan_project
 from .gpus import collective_plan
 from .network_seen import NetworkSeen, not_run_over
+from .together import Part, Together, serial
 
 # What runs in every rank: the job and the protocol it prints with (it imports torch: read, not imported).
 JOB = "\n".join(Path(f).read_text() for f in (Path(node_jobs.__file__).parent / "collectives.py",
@@ -37,9 +38,11 @@ INIT_BOUND = 15.0       # torchrun's rendezvous, then the process group's creati
 JOB_TIMEOUT = 60.0      # the node's supervisor kills everything left at this bound
 
 
-def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict | None = None) -> dict:
+def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict | None = None,
+          together: Together | None = None) -> dict:
     """`network`: the network probe's data, when it ran first: a job is not started over a path
-    it found blocked (its ranks could not connect; the job would wait out its bound)."""
+    it found blocked (its ranks could not connect; the job would wait out its bound).
+    `together`: its first job is the shared one of the probes that need torch (together.py)."""
     # What the code calls is read on this machine, whatever the job then does: a finding of the
     # scan (a group created only under CUDA) stands even when the job cannot run.
     scanned = {"scan": scan(options.scan)} if options.scan else \
@@ -77,7 +80,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
     # the matrix is then measured as training will run once the interface is pinned. Where the
     # network probe found the paths as set up blocked, that first is not started: pinned, alone.
     first_env = chosen if blocked else configured
-    first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else first_env)
+    first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else first_env, together)
     stranger = first.pop("interfered")
     if stranger:            # a process of the job read a stranger's value: no matrix of this run's
         return {"error": stranger, **scanned}
@@ -87,7 +90,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
     if first_env != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
         # On purpose over the training's own setting (an --env GLOO_SOCKET_IFNAME included): the
         # job pins preflight's choice per node, to measure the matrix as the fix would run it.
-        second = _attempt(cluster, nodes, options, usable, nproc, chosen)
+        second = _attempt(cluster, nodes, options, usable, nproc, chosen, together)
         stranger = second.pop("interfered")
         if stranger:
             return {"error": stranger, **scanned}
@@ -111,7 +114,8 @@ def _binds(nodes: tuple[NodeFacts, ...], usable: list[int]) -> dict[str, str | N
     return out
 
 
-def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None) -> dict:
+def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None,
+             together: Together | None = None) -> dict:
     args = ["--backend", options.backend, "--device", options.device, "--timeout", str(OP_TIMEOUT),
             "--bound", str(INIT_BOUND)]
     if ifnames is not None:
@@ -119,8 +123,12 @@ def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None) 
     job = torchjob.TorchJob(job="collectives", nproc_per_node=nproc, timeout=JOB_TIMEOUT, args=tuple(args))
     # torchrun's own rendezvous waits 600 s for missing nodes by default: bound it like the rest
     # (set on purpose over any PET_RDZV_CONF of the training's).
-    results = torchjob.run(cluster, nodes, options, job, indexes=usable,
-                           extra_env={"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"})
+    extra_env = {"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"}
+    results = together.run("collectives", Part(tuple(usable), nproc, job.args, job.timeout, extra_env)) \
+        if together is not None else None
+    if results is None:
+        with serial(together):
+            results = torchjob.run(cluster, nodes, options, job, indexes=usable, extra_env=extra_env)
     out = assemble([(r.node, r.json_lines(MARKER)) for r in results], {r.node: _job_outcome(r) for r in results})
     out["interfered"] = torchjob.interfered(results, options.master_port)
     ok = len(out["init"]) == len(usable) * nproc and all(r["ok"] for r in out["init"])

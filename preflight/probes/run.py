@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import traceback
 from collections.abc import Callable
 
 from ..model import NodeFacts, Options
 from . import bandwidth, collectives, compute, network, path_mtu
+from .together import MEMBERS, Together
 
 PROBES: dict[str, Callable[..., dict]] = {
     "network": network.probe,
@@ -22,13 +25,40 @@ PROBES: dict[str, Callable[..., dict]] = {
 READS = {"bandwidth": {"seen": "path-mtu", "network": "network"}, "collectives": {"network": "network"}}
 
 
-def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
+def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options,
+               seconds: dict[str, float] | None = None) -> dict:
+    """`seconds`, when given, gets each probe's wall time (preflight's own time per stage, -v).
+    The probes that need torch, when more than one is asked for, run together: one torch job on
+    every node at once (together.py), after the ones they read."""
     out: dict = {}
-    for name in sorted(names, key=lambda n: n in READS):
-        try:
-            seen = {keyword: out.get(probe) for keyword, probe in READS.get(name, {}).items()}
-            out[name] = PROBES[name](cluster, nodes, options, **seen)
-        except Exception as exc:   # a broken probe must not lose the report
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            out[name] = {"error": f"{type(exc).__name__}: {exc} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"}
-    return out
+    seconds = {} if seconds is None else seconds
+    shared = [n for n in names if n in MEMBERS]
+    if len(shared) < 2:
+        shared = []
+    for name in sorted((n for n in names if n not in shared), key=lambda n: n in READS):
+        _one(name, cluster, nodes, options, out, seconds)
+    if shared:
+        together = Together(cluster, nodes, options, shared)
+        threads = [threading.Thread(target=_one, args=(name, cluster, nodes, options, out, seconds, together),
+                                    name=f"probe-{name}", daemon=True) for name in shared]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return {name: out[name] for name in names if name in out}
+
+
+def _one(name: str, cluster, nodes, options, out: dict, seconds: dict, together: Together | None = None) -> None:
+    started = time.monotonic()
+    try:
+        seen = {keyword: out.get(probe) for keyword, probe in READS.get(name, {}).items()}
+        if together is not None:
+            seen["together"] = together
+        out[name] = PROBES[name](cluster, nodes, options, **seen)
+    except Exception as exc:   # a broken probe must not lose the report
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        out[name] = {"error": f"{type(exc).__name__}: {exc} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"}
+    finally:
+        if together is not None:
+            together.done(name)       # it skipped, or it has what it asked for
+    seconds[name] = time.monotonic() - started

@@ -1,0 +1,45 @@
+"""Derived values kept until their input changes (issue 36): a stalled run's verdict is asked for on
+every tick (4 Hz), and rebuilding every rank's evidence each time (its stack classified again, its
+dashboard view redrawn) cost 67% of the watcher's CPU at 1,024 ranks and grew with the stall.
+
+A rank's evidence (evidence.evidence_of) is a function of what the watcher holds of it and of its
+node; what it holds changes only with an input the reducer takes: a message of the node's agent
+(a sample, a stack, an exit), a rank's end from a launcher, the node lost. The reducer counts those
+per node (`State.inputs`), and every node's at once for the inputs about all of them
+(`State.inputs_all`: a launcher stopping, stacks asked, a node's status changed on a tick). The
+evidence is kept under those counts, the node's status and the store's answer it was read with,
+and rebuilt only when one of them moved."""
+
+from __future__ import annotations
+
+from .evidence import evidence_of, shown
+from .model import Evidence
+from .state import State, Track
+
+
+def evidence(state: State, t: Track, now: float, unformed: str | None = None) -> Evidence:
+    """evidence_of(state, t, now, unformed), rebuilt only after an input about its node."""
+    node = t.view.node
+    key = (state.inputs_all, state.inputs.get(node, 0), state.nodes[node].status, unformed)
+    held = state.kept.get((t.key, unformed))
+    if held is not None and held[0] == key:
+        return held[1]
+    found = evidence_of(state, t, now, unformed)
+    state.kept[(t.key, unformed)] = (key, found)
+    return found
+
+
+def show(state: State, t: Track, e: Evidence) -> None:
+    """evidence.shown, only when the evidence shown differs from the last shown."""
+    if state.kept.get((t.key, "shown")) is e:
+        return
+    shown(state, t, e)
+    state.kept[(t.key, "shown")] = e
+
+
+def moved(state: State, node: str | None) -> None:
+    """An input that can change the ranks of `node` (None: of every node) was taken."""
+    if node is None or node not in state.nodes:
+        state.inputs_all += 1
+    else:
+        state.inputs[node] = state.inputs.get(node, 0) + 1
