@@ -12,7 +12,7 @@ from rules.facts import Missing
 from rules.fix import Fix, run
 
 from ..model import Context, NodeFacts, Status, Verdict
-from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen
+from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen, gloo_listens
 from .common import probed
 from .route_causes import RouteCause, route_cause
 
@@ -73,15 +73,6 @@ def _open_port(master: NodeFacts, port: int | None) -> Fix | None:
         return None
     return run(f"on {master.node}: sudo ufw allow proto tcp to any port {port}", master.node,
                f"or: sudo nft insert rule {_chain(master)} tcp dport {port} accept")
-
-
-def _lower(a: str, b: str) -> bool | None:
-    """Whether address a sorts below b the way Gloo compares them (bytes, one family)."""
-    try:
-        x, y = ipaddress.ip_address(a), ipaddress.ip_address(b)
-    except ValueError:
-        return None
-    return x.packed < y.packed if x.version == y.version else None
 
 
 def _subnet(node: NodeFacts, address: str) -> str:
@@ -188,7 +179,7 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     for src, dial in blocked.items():
         theirs = listeners.get(src)
         src_address = theirs.address if theirs else None
-        order = _lower(listener.address or "", src_address) if src_address else None
+        order = gloo_listens(listener.address, src_address)
         if dial.outcome == "unreachable" or order is None:
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:

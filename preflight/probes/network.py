@@ -108,7 +108,8 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         return {"skipped": "needs the master and at least one more reachable node"}
     token = secrets.token_hex(16)
     names = {i: nodes[i].node for i in usable}
-    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node}
+    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node,
+                 "backend": options.backend}
 
     # 1. Listeners: two kernel-chosen ephemeral ports (as Gloo's) and one closed port per node,
     #    and the master port on the master. A node whose unpinned ranks bind the other family on

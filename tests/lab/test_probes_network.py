@@ -372,3 +372,15 @@ def test_a_dead_route_or_a_strict_rp_filter_between_two_workers_is_named_on_its_
         assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
     finally:
         Lab.down(name)
+
+
+def test_one_direction_blocked_that_gloo_never_takes_is_a_warning_and_the_real_jobs_run(clean_lab):
+    # Issue 38: the master (the higher address) drops new connections into its ephemeral ports;
+    # it may still connect to worker1, the way Gloo joins them. ephemeral-ports warns; the
+    # collectives and bandwidth jobs (real 2 x 1 Gloo runs) were skipped with a false "could not
+    # connect": now they run, and pass.
+    clean_lab.add_fault("firewall@master")
+    _, report = preflight(clean_lab, "--only", "ephemeral-ports,collectives,bandwidth", expect=0)
+    assert statuses_of(report) == {("ephemeral-ports", "master"): "warn", ("ephemeral-ports", "worker1"): "pass",
+                                   ("collectives", None): "pass", ("bandwidth", None): "pass"}, report["results"]
+    assert "from worker1: silently dropped" in by(report, "ephemeral-ports", "master")["summary"]
