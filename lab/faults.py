@@ -226,6 +226,14 @@ def _ipv6_host(state: LabState, node: Node, param: str | None) -> list[dict]:
     return [{"kind": "hosts", "node": node.name}]
 
 
+def _stale_hosts(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # The hosts files are rendered from the faults (lab/hosts.py): the master's name (or PARAM's)
+    # points at an address of the lab's LAN where nothing answers, as a line kept from before a
+    # machine moved does.
+    _toward(state, node, param, "stale-hosts")
+    return [{"kind": "hosts", "node": node.name}]
+
+
 LEFTOVER_SCRIPT = """\
 # A training run's leftover (seed 002): it still holds the rendezvous port.
 import socket, sys, time
@@ -307,6 +315,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("ipv6-host", "issue 26", "the hostname resolves to the node's LAN IPv6 address (its eth0 carries one), "
               "so Gloo binds IPv6 there, reachable from the other nodes; on every node: an IPv6 cluster",
               _ipv6_host),
+    FaultKind("stale-hosts", "none: issue 38", "the node's /etc/hosts maps the master's name (or PARAM's: "
+              "stale-hosts@worker1:worker2) to an address of the LAN where nothing answers, a line kept from before "
+              "a machine moved", _stale_hosts),
     FaultKind("port-busy", "002", "a leftover train.py process holds the master port "
               "(default 29500)", _port_busy, DEFAULT_BUSY_PORT),
     FaultKind("mtu-blackhole", "none: issue 17", "sets the node's LAN interface to MTU 9000 (or PARAM) "

@@ -11,10 +11,13 @@ connect: try every target at once, print RESULT [...]: open (token answered), re
          nothing listens, no firewall), rejected (ICMP or a REJECT rule), filtered (silently
          dropped until the timeout: a firewall), unreachable (no route), error; each with the
          node's own route to the target's address (`route`: as the facts' route_to_master), read
-         once an address: where a path is dropped, the cause can be this node's route."""
+         once an address: where a path is dropped, the cause can be this node's route; a
+         target given by name says where the name came from here (`hosts_line`: the line of
+         /etc/hosts that maps it, or None: another source, DNS)."""
 
 import errno
 import hmac
+import ipaddress
 import random
 import selectors
 import signal
@@ -191,8 +194,38 @@ def try_connect(target, token, timeout):
     finally:
         s.close()
     outcome["resolved"] = sockaddr[0]
+    if not _literal(target["address"]):
+        outcome["hosts_line"] = hosts_line(target["address"], sockaddr[0])
     outcome["seconds"] = round(time.monotonic() - started, 3)
     return outcome
+
+
+def _literal(address):
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
+def hosts_line(name, resolved, path="/etc/hosts"):
+    """The line of the hosts file that maps `name` ({"line": N, "text": ...}): the first that
+    names it with the address it resolved to, else the first that names it; None where no line
+    names it (or the file cannot be read): the name came from elsewhere (DNS)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    naming = []
+    for number, text in enumerate(lines, 1):
+        fields = text.split("#", 1)[0].split()
+        if len(fields) >= 2 and name.lower() in (f.lower() for f in fields[1:]):
+            naming.append((fields[0] != resolved, number, text.strip()[:200]))
+    if not naming:
+        return None
+    _, number, text = min(naming)
+    return {"line": number, "text": text}
 
 
 def connect(spec):

@@ -14,6 +14,7 @@ from rules.fix import Fix, run
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen, gloo_listens
 from .common import probed
+from .name_cause import name_cause
 from .route_causes import RouteCause, route_cause
 
 MEANING = {
@@ -47,6 +48,12 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
             continue
         said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
             (f" ({dial.detail})" if dial.detail else "")
+        named = name_cause(ctx.master, master, dial)
+        if named is not None:
+            # The worker's own resolution sends it elsewhere: a stale hosts line, or DNS.
+            yield Verdict(Status.FAIL, dial.src, f"cannot reach the master at {where}: {named.why}; rendezvous "
+                          "will time out", named.fix, {**details, **named.details})
+            continue
         cause = route_cause(ctx, seen, dial.src, ctx.master.node, [dial])
         if cause is not None:
             # The cause is in one end's own routing (a route out a dead link, a strict reverse-path

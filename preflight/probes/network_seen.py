@@ -83,10 +83,11 @@ class MasterListener:
     address: str | None
     port: int | None
     error: str | None
+    ip: str | None = None        # the address it listened at (`address` can be a name)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> MasterListener:
-        return cls(wire.get("address"), wire.get("port"), wire.get("error"))
+        return cls(wire.get("address"), wire.get("port"), wire.get("error"), wire.get("ip"))
 
 
 @dataclass(frozen=True)

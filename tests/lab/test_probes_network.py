@@ -384,3 +384,37 @@ def test_one_direction_blocked_that_gloo_never_takes_is_a_warning_and_the_real_j
     assert statuses_of(report) == {("ephemeral-ports", "master"): "warn", ("ephemeral-ports", "worker1"): "pass",
                                    ("collectives", None): "pass", ("bandwidth", None): "pass"}, report["results"]
     assert "from worker1: silently dropped" in by(report, "ephemeral-ports", "master")["summary"]
+
+
+def test_a_stale_hosts_line_is_the_name_on_its_node_and_its_fix_lets_a_real_job_through(clean_lab):
+    # Issue 38: worker1's /etc/hosts maps `master` to an address where nothing answers. It was
+    # "silently dropped (a firewall)" with no fix; the cause is the name, on worker1: what it
+    # resolves to there, the line it comes from, and the command that changes that line.
+    clean_lab.add_fault("stale-hosts@worker1")
+    master = clean_lab.node("master").ipv4
+    stale = master.rsplit(".", 1)[0] + ".250"
+    lines = clean_lab.exec("worker1", ["cat", "/etc/hosts"], check=True).stdout.splitlines()
+    number = lines.index(f"{stale}\tmaster") + 1
+    checks = "master-reachable,interface-choice,ephemeral-ports,address-family"
+    # The workers dial the master's name, as a torchrun given --master-addr master does.
+    _, report = preflight(clean_lab, "--only", checks, "--master-addr", "master", expect=1)
+    assert sorted((r["check"], r["node"], r["status"]) for r in report["results"] if r["status"] != "pass") == [
+        ("master-reachable", "worker1", "fail")], report["results"]
+    result = by(report, "master-reachable", "worker1")
+    assert result["summary"] == (
+        f"cannot reach the master at master:29500: the name master resolves on worker1 to {stale} (/etc/hosts line "
+        f"{number}: `{stale}\tmaster`), which is none of the master's addresses (it listens at {master}); "
+        "rendezvous will time out")
+    script = f'h=$(sed "{number}s/^[^[:space:]]*/{master}/" /etc/hosts) && printf "%s\\n" "$h" > /etc/hosts'
+    assert result["fix"] == (f"on worker1: sudo sh -c '{script}'   # line {number} of worker1's /etc/hosts then "
+                             f"maps master to {master}, the master's address")
+    # The fix as printed, on worker1 (its /etc/hosts is a mount there, as in a container); then a
+    # real 2 x 2 Gloo job (the collectives probe) runs.
+    command = result["fix"].removeprefix("on worker1: sudo ").split("   #")[0]
+    clean_lab.exec("worker1", ["sh", "-c", command], check=True)
+    assert clean_lab.exec("worker1", ["getent", "hosts", "master"], check=True).stdout.split()[0] == master
+    _, after = preflight(clean_lab, "--only", checks + ",collectives", "--nproc-per-node", "2", "--master-addr",
+                         "master", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    clean_lab.clear_faults()
+    assert f"{master}\tmaster" in clean_lab.exec("worker1", ["cat", "/etc/hosts"], check=True).stdout
