@@ -173,14 +173,15 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
     worst = max(lossy, key=lambda link: link.loss)
     others = [link for link in lossy if link is not worst]
     also = ("; also " + ", ".join(f"{link.src} -> {link.dst} {100 * link.loss:.2f}%" for link in others)) if others else ""
-    iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface") or "<its interface>"
+    iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface")
+    show = f"ip -s link show {iface}" if iface else "ip -s link"
     yield Verdict(Status.WARN, worst.dst,
                   f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.lost} of the {worst.segs} "
                   f"segments {worst.src}'s ranks sent ({100 * worst.loss:.2f}%, {size(worst.sent)}) had to be sent "
                   "again and were not duplicates (the kernel's TCP_INFO: retransmitted, less D-SACK), round trip "
                   f"{worst.rtt_us / 1000:.2f} ms{also}; over TCP a lossy path carries far less than its rate, and "
                   "every step's all_reduce crosses it",
-                  change(f"find where {worst.dst} drops them: ssh {worst.dst} ip -s link show {iface} (RX errors and "
+                  change(f"find where {worst.dst} drops them: ssh {worst.dst} {show} (RX errors and "
                          "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"),
                   {"links": [{"src": link.src, "dst": link.dst, "sent": link.sent, "retrans": link.retrans,
                               "rtt_us": link.rtt_us, "segs": link.segs, "lost": link.lost} for link in seen.links],
@@ -188,10 +189,11 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
 
 
 def _by_wire(ctx: Context, name: str) -> Fix:
-    """Wire the node, and pin its ranks to the wired interface."""
-    pin = env_fix(ctx, name, [("GLOO_SOCKET_IFNAME", "<its wired interface>")],
-                  note="or all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()")
-    return Fix(pin.action, (f"connect {name} by wire, then {pin.steps[0]}", *pin.steps[1:]), name, pin.note)
+    """Wire the node; the wired interface has no name before it is there, so interface-choice
+    names its pin on the next run (no placeholder for the user to fill in)."""
+    return change(f"connect {name} by wire; run preflight again: interface-choice then names the interface its "
+                  "ranks reach the master on, and the GLOO_SOCKET_IFNAME that pins it", name,
+                  "or all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()")
 
 
 def _job_failed(ctx: Context, failed: JobFailure) -> Verdict:

@@ -23,13 +23,15 @@ def _is_loopback(address: str | None) -> bool:
         return False
 
 
-def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> Fix:
+def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> Fix | None:
     """The fix that makes `node`'s ranks bind the interface that reaches the others (address-family,
-    interface-choice), for every node at once where each reaches the master on the same name."""
-    var = ifname_var(ctx.options.backend if iface else "gloo")
+    interface-choice), for every node at once where each reaches the master on the same name.
+    None where that interface is not known: a fix names it, or there is none."""
+    if iface is None:
+        return None
+    var = ifname_var(ctx.options.backend)
     names = {i.name if (i := toward_master(ctx, n)) else None for n in ctx.reachable}
-    return env_fix(ctx, node.node, [(var, iface.name if iface else "<the LAN interface>")],
-                   every_node=iface is not None and names == {iface.name}, note=note)
+    return env_fix(ctx, node.node, [(var, iface.name)], every_node=names == {iface.name}, note=note)
 
 
 def _families(ctx: Context) -> dict[str, int]:

@@ -223,15 +223,16 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
         # Unpinned ranks bind this family; pinned to the interface, they bind the other, probed apart.
         yield Verdict(Status.FAIL, dst,
                       f"{dst}'s ephemeral ports{at} cannot be reached {what}: unpinned, Gloo cannot connect "
-                      "these nodes in either direction", env_fix(ctx, dst, [(_PIN, listener.interface or
-                                                                             "<the interface that reaches the others>")]),
-                      details)
+                      "these nodes in either direction",
+                      env_fix(ctx, dst, [(_PIN, listener.interface)]) if listener.interface else None, details)
     elif broken:
+        # Already the address its ranks bind pinned: a pin changes nothing, and no cause was seen
+        # that a fix could name (not a route of its own, not a firewall: no connection got there).
+        routes = "; ".join(f"`ip route get {address}` on {src} shows its route" for src in sorted(broken))
         yield Verdict(Status.FAIL, dst,
                       f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: Gloo cannot "
-                      "connect these nodes in either direction (see address-family and interface-choice)",
-                      env_fix(ctx, dst, [("GLOO_SOCKET_IFNAME", "<the interface that reaches the others>")]),
-                      details)
+                      f"connect these nodes in either direction ({routes}; see address-family and interface-choice)",
+                      None, details)
     elif gloo_uses:
         yield Verdict(Status.FAIL, dst,
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. {dst} has the lower address, "
