@@ -238,12 +238,28 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. {dst} has the lower address, "
                       f"so it listens and {', '.join(sorted(gloo_uses))} "
                       f"{'connects' if len(gloo_uses) == 1 else 'connect'}: Gloo's process-group creation "
-                      "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
+                      f"{_gloo_fails(blocked[sorted(gloo_uses)[0]])}", fix, details)
     else:
         yield Verdict(Status.WARN, dst,
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "
                       f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
                       "new addresses can need this direction", fix, details)
+
+
+def _gloo_fails(dial: Dial, mesh: bool = False) -> str:
+    """How Gloo's process-group creation ends on this blocked path, in its own words: a silent
+    drop waits out its timeout ('Connect timeout', seed 002); a REJECT answers at once, with the
+    error the kernel gave the connect (a reset or port-unreachable: 'Connection refused')."""
+    if dial.outcome == "filtered":
+        how, said = "hangs, then fails", "Connect timeout"
+    elif dial.outcome == "refused":
+        how, said = "fails", "Connection refused"
+    else:
+        how, said = "fails", (dial.detail or "").split(": ", 1)[-1]
+    if not said:
+        return how
+    return f"{how} in connectFullMesh ('{said}')" if mesh else \
+        f"{how} with '{said}'" + (" (seed 002)" if dial.outcome == "filtered" else "")
 
 
 def _chain(node: NodeFacts | None) -> str:
@@ -271,7 +287,7 @@ def _own_path(name: str, listener: Listener, dials: list[Dial], ranks: int, node
     first = blocked[0]
     what = MEANING.get(first.outcome, first.outcome) + (f" ({first.detail})" if first.detail else "")
     summary = (f"{path}: new connections are {what}; its {ranks} ranks connect to each other there, so Gloo's "
-               "process-group creation hangs, then fails in connectFullMesh ('Connect timeout')")
+               f"process-group creation {_gloo_fails(first, mesh=True)}")
     if first.outcome not in ("filtered", "rejected", "refused"):
         return Verdict(Status.FAIL, name, summary, None, details)
     # The path never leaves the host: only its own input rules can stop it.

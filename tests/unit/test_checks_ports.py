@@ -410,3 +410,18 @@ def test_a_peer_route_without_the_evidence_or_from_an_older_node_names_no_route_
         assert {(r.node, r.fix.split(" proto")[0]) for r in results if r.status is not Status.PASS} == {
             ("worker1", "on worker1: sudo ufw allow from 10.213.1.0/24"),
             ("worker2", "on worker2: sudo ufw allow from 10.213.1.0/24")}, edit
+
+
+def test_a_reject_is_said_in_glooss_words_for_it_not_as_a_timeout():
+    # Issue 38: a REJECT rule (a TCP reset) was said "hangs, then fails with 'Connect timeout'",
+    # the drop's words; Gloo's connect gets ECONNREFUSED at once: 'Connection refused'. DERIVED
+    # from lab_probe_firewalls: the master's dials into worker1 refused instead of dropped.
+    art = load("lab_probe_firewalls")
+    for pair in art["probes"]["network"]["pairs"]:
+        if pair["src"] == "master" and pair["dst"] == "worker1":
+            pair["outcome"] = "refused" if pair["kind"] == "listener" else pair["outcome"]
+    worker = results(art)[("ephemeral-ports", "worker1")]
+    assert worker.status is Status.FAIL
+    assert worker.summary.endswith("so it listens and master connects: Gloo's process-group creation fails with "
+                                   "'Connection refused'"), worker.summary
+    assert "Connect timeout" not in worker.summary
