@@ -17,6 +17,7 @@ from rules.facts import Interface, Missing
 from rules.routes import route_to_master, toward_master
 
 from ..model import Context, NodeFacts, Options
+from .job_end import why_ended
 
 CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow
 READY_TIMEOUT = 20.0
@@ -179,7 +180,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
             result = job.wait(40)
             lines = result.json_lines(protocol.RESULT)
             if not lines:
-                out["errors"][names[i]] = result.error or f"the connect probe gave no result: {result.stderr[-300:]}"
+                out["errors"][names[i]] = f"the connect probe gave no result: {why_ended(result, 30)}"
                 continue
             out["pairs"] += [{"src": names[i], **r} for r in lines[-1]]
     finally:
