@@ -226,6 +226,16 @@ def _ipv6_host(state: LabState, node: Node, param: str | None) -> list[dict]:
     return [{"kind": "hosts", "node": node.name}]
 
 
+def _ipv6_off(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # IPv6 off in the node's kernel, as a hardening guide does it: the node loses its IPv6
+    # addresses and routes (its eth0's static one included, which its undo puts back).
+    keys = ["net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"]
+    undo = [{"kind": "ipv6_address", "netns": node.netns, "dev": node.iface, "address": f"{node.ipv6}/64"}]
+    undo += [{"kind": "sysctl", "netns": node.netns, "key": key, "value": _sysctl(node.netns, key)} for key in keys]
+    run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w", *(f"{key}=1" for key in keys)])
+    return undo
+
+
 def _stale_hosts(state: LabState, node: Node, param: str | None) -> list[dict]:
     # The hosts files are rendered from the faults (lab/hosts.py): the master's name (or PARAM's)
     # points at an address of the lab's LAN where nothing answers, as a line kept from before a
@@ -315,6 +325,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("ipv6-host", "issue 26", "the hostname resolves to the node's LAN IPv6 address (its eth0 carries one), "
               "so Gloo binds IPv6 there, reachable from the other nodes; on every node: an IPv6 cluster",
               _ipv6_host),
+    FaultKind("ipv6-off", "none: issue 38", "turns IPv6 off in the node's kernel (net.ipv6.conf.all.disable_ipv6 = 1, "
+              "and default): it loses its IPv6 addresses and routes, so an IPv6 master address is unreachable "
+              "from it", _ipv6_off),
     FaultKind("stale-hosts", "none: issue 38", "the node's /etc/hosts maps the master's name (or PARAM's: "
               "stale-hosts@worker1:worker2) to an address of the LAN where nothing answers, a line kept from before "
               "a machine moved", _stale_hosts),

@@ -135,3 +135,28 @@ def pin_interface(backend: str, iface: str | None) -> str:
     """The pin in words: interface-choice's pass says it, and `ddp-preflight explain`'s fix on the
     ss_family error, which reads a run after the fact, with no options of its own to say --env."""
     return f"export {ifname_var(backend)}={iface or '<the LAN interface>'}"
+
+
+def ipv6_off(node: NodeFacts, master: NodeFacts, address: str | None) -> tuple[str, Fix] | None:
+    """The third way a node loses the master: the master's address is IPv6 and the node's IPv6 is
+    disabled (net.ipv6.conf.all.disable_ipv6 = 1: the kernel has no IPv6 address or route there,
+    so a connect says "Network is unreachable"). Its words and its fix: the master's IPv4 address
+    on the interface that holds the IPv6 one, where it has one (nothing else to change on any
+    node); else IPv6 turned back on there. None where that is not what the facts show."""
+    network = node.parsed.network
+    if not address or ":" not in address or isinstance(network, Missing) or network.disable_ipv6 != 1:
+        return None
+    why = (f"IPv6 is disabled on {node.node} (net.ipv6.conf.all.disable_ipv6 = 1), and the master's address "
+           f"{address} is IPv6: {node.node} has no IPv6 route")
+    enable = f"on {node.node}: sudo sysctl -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0"
+    theirs = master.parsed.network
+    holder = None if isinstance(theirs, Missing) else theirs.interface_with(address)
+    ipv4 = next((a.address for a in (holder.addresses if holder else ()) if a.family == 4 and a.scope != "host"),
+                None)
+    if ipv4 is None:
+        return why, command_fix(enable, node.node, "its IPv6 addresses then come back from its network configuration "
+                                                   "(SLAAC, or its static ones)")
+    return why, change(f"give the master's IPv4 address on {holder.name if holder else 'that interface'}: "
+                       f"--master-addr {ipv4} (MASTER_ADDR={ipv4} for torchrun)", None,
+                       f"or turn IPv6 back on, {enable}, and its IPv6 addresses come back from its network "
+                       "configuration")

@@ -8,7 +8,16 @@ from collections.abc import Iterator
 from rules.environment import env_fix
 from rules.facts import Interface, Missing, NodeFacts, Route
 from rules.fix import Fix, change
-from rules.routes import dead_route, drop_route, ifname_var, loosen_or_drop, pin_interface, route_to_master, toward_master
+from rules.routes import (
+    dead_route,
+    drop_route,
+    ifname_var,
+    ipv6_off,
+    loosen_or_drop,
+    pin_interface,
+    route_to_master,
+    toward_master,
+)
 
 from ..model import Context, Status, Verdict
 from .reverse_path import counted, network_seen, reverse_path_drop
@@ -166,6 +175,10 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           loosen_or_drop(node.node, rp), {"route": _route_json(route)})
             continue
         iface = toward_master(ctx, node)
+        off = ipv6_off(node, ctx.master, address or target) if iface is None else None
+        if off is not None:
+            yield Verdict(Status.FAIL, node.node, f"{node.node}: {off[0]}", off[1], {"route": _route_json(route)})
+            continue
         if iface is None:
             reason = (None if isinstance(route, Missing) else route.error) or \
                 f"no interface of {node.node} reaches {target or 'the master'}"

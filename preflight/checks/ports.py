@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from rules.environment import env_fix
 from rules.facts import Missing
 from rules.fix import Fix, run
+from rules.routes import ipv6_off
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen, gloo_listens
@@ -48,6 +49,12 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
             continue
         said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
             (f" ({dial.detail})" if dial.detail else "")
+        worker = next((n for n in ctx.nodes if n.node == dial.src), None)
+        off = None if worker is None else ipv6_off(worker, ctx.master, dial.sent.get("resolved") or master.ip)
+        if off is not None and dial.outcome == "unreachable":
+            yield Verdict(Status.FAIL, dial.src, f"cannot reach the master at {where}: {off[0]}; rendezvous will time "
+                          "out", off[1], details)
+            continue
         named = name_cause(ctx.master, master, dial)
         if named is not None:
             # The worker's own resolution sends it elsewhere: a stale hosts line, or DNS.

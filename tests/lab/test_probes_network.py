@@ -418,3 +418,30 @@ def test_a_stale_hosts_line_is_the_name_on_its_node_and_its_fix_lets_a_real_job_
     assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
     clean_lab.clear_faults()
     assert f"{master}\tmaster" in clean_lab.exec("worker1", ["cat", "/etc/hosts"], check=True).stdout
+
+
+def test_ipv6_off_on_a_worker_with_an_ipv6_master_address_is_named_there_and_its_fix_lets_a_real_job_through(
+        clean_lab):
+    # Issue 38: "RTNETLINK answers: Network is unreachable" and "another address family", with a fix
+    # that only repeated `ip route get`; that IPv6 is off on worker1 was never said.
+    clean_lab.add_fault("ipv6-off@worker1")
+    master4, master6 = clean_lab.node("master").ipv4, clean_lab.node("master").ipv6
+    checks = "master-reachable,interface-choice,ephemeral-ports,address-family"
+    _, report = preflight(clean_lab, "--only", checks, "--master-addr", master6, expect=1)
+    named = [r for r in report["results"] if r["status"] != "pass"]
+    assert sorted((r["check"], r["node"], r["status"]) for r in named) == [
+        ("interface-choice", "worker1", "fail"), ("master-reachable", "worker1", "fail")], report["results"]
+    why = (f"IPv6 is disabled on worker1 (net.ipv6.conf.all.disable_ipv6 = 1), and the master's address {master6} is "
+           "IPv6: worker1 has no IPv6 route")
+    assert all(why in r["summary"] for r in named), named
+    fix = (f"give the master's IPv4 address on eth0: --master-addr {master4} (MASTER_ADDR={master4} for torchrun)   "
+           "# or turn IPv6 back on, on worker1: sudo sysctl -w net.ipv6.conf.all.disable_ipv6=0 "
+           "net.ipv6.conf.default.disable_ipv6=0, and its IPv6 addresses come back from its network configuration")
+    assert {r["fix"] for r in named} == {fix}, named
+    # The fix as printed: the master's IPv4 address; then a real 2 x 2 Gloo job (the collectives probe).
+    _, after = preflight(clean_lab, "--only", checks + ",collectives", "--nproc-per-node", "2", "--master-addr",
+                         master4, expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    clean_lab.clear_faults()
+    shown = clean_lab.exec("worker1", ["ip", "-6", "-o", "addr", "show", "dev", "eth0"], check=True).stdout
+    assert clean_lab.node("worker1").ipv6 + "/64" in shown
