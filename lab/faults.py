@@ -50,7 +50,8 @@ def ephemeral_range(node: Node) -> tuple[int, int]:
 FAMILIES = {"ipv4": "meta nfproto ipv4 ", "ipv6": "meta nfproto ipv6 "}
 
 
-def _drop_ephemeral(node: Node, table: str, exempt_lo: bool, family: str | None = None) -> list[dict]:
+def _drop_ephemeral(node: Node, table: str, exempt_lo: bool, family: str | None = None,
+                    keep_open: tuple[int, int] | None = None) -> list[dict]:
     low, high = ephemeral_range(node)
     if family is not None and family not in FAMILIES:
         raise LabError(f"firewall's parameter {family!r} is not one of {', '.join(FAMILIES)} (or none: both)")
@@ -64,7 +65,7 @@ table inet {table} {{
     ct state established,related accept
     {'iifname "lo" accept' if exempt_lo else ''}
     tcp dport 22 accept
-    {only}tcp dport {low}-{high} ct state new drop
+    {only}tcp dport {low}-{high} {f"tcp dport != {keep_open[0]}-{keep_open[1]} " if keep_open else ""}ct state new drop
   }}
 }}
 """
@@ -76,6 +77,17 @@ def _firewall(state: LabState, node: Node, param: str | None) -> list[dict]:
     # Like a default ufw, which accepts everything on lo first; PARAM ipv4 or ipv6: that family only
     # (ip6tables and iptables are two rulesets: one of them is often forgotten).
     return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True, family=param)
+
+
+def _firewall_part(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A ruleset that opens only part of the ephemeral range (PARAM, LOW-HIGH): Gloo's ports, which
+    # the kernel picks anywhere in the range, connect or not by chance.
+    match = re.fullmatch(r"(\d+)-(\d+)", param or "")
+    low, high = ephemeral_range(node)
+    if not match or not low <= int(match.group(1)) <= int(match.group(2)) <= high:
+        raise LabError(f"firewall-part@{node.name}:{param}: give the part left open as LOW-HIGH inside the node's "
+                       f"range {low}-{high}, e.g. firewall-part@{node.name}:40000-45000")
+    return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True, keep_open=(int(match.group(1)), int(match.group(2))))
 
 
 def _firewall_self(state: LabState, node: Node, param: str | None) -> list[dict]:
@@ -304,6 +316,8 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("firewall", "002", "nftables drops new inbound TCP to the node's ephemeral ports "
               "(ssh and established traffic pass), like a default ufw; PARAM ipv4 or ipv6: that family only",
               _firewall),
+    FaultKind("firewall-part", "none: issue 38", "like firewall, leaving open only PARAM (LOW-HIGH) of the "
+              "ephemeral range, e.g. firewall-part@worker1:40000-45000", _firewall_part),
     FaultKind("firewall-self", "002, ranks on one node", "like firewall, without exempting lo: the node's own new "
               "connections to its ephemeral ports (to its LAN address too) are dropped, so its ranks cannot "
               "connect to each other", _firewall_self),
@@ -349,7 +363,7 @@ class FaultSpec:
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
-        match = re.fullmatch(r"([a-z0-9-]+)@([a-z0-9]+)(?::([A-Za-z0-9.]+))?", text)
+        match = re.fullmatch(r"([a-z0-9-]+)@([a-z0-9]+)(?::([A-Za-z0-9.-]+))?", text)
         if not match:
             raise LabError(f"fault {text!r} is not FAULT@NODE[:PARAM], e.g. firewall@worker1 "
                            "or wifi@worker1:100mbit")

@@ -54,6 +54,32 @@ def free_closed_ports(address, count, low, high):
     return ports
 
 
+def spread_ports(address, count, low, high, sockets):
+    """`count` more listening sockets at ports spread evenly across the range (the first free one
+    from each step on): a firewall that opens part of the range shows which part. Appended to
+    `sockets`; their ports returned."""
+    ports = []
+    if count < 2 or high <= low:
+        return ports
+    step = (high - low) / (count - 1)
+    for i in range(count):
+        start = low + round(i * step)
+        for port in range(start, min(high, start + 16) + 1):
+            s = socket.socket(family(address), socket.SOCK_STREAM)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((address, port))
+                s.listen(64)
+                s.setblocking(False)
+            except OSError:
+                s.close()
+                continue
+            sockets.append(s)
+            ports.append(port)
+            break
+    return ports
+
+
 def listen(spec):
     address, token = spec["address"], spec["token"].encode()
     sockets, stats = [], {"accepted": {}, "rejected": 0}
@@ -70,9 +96,11 @@ def listen(spec):
                               "errno": errno.errorcode.get(exc.errno)})
         return
     low, high = spec.get("range") or (32768, 60999)
+    spread = spread_ports(address, spec.get("spread", 0), low, high, sockets)
     closed = free_closed_ports(address, spec.get("closed", 1), low, high)
     dropped_before = reverse_path_drops()
-    protocol.emit(READY, {"ports": [s.getsockname()[1] for s in sockets], "closed": closed})
+    ports = [s.getsockname()[1] for s in sockets]
+    protocol.emit(READY, {"ports": ports[:len(ports) - len(spread)], "spread": spread, "closed": closed})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

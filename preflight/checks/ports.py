@@ -220,7 +220,8 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     if not blocked:
         return
     gloo_uses, broken = [s for s in gloo_uses if s in blocked], [s for s in broken if s in blocked]
-    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}" for src, d in sorted(blocked.items()))
+    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}{_part_open(into, src, (low, high))}"
+                     for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
     fix = run(f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}", dst,
@@ -251,6 +252,26 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "
                       f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
                       "new addresses can need this direction", fix, details)
+
+
+def _part_open(into: list[Dial], src: str, span: tuple[int, int]) -> str:
+    """Where only part of the range opens from `src` (the listener's ports spread across it, some
+    opened, some not): which of the ports tried opened, as spans of neighbouring ports tried."""
+    tried = sorted({(d.port, d.outcome == "open") for d in into if d.src == src and d.sent.get("spread")})
+    opened = [port for port, ok in tried if ok]
+    if not opened or len(opened) == len(tried):
+        return ""
+    spans, run_ = [], [tried[0]]
+    for one in tried[1:]:
+        if one[1] == run_[-1][1]:
+            run_.append(one)
+        else:
+            spans.append(run_)
+            run_ = [one]
+    spans.append(run_)
+    said = ", ".join(f"{r[0][0]}-{r[-1][0]}" if len(r) > 1 else str(r[0][0]) for r in spans if r[0][1])
+    return (f", only part of the range: {len(opened)} of the {len(tried)} ports tried across {span[0]}-{span[1]} "
+            f"opened ({said}), so Gloo's ports, which the kernel picks anywhere in it, connect or not by chance")
 
 
 def _gloo_fails(dial: Dial, mesh: bool = False) -> str:

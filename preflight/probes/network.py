@@ -24,6 +24,8 @@ READY_TIMEOUT = 20.0
 
 
 DEFAULT_EPHEMERAL_PORTS = [32768, 60999]     # Linux's, when the node's could not be read
+SPREAD = 16        # more ports a listener holds, spread evenly across its range: a firewall that
+                   # opens part of the range shows which part (two random ports find it by luck)
 
 
 def rank_address(node: NodeFacts, options: Options) -> tuple[str | None, str | None]:
@@ -125,7 +127,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         port_range = _ephemeral_ports(nodes[i])
         ready[i, key] = Ready()
         spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
-                "range": port_range, "duration": 60}
+                "range": port_range, "duration": 60, "spread": SPREAD}
         jobs[i, key] = _agent(cluster, i, spec, 70, ready[i, key])
         out[key][names[i]] = {"address": address, "interface": interface, "range": port_range}
     master_route = route_to_master(nodes[0])
@@ -159,6 +161,8 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                     continue
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener"}
                             for p in listener["ports"]]
+                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener",
+                             "spread": True} for p in listener.get("spread", [])]
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "closed"}
                             for p in listener.get("closed", [])]
                 # The other family's listener, dialled as unpinned ranks would: from a node whose own

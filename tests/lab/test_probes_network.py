@@ -445,3 +445,21 @@ def test_ipv6_off_on_a_worker_with_an_ipv6_master_address_is_named_there_and_its
     clean_lab.clear_faults()
     shown = clean_lab.exec("worker1", ["ip", "-6", "-o", "addr", "show", "dev", "eth0"], check=True).stdout
     assert clean_lab.node("worker1").ipv6 + "/64" in shown
+
+
+def test_a_partly_open_ephemeral_range_is_found_and_said_with_the_part_that_opens_and_its_fix_works(clean_lab):
+    # Issue 38: only 40000-45000 of worker1's range open: caught by luck (two random ports a node),
+    # and "only part of the range" never said. The listener now also holds ports spread across it.
+    clean_lab.add_fault("firewall-part@worker1:40000-45000")
+    _, report = preflight(clean_lab, *ONLY, expect=1)
+    assert statuses_of(report) == {("master-reachable", "worker1"): "pass", ("ephemeral-ports", "master"): "pass",
+                                   ("ephemeral-ports", "worker1"): "fail"}, report["results"]
+    result = by(report, "ephemeral-ports", "worker1")
+    assert ("from master: silently dropped (a firewall), only part of the range: 3 of the 16 ports tried across 32768-60999 "
+            "opened (40296-44060), so Gloo's ports, which the kernel picks anywhere in it, connect or not by chance"
+            in result["summary"]), result["summary"]
+    # The fix as printed (its nftables form, for the ruleset the node has), then every path passes.
+    nft = result["fix"].split("or nftables: sudo ")[1]
+    clean_lab.exec("worker1", nft.split(), check=True)
+    _, after = preflight(clean_lab, *ONLY, "--only", "master-reachable,ephemeral-ports,collectives", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
