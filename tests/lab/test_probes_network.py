@@ -217,6 +217,15 @@ def test_a_dead_route_is_named_on_its_node_once_and_its_fix_lets_a_real_job_thro
     assert all(f"worker1's route to {master}" in r["summary"] or f"worker1's route to the master ({master})"
                in r["summary"] for r in named), named
     assert "goes out eth1, which has no carrier" in by(report, "master-reachable", "worker1")["summary"]
+    # Issue 38: path-mtu said the paths were "not measured" (or the probe's "error") with no fix:
+    # the same route, named on worker1 once for both directions, with the same fix.
+    _, mtu = preflight(clean_lab, "--only", "path-mtu", expect=1)
+    assert [(r["check"], r["node"], r["status"], r["fix"]) for r in mtu["results"]] == [
+        ("path-mtu", "worker1", "fail", fix)], mtu["results"]
+    assert mtu["results"][0]["summary"] == (
+        f"master -> worker1, worker1 -> master: not measured: worker1's route to {master} goes out eth1, which has no "
+        "carrier (the kernel marks the route linkdown): what it sends the master (its probes and its answers) goes "
+        "nowhere")
     # The fix as printed, on worker1; then a real 2 x 2 Gloo job (the collectives probe) runs.
     clean_lab.exec("worker1", fix.removeprefix("on worker1: sudo ").split("   #")[0].split(), check=True)
     _, after = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports,collectives",
