@@ -201,7 +201,9 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           f"{bind.interface} ({bind.address or 'no address'})"
                           + ("" if same_family else "; see address-family")
                           + (f"; and {name} is {KIND_WARNINGS[kind]}" if kind in KIND_WARNINGS else ""),
-                          _pin(ctx, node, iface), details)
+                          # One cause, one fix: address-family's words for a loopback bind.
+                          _pin(ctx, node, iface, f"or map {bind.hostname} to its LAN address in /etc/hosts"
+                               if _is_loopback(bind.address) and bind.hostname else ""), details)
         elif kind in KIND_WARNINGS:
             yield Verdict(Status.WARN, node.node,
                           f"{who} over {name}, {KIND_WARNINGS[kind]}",

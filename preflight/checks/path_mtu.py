@@ -67,13 +67,13 @@ def _fix(d: Direction, size: int, nodes: list[str]) -> Fix | None:
     """The MTU lowered on each of these nodes whose interface the probe named (None: on none)."""
     interfaces = {d.src: d.src_interface, d.dst: d.dst_interface}
     mtus = {d.src: d.src_end_mtu, d.dst: d.dst_mtu}
-    nodes = [n for n in nodes if interfaces[n]]
+    nodes = sorted(n for n in nodes if interfaces[n])      # one fix for both directions: printed once
     lower = tuple(f"on {n}: sudo ip link set dev {interfaces[n]} mtu {size}" for n in nodes)
     if not lower:
         return None
     largest = max((m for m in mtus.values() if m), default=size)
     return Fix(Action.RUN, lower, nodes[0] if len(nodes) == 1 else None,
-               f"what passes between {d.src} and {d.dst}; or make every hop between them "
+               f"what passes between {' and '.join(sorted((d.src, d.dst)))}; or make every hop between them "
                f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
 
 
