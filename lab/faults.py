@@ -196,6 +196,22 @@ def _dead_route(state: LabState, node: Node, param: str | None) -> list[dict]:
 RP_IFACE = "eth1"
 
 
+def _wrong_route(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A second interface that is up and carries (a veth whose other end is up, in the node too,
+    # where nothing answers: a VPN's or another network's link), and a host route to the master
+    # (or the peer PARAM names) through it, which takes over the LAN's: what the node sends there
+    # never arrives.
+    target = _toward(state, node, param, "wrong-route")
+    if any(f.node == node.name and f.kind in ("dead-route", "rp-filter") for f in state.faults):
+        raise LabError(f"wrong-route@{node.name}: another fault holds {DEAD_IFACE} there; clear it first")
+    undo = [{"kind": "link", "netns": node.netns, "name": DEAD_IFACE}]      # its other end goes with it
+    ip_batch([f"link add {DEAD_IFACE} type veth peer name {DEAD_IFACE}p",
+              f"link set {DEAD_IFACE} addrgenmode none", f"link set {DEAD_IFACE}p addrgenmode none",
+              f"link set {DEAD_IFACE}p up", f"link set {DEAD_IFACE} up",
+              f"route add {target.ipv4}/32 dev {DEAD_IFACE}"], netns=node.netns)
+    return undo
+
+
 def _rp_filter(state: LabState, node: Node, param: str | None) -> list[dict]:
     # A direct cable from the node to the master, or to the peer PARAM names (eth1, a veth whose
     # other end is in that node, up, carrying), and a host route to it through that cable on the
@@ -332,6 +348,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "names: rp-filter@worker1:worker2) and a host route to it through that link, and makes the node's "
               "reverse-path filter strict (rp_filter 1): that node's packets still arrive on the LAN interface, and "
               "the node drops them", _rp_filter),
+    FaultKind("wrong-route", "none: issue 38", f"adds {DEAD_IFACE} (a veth, up, carrying, leading nowhere) and a host "
+              "route to the master (or to the node PARAM names) through it, which takes over the LAN's: the node's "
+              "connections there go nowhere", _wrong_route),
     FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
               "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "

@@ -7,6 +7,7 @@ dials there reported), by one rule."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,17 +46,46 @@ def dead_route(node: NodeFacts, route: Route | None = None) -> tuple[Route, str]
     return None
 
 
-def drop_route(node: str, route: Route, peer: str = MASTER) -> Fix:
+def detour(node: NodeFacts, route: Route | None = None) -> tuple[Route, str, str] | None:
+    """The node's route to the master (or `route`, to a peer) goes out another interface than the
+    live one whose own subnet holds that address: a second interface whose route takes over (a
+    VPN's, a stale host route through another link). Only a candidate: the caller needs the
+    evidence that nothing sent that way arrives (the probe's dials all silently dropped)."""
+    network, judged = node.parsed.network, route_to_master(node) if route is None else route
+    if isinstance(network, Missing) or isinstance(judged, Missing) or not judged.interface or not judged.address:
+        return None
+    try:
+        target = ipaddress.ip_address(judged.address)
+    except ValueError:
+        return None
+    for iface in network.interfaces:
+        if iface.name == judged.interface or not iface.up or iface.kind == "loopback":
+            continue
+        for a in iface.addresses:
+            if a.prefixlen is None or a.scope == "link":
+                continue
+            subnet = ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False)
+            if target.version == subnet.version and target in subnet and subnet.prefixlen < subnet.max_prefixlen:
+                return judged, (f"takes over the route of {iface.name}, whose own subnet {subnet} holds "
+                                f"{judged.address}"), iface.name
+    return None
+
+
+def drop_route(node: str, route: Route, peer: str = MASTER, instead: str | None = None) -> Fix:
     """Delete the route through the dead link (the next one, through the live LAN, then serves);
-    one that is the default route is not deleted blind. `peer`: where the route leads, in words."""
+    one that is the default route is not deleted blind. `peer`: where the route leads, in words;
+    `instead`: the live interface whose route then serves, where the link is not dead but leads
+    elsewhere (no "bring it up" then)."""
     iface = route.interface
     if not route.prefix or route.prefix == "default":
-        return change(f"on {node}: route {peer}'s address through a live interface (`ip route get "
-                      f"{route.address}` there shows the route out {iface}); or bring {iface} up", node)
+        return change(f"on {node}: route {peer}'s address through {instead or 'a live interface'} (`ip route get "
+                      f"{route.address}` there shows the route out {iface})" + ("" if instead else f"; or bring {iface} up"),
+                      node)
     # A route policy routing picked from another table (`ip rule`) is deleted there: `ip route del`
     # looks in the main table alone, and would fail ("No such process").
     table = f" table {route.table}" if route.table else ""
-    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}{table}", node, f"or bring {iface} up")
+    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}{table}", node,
+                       f"{peer} is then reached via {instead}" if instead else f"or bring {iface} up")
 
 
 STRICT = 1     # rp_filter: 0 off, 1 strict (RFC 3704), 2 loose

@@ -10,6 +10,7 @@ from rules.facts import Interface, Missing, NodeFacts, Route
 from rules.fix import Fix, change
 from rules.routes import (
     dead_route,
+    detour,
     drop_route,
     ifname_var,
     ipv6_off,
@@ -20,7 +21,7 @@ from rules.routes import (
 )
 
 from ..model import Context, Status, Verdict
-from .reverse_path import counted, network_seen, reverse_path_drop
+from .reverse_path import counted, network_seen, reverse_path_drop, silent
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
 
@@ -173,6 +174,18 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           f"{rp.why(node.node)}{counted(seen, node.node)}; the probe's connections between "
                           f"{node.node} and the master got nowhere: no interface to pin until the paths agree",
                           loosen_or_drop(node.node, rp), {"route": _route_json(route)})
+            continue
+        taken = detour(node) if seen is not None and node is not ctx.master else None
+        quiet = seen.blocked({node.node, ctx.master.node}) if taken is not None and seen is not None else []
+        if taken is not None and seen is not None and quiet and silent(seen, {node.node, ctx.master.node}, quiet):
+            # A live second interface's route takes over the LAN's, and nothing sent between the
+            # two arrived: pinning either interface would not help (master-reachable, one fix).
+            picked, why, lan = taken
+            yield Verdict(Status.FAIL, node.node,
+                          f"{node.node}'s route to the master ({picked.address}) goes out {picked.interface}, which "
+                          f"{why}; the probe's connections between {node.node} and the master got nowhere: no "
+                          "interface to pin until it is gone", drop_route(node.node, picked, instead=lan),
+                          {"route": _route_json(route)})
             continue
         iface = toward_master(ctx, node)
         off = ipv6_off(node, ctx.master, address or target) if iface is None else None

@@ -472,3 +472,28 @@ def test_a_partly_open_ephemeral_range_is_found_and_said_with_the_part_that_open
     clean_lab.exec("worker1", nft.split(), check=True)
     _, after = preflight(clean_lab, *ONLY, "--only", "master-reachable,ephemeral-ports,collectives", expect=0)
     assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+
+
+def test_a_second_interfaces_route_that_takes_over_is_named_on_its_node_once_and_its_fix_lets_a_real_job_through(
+        clean_lab):
+    # Issue 38: a live second interface whose host route to the master takes over the LAN's was
+    # "a firewall"; the route is the cause, named on worker1, with the command that removes it.
+    clean_lab.add_fault("wrong-route@worker1")
+    master = clean_lab.node("master").ipv4
+    checks = "master-reachable,interface-choice,ephemeral-ports"
+    _, report = preflight(clean_lab, "--only", checks, expect=1)
+    named = [r for r in report["results"] if r["status"] != "pass"]
+    assert sorted((r["check"], r["node"], r["status"]) for r in named) == [
+        ("ephemeral-ports", "master", "warn"), ("ephemeral-ports", "worker1", "fail"),
+        ("interface-choice", "worker1", "fail"), ("master-reachable", "worker1", "fail")], report["results"]
+    fix = f"on worker1: sudo ip route del {master} dev eth1   # the master is then reached via eth0"
+    assert {r["fix"] for r in named} == {fix}, named
+    assert all("goes out eth1, which takes over the route of eth0, whose own subnet " in r["summary"]
+               for r in named), named
+    assert not any("firewall" in r["summary"] for r in named), named
+    # The fix as printed, on worker1; then a real 2 x 2 Gloo job (the collectives probe) runs.
+    clean_lab.exec("worker1", fix.removeprefix("on worker1: sudo ").split("   #")[0].split(), check=True)
+    _, after = preflight(clean_lab, "--only", checks + ",collectives", "--nproc-per-node", "2", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    clean_lab.clear_faults()
+    assert clean_lab.exec("worker1", ["ip", "-o", "link", "show", "eth1"]).returncode != 0
