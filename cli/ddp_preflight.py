@@ -33,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="inside a Slurm job, warn when it has less time left than this (default 10)")
     p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
     p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
-    p.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
+    p.add_argument("--python", action="append", default=[], metavar="[NODE:]PATH",
+                   help="the training environment's Python: PATH on every node, or NODE:PATH for a node whose "
+                        "Python differs (repeatable; default: this interpreter's path; as python in [nodes.NAME])")
     p.add_argument("--data-dir", action="append", default=[], metavar="[NODE:]PATH",
                    help="the folder of training shards, compared across nodes: PATH on every node, or NODE:PATH "
                         "for a node whose folder differs (repeatable; as data_dir in [nodes.NAME] of --config)")
@@ -158,6 +160,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     hosts, slots = _hosts(args, config, slurm_job)
     training_env = _training_env(args, config, hosts)
     data_paths, code_paths = _folders(args, hosts)
+    args.python_paths = _pythons(args, hosts)
 
     def pick(name, default):
         value = getattr(args, name)
@@ -195,7 +198,9 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         raise UsageError(f"--master-port {options.master_port} is not a port number")
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if ssh_config and not Path(ssh_config).is_file():
-        raise UsageError(f"ssh config {ssh_config} does not exist")
+        if hosts or pick("ssh_config", None):
+            raise UsageError(f"ssh config {ssh_config} does not exist")
+        ssh_config = None      # no host: a purely local run, which no ssh config the environment names concerns
     if hosts and slurm_job is None:
         from transport.ssh import ssh_config_problem
         problem = ssh_config_problem(ssh_config)
@@ -349,12 +354,27 @@ def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
             for h, data_dir in zip(hosts, data_dirs, strict=True)]
 
 
+def _pythons(args: argparse.Namespace, hosts: list[str]):
+    """--python PATH (every node) and --python NODE:PATH (that node), checked before any node is
+    contacted, as --data-dir is."""
+    from preflight.hosts import HostListError, node_paths
+
+    given = args.python if isinstance(args.python, list) else [args.python] if args.python else []
+    try:
+        return node_paths("--python", given, hosts or [socket.gethostname()], what="Python")
+    except HostListError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _python_of(args, config, host: str):
-    """The training's Python on `host` (rules/python.py): --python, else the config's for that
-    node, else this interpreter's; the same answer for the facts, the probes and the launch."""
+    """The training's Python on `host` (rules/python.py): --python NODE:PATH, else --python PATH,
+    else the config's for that node, else this interpreter's; the same answer for the facts, the
+    probes and the launch."""
     from rules.python import training_python
 
-    return training_python(args.python, config.for_node(host, "python"))
+    paths = getattr(args, "python_paths", None)
+    given = paths.of(host) if paths is not None else args.python if isinstance(args.python, str) else None
+    return training_python(given, config.for_node(host, "python"))
 
 
 def _code_dir_of(launch_args: list[str]) -> str | None:

@@ -50,7 +50,8 @@ def ephemeral_range(node: Node) -> tuple[int, int]:
 FAMILIES = {"ipv4": "meta nfproto ipv4 ", "ipv6": "meta nfproto ipv6 "}
 
 
-def _drop_ephemeral(node: Node, table: str, exempt_lo: bool, family: str | None = None) -> list[dict]:
+def _drop_ephemeral(node: Node, table: str, exempt_lo: bool, family: str | None = None,
+                    keep_open: tuple[int, int] | None = None) -> list[dict]:
     low, high = ephemeral_range(node)
     if family is not None and family not in FAMILIES:
         raise LabError(f"firewall's parameter {family!r} is not one of {', '.join(FAMILIES)} (or none: both)")
@@ -64,7 +65,7 @@ table inet {table} {{
     ct state established,related accept
     {'iifname "lo" accept' if exempt_lo else ''}
     tcp dport 22 accept
-    {only}tcp dport {low}-{high} ct state new drop
+    {only}tcp dport {low}-{high} {f"tcp dport != {keep_open[0]}-{keep_open[1]} " if keep_open else ""}ct state new drop
   }}
 }}
 """
@@ -76,6 +77,17 @@ def _firewall(state: LabState, node: Node, param: str | None) -> list[dict]:
     # Like a default ufw, which accepts everything on lo first; PARAM ipv4 or ipv6: that family only
     # (ip6tables and iptables are two rulesets: one of them is often forgotten).
     return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True, family=param)
+
+
+def _firewall_part(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A ruleset that opens only part of the ephemeral range (PARAM, LOW-HIGH): Gloo's ports, which
+    # the kernel picks anywhere in the range, connect or not by chance.
+    match = re.fullmatch(r"(\d+)-(\d+)", param or "")
+    low, high = ephemeral_range(node)
+    if not match or not low <= int(match.group(1)) <= int(match.group(2)) <= high:
+        raise LabError(f"firewall-part@{node.name}:{param}: give the part left open as LOW-HIGH inside the node's "
+                       f"range {low}-{high}, e.g. firewall-part@{node.name}:40000-45000")
+    return _drop_ephemeral(node, FIREWALL_TABLE, exempt_lo=True, keep_open=(int(match.group(1)), int(match.group(2))))
 
 
 def _firewall_self(state: LabState, node: Node, param: str | None) -> list[dict]:
@@ -184,6 +196,22 @@ def _dead_route(state: LabState, node: Node, param: str | None) -> list[dict]:
 RP_IFACE = "eth1"
 
 
+def _wrong_route(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # A second interface that is up and carries (a veth whose other end is up, in the node too,
+    # where nothing answers: a VPN's or another network's link), and a host route to the master
+    # (or the peer PARAM names) through it, which takes over the LAN's: what the node sends there
+    # never arrives.
+    target = _toward(state, node, param, "wrong-route")
+    if any(f.node == node.name and f.kind in ("dead-route", "rp-filter") for f in state.faults):
+        raise LabError(f"wrong-route@{node.name}: another fault holds {DEAD_IFACE} there; clear it first")
+    undo = [{"kind": "link", "netns": node.netns, "name": DEAD_IFACE}]      # its other end goes with it
+    ip_batch([f"link add {DEAD_IFACE} type veth peer name {DEAD_IFACE}p",
+              f"link set {DEAD_IFACE} addrgenmode none", f"link set {DEAD_IFACE}p addrgenmode none",
+              f"link set {DEAD_IFACE}p up", f"link set {DEAD_IFACE} up",
+              f"route add {target.ipv4}/32 dev {DEAD_IFACE}"], netns=node.netns)
+    return undo
+
+
 def _rp_filter(state: LabState, node: Node, param: str | None) -> list[dict]:
     # A direct cable from the node to the master, or to the peer PARAM names (eth1, a veth whose
     # other end is in that node, up, carrying), and a host route to it through that cable on the
@@ -223,6 +251,24 @@ def _loopback_host(state: LabState, node: Node, param: str | None) -> list[dict]
 
 def _ipv6_host(state: LabState, node: Node, param: str | None) -> list[dict]:
     # The hosts files are rendered from the faults (lab/hosts.py): the node's name, to its eth0's IPv6.
+    return [{"kind": "hosts", "node": node.name}]
+
+
+def _ipv6_off(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # IPv6 off in the node's kernel, as a hardening guide does it: the node loses its IPv6
+    # addresses and routes (its eth0's static one included, which its undo puts back).
+    keys = ["net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"]
+    undo = [{"kind": "ipv6_address", "netns": node.netns, "dev": node.iface, "address": f"{node.ipv6}/64"}]
+    undo += [{"kind": "sysctl", "netns": node.netns, "key": key, "value": _sysctl(node.netns, key)} for key in keys]
+    run(["ip", "netns", "exec", node.netns, "sysctl", "-q", "-w", *(f"{key}=1" for key in keys)])
+    return undo
+
+
+def _stale_hosts(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # The hosts files are rendered from the faults (lab/hosts.py): the master's name (or PARAM's)
+    # points at an address of the lab's LAN where nothing answers, as a line kept from before a
+    # machine moved does.
+    _toward(state, node, param, "stale-hosts")
     return [{"kind": "hosts", "node": node.name}]
 
 
@@ -286,6 +332,8 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("firewall", "002", "nftables drops new inbound TCP to the node's ephemeral ports "
               "(ssh and established traffic pass), like a default ufw; PARAM ipv4 or ipv6: that family only",
               _firewall),
+    FaultKind("firewall-part", "none: issue 38", "like firewall, leaving open only PARAM (LOW-HIGH) of the "
+              "ephemeral range, e.g. firewall-part@worker1:40000-45000", _firewall_part),
     FaultKind("firewall-self", "002, ranks on one node", "like firewall, without exempting lo: the node's own new "
               "connections to its ephemeral ports (to its LAN address too) are dropped, so its ranks cannot "
               "connect to each other", _firewall_self),
@@ -300,6 +348,9 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "names: rp-filter@worker1:worker2) and a host route to it through that link, and makes the node's "
               "reverse-path filter strict (rp_filter 1): that node's packets still arrive on the LAN interface, and "
               "the node drops them", _rp_filter),
+    FaultKind("wrong-route", "none: issue 38", f"adds {DEAD_IFACE} (a veth, up, carrying, leading nowhere) and a host "
+              "route to the master (or to the node PARAM names) through it, which takes over the LAN's: the node's "
+              "connections there go nowhere", _wrong_route),
     FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
               "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "
@@ -307,6 +358,12 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
     FaultKind("ipv6-host", "issue 26", "the hostname resolves to the node's LAN IPv6 address (its eth0 carries one), "
               "so Gloo binds IPv6 there, reachable from the other nodes; on every node: an IPv6 cluster",
               _ipv6_host),
+    FaultKind("ipv6-off", "none: issue 38", "turns IPv6 off in the node's kernel (net.ipv6.conf.all.disable_ipv6 = 1, "
+              "and default): it loses its IPv6 addresses and routes, so an IPv6 master address is unreachable "
+              "from it", _ipv6_off),
+    FaultKind("stale-hosts", "none: issue 38", "the node's /etc/hosts maps the master's name (or PARAM's: "
+              "stale-hosts@worker1:worker2) to an address of the LAN where nothing answers, a line kept from before "
+              "a machine moved", _stale_hosts),
     FaultKind("port-busy", "002", "a leftover train.py process holds the master port "
               "(default 29500)", _port_busy, DEFAULT_BUSY_PORT),
     FaultKind("mtu-blackhole", "none: issue 17", "sets the node's LAN interface to MTU 9000 (or PARAM) "
@@ -325,7 +382,7 @@ class FaultSpec:
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
-        match = re.fullmatch(r"([a-z0-9-]+)@([a-z0-9]+)(?::([A-Za-z0-9.]+))?", text)
+        match = re.fullmatch(r"([a-z0-9-]+)@([a-z0-9]+)(?::([A-Za-z0-9.-]+))?", text)
         if not match:
             raise LabError(f"fault {text!r} is not FAULT@NODE[:PARAM], e.g. firewall@worker1 "
                            "or wifi@worker1:100mbit")

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from .addressing import vpn_ipv6_address
 from .state import LabState, Node
 
 ETC_NETNS = Path("/etc/netns")
+STALE_HOST = 250       # stale-hosts' address: in the lab's subnet, held by no node (see addressing.py)
+
+
+def stale_address(state: LabState) -> str:
+    """Where a stale hosts line points: an address of the lab's subnet where nothing answers."""
+    return str(ipaddress.ip_network(state.subnet4).network_address + STALE_HOST)
 
 
 def render_hosts(state: LabState, node: Node) -> str:
     faults = {f.kind for f in state.faults if f.node == node.name}
+    # stale-hosts@NODE:OTHER: OTHER's name (the master's when no PARAM) points at a dead address here.
+    stale = {f.param or state.nodes[0].name for f in state.faults if f.node == node.name and f.kind == "stale-hosts"}
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     for other in state.nodes:
         address = other.ipv4
@@ -21,6 +30,8 @@ def render_hosts(state: LabState, node: Node) -> str:
             address = vpn_ipv6_address(other.ipv4)   # Gloo then binds IPv6
         elif other.name == node.name and "ipv6-host" in faults:
             address = other.ipv6                      # Gloo binds IPv6, on the LAN
+        elif other.name in stale:
+            address = stale_address(state)            # a machine that moved, its old line kept
         lines.append(f"{address}\t{other.name}")
     for other in state.nodes:
         lines.append(f"{other.ipv6}\t{other.name}-v6")

@@ -311,7 +311,7 @@ def _teardown(state: LabState) -> DownReport:
             report.stopped.extend(pids)
     for fault in reversed(state.faults):
         for record in reversed(fault.undo):
-            if record["kind"] not in ("hosts", "shards", "rename", "qdisc", "link_mtu", "sysctl"):
+            if record["kind"] not in ("hosts", "shards", "rename", "qdisc", "link_mtu", "sysctl", "ipv6_address"):
                 _undo(state, record, report.problems)   # the rest goes with the namespaces
     for record in reversed(state.undo):
         _undo(state, record, report.problems)
@@ -369,6 +369,9 @@ def _undo(state: LabState, record: dict, problems: list[str]) -> None:
         elif kind == "sysctl":
             if netns_inode(record["netns"]) is not None:
                 run(["ip", "netns", "exec", record["netns"], "sysctl", "-q", "-w", f"{record['key']}={record['value']}"])
+        elif kind == "ipv6_address":
+            if netns_inode(record["netns"]) is not None:
+                ip_batch([f"addr replace {record['address']} dev {record['dev']} nodad"], netns=record["netns"])
         elif kind == "rename":
             node = state.node(record["node"])
             ip_batch(_rename_commands(record["from"], record["to"], node), netns=node.netns)

@@ -11,10 +11,13 @@ connect: try every target at once, print RESULT [...]: open (token answered), re
          nothing listens, no firewall), rejected (ICMP or a REJECT rule), filtered (silently
          dropped until the timeout: a firewall), unreachable (no route), error; each with the
          node's own route to the target's address (`route`: as the facts' route_to_master), read
-         once an address: where a path is dropped, the cause can be this node's route."""
+         once an address: where a path is dropped, the cause can be this node's route; a
+         target given by name says where the name came from here (`hosts_line`: the line of
+         /etc/hosts that maps it, or None: another source, DNS)."""
 
 import errno
 import hmac
+import ipaddress
 import random
 import selectors
 import signal
@@ -51,6 +54,32 @@ def free_closed_ports(address, count, low, high):
     return ports
 
 
+def spread_ports(address, count, low, high, sockets):
+    """`count` more listening sockets at ports spread evenly across the range (the first free one
+    from each step on): a firewall that opens part of the range shows which part. Appended to
+    `sockets`; their ports returned."""
+    ports = []
+    if count < 2 or high <= low:
+        return ports
+    step = (high - low) / (count - 1)
+    for i in range(count):
+        start = low + round(i * step)
+        for port in range(start, min(high, start + 16) + 1):
+            s = socket.socket(family(address), socket.SOCK_STREAM)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((address, port))
+                s.listen(64)
+                s.setblocking(False)
+            except OSError:
+                s.close()
+                continue
+            sockets.append(s)
+            ports.append(port)
+            break
+    return ports
+
+
 def listen(spec):
     address, token = spec["address"], spec["token"].encode()
     sockets, stats = [], {"accepted": {}, "rejected": 0}
@@ -67,9 +96,11 @@ def listen(spec):
                               "errno": errno.errorcode.get(exc.errno)})
         return
     low, high = spec.get("range") or (32768, 60999)
+    spread = spread_ports(address, spec.get("spread", 0), low, high, sockets)
     closed = free_closed_ports(address, spec.get("closed", 1), low, high)
     dropped_before = reverse_path_drops()
-    protocol.emit(READY, {"ports": [s.getsockname()[1] for s in sockets], "closed": closed})
+    ports = [s.getsockname()[1] for s in sockets]
+    protocol.emit(READY, {"ports": ports[:len(ports) - len(spread)], "spread": spread, "closed": closed})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -191,8 +222,38 @@ def try_connect(target, token, timeout):
     finally:
         s.close()
     outcome["resolved"] = sockaddr[0]
+    if not _literal(target["address"]):
+        outcome["hosts_line"] = hosts_line(target["address"], sockaddr[0])
     outcome["seconds"] = round(time.monotonic() - started, 3)
     return outcome
+
+
+def _literal(address):
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
+def hosts_line(name, resolved, path="/etc/hosts"):
+    """The line of the hosts file that maps `name` ({"line": N, "text": ...}): the first that
+    names it with the address it resolved to, else the first that names it; None where no line
+    names it (or the file cannot be read): the name came from elsewhere (DNS)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    naming = []
+    for number, text in enumerate(lines, 1):
+        fields = text.split("#", 1)[0].split()
+        if len(fields) >= 2 and name.lower() in (f.lower() for f in fields[1:]):
+            naming.append((fields[0] != resolved, number, text.strip()[:200]))
+    if not naming:
+        return None
+    _, number, text = min(naming)
+    return {"line": number, "text": text}
 
 
 def connect(spec):

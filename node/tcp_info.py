@@ -18,6 +18,7 @@ from dataclasses import dataclass
 RTT_US = 68               # __u32 tcpi_rtt, microseconds
 TOTAL_RETRANS = 100       # __u32 tcpi_total_retrans, segments
 DATA_SEGS_OUT = 156       # __u32 tcpi_data_segs_out
+BUSY_TIME = 168           # __u64 tcpi_busy_time, microseconds it had data to send (4.10+)
 DSACK_DUPS = 216          # __u32 tcpi_dsack_dups (4.20+)
 BYTES_SENT = 200          # __u64 tcpi_bytes_sent (4.19+)
 BYTES_RETRANS = 208       # __u64 tcpi_bytes_retrans (4.19+)
@@ -34,6 +35,7 @@ class Connection:
     segs: int = 0         # data segments sent
     resent: int = 0       # segments sent again
     spurious: int = 0     # of those, reported by the peer as duplicates (D-SACK)
+    busy_us: int = 0      # microseconds it had data in flight or queued: sent / busy is its throughput
 
 
 def connections(proc_fd: str = "/proc/self/fd") -> dict[int, Connection]:
@@ -66,15 +68,16 @@ def connections(proc_fd: str = "/proc/self/fd") -> dict[int, Connection]:
                              struct.unpack_from("Q", raw, BYTES_RETRANS)[0], struct.unpack_from("I", raw, RTT_US)[0],
                              struct.unpack_from("I", raw, DATA_SEGS_OUT)[0],
                              struct.unpack_from("I", raw, TOTAL_RETRANS)[0],
-                             struct.unpack_from("I", raw, DSACK_DUPS)[0])
+                             struct.unpack_from("I", raw, DSACK_DUPS)[0], struct.unpack_from("Q", raw, BUSY_TIME)[0])
     return out
 
 
 def moved(before: dict[int, Connection], after: dict[int, Connection]) -> list[dict]:
     """What each connection sent between two readings, summed per (local, peer) address pair:
-    [{"local", "peer", "sent", "retrans", "rtt_us", "segs", "lost"}] (bytes sent and sent again,
-    the largest round trip, data segments sent, segments lost: sent again less those the peer
-    reported as duplicates). A connection opened in between counts from nothing."""
+    [{"local", "peer", "sent", "retrans", "rtt_us", "segs", "lost", "busy_us"}] (bytes sent and
+    sent again, the largest round trip, data segments sent, segments lost: sent again less those
+    the peer reported as duplicates, the time its busiest socket had data to send). A connection
+    opened in between counts from nothing."""
     pairs: dict[tuple[str, str], dict] = {}
     for fd, now in after.items():
         then = before.get(fd)
@@ -85,7 +88,8 @@ def moved(before: dict[int, Connection], after: dict[int, Connection]) -> list[d
         if sent <= 0:
             continue
         pair = pairs.setdefault((now.local, now.peer), {"local": now.local, "peer": now.peer, "sent": 0,
-                                                        "retrans": 0, "rtt_us": 0, "segs": 0, "lost": 0})
+                                                        "retrans": 0, "rtt_us": 0, "segs": 0, "lost": 0,
+                                                        "busy_us": 0})
         pair["sent"] += sent
         pair["retrans"] += max(0, retrans)
         pair["rtt_us"] = max(pair["rtt_us"], now.rtt_us)
@@ -93,6 +97,8 @@ def moved(before: dict[int, Connection], after: dict[int, Connection]) -> list[d
         resent = now.resent - (then.resent if then else 0)
         spurious = now.spurious - (then.spurious if then else 0)
         pair["lost"] += max(0, resent - spurious)
+        # Its sockets send side by side: the pair was busy as long as its busiest one.
+        pair["busy_us"] = max(pair["busy_us"], now.busy_us - (then.busy_us if then else 0))
     return sorted(pairs.values(), key=lambda p: (p["local"], p["peer"]))
 
 

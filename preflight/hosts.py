@@ -157,7 +157,7 @@ class NodePaths:
         return self.nodes.get(node) or self.every
 
 
-def node_paths(option: str, values: list[str], hosts: list[str]) -> NodePaths:
+def node_paths(option: str, values: list[str], hosts: list[str], what: str = "folder") -> NodePaths:
     """`--data-dir PATH` (every node) and `--data-dir NODE:PATH` (that node; repeatable), as
     `[nodes.NAME] data_dir` in the config. NODE: is a host of this run (an IPv6 address too);
     a word before ':' that names none is refused, so a typo never becomes a folder's name."""
@@ -168,9 +168,9 @@ def node_paths(option: str, values: list[str], hosts: list[str]) -> NodePaths:
         if host is not None:
             path = value[len(host) + 1:]
             if not path:
-                raise HostListError(f"{option} {value}: no folder after '{host}:': write {option} {host}:PATH")
+                raise HostListError(f"{option} {value}: no {what} after '{host}:': write {option} {host}:PATH")
             if host in nodes and nodes[host] != path:
-                raise HostListError(f"{option} names two folders for {host} ({nodes[host]}, {path}): give one")
+                raise HostListError(f"{option} names two {what}s for {host} ({nodes[host]}, {path}): give one")
             nodes[host] = path
             continue
         word, colon, _ = value.partition(":")
@@ -178,7 +178,7 @@ def node_paths(option: str, values: list[str], hosts: list[str]) -> NodePaths:
             raise HostListError(f"{option} {value}: {word} is not one of the hosts ({', '.join(hosts) or 'none given'}):"
                                 f" write {option} NODE:PATH with a host of this run, or {option} PATH for every node")
         if every is not None and every != value:
-            raise HostListError(f"{option} names two folders for every node ({every}, {value}): give one, "
-                                f"and {option} NODE:PATH for a node whose folder differs")
+            raise HostListError(f"{option} names two {what}s for every node ({every}, {value}): give one, "
+                                f"and {option} NODE:PATH for a node whose {what} differs")
         every = value
     return NodePaths(every, nodes)

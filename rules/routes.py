@@ -7,6 +7,7 @@ dials there reported), by one rule."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,17 +46,46 @@ def dead_route(node: NodeFacts, route: Route | None = None) -> tuple[Route, str]
     return None
 
 
-def drop_route(node: str, route: Route, peer: str = MASTER) -> Fix:
+def detour(node: NodeFacts, route: Route | None = None) -> tuple[Route, str, str] | None:
+    """The node's route to the master (or `route`, to a peer) goes out another interface than the
+    live one whose own subnet holds that address: a second interface whose route takes over (a
+    VPN's, a stale host route through another link). Only a candidate: the caller needs the
+    evidence that nothing sent that way arrives (the probe's dials all silently dropped)."""
+    network, judged = node.parsed.network, route_to_master(node) if route is None else route
+    if isinstance(network, Missing) or isinstance(judged, Missing) or not judged.interface or not judged.address:
+        return None
+    try:
+        target = ipaddress.ip_address(judged.address)
+    except ValueError:
+        return None
+    for iface in network.interfaces:
+        if iface.name == judged.interface or not iface.up or iface.kind == "loopback":
+            continue
+        for a in iface.addresses:
+            if a.prefixlen is None or a.scope == "link":
+                continue
+            subnet = ipaddress.ip_network(f"{a.address}/{a.prefixlen}", strict=False)
+            if target.version == subnet.version and target in subnet and subnet.prefixlen < subnet.max_prefixlen:
+                return judged, (f"takes over the route of {iface.name}, whose own subnet {subnet} holds "
+                                f"{judged.address}"), iface.name
+    return None
+
+
+def drop_route(node: str, route: Route, peer: str = MASTER, instead: str | None = None) -> Fix:
     """Delete the route through the dead link (the next one, through the live LAN, then serves);
-    one that is the default route is not deleted blind. `peer`: where the route leads, in words."""
+    one that is the default route is not deleted blind. `peer`: where the route leads, in words;
+    `instead`: the live interface whose route then serves, where the link is not dead but leads
+    elsewhere (no "bring it up" then)."""
     iface = route.interface
     if not route.prefix or route.prefix == "default":
-        return change(f"on {node}: route {peer}'s address through a live interface (`ip route get "
-                      f"{route.address}` there shows the route out {iface}); or bring {iface} up", node)
+        return change(f"on {node}: route {peer}'s address through {instead or 'a live interface'} (`ip route get "
+                      f"{route.address}` there shows the route out {iface})" + ("" if instead else f"; or bring {iface} up"),
+                      node)
     # A route policy routing picked from another table (`ip rule`) is deleted there: `ip route del`
     # looks in the main table alone, and would fail ("No such process").
     table = f" table {route.table}" if route.table else ""
-    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}{table}", node, f"or bring {iface} up")
+    return command_fix(f"on {node}: sudo ip route del {route.prefix} dev {iface}{table}", node,
+                       f"{peer} is then reached via {instead}" if instead else f"or bring {iface} up")
 
 
 STRICT = 1     # rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
@@ -135,3 +165,28 @@ def pin_interface(backend: str, iface: str | None) -> str:
     """The pin in words: interface-choice's pass says it, and `ddp-preflight explain`'s fix on the
     ss_family error, which reads a run after the fact, with no options of its own to say --env."""
     return f"export {ifname_var(backend)}={iface or '<the LAN interface>'}"
+
+
+def ipv6_off(node: NodeFacts, master: NodeFacts, address: str | None) -> tuple[str, Fix] | None:
+    """The third way a node loses the master: the master's address is IPv6 and the node's IPv6 is
+    disabled (net.ipv6.conf.all.disable_ipv6 = 1: the kernel has no IPv6 address or route there,
+    so a connect says "Network is unreachable"). Its words and its fix: the master's IPv4 address
+    on the interface that holds the IPv6 one, where it has one (nothing else to change on any
+    node); else IPv6 turned back on there. None where that is not what the facts show."""
+    network = node.parsed.network
+    if not address or ":" not in address or isinstance(network, Missing) or network.disable_ipv6 != 1:
+        return None
+    why = (f"IPv6 is disabled on {node.node} (net.ipv6.conf.all.disable_ipv6 = 1), and the master's address "
+           f"{address} is IPv6: {node.node} has no IPv6 route")
+    enable = f"on {node.node}: sudo sysctl -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0"
+    theirs = master.parsed.network
+    holder = None if isinstance(theirs, Missing) else theirs.interface_with(address)
+    ipv4 = next((a.address for a in (holder.addresses if holder else ()) if a.family == 4 and a.scope != "host"),
+                None)
+    if ipv4 is None:
+        return why, command_fix(enable, node.node, "its IPv6 addresses then come back from its network configuration "
+                                                   "(SLAAC, or its static ones)")
+    return why, change(f"give the master's IPv4 address on {holder.name if holder else 'that interface'}: "
+                       f"--master-addr {ipv4} (MASTER_ADDR={ipv4} for torchrun)", None,
+                       f"or turn IPv6 back on, {enable}, and its IPv6 addresses come back from its network "
+                       "configuration")

@@ -61,6 +61,18 @@ def rp_filter(name: str) -> int | None:
     return max(values)
 
 
+def disable_ipv6(conf: str) -> int | None:
+    """net.ipv6.conf.CONF.disable_ipv6 (1: IPv6 off there); 1 for a kernel without IPv6 at all;
+    None: not readable."""
+    if not os.path.isdir("/proc/sys/net/ipv6"):
+        return 1
+    text = read(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6")
+    try:
+        return int(text.strip()) if text else None
+    except ValueError:
+        return None
+
+
 def interfaces() -> list[dict]:
     done = command(["ip", "-j", "-d", "addr", "show"])
     if done is None or done.returncode != 0:
@@ -244,5 +256,5 @@ def network_facts(request: dict, env: dict) -> dict:
             "hostname_resolves_to": resolve(hostname),
             "gloo_bind": gloo_bind(ifaces, hostname, env),
             "route_to_master": route_to(request.get("master_addr")),
-            "rp_filter_drops": reverse_path_drops(),
+            "rp_filter_drops": reverse_path_drops(), "disable_ipv6": disable_ipv6("all"),
             "ephemeral_ports": port_range(), "firewall": firewall()}

@@ -17,10 +17,11 @@ from rules.fix import Fix, change
 from rules.routes import toward_master
 
 from ..model import Context, NodeFacts, Status, Verdict
-from ..probes.bandwidth_seen import BandwidthSeen, ComputeSeen, GpuFigures, JobFailure, NodeFigures
+from ..probes.bandwidth_seen import BandwidthSeen, ComputeSeen, GpuFigures, JobFailure, LinkSent, NodeFigures
 from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes, symptom_of
 from .common import probed
 from .gpu import clock_reasons, sight, slowdown_query
+from .units import count, duration, megabytes, rate, size
 
 GRADIENT_BYTES = 4          # per parameter: DDP all-reduces fp32 gradients (autocast keeps parameters fp32)
 SLOW_STEP_SECONDS = 1.0     # communication per step above this is felt, whatever the model computes
@@ -34,35 +35,6 @@ SLOW_KINDS = {"wireless": "Wi-Fi", "vpn": "a VPN tunnel"}
 # LOSS_MIN_SEGMENTS the share says little.
 LOSS_WARN = 0.005
 LOSS_MIN_SEGMENTS = 1000
-
-
-def rate(bytes_per_s: float) -> str:
-    bits = bytes_per_s * 8
-    if bits >= 1e9:
-        return f"{bits / 1e9:.1f} Gbit/s"
-    return f"{bits / 1e6:.0f} Mbit/s" if bits >= 10e6 else f"{bits / 1e6:.1f} Mbit/s"
-
-
-def size(nbytes: float) -> str:
-    """Message sizes in powers of two, as the probe picks them."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.0f} {unit}" if nbytes % scale == 0 else f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"
-
-
-def megabytes(nbytes: float) -> str:
-    """Gradient volumes in decimal units, as people multiply them out (126M x 4 B = 504 MB)."""
-    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e6 \
-        else f"{nbytes / 1e3:.0f} kB"
-
-
-def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.2f} s"
-
-
-def count(params: int) -> str:
-    return f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
 
 
 def step_seconds(params: int, world: int, busbw: float) -> tuple[float, float]:
@@ -122,9 +94,16 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     where = f"; slowest link: {_describe(*slow)}" if slow else \
         f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
     yield from _loss(ctx, seen)
+    slow_node = _slow_node(ctx, seen)
+    if slow_node is not None:
+        yield slow_node
     details: dict[str, Any] = {"latency_us": dict(seen.latency_us), "busbw_bytes_per_s": busbw,
                "algbw_bytes_per_s": seen.algbw, "bytes": seen.message_bytes, "seconds": seen.seconds,
                "world_size": world, "links": found, "slowest_link": slow[0] if slow else None}
+    measured = {f"{link.src}->{link.dst}": {"bytes_per_s": round(link.rate or 0), "sent": link.sent, "busy_us": link.busy_us,
+                                            "rtt_us": link.rtt_us} for link in _carrying(seen)}
+    if measured:
+        details["measured_links"] = measured      # each link on its own: bytes over the time it had data to send
 
     params = ctx.options.params
     if not params:
@@ -162,6 +141,38 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
                   change(less_often if one_node else f"use a faster link between the nodes, or {less_often}"), details)
 
 
+def _carrying(seen: BandwidthSeen) -> list[LinkSent]:
+    """The links that carried the all_reduce's data, at least one of its large messages: the
+    others sent the algorithm's few control bytes, whose time says nothing of the link (2448 bytes
+    over 144 ms, waiting on a slow peer, on the lab's ring)."""
+    return [link for link in seen.links if link.rate and link.sent >= seen.message_bytes]
+
+
+def _slow_node(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
+    """The node whose own links are slow: every link to or from it carried less, while it had data
+    to send (TCP_INFO: bytes sent over busy time, each link on its own), than STRAGGLER_RATIO of the
+    slowest link between the other nodes. Needs a link that does not touch it (three nodes or
+    more); with or without --params: every step's all_reduce waits for that node's links."""
+    rates = {(link.src, link.dst): link.rate for link in _carrying(seen) if link.rate}
+    for name in seen.nodes:
+        own = {pair: r for pair, r in rates.items() if name in pair}
+        others = {pair: r for pair, r in rates.items() if name not in pair}
+        if not own or not others or max(own.values()) >= STRAGGLER_RATIO * min(others.values()):
+            continue
+        words = ", ".join(f"{a} -> {b} {rate(r)}" for (a, b), r in sorted(own.items()))
+        fast = ", ".join(f"{a} -> {b} {rate(r)}" for (a, b), r in sorted(others.items()))
+        link = links(ctx, [name]).get(name)
+        fix = _by_wire(ctx, name) if link and link["kind"] == "wireless" else None
+        where = f" ({_describe(name, link)})" if link else ""
+        return Verdict(Status.WARN, name,
+                       f"{name}'s links are the slow ones{where}: {words}, against {fast} between the other nodes "
+                       "(each link's bytes over the time it had data to send, the kernel's TCP_INFO); every step's "
+                       f"all_reduce waits for {name}",
+                       fix, {"link_rates_bytes_per_s": {f"{a}->{b}": round(r) for (a, b), r in sorted(rates.items())},
+                             "slow_node": name})
+    return None
+
+
 def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
     """A path that lost packets while the large messages flowed: its sender sent bytes again
     (TCP_INFO's retransmitted bytes over bytes sent). Named at the receiving node: the loss is
@@ -173,14 +184,15 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
     worst = max(lossy, key=lambda link: link.loss)
     others = [link for link in lossy if link is not worst]
     also = ("; also " + ", ".join(f"{link.src} -> {link.dst} {100 * link.loss:.2f}%" for link in others)) if others else ""
-    iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface") or "<its interface>"
+    iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface")
+    show = f"ip -s link show {iface}" if iface else "ip -s link"
     yield Verdict(Status.WARN, worst.dst,
                   f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.lost} of the {worst.segs} "
                   f"segments {worst.src}'s ranks sent ({100 * worst.loss:.2f}%, {size(worst.sent)}) had to be sent "
                   "again and were not duplicates (the kernel's TCP_INFO: retransmitted, less D-SACK), round trip "
                   f"{worst.rtt_us / 1000:.2f} ms{also}; over TCP a lossy path carries far less than its rate, and "
                   "every step's all_reduce crosses it",
-                  change(f"find where {worst.dst} drops them: ssh {worst.dst} ip -s link show {iface} (RX errors and "
+                  change(f"find where {worst.dst} drops them: ssh {worst.dst} {show} (RX errors and "
                          "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"),
                   {"links": [{"src": link.src, "dst": link.dst, "sent": link.sent, "retrans": link.retrans,
                               "rtt_us": link.rtt_us, "segs": link.segs, "lost": link.lost} for link in seen.links],
@@ -188,10 +200,11 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
 
 
 def _by_wire(ctx: Context, name: str) -> Fix:
-    """Wire the node, and pin its ranks to the wired interface."""
-    pin = env_fix(ctx, name, [("GLOO_SOCKET_IFNAME", "<its wired interface>")],
-                  note="or all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()")
-    return Fix(pin.action, (f"connect {name} by wire, then {pin.steps[0]}", *pin.steps[1:]), name, pin.note)
+    """Wire the node; the wired interface has no name before it is there, so interface-choice
+    names its pin on the next run (no placeholder for the user to fill in)."""
+    return change(f"connect {name} by wire; run preflight again: interface-choice then names the interface its "
+                  "ranks reach the master on, and the GLOO_SOCKET_IFNAME that pins it", name,
+                  "or all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()")
 
 
 def _job_failed(ctx: Context, failed: JobFailure) -> Verdict:

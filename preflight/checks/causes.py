@@ -132,6 +132,6 @@ def firewalls(ctx: Context) -> list[Cause]:
         out.append(Cause("firewall", node.node,
                          f"{node.node}'s {fw.tool or 'firewall'} drops some new inbound connections "
                          f"({drops}); Gloo listens on ephemeral ports ({low}-{high}) there (see ephemeral-ports)",
-                         run(f"on {node.node}: sudo ufw allow from {subnet or '<the other nodes>'} proto tcp "
+                         run(f"on {node.node}: sudo ufw allow {f'from {subnet} ' if subnet else ''}proto tcp "
                              f"to any port {low}:{high}", node.node)))
     return out

@@ -32,9 +32,13 @@ LABEL = {"all_reduce_sum": "all_reduce (SUM)", "all_reduce_avg": "all_reduce (AV
 
 def check_collectives(ctx: Context) -> Iterator[Verdict]:
     # --scan's findings about the code itself stand whether or not the job could run.
-    alone = _group_only_under_cuda(ctx, Scan.from_json((ctx.probes.get("collectives") or {}).get("scan")))
+    code = Scan.from_json((ctx.probes.get("collectives") or {}).get("scan"))
+    alone = _group_only_under_cuda(ctx, code)
     if alone:
         yield alone
+    pinned_gpu = _cuda_pinned_on_cpu(ctx, code)
+    if pinned_gpu:
+        yield pinned_gpu
     seen, early = probed(ctx, "collectives", CollectivesSeen.from_json)
     if seen is None:
         yield from [early] if early else []
@@ -199,6 +203,31 @@ def _group_only_under_cuda(ctx: Context, scan: Scan) -> Verdict | None:
                    change(f"in {first.file}, {after}: if {wanted}: "
                           f"{first.call}(backend=\"{ctx.options.backend}\")", note="as seed 000's first patch"),
                    {"scan_path": scan.path, "inits": [dict(i.sent) for i in inits], "world": world})
+
+
+def _cuda_pinned_on_cpu(ctx: Context, scan: Scan) -> Verdict | None:
+    """A CPU run of code that pins a CUDA device with no CUDA condition around it (nanoGPT's
+    train.py: `torch.cuda.set_device(device)` in its DDP set-up): on a node without CUDA it raises
+    before training starts, on every rank. A failure where no node has CUDA; where some have, a
+    warning: their ranks compute on a GPU, not as the run was asked."""
+    pins = [p for p in scan.pins if not p.guarded]
+    if ctx.options.device != "cpu" or not pins:
+        return None
+    first = pins[0]
+    where = f"{first.file}:{first.line}"
+    without = [n.node for n in ctx.reachable if not (isinstance(t := n.parsed.torch, TorchFacts) and t.cuda_available)]
+    lines = f"line {first.line}" if first.first_line == first.line else f"lines {first.first_line}-{first.line}"
+    fix = change(f"in {first.file}, put {lines} (`{first.text}`) under `if torch.cuda.is_available():`",
+                 note="a CPU run then keeps the device it was given")
+    details = {"scan_path": scan.path, "pins": [dict(p.sent) for p in pins]}
+    if without:
+        return Verdict(Status.FAIL, None,
+                       f"the training code pins a CUDA device with no CUDA condition around it ({where}: "
+                       f"`{first.text}`): on this CPU run it raises on {', '.join(without)} (no CUDA there) before "
+                       "training starts, on every rank", fix, details)
+    return Verdict(Status.WARN, None,
+                   f"the training code pins a CUDA device with no CUDA condition around it ({where}: `{first.text}`): "
+                   "on this CPU run its ranks compute on a GPU, not on the CPU", fix, details)
 
 
 def _init_failure(ctx: Context, seen: CollectivesSeen, base: dict) -> Verdict:

@@ -8,10 +8,20 @@ from collections.abc import Iterator
 from rules.environment import env_fix
 from rules.facts import Interface, Missing, NodeFacts, Route
 from rules.fix import Fix, change
-from rules.routes import dead_route, drop_route, ifname_var, loosen_or_drop, pin_interface, route_to_master, toward_master
+from rules.routes import (
+    dead_route,
+    detour,
+    drop_route,
+    ifname_var,
+    ipv6_off,
+    loosen_or_drop,
+    pin_interface,
+    route_to_master,
+    toward_master,
+)
 
 from ..model import Context, Status, Verdict
-from .reverse_path import counted, network_seen, reverse_path_drop
+from .reverse_path import counted, network_seen, reverse_path_drop, silent
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
 
@@ -23,13 +33,15 @@ def _is_loopback(address: str | None) -> bool:
         return False
 
 
-def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> Fix:
+def _pin(ctx: Context, node: NodeFacts, iface: Interface | None, note: str = "") -> Fix | None:
     """The fix that makes `node`'s ranks bind the interface that reaches the others (address-family,
-    interface-choice), for every node at once where each reaches the master on the same name."""
-    var = ifname_var(ctx.options.backend if iface else "gloo")
+    interface-choice), for every node at once where each reaches the master on the same name.
+    None where that interface is not known: a fix names it, or there is none."""
+    if iface is None:
+        return None
+    var = ifname_var(ctx.options.backend)
     names = {i.name if (i := toward_master(ctx, n)) else None for n in ctx.reachable}
-    return env_fix(ctx, node.node, [(var, iface.name if iface else "<the LAN interface>")],
-                   every_node=iface is not None and names == {iface.name}, note=note)
+    return env_fix(ctx, node.node, [(var, iface.name)], every_node=names == {iface.name}, note=note)
 
 
 def _families(ctx: Context) -> dict[str, int]:
@@ -163,7 +175,23 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           f"{node.node} and the master got nowhere: no interface to pin until the paths agree",
                           loosen_or_drop(node.node, rp), {"route": _route_json(route)})
             continue
+        taken = detour(node) if seen is not None and node is not ctx.master else None
+        quiet = seen.blocked({node.node, ctx.master.node}) if taken is not None and seen is not None else []
+        if taken is not None and seen is not None and quiet and silent(seen, {node.node, ctx.master.node}, quiet):
+            # A live second interface's route takes over the LAN's, and nothing sent between the
+            # two arrived: pinning either interface would not help (master-reachable, one fix).
+            picked, why, lan = taken
+            yield Verdict(Status.FAIL, node.node,
+                          f"{node.node}'s route to the master ({picked.address}) goes out {picked.interface}, which "
+                          f"{why}; the probe's connections between {node.node} and the master got nowhere: no "
+                          "interface to pin until it is gone", drop_route(node.node, picked, instead=lan),
+                          {"route": _route_json(route)})
+            continue
         iface = toward_master(ctx, node)
+        off = ipv6_off(node, ctx.master, address or target) if iface is None else None
+        if off is not None:
+            yield Verdict(Status.FAIL, node.node, f"{node.node}: {off[0]}", off[1], {"route": _route_json(route)})
+            continue
         if iface is None:
             reason = (None if isinstance(route, Missing) else route.error) or \
                 f"no interface of {node.node} reaches {target or 'the master'}"
@@ -186,7 +214,9 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           f"{bind.interface} ({bind.address or 'no address'})"
                           + ("" if same_family else "; see address-family")
                           + (f"; and {name} is {KIND_WARNINGS[kind]}" if kind in KIND_WARNINGS else ""),
-                          _pin(ctx, node, iface), details)
+                          # One cause, one fix: address-family's words for a loopback bind.
+                          _pin(ctx, node, iface, f"or map {bind.hostname} to its LAN address in /etc/hosts"
+                               if _is_loopback(bind.address) and bind.hostname else ""), details)
         elif kind in KIND_WARNINGS:
             yield Verdict(Status.WARN, node.node,
                           f"{who} over {name}, {KIND_WARNINGS[kind]}",

@@ -15,10 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from rules.fix import Action, Fix
+from rules.routes import dead_route, drop_route
 
 from ..model import Context, Status, Verdict
+from ..probes.network_seen import NetworkSeen
 from ..probes.path_mtu_seen import Direction, PathMtuSeen
 from .common import probed
+from .reverse_path import network_seen, route_toward
 
 PASSES = ("fits", "learned")     # full size passed, or a hop said so with ICMP (TCP adapts to that)
 
@@ -39,19 +42,38 @@ def lost_words(d: Direction) -> str:
     return f"{d.src} -> {d.dst}: packets over {d.passed} bytes are lost without an ICMP reply ({ends})"
 
 
+def _dead_route(ctx: Context, src: str, dst: str) -> tuple[str, str, Fix] | None:
+    """Either end's route to the other out a dead link (down, no carrier), as the facts (to the
+    master) or the network probe's dials (to a peer) said it: that end, the words, the fix."""
+    seen = network_seen(ctx) or NetworkSeen((), {}, None, {}, 1)
+    for end, other in ((src, dst), (dst, src)):
+        node = next((n for n in ctx.nodes if n.node == end), None)
+        route, peer = route_toward(ctx, seen, end, other) if node is not None else (None, other)
+        dead = dead_route(node, route) if node is not None and route is not None else None
+        if dead is not None:
+            picked, why = dead
+            return (end, f"{end}'s route to {picked.address} goes out {picked.interface}, which {why}: what it "
+                    f"sends {peer} (its probes and its answers) goes nowhere", drop_route(end, picked, peer))
+    return None
+
+
 def _fix_mtu(d: Direction, seen: PathMtuSeen) -> int:
     """What passes both ways between the two nodes."""
     back = seen.back(d)
     return min(d.passed or 0, back.passed or 0) if back else d.passed or 0
 
 
-def _fix(d: Direction, size: int, nodes: list[str]) -> Fix:
+def _fix(d: Direction, size: int, nodes: list[str]) -> Fix | None:
+    """The MTU lowered on each of these nodes whose interface the probe named (None: on none)."""
     interfaces = {d.src: d.src_interface, d.dst: d.dst_interface}
     mtus = {d.src: d.src_end_mtu, d.dst: d.dst_mtu}
-    lower = tuple(f"on {n}: sudo ip link set dev {interfaces[n] or '<its interface>'} mtu {size}" for n in nodes)
-    largest = max(m for m in mtus.values() if m)
+    nodes = sorted(n for n in nodes if interfaces[n])      # one fix for both directions: printed once
+    lower = tuple(f"on {n}: sudo ip link set dev {interfaces[n]} mtu {size}" for n in nodes)
+    if not lower:
+        return None
+    largest = max((m for m in mtus.values() if m), default=size)
     return Fix(Action.RUN, lower, nodes[0] if len(nodes) == 1 else None,
-               f"what passes between {d.src} and {d.dst}; or make every hop between them "
+               f"what passes between {' and '.join(sorted((d.src, d.dst)))}; or make every hop between them "
                f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
 
 
@@ -80,6 +102,7 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
     for name, reason in seen.errors.items():
         yield Verdict(Status.ERROR, name, f"{name}: the path-MTU probe did not run: {reason}")
     fine: dict[str, list[Direction]] = {}
+    dead_ends: dict[tuple[str, str, Fix], list[Direction]] = {}
     for d in seen.directions:
         src, dst = d.src, d.dst
         details: dict[str, Any] = {"pair": d.to_json(), "probe_seconds": seen.seconds}
@@ -87,6 +110,11 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
             fine.setdefault(src, []).append(d)
         elif d.outcome == "blocked-here":
             yield _blocked_here(d, details)
+        elif d.outcome in ("error", "unanswered") and (dead := _dead_route(ctx, src, dst)) is not None:
+            # Not the probe's failure, nor a firewall: one end's route to the other goes out a link that
+            # carries nothing. One result on that end for all it stops (the other checks name it too,
+            # with the same fix: printed once).
+            dead_ends.setdefault(dead, []).append(d)
         elif d.outcome == "error":
             yield Verdict(Status.ERROR, src, f"{src} -> {dst}: the path-MTU probe failed: {d.detail}",
                           None, details)
@@ -113,6 +141,10 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
                           f"{lost_words(d)}: TCP to {dst} stays at {packet} bytes ({dst}'s MTU), so Gloo works; "
                           f"anything larger {src} sends that way is lost",
                           _fix(d, size, [src]), details)
+    for (end, why, fix), stopped in dead_ends.items():
+        paths = ", ".join(f"{d.src} -> {d.dst}" for d in stopped)
+        yield Verdict(Status.FAIL, end, f"{paths}: not measured: {why}", fix,
+                      {"pairs": [d.to_json() for d in stopped], "probe_seconds": seen.seconds})
     for src, ok in fine.items():
         full: dict[int | None, list[str]] = {}
         for d in ok:

@@ -10,10 +10,12 @@ from collections.abc import Iterator, Mapping
 from rules.environment import env_fix
 from rules.facts import Missing
 from rules.fix import Fix, run
+from rules.routes import ipv6_off
 
 from ..model import Context, NodeFacts, Status, Verdict
-from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen
+from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen, gloo_listens
 from .common import probed
+from .name_cause import name_cause
 from .route_causes import RouteCause, route_cause
 
 MEANING = {
@@ -47,6 +49,18 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
             continue
         said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
             (f" ({dial.detail})" if dial.detail else "")
+        worker = next((n for n in ctx.nodes if n.node == dial.src), None)
+        off = None if worker is None else ipv6_off(worker, ctx.master, dial.sent.get("resolved") or master.ip)
+        if off is not None and dial.outcome == "unreachable":
+            yield Verdict(Status.FAIL, dial.src, f"cannot reach the master at {where}: {off[0]}; rendezvous will time "
+                          "out", off[1], details)
+            continue
+        named = name_cause(ctx.master, master, dial)
+        if named is not None:
+            # The worker's own resolution sends it elsewhere: a stale hosts line, or DNS.
+            yield Verdict(Status.FAIL, dial.src, f"cannot reach the master at {where}: {named.why}; rendezvous "
+                          "will time out", named.fix, {**details, **named.details})
+            continue
         cause = route_cause(ctx, seen, dial.src, ctx.master.node, [dial])
         if cause is not None:
             # The cause is in one end's own routing (a route out a dead link, a strict reverse-path
@@ -73,15 +87,6 @@ def _open_port(master: NodeFacts, port: int | None) -> Fix | None:
         return None
     return run(f"on {master.node}: sudo ufw allow proto tcp to any port {port}", master.node,
                f"or: sudo nft insert rule {_chain(master)} tcp dport {port} accept")
-
-
-def _lower(a: str, b: str) -> bool | None:
-    """Whether address a sorts below b the way Gloo compares them (bytes, one family)."""
-    try:
-        x, y = ipaddress.ip_address(a), ipaddress.ip_address(b)
-    except ValueError:
-        return None
-    return x.packed < y.packed if x.version == y.version else None
 
 
 def _subnet(node: NodeFacts, address: str) -> str:
@@ -188,7 +193,7 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     for src, dial in blocked.items():
         theirs = listeners.get(src)
         src_address = theirs.address if theirs else None
-        order = _lower(listener.address or "", src_address) if src_address else None
+        order = gloo_listens(listener.address, src_address)
         if dial.outcome == "unreachable" or order is None:
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:
@@ -215,7 +220,8 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     if not blocked:
         return
     gloo_uses, broken = [s for s in gloo_uses if s in blocked], [s for s in broken if s in blocked]
-    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}" for src, d in sorted(blocked.items()))
+    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}{_part_open(into, src, (low, high))}"
+                     for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
     fix = run(f"on {dst}: sudo ufw allow from {subnet} proto tcp to any port {low}:{high}", dst,
@@ -225,26 +231,63 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
         # Unpinned ranks bind this family; pinned to the interface, they bind the other, probed apart.
         yield Verdict(Status.FAIL, dst,
                       f"{dst}'s ephemeral ports{at} cannot be reached {what}: unpinned, Gloo cannot connect "
-                      "these nodes in either direction", env_fix(ctx, dst, [(_PIN, listener.interface or
-                                                                             "<the interface that reaches the others>")]),
-                      details)
+                      "these nodes in either direction",
+                      env_fix(ctx, dst, [(_PIN, listener.interface)]) if listener.interface else None, details)
     elif broken:
+        # Already the address its ranks bind pinned: a pin changes nothing, and no cause was seen
+        # that a fix could name (not a route of its own, not a firewall: no connection got there).
+        routes = "; ".join(f"`ip route get {address}` on {src} shows its route" for src in sorted(broken))
         yield Verdict(Status.FAIL, dst,
                       f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: Gloo cannot "
-                      "connect these nodes in either direction (see address-family and interface-choice)",
-                      env_fix(ctx, dst, [("GLOO_SOCKET_IFNAME", "<the interface that reaches the others>")]),
-                      details)
+                      f"connect these nodes in either direction ({routes}; see address-family and interface-choice)",
+                      None, details)
     elif gloo_uses:
         yield Verdict(Status.FAIL, dst,
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. {dst} has the lower address, "
                       f"so it listens and {', '.join(sorted(gloo_uses))} "
                       f"{'connects' if len(gloo_uses) == 1 else 'connect'}: Gloo's process-group creation "
-                      "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
+                      f"{_gloo_fails(blocked[sorted(gloo_uses)[0]])}", fix, details)
     else:
         yield Verdict(Status.WARN, dst,
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "
                       f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
                       "new addresses can need this direction", fix, details)
+
+
+def _part_open(into: list[Dial], src: str, span: tuple[int, int]) -> str:
+    """Where only part of the range opens from `src` (the listener's ports spread across it, some
+    opened, some not): which of the ports tried opened, as spans of neighbouring ports tried."""
+    tried = sorted({(d.port, d.outcome == "open") for d in into if d.src == src and d.sent.get("spread")})
+    opened = [port for port, ok in tried if ok]
+    if not opened or len(opened) == len(tried):
+        return ""
+    spans, run_ = [], [tried[0]]
+    for one in tried[1:]:
+        if one[1] == run_[-1][1]:
+            run_.append(one)
+        else:
+            spans.append(run_)
+            run_ = [one]
+    spans.append(run_)
+    said = ", ".join(f"{r[0][0]}-{r[-1][0]}" if len(r) > 1 else str(r[0][0]) for r in spans if r[0][1])
+    return (f", only part of the range: {len(opened)} of the {len(tried)} ports tried across {span[0]}-{span[1]} "
+            f"opened ({said}), so Gloo's ports, which the kernel picks anywhere in it, connect or not by chance")
+
+
+def _gloo_fails(dial: Dial, mesh: bool = False) -> str:
+    """How Gloo's process-group creation ends on this blocked path, in its own words: a silent
+    drop waits out its timeout ('Connect timeout', seed 002); a REJECT answers at once, with the
+    error the kernel gave the connect (a reset or port-unreachable: 'Connection refused')."""
+    if dial.outcome == "filtered":
+        how, said = "hangs, then fails", "Connect timeout"
+    elif dial.outcome == "refused":
+        how, said = "fails", "Connection refused"
+    else:
+        how, said = "fails", (dial.detail or "").split(": ", 1)[-1]
+    if not said:
+        return how
+    return f"{how} in connectFullMesh ('{said}')" if mesh else \
+        f"{how} with '{said}'" + (" (seed 002)" if dial.outcome == "filtered" else "")
 
 
 def _chain(node: NodeFacts | None) -> str:
@@ -272,7 +315,7 @@ def _own_path(name: str, listener: Listener, dials: list[Dial], ranks: int, node
     first = blocked[0]
     what = MEANING.get(first.outcome, first.outcome) + (f" ({first.detail})" if first.detail else "")
     summary = (f"{path}: new connections are {what}; its {ranks} ranks connect to each other there, so Gloo's "
-               "process-group creation hangs, then fails in connectFullMesh ('Connect timeout')")
+               f"process-group creation {_gloo_fails(first, mesh=True)}")
     if first.outcome not in ("filtered", "rejected", "refused"):
         return Verdict(Status.FAIL, name, summary, None, details)
     # The path never leaves the host: only its own input rules can stop it.

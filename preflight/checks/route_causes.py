@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rules.fix import Fix
-from rules.routes import ReversePathDrop, dead_route, drop_route, loosen_or_drop
+from rules.routes import ReversePathDrop, dead_route, detour, drop_route, loosen_or_drop
 
 from ..model import Context
 from ..probes.network_seen import Dial, NetworkSeen
@@ -46,6 +46,18 @@ def route_cause(ctx: Context, seen: NetworkSeen, src: str, dst: str, dials: list
         if rp is not None:
             return RouteCause(end, f"{rp.why(end)}{counted(seen, end)}", loosen_or_drop(end, rp),
                               reverse_path_details(rp, seen, end))
+    for end, other in ((src, dst), (dst, src)):
+        # A live second interface whose route takes over the LAN's: what goes out there never
+        # arrives (every dial silent, nothing answered). After the reverse-path filter, whose
+        # asymmetric path is also a route out another interface, with its own fix.
+        node = next((n for n in ctx.nodes if n.node == end), None)
+        route, peer = route_toward(ctx, seen, end, other) if node is not None else (None, other)
+        taken = detour(node, route) if node is not None and route is not None else None
+        if taken is not None:
+            route, why, lan = taken
+            role = "its connections to" if end == src else "its answers to"
+            return RouteCause(end, f"{end}'s route to {route.address} goes out {route.interface}, which {why}: "
+                              f"{role} {peer} go nowhere", drop_route(end, route, peer, lan), {"route": dict(route.sent)})
     return None
 
 

@@ -39,6 +39,12 @@ class LinkSent:
     rtt_us: int
     segs: int = 0
     lost: int = 0
+    busy_us: int = 0       # the time it had data to send (TCP_INFO's busy time; 0: not counted)
+
+    @property
+    def rate(self) -> float | None:
+        """Bytes per second while it had data to send: this link's own throughput; None: not counted."""
+        return self.sent / (self.busy_us / 1e6) if self.busy_us > 0 else None
 
     @property
     def loss(self) -> float:
@@ -60,12 +66,13 @@ def _links(wire: Mapping[str, Any], nodes: tuple[str, ...], world: int) -> tuple
         src, dst = node_of(x["rank"]), owner.get(x.get("peer"))
         if src is None or dst is None or src == dst:
             continue
-        total = summed.setdefault((src, dst), [0, 0, 0, 0, 0])
+        total = summed.setdefault((src, dst), [0, 0, 0, 0, 0, 0])
         total[0] += int(x.get("sent") or 0)
         total[1] += int(x.get("retrans") or 0)
         total[2] = max(total[2], int(x.get("rtt_us") or 0))
         total[3] += int(x.get("segs") or 0)
         total[4] += int(x.get("lost") or 0)
+        total[5] = max(total[5], int(x.get("busy_us") or 0))
     return tuple(LinkSent(src, dst, *figures) for (src, dst), figures in sorted(summed.items()))
 
 

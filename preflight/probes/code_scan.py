@@ -74,6 +74,10 @@ def _scan(path: str, files: list[tuple[str, Path]]) -> dict:
         for init in _inits(tree):
             init.update(file=name, text=lines[init["line"] - 1].strip()[:160])
             out["inits"].append(init)
+        for pin in _pins(tree):
+            pin.update(file=name, text="; ".join(lines[n - 1].strip() for n in range(pin["first_line"], pin["line"] + 1)
+                                                   )[:240])
+            out.setdefault("pins", []).append(pin)
     return out
 
 
@@ -223,6 +227,68 @@ def _inits(tree: ast.AST) -> list[dict]:
             child = parent
         out.append(init)
     return out
+
+
+def _pins(tree: ast.AST) -> list[dict]:
+    """Every torch.cuda.set_device call (the CUDA device a rank pins) and whether a CUDA condition
+    guards it; with the assignment just before it in its block that makes its argument a CUDA
+    device (`device = f"cuda:{local_rank}"`, as nanoGPT's train.py writes it), which a CPU run must
+    skip too: `first_line` to `line`."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not (_dotted(node.func) or "").endswith("cuda.set_device"):
+            continue
+        guarded = False
+        child: ast.AST = node
+        while child in parents:
+            parent = parents[child]
+            if isinstance(parent, ast.If) and child in parent.body and _on_cuda(parent.test):
+                guarded = True
+                break
+            child = parent
+        statement = next((n for n in _ancestors(node, parents) if isinstance(n, ast.stmt)), None)
+        first = statement.lineno if statement is not None else node.lineno
+        block = _block_of(statement, parents) if statement is not None else []
+        arg = node.args[0] if node.args else None
+        if statement in block and isinstance(arg, ast.Name):
+            before = block[:block.index(statement)]
+            made = next((s for s in reversed(before) if isinstance(s, ast.Assign) and
+                         any(isinstance(t, ast.Name) and t.id == arg.id for t in s.targets)), None)
+            if made is not None and "cuda" in ast.unparse(made.value) and all(
+                    not isinstance(s, (ast.If, ast.For, ast.While, ast.With, ast.Try)) for s in before[before.index(made):]):
+                first = made.lineno
+        out.append({"line": node.lineno, "first_line": first, "call": _dotted(node.func), "guarded": guarded,
+                    "column": statement.col_offset if statement is not None else 0})
+    return out
+
+
+def _ancestors(node: ast.AST, parents: dict):
+    yield node
+    while node in parents:
+        node = parents[node]
+        yield node
+
+
+def _block_of(statement: ast.stmt, parents: dict) -> list:
+    """The statement list that holds `statement` (a body, an else, a handler's)."""
+    parent = parents.get(statement)
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and statement in block:
+            return block
+    return []
+
+
+def _on_cuda(test: ast.expr) -> bool:
+    """A condition true only on a CUDA run: _requires_cuda's, `"cuda" in device`, `device.startswith("cuda")`."""
+    if _requires_cuda(test):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In):
+        return isinstance(test.left, ast.Constant) and test.left.value == "cuda"
+    if isinstance(test, ast.Call) and (_dotted(test.func) or "").endswith("startswith"):
+        return any(isinstance(a, ast.Constant) and a.value == "cuda" for a in test.args)
+    return False
 
 
 def _requires_cuda(test: ast.expr) -> bool:

@@ -46,7 +46,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
     # What the code calls is read on this machine, whatever the job then does: a finding of the
     # scan (a group created only under CUDA) stands even when the job cannot run.
     scanned = {"scan": scan(options.scan)} if options.scan else \
-        {"scan": scan_project(nodes[0].parsed.imports)} if options.launch and nodes else {}
+        {"scan": scan_project(nodes[0].parsed.imports)} if nodes else {}      # the training command's own files
     if scanned.get("scan") is None:
         scanned = {}
     usable = [i for i in cluster.usable() if nodes[i].error is None]

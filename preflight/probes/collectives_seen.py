@@ -163,12 +163,31 @@ class InitSite:
 
 
 @dataclass(frozen=True)
+class PinSite:
+    """A torch.cuda.set_device call: lines `first_line` to `line` (with the assignment that makes
+    its argument a CUDA device), whether a CUDA condition guards it."""
+    file: str
+    line: int
+    first_line: int
+    guarded: bool
+    text: str
+    column: int = 0
+    sent: Sent = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, wire: Mapping[str, Any]) -> PinSite:
+        return cls(wire["file"], wire["line"], wire.get("first_line") or wire["line"], bool(wire.get("guarded")),
+                   wire.get("text") or "", wire.get("column") or 0, _sent(wire))
+
+
+@dataclass(frozen=True)
 class Scan:
     """What --scan found: None for `sites` when nothing was scanned."""
     path: str | None = None
     error: str | None = None
     sites: tuple[CallSite, ...] | None = None
     inits: tuple[InitSite, ...] = ()
+    pins: tuple[PinSite, ...] = ()
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any] | None) -> Scan:
@@ -176,7 +195,8 @@ class Scan:
         sites = wire.get("sites")
         return cls(wire.get("path"), wire.get("error"),
                    None if sites is None else tuple(CallSite.from_json(s) for s in sites),
-                   tuple(InitSite.from_json(i) for i in wire.get("inits") or ()))
+                   tuple(InitSite.from_json(i) for i in wire.get("inits") or ()),
+                   tuple(PinSite.from_json(p) for p in wire.get("pins") or ()))
 
 
 @dataclass(frozen=True)

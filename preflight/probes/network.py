@@ -17,12 +17,15 @@ from rules.facts import Interface, Missing
 from rules.routes import route_to_master, toward_master
 
 from ..model import Context, NodeFacts, Options
+from .job_end import why_ended
 
 CONNECT_TIMEOUT = 2.5      # a dropped SYN is retried after 1 s, then 3 s: 2.5 s tells drop from slow
 READY_TIMEOUT = 20.0
 
 
 DEFAULT_EPHEMERAL_PORTS = [32768, 60999]     # Linux's, when the node's could not be read
+SPREAD = 16        # more ports a listener holds, spread evenly across its range: a firewall that
+                   # opens part of the range shows which part (two random ports find it by luck)
 
 
 def rank_address(node: NodeFacts, options: Options) -> tuple[str | None, str | None]:
@@ -108,7 +111,8 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         return {"skipped": "needs the master and at least one more reachable node"}
     token = secrets.token_hex(16)
     names = {i: nodes[i].node for i in usable}
-    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node}
+    out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node,
+                 "backend": options.backend}
 
     # 1. Listeners: two kernel-chosen ephemeral ports (as Gloo's) and one closed port per node,
     #    and the master port on the master. A node whose unpinned ranks bind the other family on
@@ -123,7 +127,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
         port_range = _ephemeral_ports(nodes[i])
         ready[i, key] = Ready()
         spec = {"mode": "listen", "address": address, "count": 2, "closed": 1, "token": token,
-                "range": port_range, "duration": 60}
+                "range": port_range, "duration": 60, "spread": SPREAD}
         jobs[i, key] = _agent(cluster, i, spec, 70, ready[i, key])
         out[key][names[i]] = {"address": address, "interface": interface, "range": port_range}
     master_route = route_to_master(nodes[0])
@@ -157,6 +161,8 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                     continue
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener"}
                             for p in listener["ports"]]
+                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener",
+                             "spread": True} for p in listener.get("spread", [])]
                 targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "closed"}
                             for p in listener.get("closed", [])]
                 # The other family's listener, dialled as unpinned ranks would: from a node whose own
@@ -178,7 +184,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
             result = job.wait(40)
             lines = result.json_lines(protocol.RESULT)
             if not lines:
-                out["errors"][names[i]] = result.error or f"the connect probe gave no result: {result.stderr[-300:]}"
+                out["errors"][names[i]] = f"the connect probe gave no result: {why_ended(result, 30)}"
                 continue
             out["pairs"] += [{"src": names[i], **r} for r in lines[-1]]
     finally:

@@ -7,6 +7,7 @@ causes of a failed job). A part a check puts in its details whole keeps the JSON
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -82,10 +83,11 @@ class MasterListener:
     address: str | None
     port: int | None
     error: str | None
+    ip: str | None = None        # the address it listened at (`address` can be a name)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> MasterListener:
-        return cls(wire.get("address"), wire.get("port"), wire.get("error"))
+        return cls(wire.get("address"), wire.get("port"), wire.get("error"), wire.get("ip"))
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class NetworkSeen:
     nproc_per_node: int
     unpinned: Mapping[str, Listener] = field(default_factory=dict)
     unpinned_dials: tuple[Dial, ...] = ()
+    backend: str | None = None           # the run's backend (None: a recording that did not say)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> NetworkSeen:
@@ -111,7 +114,7 @@ class NetworkSeen:
                    None if master is None else MasterListener.from_json(master),
                    dict(wire.get("errors", {})), int(wire.get("nproc_per_node", 2)),
                    {name: Listener.from_json(one) for name, one in wire.get("unpinned", {}).items()},
-                   tuple(d for d in dials if d.sent.get("unpinned")))
+                   tuple(d for d in dials if d.sent.get("unpinned")), wire.get("backend"))
 
     def blocked(self, names: set[str]) -> list[Dial]:
         """The dials between these nodes that found the path blocked: a listener's port (as Gloo's
@@ -147,7 +150,30 @@ class NetworkSeen:
         return [d for d in (*self.dials, *self.unpinned_dials) if d.src in names and d.dst in names and
                 ((d.kind is DialKind.MASTER and d.outcome not in ("open", "open-unverified")) or
                  (d.kind is not DialKind.MASTER and d.blocks and binds[d.dst] is not None
-                  and d.sent.get("address") == binds[d.dst] and (d.src != d.dst or ranks_per_node > 1)))]
+                  and d.sent.get("address") == binds[d.dst] and (d.src != d.dst or ranks_per_node > 1)
+                  and self.used(d, binds)))]
+
+    def used(self, d: Dial, binds: Mapping[str, str | None]) -> bool:
+        """Whether the job's ranks open this connection. Gloo joins two nodes' ranks one way only:
+        the higher address connects, the lower listens (gloo's Device::isInitiator compares the
+        addresses, then the ports), so a dial into the higher address's listener is a path Gloo
+        never takes. Another backend (NCCL's bootstrap ring), two address families, an address
+        not known, a recording that does not say its backend, or a node's ranks among themselves:
+        used."""
+        if self.backend != "gloo" or d.src == d.dst:
+            return True
+        lower = gloo_listens(d.sent.get("address"), binds.get(d.src))
+        return lower is not False
+
+
+def gloo_listens(listener: str | None, connector: str | None) -> bool | None:
+    """Whether Gloo's ranks at `listener` listen for those at `connector` (its address is the
+    lower: bytes compared, one family); None where it cannot be said (two families, not known)."""
+    try:
+        a, b = ipaddress.ip_address(listener or ""), ipaddress.ip_address(connector or "")
+    except ValueError:
+        return None
+    return a.packed < b.packed if a.version == b.version else None
 
 
 def not_run_over(blocked: Dial) -> str:

@@ -14,6 +14,7 @@ from rules.facts import Missing
 from rules.routes import toward_master
 
 from ..model import Context, NodeFacts, Options
+from .job_end import why_ended
 from .network import Ready
 
 READY_TIMEOUT = 20.0
@@ -82,7 +83,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
             result = job.wait(PAIR_TIMEOUT + 30)
             lines = result.json_lines(protocol.RESULT)
             if not lines:
-                out["errors"][names[i]] = result.error or f"the probe gave no result: {result.stderr[-300:]}"
+                out["errors"][names[i]] = f"the probe gave no result: {why_ended(result, PAIR_TIMEOUT + 15)}"
                 continue
             for pair in lines[-1]["pairs"]:
                 dst = out["nodes"][pair["dst"]]

@@ -148,13 +148,15 @@ class NetworkFacts:
     firewall: Firewall | Missing
     rp_filter_drops: int | None = None       # packets the reverse-path filter dropped, since the
                                              # namespace began (IPReversePathFilter); None: not counted
+    disable_ipv6: int | None = None          # net.ipv6.conf.all.disable_ipv6 (1: IPv6 off); None: not said
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> NetworkFacts:
         return cls(text(wire, "hostname"), objects(wire, "interfaces", Interface.from_json),
                    part(wire, "gloo_bind", GlooBind.from_json),
                    part(wire, "route_to_master", Route.from_json, absent="no master address was given"),
-                   _port_range(wire), part(wire, "firewall", Firewall.from_json), whole(wire, "rp_filter_drops"))
+                   _port_range(wire), part(wire, "firewall", Firewall.from_json), whole(wire, "rp_filter_drops"),
+                   whole(wire, "disable_ipv6"))
 
     def interface(self, name: str | None) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)

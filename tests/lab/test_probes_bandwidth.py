@@ -100,3 +100,33 @@ def test_a_firewall_the_network_probe_found_skips_the_job_instead_of_waiting_out
     assert {(r["node"], r["status"]) for r in by(report, "ephemeral-ports")} == {("worker1", "fail"),
                                                                                  ("master", "pass")}
     assert_nothing_left(clean_lab, before)
+
+
+def test_a_slow_worker_is_named_by_its_own_links_without_params_and_wiring_it_clears_it():
+    # Issue 38: worker2 at a few Mbit/s: without --params bandwidth passed (its own summary said a
+    # 100M model's gradients would take minutes a step), and worker2 was never named. Each link is
+    # measured on its own (bytes over the time it had data to send): worker2's against the others'.
+    import secrets
+
+    from lab import Lab
+
+    name = "b" + secrets.token_hex(3)
+    lab, _ = Lab.up(name, nodes=3, faults=["wifi@worker2:20mbit"])
+    try:
+        hosts = ("master", "worker1", "worker2")
+        _, report = preflight(lab, "--only", "bandwidth", hosts=hosts, expect=0)
+        named = [r for r in report["results"] if r["status"] != "pass"]
+        assert [(r["check"], r["node"], r["status"]) for r in named] == [("bandwidth", "worker2", "warn")], \
+            report["results"]
+        slow = named[0]
+        assert slow["summary"].startswith("worker2's links are the slow ones (worker2's wlp3s0 (Wi-Fi")
+        rates = slow["details"]["link_rates_bytes_per_s"]
+        assert all(rates[pair] < 25 * MBIT for pair in rates if "worker2" in pair), rates
+        assert all(rates[pair] > 100 * MBIT for pair in rates if "worker2" not in pair), rates
+        assert slow["fix"].startswith("connect worker2 by wire; run preflight again")
+        # Wired (the shaping gone): nothing to say.
+        lab.clear_faults()
+        _, after = preflight(lab, "--only", "bandwidth", hosts=hosts, expect=0)
+        assert {r["status"] for r in after["results"]} == {"pass"}, after["results"]
+    finally:
+        Lab.down(name)

@@ -217,6 +217,15 @@ def test_a_dead_route_is_named_on_its_node_once_and_its_fix_lets_a_real_job_thro
     assert all(f"worker1's route to {master}" in r["summary"] or f"worker1's route to the master ({master})"
                in r["summary"] for r in named), named
     assert "goes out eth1, which has no carrier" in by(report, "master-reachable", "worker1")["summary"]
+    # Issue 38: path-mtu said the paths were "not measured" (or the probe's "error") with no fix:
+    # the same route, named on worker1 once for both directions, with the same fix.
+    _, mtu = preflight(clean_lab, "--only", "path-mtu", expect=1)
+    assert [(r["check"], r["node"], r["status"], r["fix"]) for r in mtu["results"]] == [
+        ("path-mtu", "worker1", "fail", fix)], mtu["results"]
+    assert mtu["results"][0]["summary"] == (
+        f"master -> worker1, worker1 -> master: not measured: worker1's route to {master} goes out eth1, which has no "
+        "carrier (the kernel marks the route linkdown): what it sends the master (its probes and its answers) goes "
+        "nowhere")
     # The fix as printed, on worker1; then a real 2 x 2 Gloo job (the collectives probe) runs.
     clean_lab.exec("worker1", fix.removeprefix("on worker1: sudo ").split("   #")[0].split(), check=True)
     _, after = preflight(clean_lab, "--only", "master-reachable,interface-choice,ephemeral-ports,collectives",
@@ -372,3 +381,119 @@ def test_a_dead_route_or_a_strict_rp_filter_between_two_workers_is_named_on_its_
         assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
     finally:
         Lab.down(name)
+
+
+def test_one_direction_blocked_that_gloo_never_takes_is_a_warning_and_the_real_jobs_run(clean_lab):
+    # Issue 38: the master (the higher address) drops new connections into its ephemeral ports;
+    # it may still connect to worker1, the way Gloo joins them. ephemeral-ports warns; the
+    # collectives and bandwidth jobs (real 2 x 1 Gloo runs) were skipped with a false "could not
+    # connect": now they run, and pass.
+    clean_lab.add_fault("firewall@master")
+    _, report = preflight(clean_lab, "--only", "ephemeral-ports,collectives,bandwidth", expect=0)
+    assert statuses_of(report) == {("ephemeral-ports", "master"): "warn", ("ephemeral-ports", "worker1"): "pass",
+                                   ("collectives", None): "pass", ("bandwidth", None): "pass"}, report["results"]
+    assert "from worker1: silently dropped" in by(report, "ephemeral-ports", "master")["summary"]
+
+
+def test_a_stale_hosts_line_is_the_name_on_its_node_and_its_fix_lets_a_real_job_through(clean_lab):
+    # Issue 38: worker1's /etc/hosts maps `master` to an address where nothing answers. It was
+    # "silently dropped (a firewall)" with no fix; the cause is the name, on worker1: what it
+    # resolves to there, the line it comes from, and the command that changes that line.
+    clean_lab.add_fault("stale-hosts@worker1")
+    master = clean_lab.node("master").ipv4
+    stale = master.rsplit(".", 1)[0] + ".250"
+    lines = clean_lab.exec("worker1", ["cat", "/etc/hosts"], check=True).stdout.splitlines()
+    number = lines.index(f"{stale}\tmaster") + 1
+    checks = "master-reachable,interface-choice,ephemeral-ports,address-family"
+    # The workers dial the master's name, as a torchrun given --master-addr master does.
+    _, report = preflight(clean_lab, "--only", checks, "--master-addr", "master", expect=1)
+    assert sorted((r["check"], r["node"], r["status"]) for r in report["results"] if r["status"] != "pass") == [
+        ("master-reachable", "worker1", "fail")], report["results"]
+    result = by(report, "master-reachable", "worker1")
+    assert result["summary"] == (
+        f"cannot reach the master at master:29500: the name master resolves on worker1 to {stale} (/etc/hosts line "
+        f"{number}: `{stale}\tmaster`), which is none of the master's addresses (it listens at {master}); "
+        "rendezvous will time out")
+    script = f'h=$(sed "{number}s/^[^[:space:]]*/{master}/" /etc/hosts) && printf "%s\\n" "$h" > /etc/hosts'
+    assert result["fix"] == (f"on worker1: sudo sh -c '{script}'   # line {number} of worker1's /etc/hosts then "
+                             f"maps master to {master}, the master's address")
+    # The fix as printed, on worker1 (its /etc/hosts is a mount there, as in a container); then a
+    # real 2 x 2 Gloo job (the collectives probe) runs.
+    command = result["fix"].removeprefix("on worker1: sudo ").split("   #")[0]
+    clean_lab.exec("worker1", ["sh", "-c", command], check=True)
+    assert clean_lab.exec("worker1", ["getent", "hosts", "master"], check=True).stdout.split()[0] == master
+    _, after = preflight(clean_lab, "--only", checks + ",collectives", "--nproc-per-node", "2", "--master-addr",
+                         "master", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    clean_lab.clear_faults()
+    assert f"{master}\tmaster" in clean_lab.exec("worker1", ["cat", "/etc/hosts"], check=True).stdout
+
+
+def test_ipv6_off_on_a_worker_with_an_ipv6_master_address_is_named_there_and_its_fix_lets_a_real_job_through(
+        clean_lab):
+    # Issue 38: "RTNETLINK answers: Network is unreachable" and "another address family", with a fix
+    # that only repeated `ip route get`; that IPv6 is off on worker1 was never said.
+    clean_lab.add_fault("ipv6-off@worker1")
+    master4, master6 = clean_lab.node("master").ipv4, clean_lab.node("master").ipv6
+    checks = "master-reachable,interface-choice,ephemeral-ports,address-family"
+    _, report = preflight(clean_lab, "--only", checks, "--master-addr", master6, expect=1)
+    named = [r for r in report["results"] if r["status"] != "pass"]
+    assert sorted((r["check"], r["node"], r["status"]) for r in named) == [
+        ("interface-choice", "worker1", "fail"), ("master-reachable", "worker1", "fail")], report["results"]
+    why = (f"IPv6 is disabled on worker1 (net.ipv6.conf.all.disable_ipv6 = 1), and the master's address {master6} is "
+           "IPv6: worker1 has no IPv6 route")
+    assert all(why in r["summary"] for r in named), named
+    fix = (f"give the master's IPv4 address on eth0: --master-addr {master4} (MASTER_ADDR={master4} for torchrun)   "
+           "# or turn IPv6 back on, on worker1: sudo sysctl -w net.ipv6.conf.all.disable_ipv6=0 "
+           "net.ipv6.conf.default.disable_ipv6=0, and its IPv6 addresses come back from its network configuration")
+    assert {r["fix"] for r in named} == {fix}, named
+    # The fix as printed: the master's IPv4 address; then a real 2 x 2 Gloo job (the collectives probe).
+    _, after = preflight(clean_lab, "--only", checks + ",collectives", "--nproc-per-node", "2", "--master-addr",
+                         master4, expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    clean_lab.clear_faults()
+    shown = clean_lab.exec("worker1", ["ip", "-6", "-o", "addr", "show", "dev", "eth0"], check=True).stdout
+    assert clean_lab.node("worker1").ipv6 + "/64" in shown
+
+
+def test_a_partly_open_ephemeral_range_is_found_and_said_with_the_part_that_opens_and_its_fix_works(clean_lab):
+    # Issue 38: only 40000-45000 of worker1's range open: caught by luck (two random ports a node),
+    # and "only part of the range" never said. The listener now also holds ports spread across it.
+    clean_lab.add_fault("firewall-part@worker1:40000-45000")
+    _, report = preflight(clean_lab, *ONLY, expect=1)
+    assert statuses_of(report) == {("master-reachable", "worker1"): "pass", ("ephemeral-ports", "master"): "pass",
+                                   ("ephemeral-ports", "worker1"): "fail"}, report["results"]
+    result = by(report, "ephemeral-ports", "worker1")
+    assert ("from master: silently dropped (a firewall), only part of the range: 3 of the 16 ports tried across 32768-60999 "
+            "opened (40296-44060), so Gloo's ports, which the kernel picks anywhere in it, connect or not by chance"
+            in result["summary"]), result["summary"]
+    # The fix as printed (its nftables form, for the ruleset the node has), then every path passes.
+    nft = result["fix"].split("or nftables: sudo ")[1]
+    clean_lab.exec("worker1", nft.split(), check=True)
+    _, after = preflight(clean_lab, *ONLY, "--only", "master-reachable,ephemeral-ports,collectives", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+
+
+def test_a_second_interfaces_route_that_takes_over_is_named_on_its_node_once_and_its_fix_lets_a_real_job_through(
+        clean_lab):
+    # Issue 38: a live second interface whose host route to the master takes over the LAN's was
+    # "a firewall"; the route is the cause, named on worker1, with the command that removes it.
+    clean_lab.add_fault("wrong-route@worker1")
+    master = clean_lab.node("master").ipv4
+    checks = "master-reachable,interface-choice,ephemeral-ports"
+    _, report = preflight(clean_lab, "--only", checks, expect=1)
+    named = [r for r in report["results"] if r["status"] != "pass"]
+    assert sorted((r["check"], r["node"], r["status"]) for r in named) == [
+        ("ephemeral-ports", "master", "warn"), ("ephemeral-ports", "worker1", "fail"),
+        ("interface-choice", "worker1", "fail"), ("master-reachable", "worker1", "fail")], report["results"]
+    fix = f"on worker1: sudo ip route del {master} dev eth1   # the master is then reached via eth0"
+    assert {r["fix"] for r in named} == {fix}, named
+    assert all("goes out eth1, which takes over the route of eth0, whose own subnet " in r["summary"]
+               for r in named), named
+    assert not any("firewall" in r["summary"] for r in named), named
+    # The fix as printed, on worker1; then a real 2 x 2 Gloo job (the collectives probe) runs.
+    clean_lab.exec("worker1", fix.removeprefix("on worker1: sudo ").split("   #")[0].split(), check=True)
+    _, after = preflight(clean_lab, "--only", checks + ",collectives", "--nproc-per-node", "2", expect=0)
+    assert {r["status"] for r in after["results"]} == {"pass"}, [r for r in after["results"] if r["status"] != "pass"]
+    clean_lab.clear_faults()
+    assert clean_lab.exec("worker1", ["ip", "-o", "link", "show", "eth1"]).returncode != 0

@@ -11,8 +11,9 @@ from preflight.model import Context, NodeFacts, Options, Status
 
 from .facts_fixtures import _recorded
 
-FIX = ("on {a}: sudo ip link set dev eth0 mtu 1500; on {b}: sudo ip link set dev eth0 mtu 1500   # what passes "
-       "between {a} and {b}; or make every hop between them (switch port, VLAN, tunnel) carry 9000-byte packets")
+# One fix for both directions (issue 38: each direction's own order printed it twice for one cause).
+FIX = ("on master: sudo ip link set dev eth0 mtu 1500; on worker1: sudo ip link set dev eth0 mtu 1500   # what passes "
+       "between master and worker1; or make every hop between them (switch port, VLAN, tunnel) carry 9000-byte packets")
 LOST = ("{a} -> {b}: packets over 1500 bytes are lost without an ICMP reply (eth0 MTU 9000 on both ends): TCP "
         "sends 9000-byte packets that way, so connections open and small collectives work but the first large "
         "one hangs")
@@ -47,7 +48,7 @@ def test_jumbo_frames_on_one_end_warn_there_and_the_other_direction_passes():
          "worker1 -> master: packets over 1500 bytes are lost without an ICMP reply (worker1's eth0 MTU 9000, "
          "master's eth0 MTU 1500): TCP to master stays at 1500 bytes (master's MTU), so Gloo works; anything larger "
          "worker1 sends that way is lost",
-         "on worker1: sudo ip link set dev eth0 mtu 1500   # what passes between worker1 and master; or make every "
+         "on worker1: sudo ip link set dev eth0 mtu 1500   # what passes between master and worker1; or make every "
          "hop between them (switch port, VLAN, tunnel) carry 9000-byte packets"),
         ("path-mtu", "master", Status.PASS,
          "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)", None)}

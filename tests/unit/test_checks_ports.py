@@ -288,14 +288,19 @@ def test_without_the_kernels_count_the_facts_and_the_drops_still_name_it():
 
 def test_loose_or_no_reverse_path_filtering_is_never_named_and_the_master_gets_no_firewall_fix_either():
     # DERIVED: the same dropped paths and asymmetric route, with worker1's filter loose (2) or off
-    # (0): the kernel does not drop for this, so the cause is not known: no rp_filter claim, and no
-    # firewall fix for the master, whose ruleset (read as root) drops nothing.
+    # (0): the kernel does not drop for this: no rp_filter claim, and no firewall fix for the master,
+    # whose ruleset (read as root) drops nothing.
     for value in (0, 2):
         art = rp_variant(lambda network, _, value=value: iface(network, "eth0").update(rp_filter=value))
         got = {(r.check, r.node): r for r in run_checks(ctx_of(art), RP_CHECKS)}
         assert not any("reverse-path" in r.summary or (r.fix and "rp_filter" in r.fix) for r in got.values())
-        assert got[("master-reachable", "worker1")].fix is None
-        assert "the master's own firewall drops nothing on input" in got[("master-reachable", "worker1")].summary
+        # Issue 38 (this expectation was the defect it names: "cause not known"): every dial silent and
+        # worker1's route to the master out eth1, which takes over eth0's (whose subnet holds the
+        # master), is a second interface's route taking over: named so, with its deletion, no firewall.
+        reached = got[("master-reachable", "worker1")]
+        assert reached.fix == "on worker1: sudo ip route del 10.213.0.200 dev eth1   # the master is then reached via eth0"
+        assert "goes out eth1, which takes over the route of eth0, whose own subnet 10.213.0.0/24 holds " \
+               "10.213.0.200: its connections to the master go nowhere" in reached.summary
 
 
 def test_a_symmetric_route_or_an_open_path_is_not_the_filters_doing():
@@ -410,3 +415,18 @@ def test_a_peer_route_without_the_evidence_or_from_an_older_node_names_no_route_
         assert {(r.node, r.fix.split(" proto")[0]) for r in results if r.status is not Status.PASS} == {
             ("worker1", "on worker1: sudo ufw allow from 10.213.1.0/24"),
             ("worker2", "on worker2: sudo ufw allow from 10.213.1.0/24")}, edit
+
+
+def test_a_reject_is_said_in_glooss_words_for_it_not_as_a_timeout():
+    # Issue 38: a REJECT rule (a TCP reset) was said "hangs, then fails with 'Connect timeout'",
+    # the drop's words; Gloo's connect gets ECONNREFUSED at once: 'Connection refused'. DERIVED
+    # from lab_probe_firewalls: the master's dials into worker1 refused instead of dropped.
+    art = load("lab_probe_firewalls")
+    for pair in art["probes"]["network"]["pairs"]:
+        if pair["src"] == "master" and pair["dst"] == "worker1":
+            pair["outcome"] = "refused" if pair["kind"] == "listener" else pair["outcome"]
+    worker = results(art)[("ephemeral-ports", "worker1")]
+    assert worker.status is Status.FAIL
+    assert worker.summary.endswith("so it listens and master connects: Gloo's process-group creation fails with "
+                                   "'Connection refused'"), worker.summary
+    assert "Connect timeout" not in worker.summary

@@ -635,3 +635,17 @@ def test_an_unreachable_master_leaves_the_workers_checked_but_not_compared():
     assert python.status is Status.SKIP and "no Python version from the master" in python.summary
     shards = one(results, "data-shards", "worker1")
     assert shards.status is Status.SKIP and "no shard manifest from the master" in shards.summary
+
+
+def test_nodes_on_one_kernel_share_one_clock_and_no_skew_is_judged_between_them():
+    # Issue 38: the lab's nodes are namespaces of one machine; a slow round trip under load made a
+    # "skew" of their one clock. DERIVED: both nodes given one boot_id, worker1's sample 5 s off.
+    art = ff.clock(clean(), "worker1", 5.0)
+    for name in ("master", "worker1"):
+        ff.facts(art, name).setdefault("os", {})["boot_id"] = "5b1c1b43-5e4e-4f0a-9a55-2c1f0b8c6c11"
+    result = one(run(art, "clock-skew"), "clock-skew", "worker1")
+    assert (result.status, result.summary, result.fix) == (
+        Status.PASS, "shares the master's clock: one kernel (the same boot_id), so no skew is possible and none "
+        "was judged", None)
+    ff.facts(art, "worker1")["os"]["boot_id"] = "0d5e3c1a-7f4e-4b55-8c2e-1f0b8c6c1100"
+    assert one(run(art, "clock-skew"), "clock-skew", "worker1").status is Status.WARN

@@ -201,3 +201,28 @@ def test_a_peer_that_resets_during_the_banner_is_one_line_and_no_traceback(reset
     assert done.stderr == ""            # paramiko's log (its traceback) reaches no terminal
     (result,) = json.loads(done.stdout)["results"]
     assert result["summary"] == "resetter: its ssh port accepted the connection, then reset it before the ssh greeting"
+
+
+def test_python_for_one_node_is_that_nodes_and_a_word_that_names_no_host_is_refused():
+    # Issue 38: a per-node Python needed --config; --python NODE:PATH names it as --data-dir does.
+    here = socket.gethostname()
+    result = node_error("--python", f"{here}:/bin/ls")
+    assert "/bin/ls is not a Python" in result["summary"]
+    assert usage_error("--python", "elsewhere:/opt/py/bin/python") == (
+        f"ddp-preflight: error: --python elsewhere:/opt/py/bin/python: elsewhere is not one of the hosts ({here}): "
+        "write --python NODE:PATH with a host of this run, or --python PATH for every node")
+    assert usage_error("--python", f"{here}:") == (
+        f"ddp-preflight: error: --python {here}:: no Python after '{here}:': write --python {here}:PATH")
+
+
+def test_a_stale_ssh_config_in_the_environment_does_not_stop_a_purely_local_run(tmp_path):
+    # Issue 38: with no host, nothing goes over ssh: the variable's file, gone, stopped the run.
+    stale = {"DDP_PREFLIGHT_SSH_CONFIG": str(tmp_path / "gone")}
+    done = cli("--only", "python-parity", "--json", env=stale)
+    assert done.returncode == 0, (done.stdout[-500:], done.stderr)
+    assert [r["check"] for r in json.loads(done.stdout)["results"]] == ["python-parity"]
+    # Named on the command line, or with hosts to reach, it is still the one-line error.
+    assert usage_error("--only", "python-parity", "--ssh-config", str(tmp_path / "gone")) == \
+        f"ddp-preflight: error: ssh config {tmp_path / 'gone'} does not exist"
+    assert usage_error("master", "--only", "python-parity", env=stale) == \
+        f"ddp-preflight: error: ssh config {tmp_path / 'gone'} does not exist"

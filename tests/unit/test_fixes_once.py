@@ -90,3 +90,14 @@ def test_a_firewall_seen_by_ephemeral_ports_and_collectives_is_fixed_once():
     (line,) = [line for line in text.render(report, width=600, color=False).splitlines() if "ufw allow" in line]
     assert line.endswith("; seen by ephemeral-ports, collectives")
     assert len(report.fixes) == len({r.fix for r in report.results if r.fix and r.status.severity >= 1})
+
+
+def test_a_loopback_bind_seen_by_two_checks_is_one_fix():
+    # Issue 38: 127.0.1.1 printed two fixes for one cause, address-family's with its /etc/hosts note
+    # and interface-choice's without it.
+    results = run_checks(context(ff.loopback_bind(clean(), "worker1")), CHECKS)
+    fixes = {(r.check, r.node): r.fix for r in results if r.check in ("address-family", "interface-choice") and r.fix}
+    assert fixes == {(c, "worker1"): "export GLOO_SOCKET_IFNAME=eth0   # on worker1: or map worker1 to its LAN "
+                                      "address in /etc/hosts" for c in ("address-family", "interface-choice")}
+    report = Report(tuple(results), ("master", "worker1"))
+    assert sum("GLOO_SOCKET_IFNAME" in s.text for s in report.fixes) == 1

@@ -89,3 +89,21 @@ def test_the_patched_project_forms_its_group_and_nothing_is_said(imports, tmp_pa
     results = judged(patched, launch=True, nproc=2)
 
     assert [r for r in results if r.status is not Status.PASS] == []
+
+
+def test_without_launch_a_future_on_a_gloo_reduce_scatter_in_the_commands_code_fails_with_its_line(tmp_path):
+    # Issue 38: nanochat's optimizer asks Gloo's reduce_scatter for its future (`.get_future()`),
+    # which Gloo lacks; a plain preflight with the command after `--` said OK (the code was read only
+    # with --scan or --launch). Its shape, in a project of its own; the recorded 2-node matrix.
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n\n"
+        "def step(grad, out):\n"
+        "    future = dist.reduce_scatter_tensor(out, grad, op=dist.ReduceOp.AVG, async_op=True).get_future()\n"
+        "    return future.wait()\n")
+    imports = training_imports({"launch_args": ["train.py"], "launch_cwd": str(tmp_path)})
+    failed = [r for r in judged(imports, launch=False) if r.status is Status.FAIL]
+    assert [(r.check, r.node) for r in failed] == [("collectives", None)], failed
+    assert failed[0].summary.startswith("reduce_scatter_tensor(..., async_op=True).get_future() fails on gloo")
+    assert failed[0].summary.endswith("; the training code calls it at train.py:6"), failed[0].summary
+    assert failed[0].fix is not None and failed[0].fix.startswith(
+        "call it as _async_op(dist.reduce_scatter_tensor(..., async_op=True))")

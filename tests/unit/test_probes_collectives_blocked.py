@@ -70,3 +70,56 @@ def test_blocked_both_as_set_up_and_pinned_no_job_starts_and_the_path_is_said(na
     assert out["skipped"] == summary.format(port=first["port"])
     assert {(d["src"], d["dst"]) for d in out["blocked"]} == \
         {(a, b) for a, b, _, _ in _blocked_first(name, nproc)}
+
+
+def _one_way(backend: str | None) -> dict:
+    """DERIVED from lab_probe_firewalls (a firewall on both nodes): the master's dials into worker1
+    made what lab_probe_clean recorded for them (worker1's firewall gone), so the master alone drops
+    new connections, from worker1 into its ephemeral ports; the backend as a run of today's probe says it."""
+    art, clean = load("lab_probe_firewalls"), load("lab_probe_clean")
+    network = art["probes"]["network"]
+    opened = [p for p in clean["probes"]["network"]["pairs"] if p["src"] == "master"]
+    network["pairs"] = [p for p in network["pairs"] if p["src"] != "master"] + opened
+    if backend is not None:
+        network["backend"] = backend
+    return art
+
+
+def test_one_direction_blocked_that_gloo_never_takes_does_not_stop_the_job():
+    # Issue 38: the master (10.213.0.200, the higher address) drops new connections from worker1.
+    # Gloo's higher address connects and the lower listens, so its ranks only ever dial worker1:
+    # the job was skipped with "worker1 -> master's port ... is blocked" although training works.
+    art = _one_way("gloo")
+    ctx = ctx_of(art)
+    seen = NetworkSeen.from_json(art["probes"]["network"])
+    binds = _binds(ctx.nodes, [0, 1])
+    assert seen.blocking(binds, 1) == []
+    started = []
+
+    class Started(NoJobs):
+        def job(self, *args, **kwargs):
+            started.append(args)
+            raise RuntimeError("the job starts here")
+
+    with pytest.raises(RuntimeError, match="the job starts here"):
+        collectives.probe(Started(2), ctx.nodes, Options(master_addr=art["master_addr"]),
+                          network=art["probes"]["network"])
+    assert started
+
+
+@pytest.mark.parametrize("backend", ["nccl", None])
+def test_one_direction_blocked_stops_a_job_whose_backend_dials_both_ways_or_does_not_say(backend):
+    art = _one_way(backend)
+    seen = NetworkSeen.from_json(art["probes"]["network"])
+    blocked = seen.blocking(_binds(ctx_of(art).nodes, [0, 1]), 1)
+    assert sorted({(d.src, d.dst, d.kind.value) for d in blocked}) == [
+        ("worker1", "master", "closed"), ("worker1", "master", "listener")]
+
+
+def test_both_directions_blocked_gloo_counts_the_one_its_higher_address_dials():
+    art = load("lab_probe_firewalls")
+    art["probes"]["network"]["backend"] = "gloo"
+    seen = NetworkSeen.from_json(art["probes"]["network"])
+    blocked = seen.blocking(_binds(ctx_of(art).nodes, [0, 1]), 1)
+    assert sorted({(d.src, d.dst, d.kind.value) for d in blocked}) == [
+        ("master", "worker1", "closed"), ("master", "worker1", "listener")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 from node import tcp_info
 
@@ -32,6 +33,7 @@ def test_the_bytes_a_connection_sent_between_two_readings_are_counted_to_the_byt
     reader = threading.Thread(target=read)
     reader.start()
     try:
+        started = time.monotonic()
         before = tcp_info.connections()
         mine = before[client.fileno()]
         assert (mine.local, mine.peer, mine.retrans) == ("127.0.0.1", "127.0.0.1", 0)
@@ -43,6 +45,8 @@ def test_the_bytes_a_connection_sent_between_two_readings_are_counted_to_the_byt
         assert [(m["local"], m["peer"], m["sent"], m["retrans"], m["lost"]) for m in moved] == [
             ("127.0.0.1", "127.0.0.1", 3_000_000, 0, 0)]
         assert moved[0]["rtt_us"] > 0 and moved[0]["segs"] >= 3_000_000 // 65_536
+        # It had data to send for a while, and no longer than the whole transfer took.
+        assert 0 < moved[0]["busy_us"] <= (time.monotonic() - started) * 1e6
     finally:
         client.close()
         server.close()
@@ -68,7 +72,7 @@ def test_a_descriptor_reused_by_another_connection_counts_from_nothing():
     before = {7: tcp_info.Connection("10.0.0.1", "10.0.0.2", 5_000, 10, 100, 5, 1, 0)}
     after = {7: tcp_info.Connection("10.0.0.1", "10.0.0.3", 2_000, 0, 120, 2, 0, 0)}
     assert tcp_info.moved(before, after) == [{"local": "10.0.0.1", "peer": "10.0.0.3", "sent": 2_000,
-                                               "retrans": 0, "rtt_us": 120, "segs": 2, "lost": 0}]
+                                               "retrans": 0, "rtt_us": 120, "segs": 2, "lost": 0, "busy_us": 0}]
 
 
 def test_segments_sent_again_that_the_peer_saw_twice_are_not_lost():

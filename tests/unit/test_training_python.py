@@ -43,3 +43,19 @@ def test_every_host_gets_the_same_answer_as_training_imports():
     # Nothing named: this interpreter's, and training-imports knows it was a guess.
     guessed = _python_of(args(), Config(), "worker1")
     assert guessed.path == sys.executable and not guessed.named
+
+
+def test_a_nodes_own_python_flag_wins_over_the_flag_for_every_node_and_the_config():
+    from cli.ddp_preflight import _pythons
+
+    config = Config({"python": "/opt/every/python"}, {"worker1": {"python": "/opt/w1/python"}})
+    given = argparse.Namespace(python=["/venv/bin/python", "worker1:/w1/venv/bin/python"], code_dir=None,
+                               data_dir=None)
+    given.python_paths = _pythons(given, ["master", "worker1"])
+    targets = {t.name: t.python for t in _targets(given, config, ["master", "worker1"], [])}
+    assert targets == {"master": "/venv/bin/python", "worker1": "/w1/venv/bin/python"}
+    only = argparse.Namespace(python=["worker1:/w1/venv/bin/python"], code_dir=None, data_dir=None)
+    only.python_paths = _pythons(only, ["master", "worker1"])
+    assert {t.name: t.python for t in _targets(only, config, ["master", "worker1"], [])} == \
+        {"master": "/opt/every/python", "worker1": "/w1/venv/bin/python"}
+    assert _python_of(only, config, "worker1").named
