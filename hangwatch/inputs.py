@@ -136,6 +136,7 @@ class BringPySpy:
 @dataclass(frozen=True)
 class HangNamed:
     bundle: str                # --on-hang, --stop-on-hang: the bundle is written
+    certain: bool = False      # the hang was said as certain: only then does --stop-on-hang act (model.stops)
 
 
 # The closed sets the reducer takes and gives back (reducer.step).

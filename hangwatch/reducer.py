@@ -48,7 +48,7 @@ from .inputs import (
     Tick,
     WriteBundle,
 )
-from .model import NodeStatus
+from .model import NodeStatus, stops
 from .state import Config, State, details, new_state, notice, snapshot
 
 EXIT_SETTLE = 2 * Config().interval     # seconds after the last end before a run's ends are judged (default)
@@ -79,7 +79,7 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     elif isinstance(event, BundleWritten):
         state.incidents.append(event.path)
         out.append(Say(Event(EventKind.INCIDENT, f"incident bundle: {event.path}", data={"path": event.path})))
-        out.append(HangNamed(event.path))
+        out.append(HangNamed(event.path, state.diagnosis is not None and stops(state.diagnosis)))
     elif isinstance(event, BundleAsked):
         state.incidents.append(event.path)
     elif isinstance(event, BundleFailed):

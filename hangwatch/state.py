@@ -124,6 +124,7 @@ class Config:
                                                  # (None: ENDLESS_TIMES x the threshold)
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)   # node -> what preflight said of it
     planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
+    held_after: float = stall.HELD_BOUND         # seconds a rank may sit in its own code while the others wait
 
     @property
     def silent_after(self) -> float:

@@ -68,7 +68,7 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
                  placing=waiting < state.config.threshold + stall.RECHECK
                  and any(_left_rendezvous_unseen(t) for t in tracks),
                  planned=state.config.planned,
-                 endless=state.config.endless, quiet=_quiet(state, seen, tracks, now),
+                 endless=state.config.endless, held_after=state.config.held_after, quiet=_quiet(state, seen, tracks, now),
                  idle_share=share[0] if share else None, idle_span=share[1] if share else None,
                  notes=state.config.notes, find_groups=lambda: meshes.shared_groups(tracks))
 

@@ -126,8 +126,10 @@ class WatchedLaunch:
         if self.on_event is not None:
             self.on_event(event)
 
-    def _hang(self, bundle: str) -> None:
-        if self.stop_on_hang:
+    def _hang(self, bundle: str, certain: bool) -> None:
+        """A hang's bundle is written: --stop-on-hang stops the run on a certain one only (a likely
+        one may end by itself: docs/hangwatch.md)."""
+        if self.stop_on_hang and certain:
             self.launch.stop(f"hangwatch named a hang (--stop-on-hang); bundle {bundle}")
 
 

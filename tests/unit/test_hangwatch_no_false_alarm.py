@@ -1,0 +1,63 @@
+"""No false alarm (issue 35): a wait that may end by itself is never a certain hang, and only a
+certain hang stops a run. Replays of what real agents sent (tests/unit/artifacts/agent) through
+the real Watcher on a driven clock; each asserts the exact verdict, certainty and culprits."""
+
+from __future__ import annotations
+
+from hangwatch import stall
+from hangwatch.text import summary
+
+from .test_hangwatch_watch import replay
+
+
+def _verdicts(events):
+    return [e for e in events if e.verdict is not None]
+
+
+def test_a_rank_asleep_in_its_loop_is_held_likely_with_its_line_and_never_a_hang_before_its_bound(tmp_path):
+    # sleep.jsonl: rank 2 sleeps (600 s) inside its loop from 10.35 s; the others wait in DDP's
+    # all_reduce. Its sleep may end by itself (a checkpoint, an evaluation): likely, no hang, no bundle.
+    header, watcher, events = replay("sleep", tmp_path)
+    said = _verdicts(events)
+    assert [e.kind for e in said] == ["notice"], [(e.kind, e.text) for e in events]
+    d = said[0].verdict
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty, d.bound) == \
+        ("held", [2], [], "sleeps", "likely", stall.HELD_BOUND)
+    assert summary(d).startswith("rank 2 sleeps outside any collective: idle at hang_train.py:199 (main); "
+                                 "ranks 0,1,3 wait in all_reduce; likely a stall ("), summary(d)
+    assert summary(d).endswith("which may end by itself; a hang if it lasts 300 s"), summary(d)
+    assert not d.kind.is_hang
+    assert not [e for e in events if e.kind in ("diagnosis", "incident")]
+    assert said[0].data["at"] - header["fault_at"] <= stall.DEFAULT_THRESHOLD + 2
+
+
+def test_past_its_bound_the_sleeper_is_a_certain_deadlock_and_stops_the_run(tmp_path):
+    hangs: list[tuple[str, bool]] = []
+    header, watcher, events = replay("sleep", tmp_path, held_after=20.0, on_hang=lambda b, c: hangs.append((b, c)))
+    said = _verdicts(events)
+    assert [(e.kind, e.verdict.kind, e.verdict.certainty) for e in said] == \
+        [("notice", "held", "likely"), ("diagnosis", "deadlock", "certain")], [e.text for e in said]
+    held, hang = said
+    assert hang.verdict.culprits == [2] and hang.verdict.reason == "sleeps"
+    # 20 s after progress stopped: the others' last all_reduce, within a sample before the fault
+    assert 19.0 <= hang.data["at"] - header["fault_at"] <= 20.0 + stall.RECHECK
+    assert [c for _, c in hangs] == [True]          # --stop-on-hang acts on it
+
+
+def test_a_likely_hang_writes_its_bundle_and_never_stops_the_run(tmp_path):
+    # subgroup.jsonl: rank 1 skipped the subgroup's all_reduce: a mismatch said as likely (a member
+    # that called one more looks the same). Its bundle is written; --stop-on-hang does not act.
+    hangs: list[tuple[str, bool]] = []
+    header, watcher, events = replay("subgroup", tmp_path, on_hang=lambda b, c: hangs.append((b, c)))
+    said = [e for e in events if e.kind == "diagnosis"]
+    assert [(e.verdict.kind, e.verdict.culprits, e.verdict.certainty) for e in said] == [("mismatch", [1], "likely")]
+    assert [c for _, c in hangs] == [False]
+
+
+def test_a_rank_that_left_its_loop_is_still_certain_and_stops_the_run(tmp_path):
+    hangs: list[tuple[str, bool]] = []
+    header, watcher, events = replay("leave", tmp_path, on_hang=lambda b, c: hangs.append((b, c)))
+    said = [e for e in events if e.kind == "diagnosis"]
+    assert [(e.verdict.kind, e.verdict.culprits, e.verdict.reason, e.verdict.certainty) for e in said] == \
+        [("deadlock", [header["rank"]], "left-loop", "certain")]
+    assert [c for _, c in hangs] == [True]
