@@ -45,6 +45,8 @@ class Track:
     free_at: float | None = None      # the last sample our own py-spy did not hold it in (its CPU its own)
     read_at: float | None = None      # when an agent's stacks of it last came (either part of an answer)
     moved: int = 0                    # bytes it read or wrote since idle_since
+    wire: int | None = None           # bytes its TCP connections had carried at the last sample (node/wire.py)
+    wire_at: float | None = None      # the last sample at which they had carried more (or others): progress
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
     children_cpu: float | None = None

@@ -4,10 +4,12 @@ the real Watcher on a driven clock; each asserts the exact verdict, certainty an
 
 from __future__ import annotations
 
+import json
+
 from hangwatch import stall
 from hangwatch.text import summary
 
-from .test_hangwatch_watch import replay
+from .test_hangwatch_watch import AGENT, replay
 
 
 def _verdicts(events):
@@ -61,3 +63,38 @@ def test_a_rank_that_left_its_loop_is_still_certain_and_stops_the_run(tmp_path):
     assert [(e.verdict.kind, e.verdict.culprits, e.verdict.reason, e.verdict.certainty) for e in said] == \
         [("deadlock", [header["rank"]], "left-loop", "certain")]
     assert [c for _, c in hangs] == [True]
+
+
+def _with_wire(tmp_path, name: str, carried) -> None:
+    """NAME.jsonl again in tmp_path, each rank's samples given `wire` (bytes its connections carried
+    so far, node/wire.py): carried(at) for every rank. Everything else as recorded."""
+    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        if record["msg"].get("type") == "sample":
+            for r in record["msg"]["ranks"]:
+                r["wire"] = carried(record["at"])
+        out.append(json.dumps(record))
+    (tmp_path / f"{name}.jsonl").write_text("\n".join(out) + "\n")
+
+
+def test_ranks_whose_connections_carry_bytes_each_step_make_progress_at_no_cpu(tmp_path):
+    # DERIVED from sleep.jsonl (rank 2 asleep from 10.35 s, the others waiting at ~0% CPU): as a
+    # straggler that sleeps 4 s a step would show it, every rank's connections carry one step's
+    # all_reduce every 4 s. That is progress: no quiet time reaches the threshold, no verdict, no
+    # stacks asked after the fault (before, progress was CPU >= 5% alone: "DEADLOCK ... sleeps").
+    _with_wire(tmp_path, "sleep", lambda at: 4096 * int(at // 4))
+    header, watcher, events = replay("sleep", tmp_path, folder=tmp_path)
+    assert not _verdicts(events), [(e.kind, e.text) for e in events]
+    assert all(t.idle_for < stall.DEFAULT_THRESHOLD for t in watcher.snapshot().ranks)
+
+
+def test_bytes_that_stop_with_the_fault_leave_the_stall_as_it_was(tmp_path):
+    # The same derivation, the bytes stopping at the fault (a peer that never sends): the sleeper
+    # is held, as from the recording itself; the quiet time starts at the last bytes.
+    _with_wire(tmp_path, "sleep", lambda at: 4096 * int(min(at, 10.354) // 1))
+    header, watcher, events = replay("sleep", tmp_path, folder=tmp_path)
+    said = _verdicts(events)
+    assert [(e.kind, e.verdict.kind, e.verdict.culprits, e.verdict.certainty) for e in said] == \
+        [("notice", "held", [2], "likely")], [e.text for e in events]
