@@ -258,3 +258,24 @@ def test_only_the_trainings_own_lines_are_read_for_loops_and_locks(tmp_path):
     assert [(f.get("in_loop"), f.get("waits_on")) for f in dump[0]["frames"]] == \
         [(None, None), (None, None), (True, "lock")]
     assert {key[0] for key in loops._cache} & {str(installed), str(stdlib)} == set()      # never parsed
+
+
+def test_a_rank_reading_its_stdin_is_named_reading_stdin_and_held_never_a_left_loop():
+    # reads_stdin: sys.stdin.readline() in its loop, its stdin a pipe nobody writes (issue 35: said
+    # "left the loop ... (certain)", uneven data its cause, while its wchan said anon_pipe_read).
+    from hangwatch.model import Reason
+    r = _blocked("reads_stdin")
+    state = classify(r["dump"], 0.0, r["wchan"], waits_in=r["waits_in"])
+    assert (state.state, state.reason, state.op, state.frame.where) == \
+        ("idle", "waits-to-receive", "stdin (a pipe)", "reads_stdin.py:6")
+    # Its system call unread (another user's rank, no ptrace): the kernel's wait channel says it.
+    unread = classify(r["dump"], 0.0, r["wchan"], waits_in=None)
+    assert (unread.state, unread.reason, unread.op) == ("idle", "waits-to-receive", "a pipe")
+    for one in (state, unread):
+        ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"), 1: one}
+        found = diagnose(seen(ranks))
+        assert (found.kind, found.culprits, found.reason, found.certainty) == \
+            ("held", (1,), Reason.WAITS_TO_RECEIVE, "likely")
+        assert summary(found).startswith(f"rank 1 waits to receive on {one.op} outside any collective: idle at "
+                                         "reads_stdin.py:6 (<module>); rank 0 waits in all_reduce; likely a stall"), \
+            summary(found)
