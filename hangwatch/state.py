@@ -177,6 +177,8 @@ class State:
     ranks: dict[tuple[str, int], Track] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
     diagnosis_run: int | None = None          # the run the diagnosis is about (None: every run, or not known)
+    held: dict[int | None, Diagnosis] = field(default_factory=dict)   # run -> a rank held the others up (said
+                                              # likely): until progress resumes (verdicts.bound_passed)
     incidents: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding

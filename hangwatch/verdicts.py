@@ -18,7 +18,7 @@ from .diagnose import Hold, decide
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
 from .inputs import Effect, Say, WriteBundle
-from .model import Diagnosis, Evidence, Kind, NodeStatus, RankStatus
+from .model import Certainty, Diagnosis, Evidence, Kind, NodeStatus, RankStatus
 from .rendezvous import Torchrun, torchruns_waiting
 from .stalled import Stall
 from .state import About, Said, State, Track, details, remember, say, snapshot
@@ -166,7 +166,13 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     that is no hang (ranks unknown, a straggler) does not take a hang's place in the snapshot."""
     if consequence(state, run):
         return
+    bound = bound_passed(state, found, run)
+    if bound is not None:
+        found, said = bound, Said(About.STALL, bound.kind, tuple(bound.named), run=run)
+        waiting = wall - (bound.since if bound.since is not None else wall)
     reported = found.as_reported(round(wall - waiting, 3))
+    if found.kind is Kind.HELD:
+        state.held.setdefault(run, reported)
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
         state.diagnosis, state.diagnosis_run = reported, run
@@ -183,6 +189,24 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     else:
         kind = EventKind.STRAGGLER if found.kind is Kind.STRAGGLER else EventKind.NOTICE
         out.append(Say(Event(kind, snapshot=snap, verdict=reported)))
+
+
+def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis | None:
+    """A rank held the others up (asleep or reading in its own code: Kind.HELD, said of this run)
+    and they ended since, before it: their wait had a bound (their process group's timeout:
+    "Timed out"), and it passed while the rank was still held. That is the hang, certain: its
+    rank, line and function; the others' ends are its consequence. None otherwise."""
+    held = state.held.get(run)
+    if found.kind is not Kind.EXITED or held is None:
+        return None
+    gone = [t for t in state.ranks.values() if t.ended and t.gone_at is not None and (run is None or t.run == run)]
+    if not gone:
+        return None
+    first = min(t.gone_at for t in gone if t.gone_at is not None)
+    if any(t.key in held.culprits for t in gone if t.gone_at == first):
+        return None          # the held rank ended first: its own end says what happened
+
+    return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None)
 
 
 def bundle_when_complete(state: State, wall: float, out: list[Effect]) -> None:
@@ -229,6 +253,7 @@ def resumed(state: State, out: list[Effect]) -> None:
     if stopped_by_us(state) or state.stopping or \
             any(t.ended and (run is None or t.run == run) for t in state.ranks.values()):
         return
+    state.held.clear()
     if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
         state.diagnosis = None
         state.reported = {said for said in state.reported if said.stands}

@@ -98,3 +98,46 @@ def test_bytes_that_stop_with_the_fault_leave_the_stall_as_it_was(tmp_path):
     said = _verdicts(events)
     assert [(e.kind, e.verdict.kind, e.verdict.culprits, e.verdict.certainty) for e in said] == \
         [("notice", "held", [2], "likely")], [e.text for e in events]
+
+
+def _asleep_in_its_loop(tmp_path, name: str, pid: int, after: float) -> None:
+    """NAME.jsonl again in tmp_path, rank `pid` seen as the agent now sees a sleeper (recorded before
+    the agent read system calls and loops): from `after` on its samples say it waits in a sleep
+    (node/blocked.py) and its own frames sit inside a loop (node/loops.py)."""
+    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        msg = record["msg"]
+        if msg.get("type") == "sample" and record["at"] >= after:
+            for r in msg["ranks"]:
+                if r["pid"] == pid:
+                    r["waits_in"] = {"call": "sleep"}
+        if msg.get("type") == "stacks":
+            for thread in (msg.get("stacks") or {}).get(str(pid)) or []:
+                for frame in thread["frames"]:
+                    if frame.get("short_filename") == "hang_train.py":
+                        frame["in_loop"] = True
+        out.append(json.dumps(record))
+    (tmp_path / f"{name}.jsonl").write_text("\n".join(out) + "\n")
+
+
+def test_a_sleeper_whose_peers_time_out_is_the_hang_once_their_timeout_passed(tmp_path):
+    # DERIVED from cascade.jsonl: init_process_group(timeout=20 s); rank 0 (pid 12476) sleeps 90 s in
+    # its loop from 40.5 s. Held (likely) while the others wait; their timeout is the bound: when
+    # they end ("Timed out"), rank 0 asleep is the hang, certain, and their ends its consequence.
+    header = json.loads((AGENT / "cascade.jsonl").read_text().splitlines()[0])
+    _asleep_in_its_loop(tmp_path, "cascade", 12476, header["fault_at"])
+    hangs: list[bool] = []
+    header, watcher, events = replay("cascade", tmp_path, folder=tmp_path, on_hang=lambda b, c: hangs.append(c))
+    # (Between them, as rank 1's all_reduce times out, it uses CPU raising while 2,3 still wait: a
+    # straggler notice, which is what was seen; no hang.)
+    said = [e for e in _verdicts(events) if e.verdict.kind != "straggler"]
+    assert [(e.kind, e.verdict.kind, e.verdict.culprits, e.verdict.reason, e.verdict.certainty) for e in said] == \
+        [("notice", "held", [0], "sleeps", "likely"), ("diagnosis", "deadlock", [0], "sleeps", "certain")], \
+        [e.text for e in said]
+    assert said[1].verdict.since == said[0].verdict.since      # the stall began when progress stopped
+    assert summary(said[1].verdict).startswith("rank 0 sleeps outside any collective: idle at hang_train.py:197 "
+                                               "(main); ranks 1,2,3 wait in all_reduce"), summary(said[1].verdict)
+    assert [e.kind for e in events].count("incident") == 1 and hangs == [True]
+    assert (watcher.state.diagnosis.kind, watcher.state.diagnosis.culprits) == ("deadlock", [0])
