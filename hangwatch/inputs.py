@@ -102,6 +102,15 @@ class RankEnded:
     status: ExitStatus
 
 
+@dataclass(frozen=True)
+class RankStepped:
+    """The launcher read a step line of a rank with a step number it had not printed before:
+    progress, whatever its CPU (its step may be mostly waiting)."""
+    node: str
+    rank: int
+    step: int
+
+
 # -- effects ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -141,5 +150,5 @@ class HangNamed:
 
 # The closed sets the reducer takes and gives back (reducer.step).
 Input = Union[FromAgent, AgentClosed, AgentFailed, Tick, Notice, BundleWritten, BundleAsked, BundleFailed,
-              TakeStacks, Stopping, LauncherStopping, RankError, RankEnded]
+              TakeStacks, Stopping, LauncherStopping, RankError, RankEnded, RankStepped]
 Effect = Union[Say, AskStacks, Send, WriteBundle, BringPySpy, HangNamed]

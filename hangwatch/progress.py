@@ -35,7 +35,7 @@ def forget(t: Track) -> None:
     """What its progress was: nothing is judged from it (its node was lost)."""
     t.view.idle_for, t.idle_since, t.busy_at, t.quiet_at, t.moved = 0.0, None, None, None, 0
     t.free_at, t.read_at = None, None
-    t.wire, t.wire_at = None, None
+    t.wire, t.wire_at, t.step_at = None, None, None
     t.spinning, t.last_wait = False, None
 
 
@@ -84,6 +84,8 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
                 # The quiet clock starts at its last progress of any kind: bytes moved in the sample
                 # before this one moved at some time within it.
                 t.idle_since = max(t.idle_since, t.wire_at - interval)
+            if t.step_at is not None:
+                t.idle_since = max(t.idle_since, t.step_at)
             t.moved, t.io_known = 0, s.io is not None
         elif s.io is not None:
             t.moved += int(s.io * interval)
@@ -95,6 +97,18 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
         if v.state in (S.IDLE, S.COLLECTIVE, S.RENDEZVOUS, S.UNKNOWN, S.STOPPED, S.GPU_WAIT) and t.dump is not None:
             v.state = S.RUNNING          # moving again: the old stack no longer says where
     v.idle_for = round(now - t.idle_since, 1) if t.idle_since is not None else 0.0
+
+
+def stepped(state: State, node: str, rank: int, step: int, now: float) -> None:
+    """A launched rank printed a new step (the launcher read its line): it made progress, whatever
+    its CPU. A quiet time it was in ends; the next quiet sample starts one no earlier than this."""
+    t = next((t for t in state.live() if t.view.rank == rank and t.view.node == node and not t.duplicate), None)
+    if t is None or t.stopped:
+        return
+    t.step_at = now
+    if t.idle_since is not None:
+        t.idle_since, t.moved, t.spinning = None, 0, False
+        t.view.idle_for = 0.0
 
 
 def stack_taken(state: State, t: Track, taken: float, now: float) -> None:

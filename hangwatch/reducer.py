@@ -41,6 +41,7 @@ from .inputs import (
     Notice,
     RankEnded,
     RankError,
+    RankStepped,
     Say,
     Send,
     Stopping,
@@ -55,8 +56,8 @@ EXIT_SETTLE = 2 * Config().interval     # seconds after the last end before a ru
 
 __all__ = ["ALONE_AFTER", "EXIT_SETTLE", "AgentClosed", "AgentFailed", "AskStacks", "BringPySpy", "BundleAsked", "BundleFailed",
            "BundleWritten", "Config", "Effect", "FromAgent", "HangNamed", "Input", "LauncherStopping", "Notice", "RankEnded",
-           "RankError", "Say", "Send", "State", "Stopping", "TakeStacks", "Tick", "WriteBundle", "details", "new_state",
-           "snapshot", "step"]
+           "RankError", "RankStepped", "Say", "Send", "State", "Stopping", "TakeStacks", "Tick", "WriteBundle", "details",
+           "new_state", "snapshot", "step"]
 
 
 def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
@@ -96,6 +97,8 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
         ended.rank_error(state, event)
     elif isinstance(event, RankEnded):
         ended.rank_ended(state, event, now, out)
+    elif isinstance(event, RankStepped):
+        progress.stepped(state, event.node, event.rank, event.step, now)
     return out
 
 

@@ -137,6 +137,10 @@ class Watcher(Source):
         """A launched rank printed an exception (hangwatch.tracebacks.ExceptionInfo)."""
         self.feed(reducer.RankError(node, rank, exception))
 
+    def rank_stepped(self, node: str, rank: int, step: int) -> None:
+        """A launched rank printed a new step line: progress."""
+        self.feed(reducer.RankStepped(node, rank, step))
+
     def rank_ended(self, node: str, rank: int, pid: int | None, status: protocol.ExitStatus) -> None:
         """torchrun collected a launched rank's exit code or signal."""
         self.feed(reducer.RankEnded(node, rank, pid, status))

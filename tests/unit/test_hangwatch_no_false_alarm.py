@@ -141,3 +141,19 @@ def test_a_sleeper_whose_peers_time_out_is_the_hang_once_their_timeout_passed(tm
                                                "(main); ranks 1,2,3 wait in all_reduce"), summary(said[1].verdict)
     assert [e.kind for e in events].count("incident") == 1 and hangs == [True]
     assert (watcher.state.diagnosis.kind, watcher.state.diagnosis.culprits) == ("deadlock", [0])
+
+
+def test_step_lines_the_launcher_reads_are_progress_at_no_cpu(tmp_path):
+    # sleep.jsonl as recorded (no bytes counted), under --launch: the launcher reads each rank's
+    # new step line every 4 s (a straggler's run, every rank waiting most of each step). Progress:
+    # no verdict. The same lines stopping at the fault leave the sleeper held, as recorded.
+    header = json.loads((AGENT / "sleep.jsonl").read_text().splitlines()[0])
+    nodes = {0: "master", 1: "master", 2: "worker1", 3: "worker1"}
+
+    def steps(until):
+        return [(at, lambda w, at=at, r=r: w.rank_stepped(nodes[r], r, int(at)))
+                for at in range(4, 40, 4) if at < until for r in nodes]
+    header, watcher, events = replay("sleep", tmp_path / "steps", then=steps(40))
+    assert not _verdicts(events), [(e.kind, e.text) for e in events]
+    header, watcher, events = replay("sleep", tmp_path / "stopped", then=steps(header["fault_at"]))
+    assert [(e.kind, e.verdict.kind, e.verdict.culprits) for e in _verdicts(events)] == [("notice", "held", [2])]
