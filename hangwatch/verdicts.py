@@ -11,6 +11,8 @@ from dataclasses import replace
 
 from node import protocol
 from node.store import READ_TIMEOUT
+from rules import failures
+from rules.failures import Part
 
 from . import ended, meshes, stall
 from .classify import classify
@@ -202,11 +204,17 @@ def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis |
     gone = [t for t in state.ranks.values() if t.ended and t.gone_at is not None and (run is None or t.run == run)]
     if not gone:
         return None
-    first = min(t.gone_at for t in gone if t.gone_at is not None)
-    if any(t.key in held.culprits for t in gone if t.gone_at == first):
-        return None          # the held rank ended first: its own end says what happened
+    first = [t for t in gone if t.gone_at == min(t.gone_at for t in gone if t.gone_at is not None)]
+    if any(t.key in held.culprits or not _timed_out(t) for t in first):
+        return None          # the held rank ended first, or one ended for a cause of its own (a stop, a kill)
 
     return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None)
+
+
+def _timed_out(t: Track) -> bool:
+    """Its own exception is a collective's timeout, as the one catalogue names it (Part.TIMEOUT)."""
+    e = t.exception
+    return e is not None and any(f.message.part is Part.TIMEOUT for f in failures.find(f"{e.type}: {e.message}"))
 
 
 def bundle_when_complete(state: State, wall: float, out: list[Effect]) -> None:

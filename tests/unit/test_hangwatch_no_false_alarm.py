@@ -157,3 +157,21 @@ def test_step_lines_the_launcher_reads_are_progress_at_no_cpu(tmp_path):
     assert not _verdicts(events), [(e.kind, e.text) for e in events]
     header, watcher, events = replay("sleep", tmp_path / "stopped", then=steps(header["fault_at"]))
     assert [(e.kind, e.verdict.kind, e.verdict.culprits) for e in _verdicts(events)] == [("notice", "held", [2])]
+
+
+def test_peers_that_end_by_an_error_of_their_own_do_not_make_the_sleeper_certain(tmp_path):
+    # The same derivation, every end's own record saying another error than a timeout (a bad batch):
+    # their wait did not reach its bound, so the sleeper is never named certain for it.
+    header = json.loads((AGENT / "cascade.jsonl").read_text().splitlines()[0])
+    _asleep_in_its_loop(tmp_path, "cascade", 12476, header["fault_at"])
+    path = tmp_path / "cascade.jsonl"
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines[1:], 1):
+        record = json.loads(line)
+        if record["msg"].get("type") == "exit" and isinstance(record["msg"].get("ending"), dict):
+            record["msg"]["ending"]["message"] = "bad batch at step 5"
+            lines[i] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+    header, watcher, events = replay("cascade", tmp_path, folder=tmp_path)
+    said = [(e.verdict.kind, e.verdict.culprits, e.verdict.certainty) for e in _verdicts(events)]
+    assert ("deadlock", [0], "certain") not in said and said[0] == ("held", [0], "likely"), said
