@@ -35,7 +35,7 @@ def forget(t: Track) -> None:
     """What its progress was: nothing is judged from it (its node was lost)."""
     t.view.idle_for, t.idle_since, t.busy_at, t.quiet_at, t.moved = 0.0, None, None, None, 0
     t.free_at, t.read_at = None, None
-    t.wire, t.wire_at, t.step_at = None, None, None
+    t.wire, t.wire_at, t.progress_at = None, None, None
     t.spinning, t.last_wait = False, None
 
 
@@ -84,8 +84,8 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
                 # The quiet clock starts at its last progress of any kind: bytes moved in the sample
                 # before this one moved at some time within it.
                 t.idle_since = max(t.idle_since, t.wire_at - interval)
-            if t.step_at is not None:
-                t.idle_since = max(t.idle_since, t.step_at)
+            if t.progress_at is not None:
+                t.idle_since = max(t.idle_since, t.progress_at)
             t.moved, t.io_known = 0, s.io is not None
         elif s.io is not None:
             t.moved += int(s.io * interval)
@@ -105,7 +105,30 @@ def stepped(state: State, node: str, rank: int, step: int, now: float) -> None:
     t = next((t for t in state.live() if t.view.rank == rank and t.view.node == node and not t.duplicate), None)
     if t is None or t.stopped:
         return
-    t.step_at = now
+    _progressed(t, now)
+
+
+def flight_read(t: Track, flight: dict, taken: float) -> None:
+    """Its Flight Recorder, read with a stack taken at `taken`: a sequence number (or a completed
+    one) that moved in any of its process groups since the last read is progress, made after that
+    read: it ends a quiet time begun before then."""
+    before, at = _numbers(t.view.flight), t.flight_at
+    t.view.flight, t.flight_at = flight, taken
+    now = _numbers(flight)
+    moved = any(isinstance(a, int) and isinstance(b, int) and b > a
+                for g, seen in before.items() for a, b in zip(seen, now.get(g, (None, None)), strict=True))
+    if moved and at is not None and (t.idle_since is None or at >= t.idle_since or t.spinning):
+        _progressed(t, taken)
+
+
+def _numbers(flight: dict | None) -> dict[str, tuple]:
+    """Each process group's (last sequence number, last completed) in a Flight Recorder summary."""
+    groups = [g for g in (flight or {}).get("groups") or [] if isinstance(g, dict)]
+    return {str(g.get("id") or g.get("group")): (g.get("seq"), g.get("completed")) for g in groups}
+
+
+def _progressed(t: Track, at: float) -> None:
+    t.progress_at = max(at, t.progress_at or at)
     if t.idle_since is not None:
         t.idle_since, t.moved, t.spinning = None, 0, False
         t.view.idle_for = 0.0

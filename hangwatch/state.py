@@ -47,7 +47,9 @@ class Track:
     moved: int = 0                    # bytes it read or wrote since idle_since
     wire: int | None = None           # bytes its TCP connections had carried at the last sample (node/wire.py)
     wire_at: float | None = None      # the last sample at which they had carried more (or others): progress
-    step_at: float | None = None      # when the launcher last read a new step line of it: progress
+    progress_at: float | None = None  # its last progress no sample shows: a new step line the launcher read,
+                                      # Flight Recorder numbers that moved between two reads
+    flight_at: float | None = None    # when its Flight Recorder in hand (view.flight) was read
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
     children_cpu: float | None = None

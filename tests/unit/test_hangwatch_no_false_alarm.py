@@ -175,3 +175,33 @@ def test_peers_that_end_by_an_error_of_their_own_do_not_make_the_sleeper_certain
     header, watcher, events = replay("cascade", tmp_path, folder=tmp_path)
     said = [(e.verdict.kind, e.verdict.culprits, e.verdict.certainty) for e in _verdicts(events)]
     assert ("deadlock", [0], "certain") not in said and said[0] == ("held", [0], "likely"), said
+
+
+def _flight(seq: int, completed: int | None) -> dict:
+    """A Flight Recorder summary as the agent sends it (subgroup.jsonl's, at 34.4 s), its default
+    group's numbers set."""
+    return {"groups": [{"group": "default_pg", "id": "0", "seq": seq, "op": "all_reduce", "state": "scheduled",
+                        "completed": completed, "last": False},
+                       {"group": "undefined", "id": "1", "seq": 6, "op": "all_reduce", "state": "scheduled",
+                        "completed": None, "last": True}], "entries": 16}
+
+
+def test_flight_recorder_numbers_that_move_between_two_reads_in_a_quiet_time_are_progress():
+    from hangwatch.model import RankView
+    from hangwatch.progress import flight_read
+    from hangwatch.state import Track
+
+    def track(read_at: float) -> Track:
+        t = Track(RankView("master", 7096, rank=0), idle_since=10.0)
+        flight_read(t, _flight(10, None), read_at)
+        t.idle_since = 10.0
+        return t
+    moved = track(12.0)
+    flight_read(moved, _flight(11, 10), 16.0)        # a collective issued (and one completed) since 12 s
+    assert (moved.idle_since, moved.progress_at) == (None, 16.0)
+    same = track(12.0)
+    flight_read(same, _flight(10, None), 16.0)       # nothing moved: still quiet since 10 s
+    assert (same.idle_since, same.progress_at) == (10.0, None)
+    early = track(8.0)
+    flight_read(early, _flight(11, 10), 16.0)        # moved, but maybe before its quiet time began
+    assert (early.idle_since, early.progress_at) == (10.0, None)
