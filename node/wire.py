@@ -1,13 +1,16 @@
-"""The bytes each rank has moved on its TCP connections, as the kernel counts them (TCP_INFO's
-bytes_acked + bytes_received, per socket, read with one sock_diag dump of the node's network
-namespace per sample): progress that CPU cannot show. A rank whose step is mostly waiting (a
-straggler's peers, a rank behind a checkpoint) uses under 5% of a core, yet each collective it
-completes moves bytes on its connections; a rank that waits for a peer that never sends moves
-none. Only the connections count: its own files (the Flight Recorder's answer to our ask, a log)
-are not progress of the training, and never reset the quiet clock.
+"""The bytes each rank has moved through its TCP connections, as the kernel counts them, per socket,
+read with one sock_diag dump of the node's network namespace per sample: what it wrote (TCP_INFO's
+bytes_acked + the send queue) and what it read (bytes_received - the receive queue). Progress that
+CPU cannot show. Only what the rank itself wrote or read counts: a peer's bytes that the kernel
+received for a rank that sleeps (a barrier's message to a rank checkpointing) wait in its receive
+queue and move nothing; its own sent bytes acked meanwhile leave its send queue. A rank whose step
+is mostly waiting (a straggler's peers, a rank behind a checkpoint) uses under 5% of a core, yet
+each collective it completes moves bytes on its connections; a rank that waits for a peer that never
+sends moves none. Only the connections count: its own files (the Flight Recorder's answer to our
+ask, a log) are not progress of the training, and never reset the quiet clock.
 
-Standard library only, Python 3.8+, Linux 4.2+ (bytes_received; an older kernel gives None, never
-a wrong figure). A rank in another network namespace than the agent's gives None."""
+Standard library only, Python 3.8+, Linux 4.2+ (bytes_received; an older kernel gives None, never a
+wrong figure). A rank in another network namespace than the agent's gives None."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ NLMSG_ERROR, NLMSG_DONE = 2, 3
 INET_DIAG_INFO = 2
 HEADER = struct.Struct("=IHHII")            # nlmsghdr
 REQUEST = struct.Struct("=BBBxI48s")        # inet_diag_req_v2: family, protocol, ext, states, id
+MESSAGE_QUEUES = 56                         # inet_diag_msg's idiag_rqueue, idiag_wqueue (bytes)
 MESSAGE_INODE = 68                          # inet_diag_msg's idiag_inode (after family .. uid)
 MESSAGE_SIZE = 72
 BYTES_ACKED, BYTES_RECEIVED = 120, 128      # struct tcp_info's __u64 fields (linux/tcp.h)
@@ -32,8 +36,8 @@ READ_LIMIT = 64 << 20                       # bytes of one dump read at most (a 
 
 
 def _dump(family: int) -> Optional[Dict[int, int]]:
-    """socket inode -> bytes acked + received, for every TCP socket of `family` in this network
-    namespace; None when the kernel does not answer."""
+    """socket inode -> bytes the process wrote and read through it, for every TCP socket of `family`
+    in this network namespace; None when the kernel does not answer."""
     out: Dict[int, int] = {}
     try:
         s = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
@@ -69,6 +73,7 @@ def _message(msg: bytes, out: Dict[int, int]) -> None:
     if len(msg) < MESSAGE_SIZE:
         return
     inode = struct.unpack_from("=I", msg, MESSAGE_INODE)[0]
+    unread, unacked = struct.unpack_from("=II", msg, MESSAGE_QUEUES)
     at = MESSAGE_SIZE
     while at + 4 <= len(msg):
         length, kind = struct.unpack_from("=HH", msg, at)
@@ -76,7 +81,7 @@ def _message(msg: bytes, out: Dict[int, int]) -> None:
             return
         if kind == INET_DIAG_INFO and length - 4 >= BYTES_RECEIVED + 8:
             acked, received = struct.unpack_from("=QQ", msg, at + 4 + BYTES_ACKED)
-            out[inode] = acked + received
+            out[inode] = acked + unacked + max(0, received - unread)     # written + read by the rank
             return
         at += (length + 3) & ~3
 
@@ -108,8 +113,8 @@ class Wire:
         self.own = proc.netns(os.getpid())
 
     def moved(self, pid: int, now: float) -> Optional[int]:
-        """The bytes its TCP connections have carried (acked sent + received), summed over those
-        open now; None when not known (another network namespace, no sock_diag)."""
+        """The bytes it has written and read through its TCP connections, summed over those open
+        now; None when not known (another network namespace, no sock_diag)."""
         if self.own is None or proc.netns(pid) != self.own:
             return None
         if self.at != now:

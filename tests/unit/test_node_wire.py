@@ -29,17 +29,20 @@ def test_a_process_whose_connection_carries_bytes_moves_and_its_files_do_not(tmp
     try:
         conn, _ = server.accept()
         wire = Wire()
-        before = wire.moved(peer.pid, 1.0)
+        before, mine = wire.moved(peer.pid, 1.0), wire.moved(os.getpid(), 1.0)
         (tmp_path / "f").write_bytes(b"y" * 100000)     # our own file: not the peer's connections
         assert before is not None and wire.moved(peer.pid, 2.0) == before      # its SYN aside: 0 or 1
         peer.stdin.write("\n")
         peer.stdin.flush()
+        time.sleep(0.5)                                   # sent and received by the kernel, not read here:
+        assert wire.moved(os.getpid(), 2.5) == mine       # nothing this process read (a sleeper's peers' bytes)
+        assert wire.moved(peer.pid, 2.5) == before + 50000    # what the peer wrote, acked or not
         got = 0
         while got < 50000:
             got += len(conn.recv(65536))
         time.sleep(0.2)                                   # its ACKs back
         assert wire.moved(peer.pid, 3.0) == before + 50000     # acked: sent and arrived
-        assert wire.moved(os.getpid(), 3.0) == 50000           # received, on this end
+        assert wire.moved(os.getpid(), 3.0) == mine + 50000    # read, on this end
     finally:
         peer.kill()                                       # the child this test started
         peer.wait(10)
