@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--force", action="store_true", help="launch even when a check failed")
     launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
     launch.add_argument("--stop-on-hang", action="store_true",
-                        help="stop every node when hangwatch names a hang (its bundle is written first)")
+                        help="stop every node when hangwatch names a hang as certain (its bundle is written first)")
     launch.add_argument("--no-flight-recorder", action="store_true",
                         help="run each rank as plain `python SCRIPT`, without the bootstrap that lets hangwatch read "
                              "its Flight Recorder: a hang is then named without collective numbers")

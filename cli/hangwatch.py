@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--on-hang", metavar="CMD", help="run CMD with the incident bundle's path as its last argument")
     a.add_argument("--incident-dir", default="hangwatch-incidents", help="where bundles go (default ./hangwatch-incidents)")
     a.add_argument("--for", dest="duration", type=float, help="stop watching after this many seconds")
-    a.add_argument("--exit-on-hang", action="store_true", help="stop at the first hang named (exit 1): for CI and scripts")
+    a.add_argument("--exit-on-hang", action="store_true",
+                   help="stop at the first hang named as certain (exit 1): for CI and scripts")
     a.add_argument("--keep-watching", action="store_true",
                    help="watch on when the run ends, and when no rank is found yet: for the runs to come")
     return p
@@ -204,6 +205,7 @@ def attach(args) -> int:
 
     hung, alone, missing = threading.Event(), threading.Event(), threading.Event()
     missing_text: list[str] = []
+    stops = threading.Event()       # a certain hang was named: --exit-on-hang acts on it alone
     failed = nothing = False
     write_lock = threading.Lock()
 
@@ -234,7 +236,9 @@ def attach(args) -> int:
                     out.write("".join(f"    {line}\n" for line in diagnosis_block(event.snapshot).splitlines()[1:]))
             out.flush()
 
-    def on_hang(path: str) -> None:
+    def on_hang(path: str, certain: bool) -> None:
+        if certain:
+            stops.set()
         if args.on_hang:
             # The user's command, with the bundle's path; it runs beside the watch, never blocking it.
             subprocess.Popen(f"{args.on_hang} {shlex.quote(path)}", shell=True,
@@ -255,7 +259,7 @@ def attach(args) -> int:
         else:
             deadline = time.monotonic() + args.duration if args.duration else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                if args.exit_on_hang and hung.is_set():
+                if args.exit_on_hang and stops.is_set():
                     break
                 if missing.is_set():
                     from node.terminal import shown

@@ -292,7 +292,7 @@ def _stacks(state: State, node: str, msg: protocol.Stacks, now: float, out: list
         else:
             t.dump, t.dump_error = dump, None
         if msg.flight and pid in msg.flight:
-            t.view.flight = msg.flight[pid]
+            progress.flight_read(t, msg.flight[pid], taken)
         if msg.sockets and pid in msg.sockets:
             t.sockets = msg.sockets[pid]
             # Its connections counted with this stack: a subgroup's mesh made since the last count

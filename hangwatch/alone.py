@@ -22,7 +22,7 @@ from .diagnose import trains_alone
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
 from .inputs import Effect, Say
-from .model import Diagnosis, Kind, NodeStatus, Reason
+from .model import Diagnosis, Kind, NodeStatus, RankStatus, Reason
 from .runs import never_connected
 from .state import State, Track, snapshot
 
@@ -33,11 +33,18 @@ MODULE_CALL = ("torch/nn/modules/module.py", ("_call_impl", "_wrapped_call_impl"
 
 def connections(state: State, node: str, msg: protocol.Sample, now: float, wall: float, out: list[Effect]) -> None:
     """Each rank's TCP connections, counted every few samples: a rank with none at all has
-    joined no process group (its store and its peers are connections)."""
+    joined no process group (its store and its peers are connections). Whatever shows a connection
+    of its own excludes it, whenever a count missed it (a count between two short-lived
+    connections, on a loaded box): bytes its connections carried (wire), its connections
+    listed, a stack of it in a collective or in init_process_group."""
     counted = False
     for s in msg.ranks:
         t = state.ranks.get((node, s.pid))
-        if t is None or s.tcp is None:
+        if t is None:
+            continue
+        if s.wire or s.links or _joined(t):
+            t.talked, t.alone_since, t.training = True, None, None
+        if s.tcp is None:
             continue
         counted = True
         t.torch = t.torch or bool(s.torch)
@@ -47,6 +54,12 @@ def connections(state: State, node: str, msg: protocol.Sample, now: float, wall:
             t.alone_since = now
     if counted:
         judge(state, now, wall, out)
+
+
+def _joined(t: Track) -> bool:
+    """Its stack shows it in a collective or creating its process group: it joined one, or is
+    joining (its store is a connection)."""
+    return t.view.state in (RankStatus.COLLECTIVE, RankStatus.RENDEZVOUS)
 
 
 def training_step(frames) -> str | None:

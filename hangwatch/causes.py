@@ -62,7 +62,8 @@ CAUSES: dict[Reason, tuple[Cause, ...]] = {
     Reason.WAITS_TO_RECEIVE: (Cause("it waits to receive from a connection outside any collective (the address "
                                     "shown: a data or parameter server, an HTTP API, a database; or a pipe: a "
                                     "subprocess's output) that does not answer: that service, and the line "
-                                    "above"),),
+                                    "above; or its stdin: input() or sys.stdin.readline(), which under torchrun "
+                                    "nobody answers"),),
     Reason.WAITS_ON_LOCK: (Cause("a lock, an event or a queue that another thread or process never releases: its "
                                  "line above; a thread of its own that died holding it"),),
     Reason.WAITS_FOR_DATA: (Cause("a DataLoader worker that hangs: a dataset's __getitem__ that blocks (a network file "

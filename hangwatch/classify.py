@@ -57,6 +57,9 @@ SAVING_FILES = ("torch/serialization.py", "torch/distributed/checkpoint/", "safe
 # that share cores, or wait on a disk, work at a fraction of a core; a rank blocked in a
 # collective or asleep sits near 0. A rank that does anything is never a deadlock's culprit.
 BUSY_CPU = 5.0
+# The kernel's wait channel of a read that blocks, when its system call is not known: what it reads.
+READ_WAITS = {"anon_pipe_read": "a pipe", "pipe_read": "a pipe", "pipe_wait": "a pipe", "n_tty_read": "a terminal",
+              "sk_wait_data": "a socket"}
 STDLIB = re.compile(r"/lib/python3\.\d+/")       # the standard library's folder (site-packages aside)
 
 
@@ -176,7 +179,7 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
         return RankState(S.COLLECTIVE, "all_reduce", user, tuple(evidence + [
             f"in backward ({frames[0].where}) without using CPU: likely DDP's gradient all_reduce "
             "(native frames were not taken to confirm)"]))
-    blocked = _blocked(waits_in, [f for f in frames if not f.in_library]) if not busy else None
+    blocked = _blocked(waits_in, [f for f in frames if not f.in_library], wchan) if not busy else None
     if blocked is not None:
         why, on, read = blocked
         return RankState(S.IDLE, on, user or (frames[0] if frames else None), tuple(evidence + [read]), reason=why)
@@ -201,18 +204,35 @@ def _importing(frames: list[Frame]) -> tuple[int, str] | None:
     return outermost, name.strip("/").replace("/", ".")
 
 
-def _blocked(waits_in: dict | None, own: list[Frame]) -> tuple[Reason, str | None, str] | None:
+def _blocked(waits_in: dict | None, own: list[Frame], wchan: str | None = None) -> tuple[Reason, str | None, str] | None:
     """What an idle rank's main thread is blocked in outside any collective, by its system call
     (node/blocked.py): asleep inside a loop of its code (a frame of its own inside a for/while
-    body; after its loop it left the loop: uneven data's shape), or reading a socket or a pipe (not
-    a collective's: its frames would have said one). None when that says nothing more than "idle"."""
+    body; after its loop it left the loop: uneven data's shape), or reading stdin, a socket, a pipe
+    or a terminal (not a collective's: its frames would have said one); where the system call is
+    not known, the kernel's wait channel for a read of a pipe, a terminal or a socket. None when
+    that says nothing more than "idle"."""
     call = (waits_in or {}).get("call")
     if call == "sleep" and any(f.in_loop for f in own):
         return Reason.SLEEPS, None, "asleep in the kernel (nanosleep: time.sleep)"
     on = str((waits_in or {}).get("on") or "")
-    if call == "recv" and (on.startswith("tcp ") or on in ("socket", "pipe")):
-        return Reason.WAITS_TO_RECEIVE, on, f"blocked reading {on} (its system call)"
+    if call == "recv" and on and on != "?":
+        what = f"stdin ({_reading(on)})" if (waits_in or {}).get("fd") == 0 else on
+        return Reason.WAITS_TO_RECEIVE, what, f"blocked reading {what} (its system call)"
+    if call is None and wchan in READ_WAITS:
+        what = READ_WAITS[wchan]
+        return Reason.WAITS_TO_RECEIVE, what, f"blocked reading {what} (the kernel's wait channel {wchan})"
     return None
+
+
+def _reading(on: str) -> str:
+    """What stdin is, in words: "a pipe", "a terminal", "a socket", a file."""
+    if on == "pipe":
+        return "a pipe"
+    if on.startswith("/dev/pts/") or on.startswith("/dev/tty"):
+        return "a terminal"
+    if on.startswith("tcp ") or on == "socket":
+        return f"a socket, {on}" if on.startswith("tcp ") else "a socket"
+    return on
 
 
 def _own_lock(frames: list[Frame], waits_in: dict | None) -> str | None:

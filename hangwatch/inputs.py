@@ -102,6 +102,15 @@ class RankEnded:
     status: ExitStatus
 
 
+@dataclass(frozen=True)
+class RankStepped:
+    """The launcher read a step line of a rank with a step number it had not printed before:
+    progress, whatever its CPU (its step may be mostly waiting)."""
+    node: str
+    rank: int
+    step: int
+
+
 # -- effects ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -136,9 +145,10 @@ class BringPySpy:
 @dataclass(frozen=True)
 class HangNamed:
     bundle: str                # --on-hang, --stop-on-hang: the bundle is written
+    certain: bool = False      # the hang was said as certain: only then does --stop-on-hang act (model.stops)
 
 
 # The closed sets the reducer takes and gives back (reducer.step).
 Input = Union[FromAgent, AgentClosed, AgentFailed, Tick, Notice, BundleWritten, BundleAsked, BundleFailed,
-              TakeStacks, Stopping, LauncherStopping, RankError, RankEnded]
+              TakeStacks, Stopping, LauncherStopping, RankError, RankEnded, RankStepped]
 Effect = Union[Say, AskStacks, Send, WriteBundle, BringPySpy, HangNamed]

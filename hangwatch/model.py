@@ -71,6 +71,8 @@ class Kind(Word):
     STALL = "stall"                         # no CPU anywhere, stacks unavailable: who cannot be told
     SLOW = "slow"                           # every rank waits, but data is still flowing
     STRAGGLER = "straggler"                 # a rank computes while the others wait: not a hang
+    HELD = "held"                           # a rank in its own code (asleep, reading, on a disk) while the others
+                                            # wait: likely a stall, not a hang until its bound passes
     UNSEEN = "unseen"                       # only ranks nobody sees could be to blame: not a hang
     ALONE = "alone"                         # ranks of one world never connect: each trains alone (not a hang)
     NONE = "none"
@@ -82,6 +84,13 @@ class Kind(Word):
 
 HANGS = frozenset({Kind.DEADLOCK, Kind.MISMATCH, Kind.NETWORK_STALL, Kind.RENDEZVOUS_STALL, Kind.EXITED,
                    Kind.STALL, Kind.ENDLESS, Kind.GPU_HANG})
+
+
+def stops(d: Diagnosis) -> bool:
+    """Whether --stop-on-hang (launch) and --exit-on-hang (attach) act on a verdict: a hang said as
+    certain, where the evidence excludes that the wait ends by itself. A likely one is said, with
+    its bundle, and the run goes on."""
+    return is_hang(d.kind) and d.certainty is Certainty.CERTAIN
 
 
 def is_hang(kind: Kind | None) -> bool:

@@ -1,9 +1,11 @@
 """Who still makes progress, from each rank's samples and stacks. Pure updates of the state.
 
 A rank is quiet over a sample when neither it nor its helpers (DataLoader workers, compile
-workers: its descendants) used IDLE_CPU of a core, or when the kernel holds it (SIGSTOP, a
-debugger: state T or t). A rank cannot move without CPU, so a quiet rank has stopped, or waits for
-another rank that has; its stacks then say which. (The time its threads wait for a CPU is no
+workers: its descendants) used IDLE_CPU of a core and its TCP connections carried no byte since the
+last sample (node/wire.py: a collective completed at a few % of a core is progress), or when the
+kernel holds it (SIGSTOP, a debugger: state T or t). A quiet rank has stopped, or waits for
+another rank that has; its stacks then say which. Its quiet time starts at its last progress of
+any kind. (The time its threads wait for a CPU is no
 sign of progress: on a busy box a blocked rank's every brief wake-up, a retry or a timer, waits
 in the run queue too.) While it is quiet,
 the bytes it reads and writes through its own system calls are counted (`moved`): a collective
@@ -33,6 +35,7 @@ def forget(t: Track) -> None:
     """What its progress was: nothing is judged from it (its node was lost)."""
     t.view.idle_for, t.idle_since, t.busy_at, t.quiet_at, t.moved = 0.0, None, None, None, 0
     t.free_at, t.read_at = None, None
+    t.wire, t.wire_at, t.progress_at = None, None, None
     t.spinning, t.last_wait = False, None
 
 
@@ -41,7 +44,18 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     t.proc_state, t.children_cpu = s.state, s.children_cpu
     if s.cpu is None:
         return
-    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU
+    # Progress of any kind ends a quiet time: CPU (its own or its helpers'), or bytes its TCP
+    # connections carried since the last sample (a collective completed at a few % of a core: a
+    # straggler's peers, a step that is mostly waiting). Its own files (the Flight Recorder's
+    # answer to our ask) are no progress.
+    moving = s.wire is not None and t.wire is not None and s.wire != t.wire
+    if s.wire is not None:
+        t.wire = s.wire
+    if moving:
+        t.wire_at = now
+        if t.spinning:
+            t.spinning, t.idle_since = False, None      # its wait ended: its connections carried bytes
+    quiet = s.cpu < stall.IDLE_CPU and (s.children_cpu or 0.0) < stall.IDLE_CPU and not moving
     if not s.held:
         t.free_at = now
     if quiet and s.held and t.idle_since is None and not t.stopped and not t.spinning:
@@ -66,15 +80,58 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
             # its last collective's, before it stopped: bytes count from the next sample on.
             before = v.history[-2] if len(v.history) > 1 else 100.0
             t.idle_since = now - interval * (2 - min(before, 100.0) / 100)
+            if t.wire_at is not None:
+                # The quiet clock starts at its last progress of any kind: bytes moved in the sample
+                # before this one moved at some time within it.
+                t.idle_since = max(t.idle_since, t.wire_at - interval)
+            if t.progress_at is not None:
+                t.idle_since = max(t.idle_since, t.progress_at)
             t.moved, t.io_known = 0, s.io is not None
         elif s.io is not None:
             t.moved += int(s.io * interval)
             t.io_known = True
     else:
-        t.idle_since, t.busy_at, t.moved = None, now, 0
+        t.idle_since, t.moved = None, 0
+        if not moving or s.cpu >= stall.IDLE_CPU or (s.children_cpu or 0.0) >= stall.IDLE_CPU:
+            t.busy_at = now                       # the last sample that used CPU
         if v.state in (S.IDLE, S.COLLECTIVE, S.RENDEZVOUS, S.UNKNOWN, S.STOPPED, S.GPU_WAIT) and t.dump is not None:
             v.state = S.RUNNING          # moving again: the old stack no longer says where
     v.idle_for = round(now - t.idle_since, 1) if t.idle_since is not None else 0.0
+
+
+def stepped(state: State, node: str, rank: int, step: int, now: float) -> None:
+    """A launched rank printed a new step (the launcher read its line): it made progress, whatever
+    its CPU. A quiet time it was in ends; the next quiet sample starts one no earlier than this."""
+    t = next((t for t in state.live() if t.view.rank == rank and t.view.node == node and not t.duplicate), None)
+    if t is None or t.stopped:
+        return
+    _progressed(t, now)
+
+
+def flight_read(t: Track, flight: dict, taken: float) -> None:
+    """Its Flight Recorder, read with a stack taken at `taken`: a sequence number (or a completed
+    one) that moved in any of its process groups since the last read is progress, made after that
+    read: it ends a quiet time begun before then."""
+    before, at = _numbers(t.view.flight), t.flight_at
+    t.view.flight, t.flight_at = flight, taken
+    now = _numbers(flight)
+    moved = any(isinstance(a, int) and isinstance(b, int) and b > a
+                for g, seen in before.items() for a, b in zip(seen, now.get(g, (None, None)), strict=True))
+    if moved and at is not None and (t.idle_since is None or at >= t.idle_since or t.spinning):
+        _progressed(t, taken)
+
+
+def _numbers(flight: dict | None) -> dict[str, tuple]:
+    """Each process group's (last sequence number, last completed) in a Flight Recorder summary."""
+    groups = [g for g in (flight or {}).get("groups") or [] if isinstance(g, dict)]
+    return {str(g.get("id") or g.get("group")): (g.get("seq"), g.get("completed")) for g in groups}
+
+
+def _progressed(t: Track, at: float) -> None:
+    t.progress_at = max(at, t.progress_at or at)
+    if t.idle_since is not None:
+        t.idle_since, t.moved, t.spinning = None, 0, False
+        t.view.idle_for = 0.0
 
 
 def stack_taken(state: State, t: Track, taken: float, now: float) -> None:

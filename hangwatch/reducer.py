@@ -43,6 +43,7 @@ from .inputs import (
     Notice,
     RankEnded,
     RankError,
+    RankStepped,
     Say,
     Send,
     Stopping,
@@ -50,15 +51,15 @@ from .inputs import (
     Tick,
     WriteBundle,
 )
-from .model import NodeStatus
+from .model import NodeStatus, stops
 from .state import Config, State, details, new_state, notice, snapshot
 
 EXIT_SETTLE = 2 * Config().interval     # seconds after the last end before a run's ends are judged (default)
 
 __all__ = ["ALONE_AFTER", "EXIT_SETTLE", "AgentClosed", "AgentFailed", "AskStacks", "BringPySpy", "BundleAsked", "BundleFailed",
            "BundleWritten", "Config", "Effect", "FromAgent", "HangNamed", "Input", "LauncherStopping", "Notice", "RankEnded",
-           "RankError", "Say", "Send", "State", "Stopping", "TakeStacks", "Tick", "WriteBundle", "details", "new_state",
-           "snapshot", "step"]
+           "RankError", "RankStepped", "Say", "Send", "State", "Stopping", "TakeStacks", "Tick", "WriteBundle", "details",
+           "new_state", "snapshot", "step"]
 
 
 def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
@@ -69,7 +70,7 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     # A node's samples and stacks are about its own ranks; its other messages (a rank found, which can
     # make another node's a duplicate or start a run) may be about any. Time passing, notices, asks
     # and bundles change no rank's inputs; a tick can lose a node (its status is in the key).
-    about = event.node if isinstance(event, (AgentClosed, AgentFailed, RankEnded, RankError)) or \
+    about = event.node if isinstance(event, (AgentClosed, AgentFailed, RankEnded, RankError, RankStepped)) or \
         isinstance(event, FromAgent) and isinstance(event.message, (protocol.Sample, protocol.Stacks)) else None
     moves = not isinstance(event, (Tick, Notice, BundleWritten, BundleAsked, BundleFailed, TakeStacks, Stopping))
     if moves:
@@ -98,7 +99,7 @@ def _take(state: State, event: Input, now: float, wall: float, out: list[Effect]
     elif isinstance(event, BundleWritten):
         state.incidents.append(event.path)
         out.append(Say(Event(EventKind.INCIDENT, f"incident bundle: {event.path}", data={"path": event.path})))
-        out.append(HangNamed(event.path))
+        out.append(HangNamed(event.path, state.diagnosis is not None and stops(state.diagnosis)))
     elif isinstance(event, BundleAsked):
         state.incidents.append(event.path)
     elif isinstance(event, BundleFailed):
@@ -115,6 +116,8 @@ def _take(state: State, event: Input, now: float, wall: float, out: list[Effect]
         ended.rank_error(state, event)
     elif isinstance(event, RankEnded):
         ended.rank_ended(state, event, now, out)
+    elif isinstance(event, RankStepped):
+        progress.stepped(state, event.node, event.rank, event.step, now)
 
 
 def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:

@@ -20,6 +20,12 @@ IDLE_CPU = BUSY_CPU       # percent of one core: below it, a rank is idle
 DEFAULT_THRESHOLD = 8.0   # seconds idle before a hang is named
 RECHECK = 10.0            # while a stall lasts, look at the stacks again this often
 ASK_TIMEOUT = 15.0        # stacks asked for and not all come: ask again after this
+# Seconds a rank may sit in its own code (asleep, reading stdin, a pipe or a socket, on a disk) while
+# the others wait, before the wait is taken as one that never ends: such a wait can end by itself (a
+# checkpoint, an evaluation, a data pause), so until then it is said as likely, never as a hang.
+# Far above one step of any run watched here (0.05-6 s) and above a 60 s checkpoint; below
+# torch's default process-group timeout (30 min for Gloo, 10 for NCCL), which ends it anyway.
+HELD_BOUND = 300.0
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ class Stall:
                                               # its stack is read again before a verdict leaves it out
     planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
     endless: float = math.inf                 # seconds a rank may compute while the others wait (--endless-after)
+    held_after: float = math.inf              # seconds a rank may sit in its own code (asleep, reading) while the
+                                              # others wait, before that wait is taken as never ending
     quiet: float | None = None                # every live rank watched and quiet: for how long (None: not so)
     idle_share: float | None = None           # the share of the last `idle_span` s the waiting ranks spent idle
     idle_span: int | None = None

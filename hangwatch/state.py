@@ -45,6 +45,11 @@ class Track:
     free_at: float | None = None      # the last sample our own py-spy did not hold it in (its CPU its own)
     read_at: float | None = None      # when an agent's stacks of it last came (either part of an answer)
     moved: int = 0                    # bytes it read or wrote since idle_since
+    wire: int | None = None           # bytes its TCP connections had carried at the last sample (node/wire.py)
+    wire_at: float | None = None      # the last sample at which they had carried more (or others): progress
+    progress_at: float | None = None  # its last progress no sample shows: a new step line the launcher read,
+                                      # Flight Recorder numbers that moved between two reads
+    flight_at: float | None = None    # when its Flight Recorder in hand (view.flight) was read
     io_known: bool = False            # its I/O counters are readable
     proc_state: str | None = None     # /proc's state letter at the last sample (R, S, D, T, t, Z)
     children_cpu: float | None = None
@@ -124,6 +129,7 @@ class Config:
                                                  # (None: ENDLESS_TIMES x the threshold)
     notes: dict[str, tuple[NodeNote, ...]] = field(default_factory=dict)   # node -> what preflight said of it
     planned: Mapping[int, str] = field(default_factory=dict)   # rank -> node, from a launch plan
+    held_after: float = stall.HELD_BOUND         # seconds a rank may sit in its own code while the others wait
 
     @property
     def silent_after(self) -> float:
@@ -174,6 +180,8 @@ class State:
     ranks: dict[tuple[str, int], Track] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
     diagnosis_run: int | None = None          # the run the diagnosis is about (None: every run, or not known)
+    held: dict[int | None, Diagnosis] = field(default_factory=dict)   # run -> a rank held the others up (said
+                                              # likely): until progress resumes (verdicts.bound_passed)
     incidents: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding

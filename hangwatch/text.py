@@ -84,6 +84,11 @@ def _deadlock(d: Diagnosis) -> str:
     return f"{'; '.join(parts)}; {wait([e.key for e in waiting])} in {ops(waiting)}" + _flight(d)
 
 
+def _held(d: Diagnosis) -> str:
+    bound = f"; a hang if it lasts {d.bound:.0f} s" if d.bound is not None else ""
+    return f"{_deadlock(d)}; likely a stall ({d.waited or 0:.0f} s so far), which may end by itself{bound}"
+
+
 def _skipped_group(d: Diagnosis) -> str:
     """"rank 1 never entered all_reduce #7 of group [0,1], where rank 0 waits; rank 1 waits in
     all_reduce #12 of the default group (hang_train.py:190)"."""
@@ -312,7 +317,8 @@ def _doing(e: Evidence) -> str:
 
 
 RENDER = {
-    Kind.DEADLOCK: _deadlock, Kind.MISMATCH: _mismatch, Kind.GPU_HANG: _gpu_hang, Kind.NETWORK_STALL: _network_stall,
+    Kind.DEADLOCK: _deadlock, Kind.HELD: _held,
+    Kind.MISMATCH: _mismatch, Kind.GPU_HANG: _gpu_hang, Kind.NETWORK_STALL: _network_stall,
     Kind.SLOW: _slow, Kind.STRAGGLER: _straggler, Kind.ENDLESS: _endless, Kind.STALL: _stall, Kind.UNSEEN: _unseen,
     Kind.ALONE: _alone, Kind.RENDEZVOUS_STALL: _rendezvous, Kind.EXITED: ended_text.exited,
     Kind.NONE: lambda d: "no hang: no rank waits in a collective",

@@ -11,13 +11,15 @@ from dataclasses import replace
 
 from node import protocol
 from node.store import READ_TIMEOUT
+from rules import failures
+from rules.failures import Part
 
 from . import ended, kept, meshes, stall
 from .classify import classify
 from .diagnose import Hold, decide
 from .events import Event, EventKind
 from .inputs import Effect, Say, WriteBundle
-from .model import Diagnosis, Evidence, Kind, NodeStatus, RankStatus
+from .model import Certainty, Diagnosis, Evidence, Kind, NodeStatus, RankStatus
 from .rendezvous import Torchrun, torchruns_waiting
 from .stalled import Stall
 from .state import About, Said, State, Track, details, remember, say, snapshot
@@ -67,7 +69,7 @@ def stall_of(state: State, run: int, tracks: list[Track], waiting: float, now: f
                  placing=waiting < state.config.threshold + stall.RECHECK
                  and any(_left_rendezvous_unseen(t) for t in tracks),
                  planned=state.config.planned,
-                 endless=state.config.endless, quiet=_quiet(state, seen, tracks, now),
+                 endless=state.config.endless, held_after=state.config.held_after, quiet=_quiet(state, seen, tracks, now),
                  idle_share=share[0] if share else None, idle_span=share[1] if share else None,
                  notes=state.config.notes, find_groups=lambda: meshes.shared_groups(tracks))
 
@@ -165,7 +167,13 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     that is no hang (ranks unknown, a straggler) does not take a hang's place in the snapshot."""
     if consequence(state, run):
         return
+    bound = bound_passed(state, found, run)
+    if bound is not None:
+        found, said = bound, Said(About.STALL, bound.kind, tuple(bound.named), run=run)
+        waiting = wall - (bound.since if bound.since is not None else wall)
     reported = found.as_reported(round(wall - waiting, 3))
+    if found.kind is Kind.HELD:
+        state.held.setdefault(run, reported)
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
         state.diagnosis, state.diagnosis_run = reported, run
@@ -182,6 +190,30 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     else:
         kind = EventKind.STRAGGLER if found.kind is Kind.STRAGGLER else EventKind.NOTICE
         out.append(Say(Event(kind, snapshot=snap, verdict=reported)))
+
+
+def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis | None:
+    """A rank held the others up (asleep or reading in its own code: Kind.HELD, said of this run)
+    and they ended since, before it: their wait had a bound (their process group's timeout:
+    "Timed out"), and it passed while the rank was still held. That is the hang, certain: its
+    rank, line and function; the others' ends are its consequence. None otherwise."""
+    held = state.held.get(run)
+    if found.kind is not Kind.EXITED or held is None:
+        return None
+    gone = [t for t in state.ranks.values() if t.ended and t.gone_at is not None and (run is None or t.run == run)]
+    if not gone:
+        return None
+    first = [t for t in gone if t.gone_at == min(t.gone_at for t in gone if t.gone_at is not None)]
+    if any(t.key in held.culprits or not _timed_out(t) for t in first):
+        return None          # the held rank ended first, or one ended for a cause of its own (a stop, a kill)
+
+    return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None)
+
+
+def _timed_out(t: Track) -> bool:
+    """Its own exception is a collective's timeout, as the one catalogue names it (Part.TIMEOUT)."""
+    e = t.exception
+    return e is not None and any(f.message.part is Part.TIMEOUT for f in failures.find(f"{e.type}: {e.message}"))
 
 
 def bundle_when_complete(state: State, wall: float, out: list[Effect]) -> None:
@@ -228,6 +260,7 @@ def resumed(state: State, out: list[Effect]) -> None:
     if stopped_by_us(state) or state.stopping or \
             any(t.ended and (run is None or t.run == run) for t in state.ranks.values()):
         return
+    state.held.clear()
     if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
         state.diagnosis = None
         state.reported = {said for said in state.reported if said.stands}

@@ -6,6 +6,7 @@ is a pure function of the run's evidence (stalled.Stall) that decides a verdict 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -19,6 +20,9 @@ from .who import Who
 
 P2P = "send/recv"
 CANNOT_TELL = "a hang cannot be told from a straggler"
+# What a rank outside any collective may be doing that ends by itself: asleep in its code, reading
+# stdin, a pipe or a socket, waiting on a disk. A lock, a stop, a loop it left: never by itself.
+MAY_END = frozenset({Reason.SLEEPS, Reason.WAITS_TO_RECEIVE, Reason.WAITS_ON_IO})
 APART = ("they wait in it at different lines: a collective of a subgroup, or one only some ranks call; which rank "
          "diverged cannot be told from where they wait (the Flight Recorder's numbers per group would say)")
 
@@ -49,8 +53,11 @@ def deadlock(s: Stall) -> Diagnosis | None:
         return None
     reasons = [e.reason for _, e in sorted(halted.items()) if e.reason is not None]
     reason = reasons[0] if reasons else Reason.LEFT_LOOP
-    # Seen outside the collective the others wait in: certain, unless a rank nobody sees could be
-    # the one (it is named beside them, "unknown").
+    if all(e.reason in MAY_END for e in halted.values()) and (s.waited is None or s.waited < s.held_after):
+        return held(s, halted, reason)
+    # Seen outside the collective the others wait in, at a place its wait cannot end by itself (it
+    # left its loop, a lock, the kernel stopped it), or past the bound of one that could: certain,
+    # unless a rank nobody sees could be the one (it is named beside them, "unknown").
     certainty = Certainty.CERTAIN if not s.unknown else Certainty.LIKELY
     causes = CAUSES.get(reason, ())
     # One behind by the Flight Recorder: its cause too, unless the reason's causes say it already
@@ -60,6 +67,17 @@ def deadlock(s: Stall) -> Diagnosis | None:
         if _behind_of(s.waiting, halted) else ()
     return Diagnosis(kind=Kind.DEADLOCK, culprits=tuple(sorted(halted)), reason=reason, certainty=certainty,
                      evidence=s.evidence, causes=causes + behind)
+
+
+def held(s: Stall, halted: Mapping[Who, Evidence], reason: Reason) -> Diagnosis:
+    """Ranks sit in their own code, where a wait may end by itself (asleep: a checkpoint, an
+    evaluation's pause, a straggler's sleep; reading stdin, a pipe or a socket; on a disk), while the
+    others wait for them: a stall named with its rank, line and function, likely, no hang until
+    `s.held_after` has passed (then deadlock, certain)."""
+    return Diagnosis(kind=Kind.HELD, culprits=tuple(sorted(halted)), reason=reason, certainty=Certainty.LIKELY,
+                     evidence=s.evidence, causes=CAUSES.get(reason, ()),
+                     waited=round(s.waited, 1) if s.waited is not None else None,
+                     bound=s.held_after if s.held_after != math.inf else None)
 
 
 def unseen(s: Stall) -> Diagnosis | None:

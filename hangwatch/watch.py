@@ -48,10 +48,10 @@ class WatchTarget:
 class Watcher(Source):
     def __init__(self, targets: list[WatchTarget], *, threshold: float = stall.DEFAULT_THRESHOLD,
                  interval: float = 1.0, native: bool = False, py_spy: str | None = None,
-                 on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str], None] | None = None,
+                 on_event: Callable[[Event], None] | None = None, on_hang: Callable[[str, bool], None] | None = None,
                  incident_dir: str = "hangwatch-incidents", lease: float = LEASE,
                  endless_after: float | None = None, notes: dict[str, tuple[NodeNote, ...]] | None = None,
-                 planned: dict[int, str] | None = None,
+                 planned: dict[int, str] | None = None, held_after: float = stall.HELD_BOUND,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.clock, self.wall = clock, wall    # tests replaying recorded agent lines drive the clock
         self.targets, self.threshold, self.interval = list(targets), threshold, interval
@@ -59,7 +59,8 @@ class Watcher(Source):
         self.on_event, self.on_hang = on_event or (lambda e: None), on_hang
         self.incident_dir = incident_dir
         # planned: rank -> node from a launch plan, to place a rank no agent found
-        config = reducer.Config(threshold, interval, native, endless_after, dict(notes or {}), dict(planned or {}))
+        config = reducer.Config(threshold, interval, native, endless_after, dict(notes or {}), dict(planned or {}),
+                                held_after)
         self.state = reducer.new_state([t.name for t in targets], config)
         self.lock = threading.RLock()
         self.links: dict[str, AgentLink] = {}
@@ -147,6 +148,10 @@ class Watcher(Source):
         """A launched rank printed an exception (hangwatch.tracebacks.ExceptionInfo)."""
         self.feed(reducer.RankError(node, rank, exception))
 
+    def rank_stepped(self, node: str, rank: int, step: int) -> None:
+        """A launched rank printed a new step line: progress."""
+        self.feed(reducer.RankStepped(node, rank, step))
+
     def rank_ended(self, node: str, rank: int, pid: int | None, status: protocol.ExitStatus) -> None:
         """torchrun collected a launched rank's exit code or signal."""
         self.feed(reducer.RankEnded(node, rank, pid, status))
@@ -221,7 +226,7 @@ class Watcher(Source):
                 thread.start()
         elif isinstance(effect, reducer.HangNamed):
             if self.on_hang:
-                self.on_hang(effect.bundle)
+                self.on_hang(effect.bundle, effect.certain)
         elif isinstance(effect, reducer.BringPySpy):
             # Copying takes seconds over a slow link: the node's messages keep coming meanwhile.
             thread = threading.Thread(target=self._bring_py_spy, args=(effect.node,), daemon=True)

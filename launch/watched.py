@@ -81,6 +81,8 @@ class WatchedLaunch:
         self.launch.on_stopping.append(self.watcher.launcher_stopping)
         self.launch.on_exception.append(self.watcher.rank_error)
         self.launch.on_rank_end.append(self.watcher.rank_ended)
+        self.launch.on_line.append(self._stepped)
+        self._steps: dict[int, int] = {}
 
     def start(self) -> WatchedLaunch:
         self.launch.start()
@@ -128,8 +130,18 @@ class WatchedLaunch:
         if self.on_event is not None:
             self.on_event(event)
 
-    def _hang(self, bundle: str) -> None:
-        if self.stop_on_hang:
+    def _stepped(self, line) -> None:
+        """A rank's new step line is progress for hangwatch (its step may be mostly waiting)."""
+        step = line.step
+        if line.rank is None or step is None or self._steps.get(line.rank) == step:
+            return
+        self._steps[line.rank] = step
+        self.watcher.rank_stepped(line.node, line.rank, step)
+
+    def _hang(self, bundle: str, certain: bool) -> None:
+        """A hang's bundle is written: --stop-on-hang stops the run on a certain one only (a likely
+        one may end by itself: docs/hangwatch.md)."""
+        if self.stop_on_hang and certain:
             self.launch.stop(f"hangwatch named a hang (--stop-on-hang); bundle {bundle}")
 
 

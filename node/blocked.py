@@ -48,7 +48,7 @@ def raw(pid: int) -> Optional[List[int]]:
 
 def waits_in(pid: int, tables: Optional[dict] = None) -> Optional[dict]:
     """{"call": "sleep"} | {"call": "recv", "on": "tcp 10.0.0.2:5000" | "pipe" | "file PATH" |
-    "socket"} | {"call": "accept", "on": ...} | {"call": "lock"} | {"call": "wait-child"} |
+    "socket", "fd": N} | {"call": "accept", "on": ..., "fd": N} | {"call": "lock"} | {"call": "wait-child"} |
     {"call": "poll"}; None when not blocked in one of these (or not readable). `tables`: the
     caller's TCP tables by network namespace, read at most once (as node/sockets.py's)."""
     found = raw(pid)
@@ -60,7 +60,8 @@ def waits_in(pid: int, tables: Optional[dict] = None) -> Optional[dict]:
     if name in SLEEPS or name in POLLS and found[1] == 0:
         return {"call": "sleep"}
     if name in RECEIVES or name in ACCEPTS:
-        return {"call": "recv" if name in RECEIVES else "accept", "on": _descriptor(pid, found[1], tables)}
+        return {"call": "recv" if name in RECEIVES else "accept", "on": _descriptor(pid, found[1], tables),
+                "fd": found[1]}
     if name == "futex":
         return {"call": "lock"}
     if name == "wait4":

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 from . import flight, proc
 from .rank_bootstrap import FOLDER_VARIABLE
+from .wire import Wire
 
 TAIL_BYTES = 16 << 10     # of each output file, read at the end
 TAIL_LINES = 60
@@ -35,6 +36,7 @@ class Keeper:
     def __init__(self):
         self.kept: Dict[int, Kept] = {}
         self.ooms = proc.oom_kills()        # the node's OOM-kill count at the last sample
+        self.wire = Wire()                  # the bytes on each rank's TCP connections (node/wire.py)
 
     def found(self, pid: int) -> None:
         env = proc.environ(pid) or {}
@@ -51,7 +53,8 @@ class Keeper:
         self.ooms = ooms
 
     def sample(self, pid: int, now: float, stats: Dict[int, proc.Stat], children: Dict[int, List[int]]) -> dict:
-        """This sample's io (bytes/s) and children_cpu (% of a core), where known."""
+        """This sample's io (bytes/s), wire (bytes its TCP connections carried so far) and
+        children_cpu (% of a core), where known."""
         kept = self.kept.get(pid)
         if kept is None:
             return {}
@@ -61,6 +64,9 @@ class Keeper:
             if kept.io is not None:
                 out["io"] = round((total - kept.io[1]) / max(now - kept.io[0], 1e-6), 1)
             kept.io = (now, total)
+        moved = self.wire.moved(pid, now)
+        if moved is not None:
+            out["wire"] = moved
         alive = [d for d in descendants(pid, children) if d in stats]
         own = stats.get(pid)
         used = (own.children_seconds if own is not None else 0.0) + \

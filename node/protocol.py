@@ -201,6 +201,8 @@ class RankSample:
                                        # was last counted (Gloo's pairs: which connection is whose)
     links: Optional[tuple] = None    # its established connections ((local, remote) "ip:port"), when
                                      # they changed since last counted: whose mesh joins it to whom
+    wire: Optional[int] = None       # bytes its open TCP connections have carried (acked sent + received,
+                                     # node/wire.py): a change between samples is progress
     held: Optional[bool] = None      # the agent's py-spy held it (suspended to read its stack) during
                                      # this sample: its CPU was not its own to use
 

@@ -12,9 +12,9 @@ def watched(clean_lab, tmp_path):
     """Start hangwatch, then a job; stop both, and check nothing of the job is left."""
     started = []
 
-    def run(*job_args, port, watch_args=()):
+    def run(*job_args, port, watch_args=(), **job_options):
         watch = hangwatch(clean_lab, "--incident-dir", str(tmp_path / "incidents"), *watch_args)
-        job = start_job(clean_lab, *job_args, port=port)
+        job = start_job(clean_lab, *job_args, port=port, **job_options)
         started.append((watch, job))
         return watch, job
 

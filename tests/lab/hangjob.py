@@ -104,13 +104,13 @@ class Job:
             p.wait(10)
 
 
-def start_job(lab, *args: str, port: int, nproc: int = 2, nodes=NODES) -> Job:
+def start_job(lab, *args: str, port: int, nproc: int = 2, nodes=NODES, script: Path = SCRIPT) -> Job:
     master = lab.node(nodes[0]).ipv4
     job = Job(lab, [], mark=f"HANG_TRAIN_JOB={port}")
     for i, node in enumerate(nodes):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)),
                 "--nproc-per-node", str(nproc), "--node-rank", str(i), "--master-addr", master,
-                "--master-port", str(port), str(SCRIPT), *args]
+                "--master-port", str(port), str(script), *args]
         proc = lab.popen(node, ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", job.mark, *argv],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         job.procs.append(proc)

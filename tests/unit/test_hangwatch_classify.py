@@ -166,7 +166,9 @@ def test_a_rank_reading_a_silent_server_waits_to_receive_on_that_connection():
     assert r["waits_in"]["on"].startswith("tcp 127.0.0.1:")
 
 
-def test_the_deadlock_says_what_the_rank_is_blocked_in_and_gives_its_own_causes():
+def test_a_rank_blocked_where_its_wait_may_end_is_held_likely_and_says_what_it_is_blocked_in():
+    # Asleep in its loop, or reading a socket: the wait may end by itself (a checkpoint, a
+    # service's answer), so the others are held up by it, likely, never a certain deadlock (issue 35).
     from hangwatch.causes import CAUSES
     from hangwatch.model import Reason
     sleeping, server = _blocked("sleeps_in_loop"), _blocked("waits_on_server")
@@ -177,7 +179,8 @@ def test_the_deadlock_says_what_the_rank_is_blocked_in_and_gives_its_own_causes(
         ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"),
                  1: classify(record["dump"], 0.0, record["wchan"], waits_in=record["waits_in"])}
         found = diagnose(seen(ranks))
-        assert (found.kind, found.culprits, found.reason) == ("deadlock", (1,), reason)
+        assert (found.kind, found.culprits, found.reason, found.certainty) == ("held", (1,), reason, "likely")
+        assert not found.kind.is_hang
         assert said in summary(found), summary(found)
         assert found.causes == CAUSES[reason]          # its own, never uneven data's
 
@@ -255,3 +258,24 @@ def test_only_the_trainings_own_lines_are_read_for_loops_and_locks(tmp_path):
     assert [(f.get("in_loop"), f.get("waits_on")) for f in dump[0]["frames"]] == \
         [(None, None), (None, None), (True, "lock")]
     assert {key[0] for key in loops._cache} & {str(installed), str(stdlib)} == set()      # never parsed
+
+
+def test_a_rank_reading_its_stdin_is_named_reading_stdin_and_held_never_a_left_loop():
+    # reads_stdin: sys.stdin.readline() in its loop, its stdin a pipe nobody writes (issue 35: said
+    # "left the loop ... (certain)", uneven data its cause, while its wchan said anon_pipe_read).
+    from hangwatch.model import Reason
+    r = _blocked("reads_stdin")
+    state = classify(r["dump"], 0.0, r["wchan"], waits_in=r["waits_in"])
+    assert (state.state, state.reason, state.op, state.frame.where) == \
+        ("idle", "waits-to-receive", "stdin (a pipe)", "reads_stdin.py:6")
+    # Its system call unread (another user's rank, no ptrace): the kernel's wait channel says it.
+    unread = classify(r["dump"], 0.0, r["wchan"], waits_in=None)
+    assert (unread.state, unread.reason, unread.op) == ("idle", "waits-to-receive", "a pipe")
+    for one in (state, unread):
+        ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"), 1: one}
+        found = diagnose(seen(ranks))
+        assert (found.kind, found.culprits, found.reason, found.certainty) == \
+            ("held", (1,), Reason.WAITS_TO_RECEIVE, "likely")
+        assert summary(found).startswith(f"rank 1 waits to receive on {one.op} outside any collective: idle at "
+                                         "reads_stdin.py:6 (<module>); rank 0 waits in all_reduce; likely a stall"), \
+            summary(found)

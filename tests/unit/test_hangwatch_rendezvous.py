@@ -387,3 +387,23 @@ def test_a_rank_whose_place_went_stale_in_init_process_group_is_read_again_befor
     assert (diagnosis.kind, diagnosis.culprits, diagnosis.certainty) == ("rendezvous-stall", [], "unsure")
     # Named with the next answers (24.5 s here: a replay answers no new ask; live, the ask made at
     # 13.0 s is answered within a second or two).
+
+
+def _wire(node: str, after: float):
+    """Every sample of `node`'s ranks from `after` on says their connections carried bytes (wire),
+    while every count still says none (issue 35: a count that missed them on a loaded box)."""
+    def change(record):
+        message = record["msg"]
+        if record["node"] != node or record["at"] < after or message["type"] != "sample" or not message["ranks"]:
+            return None
+        return {**message, "ranks": [{**s, "wire": 4096 * int(record["at"])} for s in message["ranks"]]}
+    return change
+
+
+def test_bytes_on_its_connections_exclude_training_alone_whatever_the_counts_say(tmp_path):
+    # DERIVED from alone.jsonl: worker1's ranks' connections carry bytes from 8 s on (a healthy
+    # 2-rank all_reduce), though each count of their connections says 0: never "each rank trains
+    # alone" (before: said after the threshold, on the counts alone).
+    header, watcher, events = replay("alone", tmp_path, **changed("alone", _wire("worker1", 8.0)))
+    assert not _alone(events), [e.text for e in events]
+    assert watcher.snapshot().diagnosis is None

@@ -1,0 +1,49 @@
+"""node/wire.py on real sockets: the bytes a process's TCP connections carried, as the kernel
+counts them (sock_diag), and nothing of its files."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from node.wire import Wire
+
+PEER = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+sys.stdin.readline()
+s.sendall(b"x" * 50000)
+sys.stdin.readline()
+"""
+
+
+def test_a_process_whose_connection_carries_bytes_moves_and_its_files_do_not(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    peer = subprocess.Popen([sys.executable, "-c", PEER, str(server.getsockname()[1])], stdin=subprocess.PIPE,
+                            text=True)
+    try:
+        conn, _ = server.accept()
+        wire = Wire()
+        before, mine = wire.moved(peer.pid, 1.0), wire.moved(os.getpid(), 1.0)
+        (tmp_path / "f").write_bytes(b"y" * 100000)     # our own file: not the peer's connections
+        assert before is not None and wire.moved(peer.pid, 2.0) == before      # its SYN aside: 0 or 1
+        peer.stdin.write("\n")
+        peer.stdin.flush()
+        time.sleep(0.5)                                   # sent and received by the kernel, not read here:
+        assert wire.moved(os.getpid(), 2.5) == mine       # nothing this process read (a sleeper's peers' bytes)
+        assert wire.moved(peer.pid, 2.5) == before + 50000    # what the peer wrote, acked or not
+        got = 0
+        while got < 50000:
+            got += len(conn.recv(65536))
+        time.sleep(0.2)                                   # its ACKs back
+        assert wire.moved(peer.pid, 3.0) == before + 50000     # acked: sent and arrived
+        assert wire.moved(os.getpid(), 3.0) == mine + 50000    # read, on this end
+    finally:
+        peer.kill()                                       # the child this test started
+        peer.wait(10)
+        server.close()
