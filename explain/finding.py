@@ -43,9 +43,9 @@ class Finding:
 # later one happened: a duplicate GPU is why NCCL said invalid usage).
 ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family",
          "nccl-socket-family", "duplicate-gpu", "nccl-invalid-usage", "unused-parameters", "gloo-unsupported",
-         "mismatch-report", "cuda-oom", "host-oom", "dataloader-bus-error", "dataloader-segfault", "store-barrier",
-         "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect", "store-wait-timeout",
-         "nccl-system-error")
+         "mismatch-report", "cuda-oom", "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault",
+         "store-barrier", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
+         "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
 # INFO lines, Gloo's loopback warning (harmless on one node), a victim's word on NCCL, monitored_barrier's
 LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-ib-completion", "nccl-error", "monitored-barrier",
@@ -78,7 +78,7 @@ def find(m: Messages) -> Finding | None:
             return RULES.get(id, _plain)(by[id], m)
     if m.raised:
         return _raised(m)
-    for id in ("stopped-by-hand", "lost-peer"):
+    for id in ("stopped-by-hand", "launcher-killing", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
     return None

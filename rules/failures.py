@@ -225,8 +225,8 @@ CATALOGUE: tuple[Message, ...] = (
        "a process could not reach the store (MASTER_ADDR:MASTER_PORT) before the timeout (torch 1.x's TCPStore)",
        run("ddp-preflight MASTER WORKER ... --only master-reachable", note="says which node cannot reach which port"),
        Sure.LIKELY),
-    _m("store-wait-timeout", ("Wait timeout", "wait timeout after"), r"\bWait timeout\b|wait timeout after "
-       r"(?P<ms>\d+) ?ms", K.STORE_TIMEOUT, C.NEVER_JOINED, P.ROOT,
+    _m("store-wait-timeout", ("Wait timeout", "wait timeout after", "Socket Timeout"), r"\bWait timeout\b|wait "
+       r"timeout after (?P<ms>\d+) ?ms|(?:RuntimeError|DistStoreError): Socket Timeout", K.STORE_TIMEOUT, C.NEVER_JOINED, P.ROOT,
        "a rank waited in the store for its peers' addresses at init: some rank never reached init_process_group",
        run("ddp-preflight explain <every node's log>", note="the rank that never reached init_process_group"),
        Sure.LIKELY),
@@ -234,6 +234,11 @@ CATALOGUE: tuple[Message, ...] = (
        r"Bus error|Unexpected bus error encountered in worker", K.CRASHED, C.SHARED_MEMORY, P.ROOT,
        "a DataLoader worker died of a bus error: the shared memory its batches travel through (/dev/shm) is too small",
        change("a larger /dev/shm (docker run --shm-size=16g), or DataLoader(num_workers=0)")),
+    _m("dataloader-killed", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
+       r"Killed", K.SIGNAL_KILLED, C.SIGKILL, P.ROOT,
+       "a DataLoader worker was killed by SIGKILL: likely the host's OOM killer (each worker holds its own copy of "
+       "what the dataset keeps in memory)", run("dmesg -T | grep -iE 'out of memory|killed process'",
+                                                note="then fewer DataLoader workers or ranks per node"), Sure.LIKELY),
     _m("dataloader-segfault", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
        r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV",
        change("DataLoader(num_workers=0) once: the crash then happens in the rank itself, with its stack")),
@@ -297,6 +302,10 @@ CATALOGUE: tuple[Message, ...] = (
        K.EXITED, C.UNKNOWN, P.ROOT, "monitored_barrier's word: this rank failed before the barrier",
        run("ddp-preflight explain <that rank's log>", note="its own output says why it never reached the barrier"),
        Sure.LIKELY),
+    _m("launcher-killing", ("Killing subprocess",), r"Killing subprocess (?P<pid>\d+)", K.EXITED, C.UNKNOWN, P.VICTIM,
+       "DeepSpeed's launcher stopped its ranks because one of them ended: that rank's own output says why",
+       run("grep -n -B30 'Killing subprocess' <the log>", note="the first rank's error is above the launcher's lines"),
+       Sure.UNKNOWN),
     _m("lost-peer", ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe",
                      "Connection closed by remote peer"),
        r"Connection (?:closed|reset) by (?:remote )?peer|Read error|Broken pipe", K.EXITED, C.UNKNOWN, P.VICTIM,

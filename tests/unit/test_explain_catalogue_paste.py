@@ -47,3 +47,11 @@ def test_a_fix_fits_the_backend_its_message_is_of():
 
 def test_a_user_script_error_is_not_a_local_rank_option_error():
     assert failures.find("train.py: error: unrecognized arguments: --batch-size=4") == []
+
+
+def test_deepspeeds_killing_lines_alone_are_a_failure_of_a_rank_nobody_named():
+    # DeepSpeed's launcher, its lines only (deepspeedai/DeepSpeed#1581): a failure, no culprit, no torchrun fix
+    [found] = failures.find("[2021-11-21 08:32:07,148] [INFO] [launch.py:131:sigkill_handler] Killing subprocess 250621")
+    assert (found.message.id, found.message.part, found.groups) == ("launcher-killing", failures.Part.VICTIM,
+                                                                     {"pid": "250621"})
+    assert found.message.fix is not None and "torchrun" not in found.message.fix.text()
