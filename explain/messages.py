@@ -65,6 +65,7 @@ class Messages:
     exits: list[LauncherExit] = field(default_factory=list)
     raised: list[Raised] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)     # lines seen per message id
+    worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
 
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
@@ -89,6 +90,8 @@ class MessageReader:
         catalogued = failures.ANY_WORD.search(raw) is not None
         exits = self.entry is not None or self.root_next or EXIT_HINT.search(raw) is not None
         tracing = bool(self.tracing) or "Traceback" in raw or 'File "' in raw
+        if any(w in raw for w in parts.WORLD_SIZE_WORDS):
+            self._world(raw)
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)
@@ -106,6 +109,13 @@ class MessageReader:
             self._exits(line, quote)
         if tracing:
             self._traceback(line, quote, bool(found))
+
+    def _world(self, raw: str) -> None:
+        """A world size a line states (the store barrier's world_size too: the world asked for)."""
+        for found in parts.WORLD_SIZE.finditer(raw):
+            size = int(found["world"] or found["nranks"])
+            if 0 < size < 1 << 20 and len(self.messages.worlds) < 16:
+                self.messages.worlds.add(size)
 
     def _traceback(self, line: Line, quote: Quote, catalogued: bool) -> None:
         writer = (line.rank, line.local_rank, line.host)

@@ -16,6 +16,11 @@ PG_STATUS = re.compile(r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last
                        r"(?P<completed>-?\d+)", re.IGNORECASE)         # the watchdog's word on a group
 RANK_IN_LOG = re.compile(r"\[Rank (?P<rank>\d+)\]|Rank (?P<pgrank>\d+)\]")     # the rank a watchdog line is of
 GLOO_PEER = re.compile(r"\[(?P<host>[0-9A-Za-z.:%_-]+)\]:(?P<port>\d+)")      # Gloo: "[10.213.5.2]:24077"
+# The size of the world a line states: a launcher's or the training's own line (world_size=8, DeepSpeed's
+# dist_world_size=8, WORLD_SIZE=8), NCCL's init line ("comm 0x55d1 rank 1 nranks 8 cudaDev 1 ... Init COMPLETE")
+WORLD_SIZE = re.compile(r"\b(?:dist_world_size|world_size|WORLD_SIZE|world size)\s*[=:]\s*(?P<world>\d+)"
+                        r"|\bn[Rr]anks[ =](?P<nranks>\d+)")
+WORLD_SIZE_WORDS = ("orld_size", "ORLD_SIZE", "world size", "nranks", "nRanks")
 NCCL_PEER = re.compile(r"(?P<host>[0-9A-Za-z.:%_-]+)<(?P<port>\d+)>")          # NCCL: "10.213.5.2<24077>"
 
 # torchrun's ChildFailedError table, line by line (hangwatch/torchrun_table.py; its flattened fields,
