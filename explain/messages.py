@@ -8,6 +8,7 @@ finding.py."""
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field, replace
 
@@ -58,6 +59,18 @@ class Raised:
     quote: Quote
 
 
+class Shown(str, enum.Enum):
+    """What a log shows of how its run was set up, that a fix must fit (a closed set)."""
+    NCCL_DEBUG_INFO = "nccl-debug-info"     # NCCL's INFO lines: NCCL_DEBUG=INFO was already on
+    NCCL = "nccl"                           # the NCCL backend (its words, ProcessGroupNCCL)
+    GLOO = "gloo"                           # the Gloo backend
+    DEEPSPEED = "deepspeed"                 # DeepSpeed's launcher (its runner's and launch.py's lines)
+
+
+SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
+            (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")))
+
+
 @dataclass
 class Messages:
     """What one or more files' lines said, in the order they said it."""
@@ -66,6 +79,7 @@ class Messages:
     raised: list[Raised] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)     # lines seen per message id
     worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
+    shown: set[Shown] = field(default_factory=set)           # what the logs show of the run's set-up
 
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
@@ -92,6 +106,10 @@ class MessageReader:
         tracing = bool(self.tracing) or "Traceback" in raw or 'File "' in raw
         if any(w in raw for w in parts.WORLD_SIZE_WORDS):
             self._world(raw)
+        if len(self.messages.shown) < len(Shown):
+            for shown, words in SHOWN_BY:
+                if shown not in self.messages.shown and any(w in raw for w in words):
+                    self.messages.shown.add(shown)
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)
