@@ -32,6 +32,7 @@ from .lines import scan
 from .messages import MessageReader
 from .seen import Gathered, NodeSaid, Quote
 
+SPAWN_EXITED = "ProcessExitedException"
 REMEMBERED = 5000            # lines remembered per writer to give a quote its number
 # torchrun's own line on the first worker of its node that it saw fail (torch.distributed.elastic's
 # multiprocessing api: "failed (exitcode: -9) local_rank: 1 (pid: 123) of binary: ..."): a negative
@@ -182,7 +183,10 @@ def _words(info: ExceptionInfo) -> str:
 
 
 def _launcher_own(info: ExceptionInfo | None) -> bool:
-    """An unprefixed exception that torchrun itself raised (its store, its parser), not a rank's."""
+    """An unprefixed exception that torchrun itself raised (its store, its parser), not a rank's, or
+    mp.spawn's word on a process it started (its ProcessExitedException)."""
+    if info is not None and info.type.endswith(SPAWN_EXITED):
+        return True
     said = failures.said_by(info.type, info.message) if info is not None else None
     own = (failures.Failure.PORT_IN_USE, failures.Failure.RENDEZVOUS_TIMEOUT, failures.Failure.SCRIPT_OPTIONS)
     return info is not None and said is not None and said.failure in own and info.file is None

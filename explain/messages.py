@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
+import signal
 from dataclasses import dataclass, field, replace
 
 from hangwatch.prefixes import Line, normalize
@@ -39,7 +40,7 @@ class Hit:
 @dataclass
 class LauncherExit:
     """How a launcher said one rank ended: its exit code (negative: a signal) and who it was."""
-    source: str                       # "table" | "failed-line" | "deepspeed"
+    source: str                       # "table" | "failed-line" | "deepspeed" | "spawn"
     rank: int | None = None           # the global rank (torchrun's table)
     local_rank: int | None = None
     code: int | None = None
@@ -84,7 +85,7 @@ class Messages:
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
 RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?::\s|$)")
-NOT_RAISED = ("ChildFailedError", "SignalException", "KeyboardInterrupt")
+NOT_RAISED = ("ChildFailedError", "SignalException", "KeyboardInterrupt", "ProcessExitedException")
 # A line of how a launcher says a rank ended (failures.FAILED_LINE, DEEPSPEED_EXIT, TABLE_*)
 EXIT_HINT = parts.EXIT_HINT
 
@@ -166,6 +167,12 @@ class MessageReader:
             if found:
                 self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] else None,
                                        code=int(found["code"]), host=line.host, time=line.time, quotes=[quote]))
+        if parts.SPAWN_EXIT_WORD in text:
+            found = parts.SPAWN_EXIT.search(text)
+            if found:
+                code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
+                self._add(LauncherExit("spawn", local_rank=int(found["index"]), code=code or None,
+                                       signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
         if any(w in text for w in parts.TABLE_FIELDS_WORDS):
             for found in failures.TABLE_FIELDS.finditer(text):
                 self._field(found.groupdict(), quote)

@@ -37,9 +37,13 @@ TABLE_NOT_AVAILABLE = "<N/A>"
 # A line that may be one of the lines of how a launcher says a rank ended (rules/failures.py's
 # FAILED_LINE, DEEPSPEED_EXIT, TABLE_*): a cheap test before them all; one of TABLE_FIELDS_WORDS is in
 # every line TABLE_FIELDS reads.
-EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID"
+EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID|terminated with"
                        r"|\b(?:time|host|rank)\s*:|^\s*\[\d+\]:\s*$")
 TABLE_FIELDS_WORDS = ("rank", "exitcode", "PID", "time", "host")
+# torch.multiprocessing.spawn's word on a process it started (its index: the local rank): "process 0
+# terminated with signal SIGKILL" (ProcessExitedException; a plain Exception before 1.8), "... with exit code 1"
+SPAWN_EXIT = re.compile(r"process (?P<index>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
+SPAWN_EXIT_WORD = "terminated with"
 
 # Words a line is searched for before a pattern of rules/failures.py (a cheap test: most lines hold none).
 FAILED_LINE_WORD = "failed (exitcode"                  # FAILED_LINE
