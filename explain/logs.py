@@ -33,6 +33,7 @@ from .messages import MessageReader
 from .seen import Gathered, NodeSaid, Quote
 
 SPAWN_EXITED = "ProcessExitedException"
+STOPPED = ("KeyboardInterrupt", "SignalException")
 REMEMBERED = 5000            # lines remembered per writer to give a quote its number
 # torchrun's own line on the first worker of its node that it saw fail (torch.distributed.elastic's
 # multiprocessing api: "failed (exitcode: -9) local_rank: 1 (pid: 123) of binary: ..."): a negative
@@ -123,6 +124,8 @@ class LogReader:
         prefixed = any(o.local_rank is not None or o.rank is not None or o.marker is not None for o in self.writers)
         for origin, writer in self.writers.items():
             info = writer.exception
+            if info is not None and info.type.endswith(STOPPED):
+                info = None          # a stop by hand (Ctrl-C) or a scheduler's: a consequence, never the rank's own failure
             node = origin.node or self.node
             launcher = (origin.node is not None and origin.rank is None) or \
                 (origin == Origin() and not from_name and (prefixed or _launcher_own(info)))

@@ -287,7 +287,10 @@ CATALOGUE: tuple[Message, ...] = (
        r"communicator was aborted|watchdog got stuck",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective failed or timed out on this rank", _FLIGHT, Sure.UNKNOWN),
-    _m("stopped-by-hand", ("got signal: 2", "got signal: 15"), r"SignalException: Process \d+ got signal: (?:2|15)",
+    # torchrun's agent on a Ctrl-C or a scheduler's SIGTERM, in its exception and its log line (torch 1.9+), and a
+    # bare KeyboardInterrupt (mp.spawn's parent, or a rank): a consequence, never the root
+    _m("stopped-by-hand", ("got signal: 2", "got signal: 15", "death signal", "KeyboardInterrupt"),
+       r"SignalException: Process \d+ got signal: (?:2|15)|Received (?:2|15) death signal|(?:^|\s)KeyboardInterrupt\s*$",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "the run was stopped by hand (Ctrl-C) or by its scheduler: if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
