@@ -252,6 +252,12 @@ CATALOGUE: tuple[Message, ...] = (
        "init_process_group's store barrier counted another number of processes than the world size",
        change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
        Sure.LIKELY),
+    _m("nccl-rank-twice", ("has already checked in",), r"Bootstrap Root : rank (?P<rank>\d+) of (?P<world>\d+) ranks has "
+       r"already checked in", K.NCCL_ERROR, C.EXTRA_PROCESSES, P.ROOT,
+       "two processes checked in to NCCL's bootstrap as the same rank: the job was launched twice (srun and a "
+       "launcher both, or more tasks per node than the launcher expects)",
+       change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
+       Sure.LIKELY),
     _m("store-client-timeout", ("client socket has timed out", "TCP client failed to connect", "RendezvousConnection",
                                 "RendezvousTimeout", "waiting for clients", "ncclUniqueId"),
        r"client socket has timed out after (?P<after>[\d.]+\s*m?s) while trying to connect to \(?(?P<host>[^,)\s]+)"
