@@ -1,7 +1,8 @@
 """A fix that fits what the paste shows: never what it already did, and for its launcher and
 backend. The catalogue's fixes are for a run nothing is known of; a paste with NCCL's INFO lines
-already had NCCL_DEBUG=INFO, a DeepSpeed launch has no torchrun --tee, a run that shows no NCCL gets
-no NCCL Flight Recorder variables. Pure: a catalogue fix (data, compared as data) to the one for this run."""
+already had NCCL_DEBUG=INFO, one with torchrun's [default0]: prefixes already had --tee, a DeepSpeed
+launch has no torchrun --tee, a run that shows no NCCL gets no NCCL Flight Recorder variables. Pure:
+a catalogue fix (data, compared as data) to the one for this run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ ALREADY_DEBUG = run("grep -n 'NCCL WARN' <every rank's log>",
 KEEP_OUTPUT = ENDED_FIXES[Cause.UNKNOWN]
 DEEPSPEED_OUTPUT = run("grep -n -B40 'Killing subprocess' <the log>",
                        note="DeepSpeed's launcher prints its ranks' own output: the first one's error is above its lines")
+TEED_OUTPUT = run("grep -n 'Traceback\\|Error' <the log>",
+                  note="torchrun's --tee was on: each rank's own lines are in it, after [defaultN]:")
 # NCCL's Flight Recorder variables, where no line shows NCCL (a Gloo run, or a silent one): hangwatch's
 # fetch records the Flight Recorder of any backend
 FLIGHT = BY_ID["watchdog"].fix
@@ -35,6 +38,8 @@ def fit(fix: Fix | None, shown: set[Shown]) -> Fix | None:
         return ALREADY_DEBUG
     if fix == KEEP_OUTPUT and Shown.DEEPSPEED in shown:
         return DEEPSPEED_OUTPUT
+    if fix == KEEP_OUTPUT and Shown.TEE in shown:
+        return TEED_OUTPUT
     if fix == FLIGHT and Shown.NCCL not in shown:
         return ANY_FLIGHT
     return fix

@@ -66,10 +66,11 @@ class Shown(str, enum.Enum):
     NCCL = "nccl"                           # the NCCL backend (its words, ProcessGroupNCCL)
     GLOO = "gloo"                           # the Gloo backend
     DEEPSPEED = "deepspeed"                 # DeepSpeed's launcher (its runner's and launch.py's lines)
+    TEE = "tee"                             # torchrun's --tee: each rank's own lines, "[default0]:" before them
 
 
 SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
-            (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")))
+            (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)))
 
 
 @dataclass

@@ -38,3 +38,14 @@ def test_a_run_that_shows_no_nccl_gets_no_nccl_variables():
 def test_an_nccl_run_keeps_ncclss_own_fix():
     fix, _ = fixes(PASTED / "022-nemo-watchdog-several-process-groups.log")
     assert fix is not None and fix.startswith("export TORCH_NCCL_TRACE_BUFFER_SIZE=")
+
+
+def test_a_log_with_torchruns_tee_prefixes_is_not_told_to_turn_tee_on():
+    from explain.fits import KEEP_OUTPUT, TEED_OUTPUT, fit
+    from explain.gather import gather
+    from explain.inputs import find
+    from explain.messages import Shown
+    # the lab's launch (torchrun --tee=3): its rank lines start "[default0]:"
+    shown = gather(find([str(ARTIFACTS / "explain" / "uneven" / "master.log")])).messages.shown
+    assert Shown.TEE in shown and Shown.DEEPSPEED not in shown
+    assert fit(KEEP_OUTPUT, shown) == TEED_OUTPUT and fit(KEEP_OUTPUT, set()) == KEEP_OUTPUT
