@@ -40,7 +40,7 @@ class Hit:
 @dataclass
 class LauncherExit:
     """How a launcher said one rank ended: its exit code (negative: a signal) and who it was."""
-    source: str                       # "table" | "failed-line" | "deepspeed" | "spawn"
+    source: str                       # "table" | "failed-line" | "deepspeed" | "spawn" | "launch"
     rank: int | None = None           # the global rank (torchrun's table)
     local_rank: int | None = None
     code: int | None = None
@@ -173,6 +173,12 @@ class MessageReader:
             if found:
                 code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
                 self._add(LauncherExit("spawn", local_rank=int(found["index"]), code=code or None,
+                                       signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
+        if any(w in text for w in parts.LAUNCH_EXIT_WORDS):
+            found = parts.LAUNCH_EXIT.search(text)
+            if found:
+                code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
+                self._add(LauncherExit("launch", local_rank=int(found["local"]), code=code or None,
                                        signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
         if any(w in text for w in parts.TABLE_FIELDS_WORDS):
             for found in failures.TABLE_FIELDS.finditer(text):

@@ -210,6 +210,11 @@ CATALOGUE: tuple[Message, ...] = (
        "TORCH_DISTRIBUTED_DEBUG=DETAIL saw two ranks issue different collectives (op, shape or sequence number)",
        change("make every rank issue the same collectives in the same order (a rank-dependent branch, a log "
               "call on rank 0 only, uneven data)")),
+    _m("nccl-mismatched-collective", ("Mismatched collective detected",), r"Mismatched collective detected, please check "
+       r"your collective calls at and around rank (?P<rank>\d+)", K.MISMATCH, C.DIFFERENT_COLLECTIVES, P.ROOT,
+       "NCCL (before 2.5) saw ranks call different collectives or sizes near this rank",
+       change("make every rank issue the same collectives in the same order, with the same sizes (a rank-dependent "
+              "branch, uneven data)"), Sure.LIKELY),
     _m("cuda-oom", ("out of memory", "OutOfMemoryError"),
        r"(?:OutOfMemoryError: )?CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ \w+)(?:\.? ?\(?GPU (?P<gpu>\d+))?)?"
        r"|OutOfMemoryError|Cuda failure (?:\d+ )?'out of memory'|CUDA error: out of memory",

@@ -38,12 +38,18 @@ TABLE_NOT_AVAILABLE = "<N/A>"
 # FAILED_LINE, DEEPSPEED_EXIT, TABLE_*): a cheap test before them all; one of TABLE_FIELDS_WORDS is in
 # every line TABLE_FIELDS reads.
 EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID|terminated with"
+                       r"|died with <Signals|non-zero exit status"
                        r"|\b(?:time|host|rank)\s*:|^\s*\[\d+\]:\s*$")
 TABLE_FIELDS_WORDS = ("rank", "exitcode", "PID", "time", "host")
 # torch.multiprocessing.spawn's word on a process it started (its index: the local rank): "process 0
 # terminated with signal SIGKILL" (ProcessExitedException; a plain Exception before 1.8), "... with exit code 1"
 SPAWN_EXIT = re.compile(r"process (?P<index>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
 SPAWN_EXIT_WORD = "terminated with"
+# torch.distributed.launch before elastic (up to 1.8): the CalledProcessError of the process it waited
+# for, its command line with its --local_rank
+LAUNCH_EXIT = re.compile(r"--local_rank=(?P<local>\d+)'[^\n]*?\]' (?:died with <Signals\.(?P<signal>SIG[A-Z]+): \d+>"
+                         r"|returned non-zero exit status (?P<code>\d+))")
+LAUNCH_EXIT_WORDS = ("died with <Signals", "non-zero exit status")
 
 # Words a line is searched for before a pattern of rules/failures.py (a cheap test: most lines hold none).
 FAILED_LINE_WORD = "failed (exitcode"                  # FAILED_LINE
