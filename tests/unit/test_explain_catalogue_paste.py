@@ -19,6 +19,9 @@ LINES = [
      "nccl-ib-completion", failures.Cause.IB_COMPLETION, {"peer": "fe80::966d:ae03:8b:df78%ib0<53249>", "code": "4"}),
     ("node1:1:2 [0] include/socket.h:344 NCCL WARN Socket creation failed : Address family not supported by protocol",
      "nccl-socket-family", failures.Cause.NCCL_FAMILY, {}),
+    # older Gloo's wording of a pair's two families (as quoted in pytorch/gloo#268)
+    ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:210] address family mismatch",
+     "gloo-family-mismatch", failures.Cause.IPV4_IPV6, {}),
     # sehoffmann/dmlcloud#47
     ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.h:301] Connect "
      "timeout [none]", "gloo-connect", failures.Cause.PEER_UNREACHABLE, {}),
