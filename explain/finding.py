@@ -41,12 +41,16 @@ class Finding:
 
 # The messages that name a cause by themselves, in the order a run fails in (an earlier one is why a
 # later one happened: a duplicate GPU is why NCCL said invalid usage).
-ROOTS = ("gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family", "duplicate-gpu",
-         "nccl-invalid-usage", "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch",
-         "cuda-oom", "host-oom", "store-barrier", "store-client-timeout", "nccl-system-error")
+ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family",
+         "gloo-family-mismatch", "nccl-socket-family", "duplicate-gpu", "nccl-invalid-usage", "unused-parameters",
+         "gloo-unsupported", "mismatch-report", "gloo-size-mismatch", "nccl-mismatched-collective", "cuda-oom",
+         "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "store-barrier",
+         "nccl-rank-twice", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
+         "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
 # INFO lines, Gloo's loopback warning (harmless on one node), a victim's word on NCCL, monitored_barrier's
-LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-error", "monitored-barrier", "segfault", "abort")
+LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-ib-completion", "nccl-error", "monitored-barrier",
+        "segfault", "abort")
 
 
 def find(m: Messages) -> Finding | None:
@@ -75,7 +79,7 @@ def find(m: Messages) -> Finding | None:
             return RULES.get(id, _plain)(by[id], m)
     if m.raised:
         return _raised(m)
-    for id in ("stopped-by-hand", "lost-peer"):
+    for id in ("stopped-by-hand", "launcher-killing", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
     return None
@@ -165,9 +169,15 @@ def _monitored(hits: list[Hit], m: Messages) -> Finding:
     return _plain(hits, m, tuple(sorted(ranks)) if len(ranks) == 1 else ())
 
 
+def _connect(hits: list[Hit], m: Messages) -> Finding:
+    """A Gloo pair that never connected: when Gloo said it bound the loopback address, that is why."""
+    loopback = [h for h in m.hits if h.message.id == "gloo-loopback"]
+    return _plain(loopback or hits, m)
+
+
 RULES: dict[str, Callable[[list[Hit], Messages], Finding]] = {
     "cuda-oom": _oom, "address-family": _family, "store-barrier": _barrier, "nccl-system-error": _prefixed,
-    "monitored-barrier": _monitored,
+    "monitored-barrier": _monitored, "gloo-connect": _connect,
 }
 
 

@@ -1,12 +1,15 @@
 """A file, line by line, in bounded memory and at the speed of a byte search: a block in which no
 line can matter (none of the catalogue's words, none of the words that start a failure's lines,
 and every reader between failures) is counted, not split (a 1 GB log of step lines is mostly such
-blocks); an input shorter than a block (a paste) is read whole."""
+blocks); an input shorter than a block (a paste) is read whole, as paste.py undoes what a terminal and
+a browser did to it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import BinaryIO
+
+from .paste import lines_of
 
 BLOCK = 1 << 20             # bytes read at a time
 LINE_BYTES = 1 << 16        # a line longer than this is cut (transport/lines.py cuts a rank's line there too)
@@ -34,7 +37,12 @@ def scan(stream: BinaryIO, feed: Callable[[int, str], None], idle: Callable[[], 
         if not chunk:
             break
         if first and len(chunk) < BLOCK:
-            hot = True       # an input shorter than a block (a paste, stdin) is read whole, every line
+            # an input shorter than a block (a paste, stdin) is read whole, every line, as its writer printed it
+            text = chunk.decode("utf-8", "replace")
+            count = text.count("\n") + (0 if text.endswith("\n") else 1)
+            for number, line in lines_of(text):
+                feed(number, line[:LINE_BYTES])
+            return count
         first = False
         data = carry + chunk if carry else chunk
         cut = data.rfind(b"\n") + 1

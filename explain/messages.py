@@ -8,7 +8,9 @@ finding.py."""
 
 from __future__ import annotations
 
+import enum
 import re
+import signal
 from dataclasses import dataclass, field, replace
 
 from hangwatch.prefixes import Line, normalize
@@ -38,7 +40,7 @@ class Hit:
 @dataclass
 class LauncherExit:
     """How a launcher said one rank ended: its exit code (negative: a signal) and who it was."""
-    source: str                       # "table" | "failed-line" | "deepspeed"
+    source: str                       # "table" | "failed-line" | "deepspeed" | "spawn" | "launch"
     rank: int | None = None           # the global rank (torchrun's table)
     local_rank: int | None = None
     code: int | None = None
@@ -58,6 +60,19 @@ class Raised:
     quote: Quote
 
 
+class Shown(str, enum.Enum):
+    """What a log shows of how its run was set up, that a fix must fit (a closed set)."""
+    NCCL_DEBUG_INFO = "nccl-debug-info"     # NCCL's INFO lines: NCCL_DEBUG=INFO was already on
+    NCCL = "nccl"                           # the NCCL backend (its words, ProcessGroupNCCL)
+    GLOO = "gloo"                           # the Gloo backend
+    DEEPSPEED = "deepspeed"                 # DeepSpeed's launcher (its runner's and launch.py's lines)
+    TEE = "tee"                             # torchrun's --tee: each rank's own lines, "[default0]:" before them
+
+
+SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
+            (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)))
+
+
 @dataclass
 class Messages:
     """What one or more files' lines said, in the order they said it."""
@@ -65,11 +80,13 @@ class Messages:
     exits: list[LauncherExit] = field(default_factory=list)
     raised: list[Raised] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)     # lines seen per message id
+    worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
+    shown: set[Shown] = field(default_factory=set)           # what the logs show of the run's set-up
 
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
 RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?::\s|$)")
-NOT_RAISED = ("ChildFailedError", "SignalException", "KeyboardInterrupt")
+NOT_RAISED = ("ChildFailedError", "SignalException", "KeyboardInterrupt", "ProcessExitedException")
 # A line of how a launcher says a rank ended (failures.FAILED_LINE, DEEPSPEED_EXIT, TABLE_*)
 EXIT_HINT = parts.EXIT_HINT
 
@@ -89,6 +106,12 @@ class MessageReader:
         catalogued = failures.ANY_WORD.search(raw) is not None
         exits = self.entry is not None or self.root_next or EXIT_HINT.search(raw) is not None
         tracing = bool(self.tracing) or "Traceback" in raw or 'File "' in raw
+        if any(w in raw for w in parts.WORLD_SIZE_WORDS):
+            self._world(raw)
+        if len(self.messages.shown) < len(Shown):
+            for shown, words in SHOWN_BY:
+                if shown not in self.messages.shown and any(w in raw for w in words):
+                    self.messages.shown.add(shown)
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)
@@ -106,6 +129,13 @@ class MessageReader:
             self._exits(line, quote)
         if tracing:
             self._traceback(line, quote, bool(found))
+
+    def _world(self, raw: str) -> None:
+        """A world size a line states (the store barrier's world_size too: the world asked for)."""
+        for found in parts.WORLD_SIZE.finditer(raw):
+            size = int(found["world"] or found["nranks"])
+            if 0 < size < 1 << 20 and len(self.messages.worlds) < 16:
+                self.messages.worlds.add(size)
 
     def _traceback(self, line: Line, quote: Quote, catalogued: bool) -> None:
         writer = (line.rank, line.local_rank, line.host)
@@ -138,6 +168,18 @@ class MessageReader:
             if found:
                 self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] else None,
                                        code=int(found["code"]), host=line.host, time=line.time, quotes=[quote]))
+        if parts.SPAWN_EXIT_WORD in text:
+            found = parts.SPAWN_EXIT.search(text)
+            if found:
+                code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
+                self._add(LauncherExit("spawn", local_rank=int(found["index"]), code=code or None,
+                                       signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
+        if any(w in text for w in parts.LAUNCH_EXIT_WORDS):
+            found = parts.LAUNCH_EXIT.search(text)
+            if found:
+                code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
+                self._add(LauncherExit("launch", local_rank=int(found["local"]), code=code or None,
+                                       signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
         if any(w in text for w in parts.TABLE_FIELDS_WORDS):
             for found in failures.TABLE_FIELDS.finditer(text):
                 self._field(found.groupdict(), quote)

@@ -21,6 +21,7 @@ from . import inputs
 from .ended import judged
 from .evidence import evidence
 from .finding import Finding, find
+from .fits import fitted
 from .gather import gather
 from .root import Root, quotes
 from .runs import separate
@@ -66,9 +67,9 @@ def explain(paths: list[str]) -> Explanation:
     gathered = gather(found)
     runs = separate(paths, found, gathered.messages)
     if len(runs) == 1:
-        return decide(gathered)
+        return fitted(decide(gathered), gathered.messages.shown)
     return Explanation(None, read=tuple(gathered.read), skipped=tuple(gathered.skipped),
-                       runs=tuple(decide(gather(run)) for run in runs))
+                       runs=tuple(fitted(decide(g), g.messages.shown) for g in (gather(run) for run in runs)))
 
 
 def decide(g: Gathered) -> Explanation:

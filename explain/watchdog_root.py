@@ -2,12 +2,14 @@
 (watchdog.py, through finding.py), where hangwatch's join of sequence numbers would say more than
 they show: it knows one sequence (a Flight Recorder's default group), and watchdog lines of
 several groups or of none joined as one named "rank 7 never entered" with certainty. Flight
-Recorder dumps, when read, decide instead (join.py)."""
+Recorder dumps, when read, decide instead (join.py). A paste that shows some ranks of the world
+waiting names none of them: the rank they waited for is one the paste does not show."""
 
 from __future__ import annotations
 
-from hangwatch.model import Certainty, Kind, Reason
+from hangwatch.model import Certainty, Evidence, Kind, RankStatus, Reason
 from rules.failures import FailureKind
+from rules.fix import change
 
 from .finding import Finding
 from .join import join
@@ -38,4 +40,28 @@ def from_watchdog(g: Gathered, finding: Finding | None) -> Root | None:
                     quotes=quotes, unknown_why="their watchdog lines are of different process groups, or name none: "
                                                "sequence numbers of different groups cannot be compared, and each "
                                                "rank's Flight Recorder says which rank never entered")
-    return None
+    return _partial(g, quotes)
+
+
+def _partial(g: Gathered, quotes: list) -> Root | None:
+    """Every rank the paste shows timed out waiting, and ranks of the world are missing from it (the
+    world a line states, or the ranks below the highest one shown): the one they waited for is among
+    those, or is nowhere in the paste; say which are missing and whose log to paste next."""
+    shown = {r.rank for r in g.ranks if r.rank is not None}
+    waited = {r.rank for r in g.ranks if r.rank is not None and (r.watchdog is not None or r.enqueued is not None)}
+    if not waited or waited != shown:
+        return None
+    worlds = g.messages.worlds | ({g.world} if g.world else set())
+    world = max(worlds) if worlds and max(worlds) > max(shown) else None
+    missing = sorted(set(range(world if world is not None else max(shown))) - shown)
+    if not missing:
+        return None
+    of = f" of a world of {world}" if world is not None else ""
+    shown_text = ("rank " if len(shown) == 1 else "ranks ") + ",".join(map(str, sorted(shown)))
+    extra = tuple(Evidence("", None, rank, RankStatus.UNKNOWN, notes=("not in the paste",)) for rank in missing)
+    return Root(Kind.UNSEEN, Reason.TIMED_OUT, candidates=list(missing) if world is not None else [],
+                certainty=Certainty.UNSURE, quotes=quotes, named_by_words=False, extra=extra,
+                unknown_why=f"the paste shows {shown_text}{of}, waiting: the rank {'it' if len(shown) == 1 else 'they'} "
+                            f"waited for is one it does not show",
+                fix=change(f"paste rank {missing[0]}'s log too (every rank's, or ddp-preflight explain all of them)",
+                           note="its own error, or where it stopped, is in it"))

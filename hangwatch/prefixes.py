@@ -80,7 +80,7 @@ class Line:
 # is left: each pattern's named groups are what it says. Kept narrow: a word of the message itself
 # ("step 10: loss") must not read as one.
 OUTER = tuple(re.compile(p) for p in (
-    r"\s*>\s?(?=\S)",                                                      # a markdown quote
+    r"\s*> ?(?=.)",                                                         # a markdown quote (keeps what is indented in it)
     r"\*\*(?=\S)",                                                         # markdown bold
     r"\[\d{3,}\] (?=\[|\S)",                                               # a user's line numbers: [80746]
     r"(?:std(?:err|out)): ",                                               # accelerate test's stderr:
@@ -89,16 +89,16 @@ OUTER = tuple(re.compile(p) for p in (
     r"\[(?P<host>[A-Za-z][\w.-]*):(?P<local>\d+)\]:\s?",                   # srun --label with a host: [gpu187:1]:
     r"(?P<rank>\d{1,5}): (?=\S)",                                          # srun --label: "10: "
     r"\[RANK (?P<rank>\d+)\] ",                                            # a training script's own
-    r"(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?)\s*(?:\|\s*)?",   # ISO timestamps, logging's
-    r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s*",         # DeepSpeed's [2023-04-14 13:11:27,885]
+    r"(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?) ?(?:\| ?)?",   # ISO timestamps, logging's
+    r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)\] ?",           # DeepSpeed's [2023-04-14 13:11:27,885]
     r"(?P<time>\d\d/\d\d/\d{4} \d\d:\d\d:\d\d)\s*-\s*",                     # logging's 05/10/2023 23:07:45 -
-    r"\[\s*(?P<time>\d+\.\d+)\]\s*",                                       # dmesg's [2059991.491436]
+    r"\[\s*(?P<time>\d+\.\d+)\] ?",                                         # dmesg's [2059991.491436]
     r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s*[|-]\s*[\w.]+\s*[|-]\s*",      # logging: INFO | module |
     r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):[\w.]+:",                      # logging's basicConfig: ERROR:torch...:
-    r"\[(?:INFO|WARNING|ERROR|DEBUG)\]\s*(?:\[[\w.:]+\]\s*)?",              # DeepSpeed's [ERROR] [launch.py:434:x]
-    r"[EWIF](?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)\s+\d+\s+\S+:\d+\]\s*",      # glog: E1126 hh:mm:ss.uuuuuu pid file:line]
+    r"\[(?:INFO|WARNING|ERROR|DEBUG)\] ?(?:\[[\w.:]+\] ?)?",                # DeepSpeed's [ERROR] [launch.py:434:x]
+    r"[EWIF](?P<time>\d{4} \d\d:\d\d:\d\d\.\d+)\s+\d+\s+\S+:\d+\] ?",        # glog: E1126 hh:mm:ss.uuuuuu pid file:line]
     # c10's [E1206 hh:mm:ss.n file:line] (torch 2.4+), [W x.cpp:721] (older)
-    r"\[[EWIF](?:(?P<time>\d{3,4} \d\d:\d\d:\d\d\.\d+)\s+|\s)[\w./]+:\d+\]\s*",
+    r"\[[EWIF](?:(?P<time>\d{3,4} \d\d:\d\d:\d\d\.\d+)\s+|\s)[\w./]+:\d+\] ?",
     r"\[c10d\]\s*",
     r"(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] ",                          # NCCL's host:pid:tid [device]
 ))

@@ -229,7 +229,7 @@ def _stall(d: Diagnosis) -> str:
 def _unseen(d: Diagnosis) -> str:
     waiting = _waiting(d)
     if waiting:
-        return f"{wait([e.key for e in waiting])} in {ops(waiting)}; {_unknown(d)}: {CANNOT_TELL}"
+        return f"{wait([e.key for e in waiting])} in {ops(waiting)}; {_unknown(d)}: {d.unknown_why or CANNOT_TELL}"
     by_place: dict[str, list[Who]] = {}
     for e in d.evidence:
         if e.state not in (S.UNKNOWN, S.EXITED):

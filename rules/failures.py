@@ -38,6 +38,7 @@ class FailureKind(str, enum.Enum):
     NCCL_ERROR = "nccl-error"
     UNUSED_PARAMETERS = "ddp-unused-parameters"
     NODE_NOT_STARTED = "node-not-started"              # a launch could not start its training on a node
+    CANNOT_CONNECT = "cannot-connect"                  # a rank could not open a connection to a peer it had the address of
 
 
 class Cause(str, enum.Enum):
@@ -67,6 +68,11 @@ class Cause(str, enum.Enum):
     NCCL_REMOTE = "nccl-remote-peer-gone"
     UNUSED_PARAMETERS = "unused-parameters"
     NODE_ERROR = "node-error"                          # the launch's own record of the node's error
+    NCCL_FAMILY = "nccl-address-family-unsupported"    # NCCL picked an address of a family the host has no sockets for
+    IB_COMPLETION = "nccl-ib-completion-error"         # an InfiniBand/RoCE transfer failed on the link or its peer
+    PEER_UNREACHABLE = "peer-unreachable"              # a peer's listening port did not answer (firewall, interface)
+    SHARED_MEMORY = "shared-memory-too-small"          # a DataLoader worker's bus error: /dev/shm too small
+    LOCAL_RANK_OPTION = "local-rank-option"            # the launcher passes --local-rank, the script parses --local_rank
 
 
 class Sure(str, enum.Enum):
@@ -138,6 +144,28 @@ CATALOGUE: tuple[Message, ...] = (
        K.ADDRESS_FAMILY, C.IPV4_IPV6, P.ROOT,
        "the two ends of a Gloo pair bound different address families (IPv4 and IPv6)",
        change("export GLOO_SOCKET_IFNAME=<the LAN interface> on every node, one address family for all")),
+    _m("gloo-family-mismatch", ("address family mismatch",), r"pair\.cc:\d+\] address family mismatch",
+       K.ADDRESS_FAMILY, C.IPV4_IPV6, P.ROOT,
+       "the two ends of a Gloo pair bound different address families (IPv4 and IPv6): older Gloo's wording",
+       change("export GLOO_SOCKET_IFNAME=<the LAN interface> on every node, one address family for all")),
+    _m("nccl-socket-family", ("Socket creation failed",), r"Socket creation failed : Address family not supported",
+       K.ADDRESS_FAMILY, C.NCCL_FAMILY, P.ROOT,
+       "NCCL opened a socket of an address family this host has none of (an IPv6 address where IPv6 is off)",
+       change("export NCCL_SOCKET_IFNAME=<the LAN interface> NCCL_SOCKET_FAMILY=AF_INET on every node")),
+    # a connection to a peer whose address the rank had (Gloo's pairs, NCCL's bootstrap and sockets)
+    _m("gloo-connect", ("connectFullMesh", "Connect timeout", "Connection refused", "No route to host"),
+       r"connectFullMesh failed with \[[^\]]*\]|pair\.cc:\d+\] (?:connect \[(?P<peer>[^\]]*)\]:(?P<port>\d+): )?"
+       r"(?:Connect timeout|Connection refused|No route to host)", K.CANNOT_CONNECT, C.PEER_UNREACHABLE, P.ROOT,
+       "a Gloo pair could not connect to its peer's listening port: a firewall drops the ephemeral ports, a node "
+       "advertised an address on an interface the others cannot reach, or the peer never listened",
+       run("ddp-preflight MASTER WORKER ... --only ephemeral-ports,interface-choice",
+           note="which node's ports the others cannot reach, and the GLOO_SOCKET_IFNAME to pin"), Sure.LIKELY),
+    _m("nccl-connect", ("Call to connect", "Connect to "), r"NCCL WARN (?:Call to connect|Connect to \S+)[^\n]*?"
+       r"(?:Connection timed out|Connection refused|No route to host)",
+       K.CANNOT_CONNECT, C.PEER_UNREACHABLE, P.ROOT,
+       "NCCL could not connect to a peer's socket: a firewall between the nodes, or an interface they cannot reach",
+       change("export NCCL_SOCKET_IFNAME=<the LAN interface> on every node, and open TCP between the nodes"),
+       Sure.LIKELY),
     _m("duplicate-gpu", ("Duplicate GPU",), r"Duplicate GPU detected ?: rank (?P<a>\d+) and rank (?P<b>\d+)"
        r"(?: both on CUDA device (?P<device>\w+))?",
        K.NCCL_ERROR, C.DUPLICATE_GPU, P.ROOT, "two ranks use one GPU", _NCCL_DEVICE),
@@ -154,6 +182,12 @@ CATALOGUE: tuple[Message, ...] = (
        r"remote peer)", K.NCCL_ERROR, C.NCCL_REMOTE, P.ROOT,
        "a peer's process exited or the network failed under NCCL: the first rank to fail is in another log",
        run("grep -n 'Traceback\\|exitcode\\|Signal' <every node's log>", note="the peer that ended first"),
+       Sure.LIKELY),
+    _m("nccl-ib-completion", ("Got completion",), r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with "
+       r"(?:error |status=)(?P<code>\d+)", K.NCCL_ERROR, C.IB_COMPLETION, P.ROOT,
+       "an InfiniBand/RoCE transfer failed (error 12: the link gave up retrying; 5: flushed after an earlier error): "
+       "a port down or flapping, or the peer's process died",
+       run("ibstat; ibv_devinfo | grep -i state", note="on both nodes; a peer that died first says so in its own log"),
        Sure.LIKELY),
     _m("nccl-result-system", ("NCCL INFO", "NCCL WARN"), r"NCCL (?:INFO|WARN) \S+:\d+ -> 2\b",
        K.NCCL_ERROR, C.NCCL_SYSTEM_ERROR, P.ROOT,
@@ -190,6 +224,11 @@ CATALOGUE: tuple[Message, ...] = (
        "TORCH_DISTRIBUTED_DEBUG=DETAIL saw two ranks issue different collectives (op, shape or sequence number)",
        change("make every rank issue the same collectives in the same order (a rank-dependent branch, a log "
               "call on rank 0 only, uneven data)")),
+    _m("nccl-mismatched-collective", ("Mismatched collective detected",), r"Mismatched collective detected, please check "
+       r"your collective calls at and around rank (?P<rank>\d+)", K.MISMATCH, C.DIFFERENT_COLLECTIVES, P.ROOT,
+       "NCCL (before 2.5) saw ranks call different collectives or sizes near this rank",
+       change("make every rank issue the same collectives in the same order, with the same sizes (a rank-dependent "
+              "branch, uneven data)"), Sure.LIKELY),
     _m("cuda-oom", ("out of memory", "OutOfMemoryError"),
        r"(?:OutOfMemoryError: )?CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ \w+)(?:\.? ?\(?GPU (?P<gpu>\d+))?)?"
        r"|OutOfMemoryError|Cuda failure (?:\d+ )?'out of memory'|CUDA error: out of memory",
@@ -200,9 +239,42 @@ CATALOGUE: tuple[Message, ...] = (
        r"Out of memory: Killed process (?P<pid>\d+)|oom-kill:|Detected \d+ oom[-_]kill event|invoked oom-killer",
        K.OOM_HOST, C.HOST_OOM, P.ROOT, "the kernel's OOM killer ended a process: the host ran out of memory",
        change("fewer DataLoader workers or ranks per node, a smaller batch, or more host memory")),
+    _m("store-connect-timeout", ("connect() timed out",), r"connect\(\) timed out\.(?: Original timeout was "
+       r"(?P<ms>\d+) ?ms)?", K.STORE_TIMEOUT, C.STORE_UNREACHABLE, P.ROOT,
+       "a process could not reach the store (MASTER_ADDR:MASTER_PORT) before the timeout (torch 1.x's TCPStore)",
+       run("ddp-preflight MASTER WORKER ... --only master-reachable", note="says which node cannot reach which port"),
+       Sure.LIKELY),
+    _m("store-wait-timeout", ("Wait timeout", "wait timeout after", "Socket Timeout"), r"\bWait timeout\b|wait "
+       r"timeout after (?P<ms>\d+) ?ms|(?:RuntimeError|DistStoreError): Socket Timeout", K.STORE_TIMEOUT, C.NEVER_JOINED, P.ROOT,
+       "a rank waited in the store for its peers' addresses at init: some rank never reached init_process_group",
+       run("ddp-preflight explain <every node's log>", note="the rank that never reached init_process_group"),
+       Sure.LIKELY),
+    _m("dataloader-bus-error", ("bus error", "Bus error"), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
+       r"Bus error|Unexpected bus error encountered in worker", K.CRASHED, C.SHARED_MEMORY, P.ROOT,
+       "a DataLoader worker died of a bus error: the shared memory its batches travel through (/dev/shm) is too small",
+       change("a larger /dev/shm (docker run --shm-size=16g), or DataLoader(num_workers=0)")),
+    _m("dataloader-killed", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
+       r"Killed", K.SIGNAL_KILLED, C.SIGKILL, P.ROOT,
+       "a DataLoader worker was killed by SIGKILL: likely the host's OOM killer (each worker holds its own copy of "
+       "what the dataset keeps in memory)", run("dmesg -T | grep -iE 'out of memory|killed process'",
+                                                note="then fewer DataLoader workers or ranks per node"), Sure.LIKELY),
+    _m("dataloader-segfault", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
+       r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV",
+       change("DataLoader(num_workers=0) once: the crash then happens in the rank itself, with its stack")),
+    _m("local-rank-option", ("unrecognized arguments",), r"error: unrecognized arguments:[^\n]*?--local[-_]rank",
+       K.EXITED, C.LOCAL_RANK_OPTION, P.ROOT,
+       "the launcher passed --local-rank (torchrun, torch>=2.0's launch) or --local_rank to a script whose parser "
+       "does not take that spelling",
+       change("read os.environ['LOCAL_RANK'], or parser.add_argument('--local-rank', '--local_rank', type=int)")),
     _m("store-barrier", ("store based barrier",), r"store based barrier[^\n]*?\(world_size=(?P<world>\d+), "
        r"worker_count=(?P<count>\d+)", K.STORE_TIMEOUT, C.NEVER_JOINED, P.ROOT,
        "init_process_group's store barrier counted another number of processes than the world size",
+       change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
+       Sure.LIKELY),
+    _m("nccl-rank-twice", ("has already checked in",), r"Bootstrap Root : rank (?P<rank>\d+) of (?P<world>\d+) ranks has "
+       r"already checked in", K.NCCL_ERROR, C.EXTRA_PROCESSES, P.ROOT,
+       "two processes checked in to NCCL's bootstrap as the same rank: the job was launched twice (srun and a "
+       "launcher both, or more tasks per node than the launcher expects)",
        change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
        Sure.LIKELY),
     _m("store-client-timeout", ("client socket has timed out", "TCP client failed to connect", "RendezvousConnection",
@@ -240,7 +312,10 @@ CATALOGUE: tuple[Message, ...] = (
        r"communicator was aborted|watchdog got stuck",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective failed or timed out on this rank", _FLIGHT, Sure.UNKNOWN),
-    _m("stopped-by-hand", ("got signal: 2", "got signal: 15"), r"SignalException: Process \d+ got signal: (?:2|15)",
+    # torchrun's agent on a Ctrl-C or a scheduler's SIGTERM, in its exception and its log line (torch 1.9+), and a
+    # bare KeyboardInterrupt (mp.spawn's parent, or a rank): a consequence, never the root
+    _m("stopped-by-hand", ("got signal: 2", "got signal: 15", "death signal", "KeyboardInterrupt"),
+       r"SignalException: Process \d+ got signal: (?:2|15)|Received (?:2|15) death signal|(?:^|\s)KeyboardInterrupt\s*$",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "the run was stopped by hand (Ctrl-C) or by its scheduler: if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
@@ -255,6 +330,10 @@ CATALOGUE: tuple[Message, ...] = (
        K.EXITED, C.UNKNOWN, P.ROOT, "monitored_barrier's word: this rank failed before the barrier",
        run("ddp-preflight explain <that rank's log>", note="its own output says why it never reached the barrier"),
        Sure.LIKELY),
+    _m("launcher-killing", ("Killing subprocess",), r"Killing subprocess (?P<pid>\d+)", K.EXITED, C.UNKNOWN, P.VICTIM,
+       "DeepSpeed's launcher stopped its ranks because one of them ended: that rank's own output says why",
+       run("grep -n -B30 'Killing subprocess' <the log>", note="the first rank's error is above the launcher's lines"),
+       Sure.UNKNOWN),
     _m("lost-peer", ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe",
                      "Connection closed by remote peer"),
        r"Connection (?:closed|reset) by (?:remote )?peer|Read error|Broken pipe", K.EXITED, C.UNKNOWN, P.VICTIM,

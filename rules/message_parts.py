@@ -16,6 +16,11 @@ PG_STATUS = re.compile(r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last
                        r"(?P<completed>-?\d+)", re.IGNORECASE)         # the watchdog's word on a group
 RANK_IN_LOG = re.compile(r"\[Rank (?P<rank>\d+)\]|Rank (?P<pgrank>\d+)\]")     # the rank a watchdog line is of
 GLOO_PEER = re.compile(r"\[(?P<host>[0-9A-Za-z.:%_-]+)\]:(?P<port>\d+)")      # Gloo: "[10.213.5.2]:24077"
+# The size of the world a line states: a launcher's or the training's own line (world_size=8, DeepSpeed's
+# dist_world_size=8, WORLD_SIZE=8), NCCL's init line ("comm 0x55d1 rank 1 nranks 8 cudaDev 1 ... Init COMPLETE")
+WORLD_SIZE = re.compile(r"\b(?:dist_world_size|world_size|WORLD_SIZE|world size)\s*[=:]\s*(?P<world>\d+)"
+                        r"|\bn[Rr]anks[ =](?P<nranks>\d+)")
+WORLD_SIZE_WORDS = ("orld_size", "ORLD_SIZE", "world size", "nranks", "nRanks")
 NCCL_PEER = re.compile(r"(?P<host>[0-9A-Za-z.:%_-]+)<(?P<port>\d+)>")          # NCCL: "10.213.5.2<24077>"
 
 # torchrun's ChildFailedError table, line by line (hangwatch/torchrun_table.py; its flattened fields,
@@ -32,9 +37,19 @@ TABLE_NOT_AVAILABLE = "<N/A>"
 # A line that may be one of the lines of how a launcher says a rank ended (rules/failures.py's
 # FAILED_LINE, DEEPSPEED_EXIT, TABLE_*): a cheap test before them all; one of TABLE_FIELDS_WORDS is in
 # every line TABLE_FIELDS reads.
-EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID"
+EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID|terminated with"
+                       r"|died with <Signals|non-zero exit status"
                        r"|\b(?:time|host|rank)\s*:|^\s*\[\d+\]:\s*$")
 TABLE_FIELDS_WORDS = ("rank", "exitcode", "PID", "time", "host")
+# torch.multiprocessing.spawn's word on a process it started (its index: the local rank): "process 0
+# terminated with signal SIGKILL" (ProcessExitedException; a plain Exception before 1.8), "... with exit code 1"
+SPAWN_EXIT = re.compile(r"process (?P<index>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
+SPAWN_EXIT_WORD = "terminated with"
+# torch.distributed.launch before elastic (up to 1.8): the CalledProcessError of the process it waited
+# for, its command line with its --local_rank
+LAUNCH_EXIT = re.compile(r"--local_rank=(?P<local>\d+)'[^\n]*?\]' (?:died with <Signals\.(?P<signal>SIG[A-Z]+): \d+>"
+                         r"|returned non-zero exit status (?P<code>\d+))")
+LAUNCH_EXIT_WORDS = ("died with <Signals", "non-zero exit status")
 
 # Words a line is searched for before a pattern of rules/failures.py (a cheap test: most lines hold none).
 FAILED_LINE_WORD = "failed (exitcode"                  # FAILED_LINE
