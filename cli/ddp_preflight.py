@@ -192,6 +192,10 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port {options.master_port} is not a port number")
+    if args.scan and not Path(args.scan).exists():
+        # Read on this machine (preflight/probes/code_scan.py): a path that is not here scans nothing.
+        raise UsageError(f"--scan {args.scan}: no such file or folder on this machine: give the training code's "
+                         "folder or .py file as this machine sees it")
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if ssh_config and not Path(ssh_config).is_file():
         raise UsageError(f"ssh config {ssh_config} does not exist")

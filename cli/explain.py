@@ -22,6 +22,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _explain(args)
+    except KeyboardInterrupt:
+        # Ctrl-C while a big file or stdin is read: one line, nothing half-printed after it.
+        print("ddp-preflight explain: interrupted (Ctrl-C) before the explanation: nothing was said",
+              file=sys.stderr)
+        return Exit.INTERRUPTED
+
+
+def _explain(args: argparse.Namespace) -> int:
     from explain import explain
     from explain.inputs import InputError
     from explain.render import as_json, as_text

@@ -109,6 +109,10 @@ def _run(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(f"  could not remove: {problem}", file=sys.stderr)
         return Exit.FOUND if report.problems else Exit.OK
+    if args.command == "exec" and os.geteuid() != 0:
+        # Entering a node's network namespace (nsenter) needs root: said before nsenter's own words.
+        raise LabError(f"lab exec enters node {args.node}'s network namespace, which only root may do: run it as "
+                       f"root (sudo {sys.executable} -m preflight lab exec {args.node} -- CMD)")
     lab = Lab.open(args.name)
     if args.command == "status":
         status = lab.status()
