@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -10,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from .exit import Exit, internal_error
+from .exit import Exit, internal_error, reader_gone
+from .version import version
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,16 +26,19 @@ def _parser() -> argparse.ArgumentParser:
                     "master (rank 0's node); no host checks this machine alone.",
         epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
                "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
+    p.add_argument("--version", action="version", version=f"ddp-preflight {version()}")
     p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
-    p.add_argument("--hostfile", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
+    p.add_argument("--hostfile", metavar="FILE", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
     p.add_argument("--slurm", action="store_true",
                    help="hosts from $SLURM_JOB_NODELIST; inside an allocation ($SLURM_JOB_ID) reached through srun")
     p.add_argument("--slurm-job", metavar="ID", help="the nodes of this running Slurm job, reached through srun")
     p.add_argument("--min-time-left", type=float, metavar="MINUTES",
                    help="inside a Slurm job, warn when it has less time left than this (default 10)")
-    p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
-    p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
-    p.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
+    p.add_argument("--config", metavar="FILE", help="TOML config with defaults and [nodes.NAME] overrides")
+    p.add_argument("--ssh-config", metavar="FILE",
+                   help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
+    p.add_argument("--python", metavar="PATH",
+                   help="the training environment's Python on the nodes (default: this interpreter's path)")
     p.add_argument("--data-dir", action="append", default=[], metavar="[NODE:]PATH",
                    help="the folder of training shards, compared across nodes: PATH on every node, or NODE:PATH "
                         "for a node whose folder differs (repeatable; as data_dir in [nodes.NAME] of --config)")
@@ -42,28 +47,35 @@ def _parser() -> argparse.ArgumentParser:
                         "PATH on every node, or NODE:PATH for one (repeatable)")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default gloo")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default cpu")
-    p.add_argument("--master-port", type=int, help="default 29500")
-    p.add_argument("--master-addr", help="the address workers dial (default: the master's, as ssh reaches it)")
-    p.add_argument("--nproc-per-node", type=int, help="processes per node (default 1, or the hostfile's slots)")
-    p.add_argument("--params", type=float, help="model parameters (e.g. 126e6): predicts communication time per step")
+    p.add_argument("--master-port", "--master_port", type=int, metavar="PORT", help="default 29500")
+    p.add_argument("--master-addr", "--master_addr", metavar="ADDR",
+                   help="the address workers dial (default: the master's, as ssh reaches it)")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", type=int, metavar="N",
+                   help="processes per node (default 1, or the hostfile's slots)")
+    p.add_argument("--params", type=float, metavar="N",
+                   help="model parameters (e.g. 126e6): predicts communication time per step")
     p.add_argument("--scan", metavar="PATH", help="training code to scan for collective calls the backend fails")
     p.add_argument("--env", action="append", default=[], metavar="[NODE:]NAME=VALUE",
                    help="a variable of the training's environment, on every node (NAME=VALUE) or on one "
                         "(NODE:NAME=VALUE); repeatable. The checks judge it and --launch sets it (it wins over "
                         "preflight's own settings and the config's [env]); keep secrets in the config instead")
-    p.add_argument("--only", help="comma-separated check ids (see --list)")
+    p.add_argument("--only", metavar="ID,...", help="comma-separated check ids (see --list)")
     p.add_argument("--no-probes", action="store_true",
                    help="facts only: skip the checks that try connections and collectives across nodes")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per check and node)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show passing checks too")
+    p.add_argument("-v", "--verbose", action="store_true", help="show passing checks and the skipped ones too")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no table and no progress: the nodes not reached, the fixes and the verdict line only")
+    p.add_argument("--no-color", action="store_true", help="plain text, no colors (as NO_COLOR=1 does)")
     launch = p.add_argument_group("launch (after preflight, start the training command given after --)")
     launch.add_argument("--launch", action="store_true",
                         help="start torchrun on every node with preflight's settings, stream every rank's output here")
     launch.add_argument("--force", action="store_true", help="launch even when a check failed")
-    launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
+    launch.add_argument("--log-dir", "--log_dir", metavar="DIR",
+                        help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang (its bundle is written first)")
     launch.add_argument("--no-flight-recorder", action="store_true",
@@ -99,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddp-preflight: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except BrokenPipeError:
+        return reader_gone()
     except UsageError as exc:
         from node.terminal import shown  # it may quote a hostfile's line: shown, never obeyed
         print(f"ddp-preflight: error: {shown(str(exc))}", file=sys.stderr)
@@ -212,10 +226,8 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config, slurm_job) as cluster:
-        progress = _hashing_progress(quiet=args.json)
-        done = api.check(cluster, options, checks, on_progress=progress)
-        if progress:
-            sys.stderr.write("\r\x1b[K")
+        with _progress(targets, quiet=args.json or args.quiet, color=_color(args)) as progress:
+            done = api.check(cluster, options, checks, on_progress=progress)
         code = _render(args, done.report)
         if launch is None or code == Exit.USAGE:
             return code
@@ -235,12 +247,12 @@ def _render(args, report) -> int:
             print(f"ddp-preflight: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
             return Exit.USAGE
     if args.json:
-        print(json.dumps(report.to_json(strict=args.strict), indent=2))
+        print(json.dumps({**report.to_json(strict=args.strict), "version": version()}, indent=2))
     else:
         from preflight.report import text
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        width = os.get_terminal_size().columns if sys.stdout.isatty() else 120
-        sys.stdout.write(text.render(report, width=width, color=color, verbose=args.verbose))
+        width = (os.get_terminal_size().columns or 120) if sys.stdout.isatty() else 120   # a pty may say 0
+        sys.stdout.write(text.render(report, width=width, color=_color(args) and sys.stdout.isatty(),
+                                     verbose=args.verbose, quiet=args.quiet))
     ok = report.ok_strict() if args.strict else report.ok
     return Exit.OK if ok else Exit.FOUND
 
@@ -369,20 +381,41 @@ def _code_dir_of(launch_args: list[str]) -> str | None:
     return None
 
 
-def _hashing_progress(*, quiet: bool):
-    """A progress line for shard hashing on a terminal, at most four times a second; None when quiet."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    shown = {"at": 0.0}
+def _color(args: argparse.Namespace) -> bool:
+    """Colors unless --no-color or NO_COLOR (any value, as no-color.org says)."""
+    return not args.no_color and "NO_COLOR" not in os.environ
 
-    def progress(node, p):
-        now = time.monotonic()
-        if now - shown["at"] > 0.25 or p[0] == p[1]:
-            shown["at"] = now
-            sys.stderr.write(f"\rhashing shards on {node}: {p[0] / 1e9:.2f}/{p[1] / 1e9:.2f} GB, "
-                             f"{p[2]}/{p[3]} files\x1b[K")
-            sys.stderr.flush()
-    return progress
+
+@contextlib.contextmanager
+def _progress(targets, *, quiet: bool, color: bool):
+    """While preflight waits on its nodes (15-90 s): what it is doing and for how long, on stderr
+    when it is a terminal (rich's live display, gone when done), and shard hashing's progress in
+    it; yields the hashing callback, None when quiet or not on a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from node.terminal import shown
+    if len(targets) == 1 and targets[0].local:
+        doing = f"checking this machine ({shown(targets[0].name)}) alone (no HOST given)"
+    else:
+        names = shown(", ".join(t.name for t in targets[:4])) + (", ..." if len(targets) > 4 else "")
+        doing = f"checking {len(targets)} node(s) ({names}): their facts, then probes across them"
+    console = Console(stderr=True, no_color=not color, highlight=False)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task(doing, total=None)
+        shown_at = {"at": 0.0}
+
+        def hashing(node, p):
+            now = time.monotonic()
+            if now - shown_at["at"] > 0.25 or p[0] == p[1]:
+                shown_at["at"] = now
+                bar.update(task, description=f"hashing shards on {shown(node)}: {p[0] / 1e9:.2f}/"
+                                             f"{p[1] / 1e9:.2f} GB, {p[2]}/{p[3]} files")
+        yield hashing
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .exit import Exit, internal_error
+from .exit import Exit, internal_error, reader_gone
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,6 +24,8 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         return _explain(args)
+    except BrokenPipeError:
+        return reader_gone()
     except KeyboardInterrupt:
         # Ctrl-C while a big file or stdin is read: one line, nothing half-printed after it.
         print("ddp-preflight explain: interrupted (Ctrl-C) before the explanation: nothing was said",

@@ -143,3 +143,91 @@ def test_a_training_script_with_a_syntax_error_fails_preflight_with_its_file_and
     assert (result["status"], result["summary"], result["fix"]) == (
         "fail", f"{node}: {sys.executable} cannot compile model.py:3: expected ':': the training would stop there "
                 "before its first step", "fix the syntax at model.py:3")
+
+
+# --- the conventions of the tools users know ---------------------------------------------------------
+
+def on_a_terminal(*args: str, columns: int = 100) -> tuple[int, str]:
+    """The command on a real pseudo-terminal (stdout and stderr both), as a person sees it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=ROOT, env=base)
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:            # EIO: the child's end is closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        code = proc.wait(timeout=60)
+    return code, seen.decode(errors="replace")
+
+
+def test_preflight_says_at_once_what_it_is_doing_while_it_waits():
+    code, seen = on_a_terminal("--only", "python-parity")
+
+    assert code == 0, seen
+    progress, report = seen.split("\x1b[?25h", 1)       # rich's live display ends by showing the cursor again
+    assert "checking this machine (" in progress and ") alone (no HOST given)" in progress
+    assert "\x1b[1;32mOK\x1b[0m: 1 passed, 0 warnings, 0 failed, 0 errors, 0 skipped on 1 node(s)" in report
+
+
+def test_quiet_and_no_color():
+    code, seen = on_a_terminal("--only", "python-parity", "-q", "--no-color")
+    assert (code, seen) == (0, "OK: 1 passed, 0 warnings, 0 failed, 0 errors, 0 skipped on 1 node(s)\r\n")
+
+    code, seen = on_a_terminal("--only", "python-parity", "-q")
+    assert seen.startswith("\x1b[1;32mOK\x1b[0m: 1 passed")
+
+
+def test_version_and_the_json_report_says_it():
+    from importlib.metadata import version
+    assert run("--version").stdout == f"ddp-preflight {version('ddp-preflight')}\n"
+    done = subprocess.run([sys.executable, "-m", "hangwatch", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert done.stdout == f"hangwatch (ddp-preflight) {version('ddp-preflight')}\n"
+
+    report = __import__("json").loads(run("--only", "python-parity", "--json").stdout)
+    assert report["version"] == version("ddp-preflight")
+
+
+def test_torchruns_underscore_spellings_are_the_same_options():
+    assert one_line(run("--nproc_per_node", "0")) == ("ddp-preflight: error: --nproc-per-node is 0: every node runs "
+                                                      "at least one process, give 1 or more")
+    assert one_line(run("--master_port", "70000")) == "ddp-preflight: error: --master-port 70000 is not a port number"
+
+
+def test_a_node_not_reached_is_said_in_one_line_before_the_table(tmp_path):
+    import socket
+    with socket.socket() as s:             # a port nothing listens on once this is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host deadnode\n  HostName 127.0.0.1\n  Port {port}\n")
+
+    done = run("deadnode", "--no-probes", "--ssh-config", str(config))
+
+    assert done.returncode == 1
+    first, second = done.stdout.splitlines()[:2]
+    assert first == "NOT CHECKED: deadnode: nothing accepts ssh connections (connection refused) (fix 1 below)"
+    assert second.startswith("┏")
+
+
+def test_a_reader_that_goes_away_is_no_error():
+    # `ddp-preflight --json | head -1`: the reader is gone before the report is written.
+    proc = subprocess.Popen([*CLI, "--only", "python-parity", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=60), err) == (141, b"")
