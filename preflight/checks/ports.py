@@ -239,7 +239,7 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. {dst} has the lower address, "
                       f"so it listens and {', '.join(sorted(gloo_uses))} "
                       f"{'connects' if len(gloo_uses) == 1 else 'connect'}: Gloo's process-group creation "
-                      "hangs, then fails with 'Connect timeout' (seed 002)", fix, details)
+                      "hangs, then fails with 'Connect timeout'", fix, details)
     else:
         yield Verdict(Status.WARN, dst,
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from rules.facts import Missing, Process
-from rules.fix import change, run
+from rules.fix import Fix, change, run
 from rules.ports import who_holds
 
 from ..model import Context, NodeFacts, Status, Verdict
@@ -39,8 +39,8 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
         pids = " ".join(str(h.pid) for h in holders)
         yield Verdict(Status.FAIL, master.node,
                       f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
-                      + ": rendezvous fails with EADDRINUSE (seed 002)",
-                      run(f"kill {pids}", master.node, f"on {master.node}; or choose another port with --master-port"), details)
+                      + ": rendezvous fails with EADDRINUSE",
+                      kill_training(master.node, pids, holds_port=True), details)
     else:
         others = [h for h in holders if training is None or h.pid not in training]
         yield _held_by_another_program(master.node, port, others, training is not None, details)
@@ -82,13 +82,27 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.PASS, node.node, "no leftover training processes")
             continue
         orphans = [p for p in found if p.orphan]
+        pids = " ".join(str(p.pid) for p in found)
         listed = "; ".join(describe_process(p) for p in found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
                       f"{len(found)} training process{'es' if len(found) > 1 else ''} already on {node.node}"
                       f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {listed}",
-                      run(f"kill {' '.join(str(p.pid) for p in found)}", node.node,
-                          f"on {node.node}, if they are not a run you want"),
+                      kill_training(node.node, pids, holds_port=node is ctx.master and _hold_the_port(ctx, found)),
                       {"processes": [p.to_json() for p in found]})
+
+
+def kill_training(node: str, pids: str, *, holds_port: bool) -> Fix:
+    """The one fix for training processes left on a node: master-port and stale-processes offer the
+    same line when the leftovers are the port's holders, so the report says it once."""
+    return run(f"kill {pids}", node, f"on {node}, if they are not a run you want"
+               + ("; or choose another port with --master-port" if holds_port else ""))
+
+
+def _hold_the_port(ctx: Context, found: Sequence[Process]) -> bool:
+    """The master's leftovers are exactly the master port's holders (master-port names them too)."""
+    facts = ctx.master.parsed.master_port
+    return not isinstance(facts, Missing) and facts.listening and \
+        {h.pid for h in facts.holders} == {p.pid for p in found}
 
 
 PTRACE_FIX = {
