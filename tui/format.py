@@ -39,12 +39,20 @@ def state_label(rank: RankView) -> str:
     return rank.state
 
 
-def step_text(rank: RankView) -> str:
-    """The step the output last showed and how fast steps come; blank when the output shows none."""
+def step_text(rank: RankView, threshold: float | None = None) -> str:  # threshold in seconds
+    """The step the output last showed and how fast steps come; "stalled" once the rank has made
+    no progress for the watcher's stall threshold (its last rate is history then); blank when the
+    output shows no step."""
     if rank.step is None and rank.step_rate is None:
         return ""
     step = NA if rank.step is None else str(rank.step)
-    return f"{step} {rate_text(rank.step_rate)}".strip()
+    rate = "stalled" if threshold is not None and stalled(rank, threshold) else rate_text(rank.step_rate)
+    return f"{step} {rate}".strip()
+
+
+def stalled(rank: RankView, threshold: float) -> bool:  # threshold in seconds
+    """No progress for the watcher's own threshold: idle (or waiting) that long, or ended."""
+    return rank.state == "exited" or (rank.state != "running" and rank.idle_for >= threshold)
 
 
 def rate_text(rate: float | None) -> str:  # rate in steps per second

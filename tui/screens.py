@@ -28,6 +28,30 @@ MODAL_CSS = """
 """
 
 
+class KeysScreen(ModalScreen[None]):
+    """What each key does (`?`): the dashboard's KEYS, which a test holds to its bindings."""
+
+    DEFAULT_CSS = MODAL_CSS.format(name="KeysScreen")
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def __init__(self, keys: list[tuple[str, str]]):
+        super().__init__()
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        width = max(len(key) for key, _ in self.keys)
+        text = Text()
+        for key, what in self.keys:
+            text.append(f"{key:>{width}}", "bold")
+            text.append(f"  {what}\n")
+        text.append(f"{'↑ ↓':>{width}}", "bold")
+        text.append("  choose a rank (s and l show the chosen one)")
+        with Vertical() as box:
+            box.border_title = "keys"
+            box.border_subtitle = "esc closes"
+            yield Static(text, id="keys")
+
+
 class StackScreen(ModalScreen[None]):
     """The rank's whole Python stack from the last snapshot, innermost frame first."""
 
