@@ -3,7 +3,7 @@ could go to a plain terminal, and tests check it without starting an app."""
 
 from __future__ import annotations
 
-from hangwatch.model import Diagnosis, RankView
+from hangwatch.model import Diagnosis, RankStatus, RankView
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_SAMPLES = 10
@@ -46,13 +46,18 @@ def step_text(rank: RankView, threshold: float | None = None) -> str:  # thresho
     if rank.step is None and rank.step_rate is None:
         return ""
     step = NA if rank.step is None else str(rank.step)
+    if rank.state is RankStatus.EXITED:
+        return step                                      # no rate: it ended
     rate = "stalled" if threshold is not None and stalled(rank, threshold) else rate_text(rank.step_rate)
     return f"{step} {rate}".strip()
 
 
-def stalled(rank: RankView, threshold: float) -> bool:  # threshold in seconds
-    """No progress for the watcher's own threshold: idle (or waiting) that long, or ended."""
-    return rank.state == "exited" or (rank.state != "running" and rank.idle_for >= threshold)
+PROGRESSING = (RankStatus.RUNNING, RankStatus.COMPUTING, RankStatus.EXITED, RankStatus.UNKNOWN)
+
+
+def stalled(rank: RankView, threshold: float = 1.0) -> bool:  # threshold in seconds
+    """No progress for `threshold` (the watcher's own, for "stalled"): waiting or idle that long."""
+    return rank.state not in PROGRESSING and rank.idle_for >= threshold
 
 
 def rate_text(rate: float | None) -> str:  # rate in steps per second

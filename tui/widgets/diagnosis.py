@@ -64,8 +64,7 @@ class DiagnosisPanel(VerticalScroll):
 def waiting_title(snapshot: Snapshot) -> str:
     """No verdict: "no hang" only while no rank has stopped making progress; else what the rank
     table shows already (rank 3 idle 10s), until the watcher's threshold decides."""
-    stopped = [r for r in snapshot.ranks if fmt.stalled(r, snapshot.threshold) or
-               (r.state not in ("running", "exited", "unknown") and r.idle_for >= 1)]
+    stopped = [r for r in snapshot.ranks if fmt.stalled(r)]
     if not stopped:
         return "no hang"
     longest = max(r.idle_for for r in stopped)
