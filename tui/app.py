@@ -121,6 +121,8 @@ class DashboardApp(App[str]):
         if guilty and guilty != self._guilty:
             ranks.point_at(guilty[0])          # a new diagnosis: `s` shows the guilty rank at once
         self._guilty = guilty
+        if isinstance(self.screen, StacksScreen):     # `g` is open: it follows the run too
+            self.screen.show(stacks_view(snapshot.ranks, snapshot.diagnosis))
         self.applied += 1
 
     def on_snapshot_failed(self, message: SnapshotFailed) -> None:

@@ -97,14 +97,25 @@ class StacksScreen(ModalScreen[None]):
         self.view = view
 
     def compose(self) -> ComposeResult:
-        view = self.view
-        stacks = sum(1 for g in view.groups if g.stack is not None)
         with Vertical() as box:
-            box.border_title = (f"every rank's stack: {view.ranks} rank{'s' if view.ranks != 1 else ''}, "
-                                f"{stacks} different stack{'s' if stacks != 1 else ''}")
+            box.border_title = _stacks_title(self.view)
             box.border_subtitle = "innermost first · ! differs from the most ranks · esc closes"
             with VerticalScroll():
-                yield Static(render_groups(view), id="stacks")
+                yield Static(render_groups(self.view), id="stacks")
+
+    def show(self, view: StacksView) -> None:
+        """A newer snapshot while it is open: its stacks, not the ones of the moment `g` was pressed."""
+        if view == self.view:
+            return
+        self.view = view
+        self.query_one(Vertical).border_title = _stacks_title(view)
+        self.query_one("#stacks", Static).update(render_groups(view))
+
+
+def _stacks_title(view: StacksView) -> str:
+    stacks = sum(1 for g in view.groups if g.stack is not None)
+    return (f"every rank's stack: {view.ranks} rank{'s' if view.ranks != 1 else ''}, "
+            f"{stacks} different stack{'s' if stacks != 1 else ''}")
 
 
 def render_groups(view: StacksView) -> Text:

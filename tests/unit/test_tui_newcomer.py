@@ -79,3 +79,30 @@ def test_preflights_notes_come_after_the_cause_not_in_the_verdicts_sentence():
     likely = next(n for n, line in enumerate(lines) if line.startswith("likely:"))
     said = next(n for n, line in enumerate(lines) if line.startswith("preflight said: master: data-shards: 4 shards"))
     assert verdict < likely < said
+
+
+def test_g_follows_the_run_while_it_is_open():
+    from textual.widgets import Static
+
+    from tui.screens import StacksScreen
+
+    from .test_tui_app import shown as shown_snapshots
+    before = copy.deepcopy(recorded("deadlock"))
+    for rank in before.ranks:
+        rank.stack = None                                # no stack taken yet when g is pressed
+    after = recorded("deadlock")
+
+    async def scenario():
+        app = DashboardApp(ReplaySource([before, after]), refresh=60)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await shown_snapshots(app, pilot)
+            await pilot.press("g")
+            first = str(app.screen.query_one("#stacks", Static).render())
+            app.pull()                                   # the next refresh, with the screen open
+            await shown_snapshots(app, pilot, 2)
+            assert isinstance(app.screen, StacksScreen)
+            return first, str(app.screen.query_one("#stacks", Static).render())
+    first, later = run(scenario())
+
+    assert "no stack yet" in first
+    assert "no stack yet" not in later and "! rank 1 (1 rank): differs" in later
