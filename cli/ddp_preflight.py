@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -11,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+from .args import Parser
 from .exit import Exit, internal_error, reader_gone
 from .version import version
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
               "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
@@ -221,6 +223,14 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
 
     if args.no_probes:
         checks = tuple(c for c in checks if not c.needs)
+    if args.junit and not Path(args.junit).resolve().parent.is_dir():
+        raise UsageError(f"--junit {args.junit}: the folder {Path(args.junit).parent} does not exist: create it or "
+                         "give a file in an existing folder")
+    # A node not reached is said whatever --only selects: without it the report would be "OK" of nothing.
+    reachability = [c for c in CHECKS if c.id == "node-reachable"]
+    added = not any(c.id == "node-reachable" for c in checks)
+    if added:
+        checks = (*reachability, *checks)
     targets = _targets(args, config, hosts, launch_args, targets_data, code_paths)
     from preflight import api
     from preflight.cluster import Cluster
@@ -228,6 +238,9 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     with Cluster(targets, ssh_config, slurm_job) as cluster:
         with _progress(targets, quiet=args.json or args.quiet, color=_color(args)) as progress:
             done = api.check(cluster, options, checks, on_progress=progress)
+        if added:
+            kept = tuple(r for r in done.report.results if r.check != "node-reachable" or r.status.severity >= 2)
+            done = dataclasses.replace(done, report=dataclasses.replace(done.report, results=kept))
         code = _render(args, done.report)
         if launch is None or code == Exit.USAGE:
             return code

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .args import Parser
 from .exit import Exit, internal_error, reader_gone
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ddp-preflight explain",
         description="Name the cause of a failed or stuck run from what it left: a launch's log folder, torchrun "
                     "output, torchelastic error files, Flight Recorder dumps, incident bundles, a Slurm job's output.",

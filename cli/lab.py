@@ -14,6 +14,7 @@ from lab.faults import FAULTS
 from lab.lab import Lab
 from lab.state import DEFAULT_LAB_NAME
 
+from .args import Parser
 from .exit import Exit
 
 
@@ -36,7 +37,7 @@ def render_status(status: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ddp-preflight lab",
         description="A LAN of several machines on this box (network namespaces, each with its own addresses, "
                     "hostname, sshd and firewall), with the faults that break multi-node training on demand. "

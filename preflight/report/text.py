@@ -56,7 +56,7 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     for r in report.results:
         if r.check == "node-reachable" and r.status in (Status.FAIL, Status.ERROR):
             fix = f" (fix {number[id(r)]} below)" if id(r) in number else ""
-            console.print(Text.assemble(("NOT CHECKED: ", STYLE[r.status]), shown(r.summary) + fix))
+            console.print(Text.assemble(("NOT CHECKED: ", STYLE[r.status]), shown(r.summary) + fix), soft_wrap=True)
     if not quiet:
         console.print(table)
         if not_for_this_run:

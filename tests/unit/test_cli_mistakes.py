@@ -231,3 +231,28 @@ def test_a_reader_that_goes_away_is_no_error():
     proc.stdout.close()
     err = proc.stderr.read()
     assert (proc.wait(timeout=60), err) == (141, b"")
+
+
+def test_only_never_hides_a_node_that_was_not_reached():
+    done = run("--python", "/no/such/python", "--only", "python-parity", "-q")
+
+    assert done.returncode == 1, done.stdout           # was "OK: 0 passed ..." and exit 0
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("NOT CHECKED: ") and first.endswith(": the training Python /no/such/python does not "
+                                                                "exist there (fix 1 below)")
+
+
+def test_a_mistyped_option_is_one_line_with_where_the_help_is():
+    assert one_line(run("--master-port", "abc")) == ("ddp-preflight: error: argument --master-port/--master_port: "
+                                                     "invalid int value: 'abc' (see ddp-preflight --help)")
+    assert one_line(run("lab", "bogus")).startswith("ddp-preflight lab: error: argument COMMAND: invalid choice: "
+                                                     "'bogus'")
+    assert one_line(run("explain")) == ("ddp-preflight explain: error: the following arguments are required: PATH "
+                                        "(see ddp-preflight explain --help)")
+
+
+def test_a_junit_file_in_a_folder_that_is_not_there_is_said_before_any_node_is_contacted():
+    line = one_line(run("--only", "python-parity", "--junit", "/no/such/dir/report.xml"))
+
+    assert line == ("ddp-preflight: error: --junit /no/such/dir/report.xml: the folder /no/such/dir does not exist: "
+                    "create it or give a file in an existing folder")
