@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from hangwatch import stall
 
+from .args import Parser
 from .exit import Exit, internal_error
 from .version import version
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
+    p = Parser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
                                 "its rank and its line, within seconds.")
     p.add_argument("--version", action="version", version=f"hangwatch (ddp-preflight) {version()}")
     sub = p.add_subparsers(dest="command", required=True)

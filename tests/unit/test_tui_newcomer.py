@@ -106,3 +106,28 @@ def test_g_follows_the_run_while_it_is_open():
 
     assert "no stack yet" in first
     assert "no stack yet" not in later and "! rank 1 (1 rank): differs" in later
+
+
+def test_another_jobs_rank_on_a_node_is_not_a_row_of_the_launched_run():
+    from types import SimpleNamespace
+
+    from hangwatch.launched import LaunchedRun
+    from hangwatch.model import RankView
+    from launch.outcome import LaunchedRank
+
+    seen = copy.deepcopy(recorded("deadlock"))
+    ours = [(r.rank, r.node, r.pid) for r in seen.ranks]
+    # Another torchrun's rank 0 on master: RANK=0 in its environment, as the agent finds ranks.
+    seen.ranks.append(RankView(node="master", pid=424242, rank=0, local_rank=0, world_size=2))
+    watcher = SimpleNamespace(snapshot=lambda: copy.deepcopy(seen))
+    # The launcher as launch.run.Launch is to LaunchedRun (duck-typed there): its ranks and plan.
+    launch = SimpleNamespace(
+        ranks={rank: LaunchedRank(rank, node, rank % 2, pid=pid) for rank, node, pid in ours},
+        plan=SimpleNamespace(backend="gloo", master_addr="10.213.0.200", master_port=29500, nodes=[],
+                             nproc_per_node=2, world_size=4))
+
+    snapshot = LaunchedRun(watcher, launch).snapshot()
+
+    assert sorted((r.rank, r.node, r.pid) for r in snapshot.ranks) == sorted(ours)
+    text, _ = screen(snapshot, size=(120, 36))
+    assert "424242" not in text
