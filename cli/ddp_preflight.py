@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import socket
 import sys
-import time
 from pathlib import Path
 
 from .args import Parser
 from .exit import Exit, internal_error, reader_gone
+from .progress import color_wanted, progress
 from .version import version
 
 
@@ -236,8 +235,8 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config, slurm_job) as cluster:
-        with _progress(targets, quiet=args.json or args.quiet, color=_color(args)) as progress:
-            done = api.check(cluster, options, checks, on_progress=progress)
+        with progress(targets, quiet=args.json or args.quiet, color=color_wanted(args)) as hashing:
+            done = api.check(cluster, options, checks, on_progress=hashing)
         if added:
             kept = tuple(r for r in done.report.results if r.check != "node-reachable" or r.status.severity >= 2)
             done = dataclasses.replace(done, report=dataclasses.replace(done.report, results=kept))
@@ -264,7 +263,7 @@ def _render(args, report) -> int:
     else:
         from preflight.report import text
         width = (os.get_terminal_size().columns or 120) if sys.stdout.isatty() else 120   # a pty may say 0
-        sys.stdout.write(text.render(report, width=width, color=_color(args) and sys.stdout.isatty(),
+        sys.stdout.write(text.render(report, width=width, color=color_wanted(args) and sys.stdout.isatty(),
                                      verbose=args.verbose, quiet=args.quiet))
     ok = report.ok_strict() if args.strict else report.ok
     return Exit.OK if ok else Exit.FOUND
@@ -392,43 +391,6 @@ def _code_dir_of(launch_args: list[str]) -> str | None:
     if script and Path(script).exists():
         return str(Path(script).resolve().parent)
     return None
-
-
-def _color(args: argparse.Namespace) -> bool:
-    """Colors unless --no-color or NO_COLOR (any value, as no-color.org says)."""
-    return not args.no_color and "NO_COLOR" not in os.environ
-
-
-@contextlib.contextmanager
-def _progress(targets, *, quiet: bool, color: bool):
-    """While preflight waits on its nodes (15-90 s): what it is doing and for how long, on stderr
-    when it is a terminal (rich's live display, gone when done), and shard hashing's progress in
-    it; yields the hashing callback, None when quiet or not on a terminal."""
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from node.terminal import shown
-    if len(targets) == 1 and targets[0].local:
-        doing = f"checking this machine ({shown(targets[0].name)}) alone (no HOST given)"
-    else:
-        names = shown(", ".join(t.name for t in targets[:4])) + (", ..." if len(targets) > 4 else "")
-        doing = f"checking {len(targets)} node(s) ({names}): their facts, then probes across them"
-    console = Console(stderr=True, no_color=not color, highlight=False)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  transient=True) as bar:
-        task = bar.add_task(doing, total=None)
-        shown_at = {"at": 0.0}
-
-        def hashing(node, p):
-            now = time.monotonic()
-            if now - shown_at["at"] > 0.25 or p[0] == p[1]:
-                shown_at["at"] = now
-                bar.update(task, description=f"hashing shards on {shown(node)}: {p[0] / 1e9:.2f}/"
-                                             f"{p[1] / 1e9:.2f} GB, {p[2]}/{p[3]} files")
-        yield hashing
 
 
 if __name__ == "__main__":
