@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .args import Parser
+from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
 from .progress import color_wanted, progress
 from .version import version
@@ -28,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
                "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
     p.add_argument("--version", action="version", version=f"ddp-preflight {version()}")
+    p.add_argument("--completion", choices=["bash"], action=Completion,
+                   help='print a bash completion script and exit: eval "$(ddp-preflight --completion bash)"')
     p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
     p.add_argument("--hostfile", metavar="FILE", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
     p.add_argument("--slurm", action="store_true",

@@ -256,3 +256,21 @@ def test_a_junit_file_in_a_folder_that_is_not_there_is_said_before_any_node_is_c
 
     assert line == ("ddp-preflight: error: --junit /no/such/dir/report.xml: the folder /no/such/dir does not exist: "
                     "create it or give a file in an existing folder")
+
+
+def test_bash_completion_comes_from_the_commands_own_tables(tmp_path):
+    script = tmp_path / "completion.sh"
+    script.write_text(run("--completion", "bash").stdout)
+
+    def complete(line: str) -> list[str]:
+        program = ('source "$0"; read -ra COMP_WORDS <<< "$1"; [[ $1 == *" " ]] && COMP_WORDS+=(""); '
+                   'COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _ddp_preflight; printf "%s\\n" "${COMPREPLY[@]}"')
+        done = subprocess.run(["bash", "-c", program, str(script), line], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("ddp-preflight --only node-r") == ["node-reachable"]
+    assert complete("ddp-preflight --only ptrace,clock") == ["ptrace,clock-skew"]
+    assert complete("ddp-preflight --nproc") == ["--nproc-per-node", "--nproc_per_node"]
+    assert complete("ddp-preflight lab f") == ["fault", "faults"]
+    assert complete("ddp-preflight lab fault add fire") == ["firewall@", "firewall-self@"]
