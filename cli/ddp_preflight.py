@@ -13,6 +13,7 @@ from pathlib import Path
 from .args import Parser
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
+from .folders import code_dir_of, data_dir_of_each
 from .progress import color_wanted, progress
 from .version import version
 
@@ -194,7 +195,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     # Each node's own folder (--data-dir NODE:PATH, else [nodes.NAME] data_dir), unless --data-dir
     # PATH names one for every node, which wins over the config's.
     names = hosts or [socket.gethostname()]
-    targets_data = _data_dirs(data_paths, config, names)
+    targets_data = data_dir_of_each(data_paths, config, names)
     options = Options(
         backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
         nproc_per_node=nproc, launch_args=tuple(launch_args),
@@ -351,10 +352,6 @@ def _folders(args: argparse.Namespace, hosts: list[str]):
         raise UsageError(str(exc)) from None
 
 
-def _data_dirs(data_paths, config, names: list[str]) -> list[str | None]:
-    """Each node's data folder, in host order: --data-dir NODE:PATH, else --data-dir PATH, else the
-    config's for that node ([nodes.NAME] data_dir, else the top-level one)."""
-    return [data_paths.nodes.get(h) or data_paths.every or config.for_node(h, "data_dir") for h in names]
 
 
 def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
@@ -365,8 +362,8 @@ def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
 
     if data_dirs is None or code_paths is None:
         data_paths, code_paths = _folders(args, hosts)
-        data_dirs = _data_dirs(data_paths, config, hosts or [socket.gethostname()])
-    code_dir = code_paths.every or config.values.get("code_dir") or _code_dir_of(launch_args)
+        data_dirs = data_dir_of_each(data_paths, config, hosts or [socket.gethostname()])
+    code_dir = code_paths.every or config.values.get("code_dir") or code_dir_of(launch_args)
     if not hosts:
         here = socket.gethostname()
         return [Target(here, _python_of(args, config, here).path, data_dirs[0],
@@ -384,16 +381,6 @@ def _python_of(args, config, host: str):
     return training_python(args.python, config.for_node(host, "python"))
 
 
-def _code_dir_of(launch_args: list[str]) -> str | None:
-    """The folder of the training script, or this folder for `-m module`."""
-    if not launch_args:
-        return None
-    if "-m" in launch_args or "--module" in launch_args:
-        return os.getcwd()
-    script = next((a for a in launch_args if not a.startswith("-")), None)
-    if script and Path(script).exists():
-        return str(Path(script).resolve().parent)
-    return None
 
 
 if __name__ == "__main__":
