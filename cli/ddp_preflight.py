@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
 import sys
-import time
 from pathlib import Path
 
-from .exit import Exit, internal_error
+from .args import Parser
+from .completion import Completion
+from .exit import Exit, internal_error, reader_gone
+from .folders import code_dir_of, data_dir_of_each
+from .progress import color_wanted, progress
+from .version import version
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
               "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
@@ -24,15 +29,19 @@ def _parser() -> argparse.ArgumentParser:
                     "master (rank 0's node); no host checks this machine alone.",
         epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
                "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
+    p.add_argument("--version", action="version", version=f"ddp-preflight {version()}")
+    p.add_argument("--completion", choices=["bash"], action=Completion,
+                   help='print a bash completion script and exit: eval "$(ddp-preflight --completion bash)"')
     p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
-    p.add_argument("--hostfile", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
+    p.add_argument("--hostfile", metavar="FILE", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
     p.add_argument("--slurm", action="store_true",
                    help="hosts from $SLURM_JOB_NODELIST; inside an allocation ($SLURM_JOB_ID) reached through srun")
     p.add_argument("--slurm-job", metavar="ID", help="the nodes of this running Slurm job, reached through srun")
     p.add_argument("--min-time-left", type=float, metavar="MINUTES",
                    help="inside a Slurm job, warn when it has less time left than this (default 10)")
-    p.add_argument("--config", help="TOML config with defaults and [nodes.NAME] overrides")
-    p.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
+    p.add_argument("--config", metavar="FILE", help="TOML config with defaults and [nodes.NAME] overrides")
+    p.add_argument("--ssh-config", metavar="FILE",
+                   help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
     p.add_argument("--python", action="append", default=[], metavar="[NODE:]PATH",
                    help="the training environment's Python: PATH on every node, or NODE:PATH for a node whose "
                         "Python differs (repeatable; default: this interpreter's path; as python in [nodes.NAME])")
@@ -44,16 +53,19 @@ def _parser() -> argparse.ArgumentParser:
                         "PATH on every node, or NODE:PATH for one (repeatable)")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default gloo")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default cpu")
-    p.add_argument("--master-port", type=int, help="default 29500")
-    p.add_argument("--master-addr", help="the address workers dial (default: the master's, as ssh reaches it)")
-    p.add_argument("--nproc-per-node", type=int, help="processes per node (default 1, or the hostfile's slots)")
-    p.add_argument("--params", type=float, help="model parameters (e.g. 126e6): predicts communication time per step")
+    p.add_argument("--master-port", "--master_port", type=int, metavar="PORT", help="default 29500")
+    p.add_argument("--master-addr", "--master_addr", metavar="ADDR",
+                   help="the address workers dial (default: the master's, as ssh reaches it)")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", type=int, metavar="N",
+                   help="processes per node (default 1, or the hostfile's slots)")
+    p.add_argument("--params", type=float, metavar="N",
+                   help="model parameters (e.g. 126e6): predicts communication time per step")
     p.add_argument("--scan", metavar="PATH", help="training code to scan for collective calls the backend fails")
     p.add_argument("--env", action="append", default=[], metavar="[NODE:]NAME=VALUE",
                    help="a variable of the training's environment, on every node (NAME=VALUE) or on one "
                         "(NODE:NAME=VALUE); repeatable. The checks judge it and --launch sets it (it wins over "
                         "preflight's own settings and the config's [env]); keep secrets in the config instead")
-    p.add_argument("--only", help="comma-separated check ids (see --list)")
+    p.add_argument("--only", metavar="ID,...", help="comma-separated check ids (see --list)")
     p.add_argument("--no-probes", action="store_true",
                    help="facts only: skip the checks that try connections and collectives across nodes")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
@@ -61,12 +73,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML file (one testcase per check and node)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="show passing checks too, and preflight's own time per stage (on stderr)")
+                   help="show passing checks and the skipped ones too, and preflight's own time per stage (on stderr)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no table and no progress: the nodes not reached, the fixes and the verdict line only")
+    p.add_argument("--no-color", action="store_true", help="plain text, no colors (as NO_COLOR=1 does)")
     launch = p.add_argument_group("launch (after preflight, start the training command given after --)")
     launch.add_argument("--launch", action="store_true",
                         help="start torchrun on every node with preflight's settings, stream every rank's output here")
     launch.add_argument("--force", action="store_true", help="launch even when a check failed")
-    launch.add_argument("--log-dir", help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
+    launch.add_argument("--log-dir", "--log_dir", metavar="DIR",
+                        help="where each node's log goes (default ./ddp-preflight-runs/UTC-TIME/)")
     launch.add_argument("--stop-on-hang", action="store_true",
                         help="stop every node when hangwatch names a hang as certain (its bundle is written first)")
     launch.add_argument("--no-flight-recorder", action="store_true",
@@ -102,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddp-preflight: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except BrokenPipeError:
+        return reader_gone()
     except UsageError as exc:
         from node.terminal import shown  # it may quote a hostfile's line: shown, never obeyed
         print(f"ddp-preflight: error: {shown(str(exc))}", file=sys.stderr)
@@ -180,7 +198,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     # Each node's own folder (--data-dir NODE:PATH, else [nodes.NAME] data_dir), unless --data-dir
     # PATH names one for every node, which wins over the config's.
     names = hosts or [socket.gethostname()]
-    targets_data = _data_dirs(data_paths, config, names)
+    targets_data = data_dir_of_each(data_paths, config, names)
     options = Options(
         backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
         nproc_per_node=nproc, launch_args=tuple(launch_args),
@@ -196,6 +214,10 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port {options.master_port} is not a port number")
+    if args.scan and not Path(args.scan).exists():
+        # Read on this machine (preflight/probes/code_scan.py): a path that is not here scans nothing.
+        raise UsageError(f"--scan {args.scan}: no such file or folder on this machine: give the training code's "
+                         "folder or .py file as this machine sees it")
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if ssh_config and not Path(ssh_config).is_file():
         if hosts or pick("ssh_config", None):
@@ -209,18 +231,27 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
 
     if args.no_probes:
         checks = tuple(c for c in checks if not c.needs)
+    if args.junit and not Path(args.junit).resolve().parent.is_dir():
+        raise UsageError(f"--junit {args.junit}: the folder {Path(args.junit).parent} does not exist: create it or "
+                         "give a file in an existing folder")
+    # A node not reached is said whatever --only selects: without it the report would be "OK" of nothing.
+    reachability = [c for c in CHECKS if c.id == "node-reachable"]
+    added = not any(c.id == "node-reachable" for c in checks)
+    if added:
+        checks = (*reachability, *checks)
     targets = _targets(args, config, hosts, launch_args, targets_data, code_paths)
     from preflight import api
     from preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config, slurm_job) as cluster:
-        progress = _hashing_progress(quiet=args.json)
-        done = api.check(cluster, options, checks, on_progress=progress)
-        if progress:
-            sys.stderr.write("\r\x1b[K")
+        with progress(targets, quiet=args.json or args.quiet, color=color_wanted(args)) as hashing:
+            done = api.check(cluster, options, checks, on_progress=hashing)
         if args.verbose:        # preflight's own time per stage (issue 36), beside the report
             for stage, seconds in done.stages:
                 print(f"ddp-preflight: stage {stage} {seconds:.1f} s", file=sys.stderr)
+        if added:
+            kept = tuple(r for r in done.report.results if r.check != "node-reachable" or r.status.severity >= 2)
+            done = dataclasses.replace(done, report=dataclasses.replace(done.report, results=kept))
         code = _render(args, done.report)
         if launch is None or code == Exit.USAGE:
             return code
@@ -240,12 +271,12 @@ def _render(args, report) -> int:
             print(f"ddp-preflight: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
             return Exit.USAGE
     if args.json:
-        print(json.dumps(report.to_json(strict=args.strict), indent=2))
+        print(json.dumps({**report.to_json(strict=args.strict), "version": version()}, indent=2))
     else:
         from preflight.report import text
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        width = os.get_terminal_size().columns if sys.stdout.isatty() else 120
-        sys.stdout.write(text.render(report, width=width, color=color, verbose=args.verbose))
+        width = (os.get_terminal_size().columns or 120) if sys.stdout.isatty() else 120   # a pty may say 0
+        sys.stdout.write(text.render(report, width=width, color=color_wanted(args) and sys.stdout.isatty(),
+                                     verbose=args.verbose, quiet=args.quiet))
     ok = report.ok_strict() if args.strict else report.ok
     return Exit.OK if ok else Exit.FOUND
 
@@ -329,10 +360,6 @@ def _folders(args: argparse.Namespace, hosts: list[str]):
         raise UsageError(str(exc)) from None
 
 
-def _data_dirs(data_paths, config, names: list[str]) -> list[str | None]:
-    """Each node's data folder, in host order: --data-dir NODE:PATH, else --data-dir PATH, else the
-    config's for that node ([nodes.NAME] data_dir, else the top-level one)."""
-    return [data_paths.nodes.get(h) or data_paths.every or config.for_node(h, "data_dir") for h in names]
 
 
 def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
@@ -343,8 +370,8 @@ def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
 
     if data_dirs is None or code_paths is None:
         data_paths, code_paths = _folders(args, hosts)
-        data_dirs = _data_dirs(data_paths, config, hosts or [socket.gethostname()])
-    code_dir = code_paths.every or config.values.get("code_dir") or _code_dir_of(launch_args)
+        data_dirs = data_dir_of_each(data_paths, config, hosts or [socket.gethostname()])
+    code_dir = code_paths.every or config.values.get("code_dir") or code_dir_of(launch_args)
     if not hosts:
         here = socket.gethostname()
         return [Target(here, _python_of(args, config, here).path, data_dirs[0],
@@ -377,32 +404,6 @@ def _python_of(args, config, host: str):
     return training_python(given, config.for_node(host, "python"))
 
 
-def _code_dir_of(launch_args: list[str]) -> str | None:
-    """The folder of the training script, or this folder for `-m module`."""
-    if not launch_args:
-        return None
-    if "-m" in launch_args or "--module" in launch_args:
-        return os.getcwd()
-    script = next((a for a in launch_args if not a.startswith("-")), None)
-    if script and Path(script).exists():
-        return str(Path(script).resolve().parent)
-    return None
-
-
-def _hashing_progress(*, quiet: bool):
-    """A progress line for shard hashing on a terminal, at most four times a second; None when quiet."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    shown = {"at": 0.0}
-
-    def progress(node, p):
-        now = time.monotonic()
-        if now - shown["at"] > 0.25 or p[0] == p[1]:
-            shown["at"] = now
-            sys.stderr.write(f"\rhashing shards on {node}: {p[0] / 1e9:.2f}/{p[1] / 1e9:.2f} GB, "
-                             f"{p[2]}/{p[3]} files\x1b[K")
-            sys.stderr.flush()
-    return progress
 
 
 if __name__ == "__main__":

@@ -24,3 +24,17 @@ def internal_error(prog: str, exc: Exception) -> int:
     if os.environ.get("DDP_PREFLIGHT_DEBUG"):
         raise exc
     return Exit.USAGE
+
+
+def reader_gone() -> int:
+    """stdout's reader went away (`ddp-preflight --json | head`): nothing more to say and no error
+    about it; the exit a shell gives a command that SIGPIPE ended. stdout goes to /dev/null so that
+    the interpreter's own last flush does not fail again."""
+    import os
+    import sys
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    return 141

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .exit import Exit, internal_error
+from .args import Parser
+from .exit import Exit, internal_error, reader_gone
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ddp-preflight explain",
         description="Name the cause of a failed or stuck run from what it left: a launch's log folder, torchrun "
                     "output, torchelastic error files, Flight Recorder dumps, incident bundles, a Slurm job's output.",
@@ -22,6 +23,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _explain(args)
+    except BrokenPipeError:
+        return reader_gone()
+    except KeyboardInterrupt:
+        # Ctrl-C while a big file or stdin is read: one line, nothing half-printed after it.
+        print("ddp-preflight explain: interrupted (Ctrl-C) before the explanation: nothing was said",
+              file=sys.stderr)
+        return Exit.INTERRUPTED
+
+
+def _explain(args: argparse.Namespace) -> int:
     from explain import explain
     from explain.inputs import InputError
     from explain.render import as_json, as_text

@@ -23,15 +23,18 @@ from typing import TYPE_CHECKING
 
 from hangwatch import stall
 
+from .args import Parser
 from .exit import Exit, internal_error
+from .version import version
 
 if TYPE_CHECKING:
     from transport.slurm import SlurmJob
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
+    p = Parser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
                                 "its rank and its line, within seconds.")
+    p.add_argument("--version", action="version", version=f"hangwatch (ddp-preflight) {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("attach", help="watch the ranks on these nodes (default: this machine)")
     a.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; none: this machine")

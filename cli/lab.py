@@ -14,6 +14,7 @@ from lab.faults import FAULTS
 from lab.lab import Lab
 from lab.state import DEFAULT_LAB_NAME
 
+from .args import Parser
 from .exit import Exit
 
 
@@ -36,37 +37,55 @@ def render_status(status: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddp-preflight lab",
-                                     description="A multi-machine LAN on this box, with the seeds' faults.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(
+        prog="ddp-preflight lab",
+        description="A LAN of several machines on this box (network namespaces, each with its own addresses, "
+                    "hostname, sshd and firewall), with the faults that break multi-node training on demand. "
+                    "Needs root.",
+        epilog="exit codes: 0 done, 1 'down' could not remove everything, 2 usage error or the lab refused")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_name = os.environ.get("DDP_PREFLIGHT_LAB", DEFAULT_LAB_NAME)
 
     def with_name(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--name", default=default_name,
+        p.add_argument("--name", default=default_name, metavar="LAB",
                        help=f"which lab (default: $DDP_PREFLIGHT_LAB or {DEFAULT_LAB_NAME!r})")
         return p
 
-    up = with_name(sub.add_parser("up", help="create the nodes (safe to run twice)"))
-    up.add_argument("--nodes", type=int, default=2, help="how many nodes, 1-16 (default 2)")
+    up = with_name(sub.add_parser("up", help="create the nodes (safe to run twice)",
+                                  description="Create the nodes: namespaces, a bridge, sshd, data folders."))
+    up.add_argument("--nodes", type=int, default=2, metavar="N", help="how many nodes, 1-16 (default 2)")
     up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]",
-                    help="add a fault, e.g. firewall@worker1 (see 'lab faults')")
-    up.add_argument("--subnet", help="IPv4 /24 to use (default: a free one under 10.213.0.0/16)")
-    up.add_argument("--shards", type=int, default=8, help="data shards per node (default 8)")
+                    help="add a fault, e.g. firewall@worker1 (see 'lab faults'); repeatable")
+    up.add_argument("--subnet", metavar="A.B.C.0/24", help="IPv4 /24 to use (default: a free one under 10.213.0.0/16)")
+    up.add_argument("--shards", type=int, default=8, metavar="N", help="data shards per node (default 8)")
     up.add_argument("--slurm", action="store_true",
                     help="a real Slurm: slurmctld on the master, slurmd on every node (docs/lab.md)")
-    with_name(sub.add_parser("down", help="remove everything 'up' created (safe to run twice)"))
-    status = with_name(sub.add_parser("status", help="nodes, addresses and faults"))
-    status.add_argument("--json", action="store_true")
-    ex = with_name(sub.add_parser("exec", help="run a command inside a node"))
-    ex.add_argument("node")
-    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD")
-    fault = sub.add_parser("fault", help="add or clear faults on a running lab")
-    fault_sub = fault.add_subparsers(dest="action", required=True)
-    add = with_name(fault_sub.add_parser("add"))
-    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]")
-    clear = with_name(fault_sub.add_parser("clear"))
-    clear.add_argument("faults", nargs="*", metavar="FAULT@NODE", help="default: all")
-    sub.add_parser("faults", help="list the faults and what each reproduces")
+    with_name(sub.add_parser("down", help="remove everything 'up' created (safe to run twice)",
+                             description="Remove everything 'up' created: processes, namespaces, links, files."))
+    status = with_name(sub.add_parser("status", help="nodes, addresses and faults",
+                                      description="The lab's nodes, their addresses, sshd and faults, the ssh "
+                                                  "config and the data folder."))
+    status.add_argument("--json", action="store_true",
+                        help="one JSON object (nodes with name, ipv4, ipv6, iface, sshd, faults; ssh_config; "
+                             "data_dir), for scripts")
+    ex = with_name(sub.add_parser("exec", help="run a command inside a node (as root)",
+                                  description="Run a command inside a node's network namespace, as root, "
+                                              "e.g. ddp-preflight lab exec master -- ip -br addr",
+                                  usage="ddp-preflight lab exec [--name LAB] NODE -- CMD [ARGS ...]"))
+    ex.add_argument("node", metavar="NODE", help="a node's name (master, worker1, ...: see 'lab status')")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS ...]", help="the command and its arguments")
+    fault = sub.add_parser("fault", help="add or clear faults on a running lab",
+                           description="Add or clear faults on a running lab ('lab faults' lists them).")
+    fault_sub = fault.add_subparsers(dest="action", required=True, metavar="add|clear")
+    add = with_name(fault_sub.add_parser("add", help="add faults, e.g. vpn-ipv6@worker1",
+                                         description="Add faults to a running lab, e.g. vpn-ipv6@worker1 "
+                                                     "port-busy@master:29500."))
+    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]", help="a fault, its node and its parameter")
+    clear = with_name(fault_sub.add_parser("clear", help="clear faults (all by default)",
+                                           description="Clear faults from a running lab: those named, or all."))
+    clear.add_argument("faults", nargs="*", metavar="FAULT@NODE", help="the faults to clear (default: all)")
+    sub.add_parser("faults", help="list the faults and what each reproduces",
+                   description="List the faults 'up --fault' and 'fault add' take, and what each does to a node.")
     return parser
 
 
@@ -84,7 +103,7 @@ def main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "faults":
         for kind in FAULTS.values():
-            print(f"{kind.name:<14} {kind.what} (seed {kind.seed})")
+            print(f"{kind.name:<14} {kind.what}")
         return Exit.OK
     if args.command == "up":
         started = time.monotonic()
@@ -109,6 +128,10 @@ def _run(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(f"  could not remove: {problem}", file=sys.stderr)
         return Exit.FOUND if report.problems else Exit.OK
+    if args.command == "exec" and os.geteuid() != 0:
+        # Entering a node's network namespace (nsenter) needs root: said before nsenter's own words.
+        raise LabError(f"lab exec enters node {args.node}'s network namespace, which only root may do: run it as "
+                       f"root (sudo {sys.executable} -m preflight lab exec {args.node} -- CMD)")
     lab = Lab.open(args.name)
     if args.command == "status":
         status = lab.status()

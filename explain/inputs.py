@@ -29,6 +29,7 @@ DOCUMENTS_LIMIT = 256 << 20  # documents read in all: the ones after are said, n
 LOG_HEAD = 512 << 20        # a longer log is read from its start this far, and LOG_TAIL from its end
 LOG_TAIL = 512 << 20        # (a failure's lines are at the end; the middle of a 1 TiB log is not read)
 LOGS_LIMIT = 4 << 30        # logs read in all (seconds at the speed of lines.py): the ones after are said, not read
+BINARY = "binary"           # why a file that is neither text, JSON nor a pickle is not read
 FILES_LIMIT = 100_000       # files and folders taken from one folder
 # How a JSON document starts: an object's first key, or an array's first value. A log whose first
 # line starts with a bracket ("[worker1 r1] ...", "[default0]:...") does not.
@@ -71,7 +72,12 @@ def find(paths: list[str]) -> list[Input]:
             files = sorted(_walk(p, notes))
             found += [kind_of(str(f), budget, follow=False, logs=logs) for f in files] + notes
         elif p.is_file():
-            found.append(kind_of(path, budget, logs=logs))
+            named = kind_of(path, budget, logs=logs)
+            if named.kind is InputKind.OTHER and named.why == BINARY:
+                # Named by the user: a file nothing here reads is a wrong input, not "no failure found".
+                raise InputError(f"{path} is a binary file, not a log: give a run's log folder, a log file, an "
+                                 "error file, a Flight Recorder dump or an incident bundle")
+            found.append(named)
         elif p.exists():
             raise InputError(f"{path} is {kind(p.stat().st_mode)}, neither a file nor a folder: give a run's log "
                              "folder or its files")
@@ -119,7 +125,7 @@ def kind_of(path: str, budget: list[int] | None = None, follow: bool = True, log
         too_much = _over(size, budget, "a Flight Recorder dump (a pickle)")
         return Input(path, InputKind.OTHER, too_much) if too_much else Input(path, InputKind.FLIGHT)
     if b"\0" in head:
-        return Input(path, InputKind.OTHER, "binary")
+        return Input(path, InputKind.OTHER, BINARY)
     if JSON_START.match(head):
         too_much = _over(size, budget, "a JSON document")
         return Input(path, InputKind.OTHER, too_much) if too_much else _json_kind(path, follow, logs)

@@ -127,12 +127,12 @@ TRAINS_ALONE = (Cause("init_process_group behind a condition: nanochat, for one,
 # write it (`ddp-preflight explain` adds the fixes the rules build for the address family, the
 # master port and torchrun's options: rules/routes.py, ports.py, launch_args.py, through of()).
 FAILURE_CAUSES: dict[Reason, tuple[Cause, ...]] = {
-    Reason.ADDRESS_FAMILY: (Cause("Gloo on these ranks' node binds another address family (IPv6 on a VPN interface, "
-                                  "seed 004) than its peers: pin the LAN interface on every node (ddp-preflight's "
+    Reason.ADDRESS_FAMILY: (Cause("Gloo on these ranks' node binds another address family (IPv6 on a VPN interface) "
+                                  "than its peers: pin the LAN interface on every node (ddp-preflight's "
                                   "address-family, interface-choice); GLOO_IPV6=0 does not help when the hostname "
                                   "resolves to the VPN's address"),),
-    Reason.PORT_IN_USE: (Cause("a process still holds the master port: a run before this one that never ended (seed "
-                               "002), or another program (ddp-preflight's master-port and stale-processes name it)"),),
+    Reason.PORT_IN_USE: (Cause("a process still holds the master port: a run before this one that never ended, "
+                               "or another program (ddp-preflight's master-port and stale-processes name it)"),),
     Reason.UNSUPPORTED: (Cause("the backend does not implement this call: on Gloo, Work.get_future() of "
                                "reduce_scatter and others, AVG and PREMUL_SUM reductions, uneven all_gather "
                                "(ddp-preflight's collectives, --scan PATH finds the calls in the code)"),),
@@ -142,7 +142,7 @@ FAILURE_CAUSES: dict[Reason, tuple[Cause, ...]] = {
                                  (Fix(Action.CHANGE, ("every rank issues the same collectives with the same tensor "
                                                       "shapes in the same order",)),)),),
     Reason.SCRIPT_OPTIONS: (Cause("torchrun's parser reads options after the script that abbreviate one of its own "
-                                  "(--run for --run-path, seed 000): ddp-preflight's launch-args"),),
+                                  "(--run for --run-path): ddp-preflight's launch-args"),),
     Reason.NCCL_ERROR: (Cause("NCCL refused the process group: two ranks on one GPU (more ranks per node than GPUs, or "
                               "CUDA_VISIBLE_DEVICES hiding some), or each rank not pinned to its own GPU (NCCL_DEBUG=WARN "
                               "says more)",

@@ -33,8 +33,9 @@ class LaunchedRun(Source):
     def snapshot(self) -> Snapshot:
         snap = self.watcher.snapshot()
         now = time.time()
-        by_rank = {r.rank: r for r in snap.ranks if r.rank is not None}
-        ranks = list(snap.ranks)
+        ours = self._not_ours()
+        ranks = [r for r in snap.ranks if not ours(r)]
+        by_rank = {r.rank: r for r in ranks if r.rank is not None}
         for rank, state in sorted(self.launch.ranks.items()):
             view = by_rank.get(rank)
             if view is None:      # started, not yet seen by the node's agent
@@ -56,6 +57,21 @@ class LaunchedRun(Source):
             node.interface = env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME") or node.interface
         return replace(snap, ranks=sorted(ranks, key=lambda v: (v.rank is None, v.rank or 0)),
                        run=self.run_info(), preflight=self.preflight)
+
+    def _not_ours(self):
+        """Whether a process the node's agent took for a rank belongs to another job: on a node
+        whose launched ranks' PIDs are all known, one that is none of them (another torchrun's
+        "rank 0" beside this run's is not a row of this run)."""
+        pids: dict[str, set[int]] = {}
+        complete: set[str] = set()
+        by_node: dict[str, list] = {}
+        for state in self.launch.ranks.values():
+            by_node.setdefault(state.node, []).append(state)
+        for node, states in by_node.items():
+            pids[node] = {s.pid for s in states if s.pid is not None}
+            if all(s.pid is not None for s in states):
+                complete.add(node)
+        return lambda view: view.node in complete and view.pid not in pids[view.node]
 
     def _rate(self, rank: int, step: int | None, now: float) -> float | None:
         if step is None:

@@ -273,7 +273,7 @@ def _stale_hosts(state: LabState, node: Node, param: str | None) -> list[dict]:
 
 
 LEFTOVER_SCRIPT = """\
-# A training run's leftover (seed 002): it still holds the rendezvous port.
+# A training run's leftover: it still holds the rendezvous port.
 import socket, sys, time
 port = int(sys.argv[sys.argv.index("--master-port") + 1])
 server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -79,6 +79,12 @@ def _terminated(signum, frame):
 
 
 def main():
+    if sys.version_info < (3, 8):
+        # The node package needs 3.8 (this file alone parses on 3.4 and up): said as a verdict the
+        # master reads (transport/errors.py), before an import would stop at a SyntaxError.
+        sys.stderr.write("DDP_PREFLIGHT_PYTHON too-old %d.%d.%d\n" % tuple(sys.version_info[:3]))
+        sys.stderr.flush()
+        os._exit(126)
     try:
         stdin = sys.stdin.buffer
         zip_size, spec_size = read_header(stdin)

@@ -19,7 +19,7 @@ def workaround(op: str, modes: list[str], dtypes: list[str], backend: str) -> Fi
     if modes == ["async_future"]:
         wrapped = "dist.isend(...)" if op == "isend_irecv" else f"dist.{call}(..., async_op=True)"
         return change(f"call it as _async_op({wrapped}): a shim that returns work.get_future() and falls back to "
-                      f"an object whose wait() calls work.wait() (seed 000; {SHIM})")
+                      f"an object whose wait() calls work.wait() ({SHIM})")
     if op == "all_reduce_premul_sum":
         return change("multiply first, then reduce with SUM: t.mul_(factor); dist.all_reduce(t, op=dist.ReduceOp.SUM)")
     if op == "all_gather_uneven":

@@ -111,6 +111,7 @@ def _closed_before_greeting(exc: BaseException) -> bool:
 # caller's PATH that another user can write (or an empty entry: the current folder), and the
 # Python gets the caller's PATH back.
 PYTHON_VERDICT = protocol.PYTHON
+NODE_PYTHON = "3.8"          # the oldest Python the node package runs on (node/boot.py says when it is older)
 SYSTEM_PATH = "/usr/bin:/bin"
 _RUN_PYTHON = r"""p=$1; shift
 case $p in */*) ;; *) p=$(command -v "$p") || p=$1 ;; esac
@@ -168,6 +169,13 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
     pick = f"pass --python PATH, or set python under [nodes.{host}] in the config"
     if verdict and verdict.startswith("not-trusted "):
         return _not_trusted(host, python, verdict)
+    if verdict and verdict.startswith("too-old "):
+        return NodeError(f"{host}: {python} is Python {verdict[len('too-old '):]}, too old: ddp-preflight needs "
+                         f"Python {NODE_PYTHON} or newer on the nodes", _newer(host))
+    if "Unknown option: -I" in stderr:
+        # Python 2 (and 3 before 3.4) has no -I: its getopt says so, then its usage.
+        return NodeError(f"{host}: {python} is Python 2 (or 3 before 3.4), too old: ddp-preflight needs "
+                         f"Python {NODE_PYTHON} or newer on the nodes", _newer(host))
     if verdict == "missing":
         return NodeError(f"{host}: the training Python {python} does not exist there", pick)
     if verdict == "environment-folder":
@@ -181,15 +189,20 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
     if verdict == "not-executable":
         return NodeError(f"{host}: {python} is not executable there",
                          f"chmod +x {python} on {host}, or pass the right --python")
+    if "SyntaxError: " in stderr and (ran or 'File "<string>"' in stderr):
+        # An old Python 3 stopped at the node program's syntax (a Python's traceback, of `-c`'s code).
+        return NodeError(f"{host}: {python} is too old to run the collector ({last}): ddp-preflight needs "
+                         f"Python {NODE_PYTHON} or newer on the nodes", _newer(host))
     if not ran and "Python" not in stderr:
         # What it said, cut short: it may quote the few lines of Python it was given to run.
         said = f": {last[:200]}{'…' if len(last) > 200 else ''}" if last else ""
         return NodeError(f"{host}: {python} is not a Python: it ran and exited with code {exit_code}{said}", pick)
-    if "SyntaxError" in stderr:
-        return NodeError(f"{host}: {python} is too old to run the collector ({last})",
-                         f"use a Python 3.8+ environment on {host} (--python PATH)")
     return NodeError(f"{host}: the collector failed with exit code {exit_code}: {last}",
                      f"run '{python} -c \"import torch\"' on {host} to see what is wrong")
+
+
+def _newer(host: str) -> str:
+    return f"give a Python {NODE_PYTHON}+ environment on {host}: --python PATH, or python under [nodes.{host}] in the config"
 
 
 def _not_trusted(host: str, python: str, verdict: str) -> NodeError:

@@ -19,6 +19,7 @@ from node.writers import others_may_write, writable_mode
 from .errors import NodeError, explain_connect
 from .host_names import bad_host_reason
 from .node import Node, Process
+from .ssh_include import IncludeError, expand
 
 CONNECT_TIMEOUT = 8
 
@@ -174,7 +175,14 @@ def ssh_config_problem(ssh_config: str | None) -> str | None:
     such a file ("Bad owner or permissions"), the file must be a regular file of root or this
     user that no one else may write, and so must be every folder above it (a sticky one such as
     /tmp aside: there only an entry's owner can move it)."""
-    for given in ssh_config_files(ssh_config):
+    try:
+        # Every file Include reads is checked as the file given: its Match exec would run too.
+        every = [f for top in ssh_config_files(ssh_config) for f in expand(top, _read_config)[1]]
+    except IncludeError as exc:
+        return f"ssh config: {exc}"
+    except OSError:
+        every = ssh_config_files(ssh_config)     # said below, or by the read (checked_ssh_config)
+    for given in every:
         problem = ssh_file_problem("ssh config", given, "an ssh config's Match exec and ProxyCommand run as this user")
         if problem:
             return problem
@@ -223,9 +231,10 @@ def checked_ssh_config(ssh_config: str | None, host: str):
 
     parsed = SSHConfig()
     for given in ssh_config_files(ssh_config):
-        real = os.path.realpath(given)
         try:
-            text = read_regular(real, SSH_CONFIG_BYTES).decode("utf-8", "replace")
+            text = expand(given, _read_config)[0]      # with OpenSSH's Include read in place
+        except IncludeError as exc:
+            raise NodeError(f"{host}: ssh config {given}: {exc}", "fix the Include line") from None
         except Skipped as exc:
             raise NodeError(f"{host}: ssh config {given} is not read: {exc}",
                             "give a regular file: --ssh-config FILE") from None
@@ -236,6 +245,11 @@ def checked_ssh_config(ssh_config: str | None, host: str):
             continue            # a default one that went away meanwhile: as if it had never been there
         parsed.parse(io.StringIO(text))
     return parsed
+
+
+def _read_config(path: str) -> str:
+    """One ssh config file, links resolved (the path checked is the path read), a regular file, bounded."""
+    return read_regular(os.path.realpath(path), SSH_CONFIG_BYTES).decode("utf-8", "replace")
 
 
 class SshNode(Node):

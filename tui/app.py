@@ -20,7 +20,7 @@ from hangwatch.source import Source
 from hangwatch.stacks import stacks_view
 from node.terminal import shown
 
-from .screens import LogScreen, QuitScreen, StackScreen, StacksScreen
+from .screens import KeysScreen, LogScreen, QuitScreen, StackScreen, StacksScreen
 from .widgets import ClusterHeader, DiagnosisPanel, PreflightPanel, RanksTable
 
 
@@ -50,13 +50,19 @@ class DashboardApp(App[str]):
     """
     BINDINGS = [
         Binding("s", "stack", "stack"),
-        Binding("g", "stacks", "all stacks"),
+        Binding("g", "stacks", "stacks"),
         Binding("l", "log", "log"),
-        Binding("d", "dump", "dump stacks"),
+        Binding("d", "dump", "dump"),
         Binding("b", "bundle", "bundle"),
-        Binding("a", "all_checks", "all checks"),
+        Binding("a", "all_checks", "checks"),
         Binding("q", "quit_dashboard", "quit"),
+        Binding("question_mark", "keys", "keys", key_display="?"),
     ]
+    # What `?` lists, in the user's words (the footer's labels are short).
+    KEYS = [("s", "the chosen rank's whole Python stack"), ("g", "every rank's stack, grouped; the odd ones marked"),
+            ("l", "the chosen rank's last output lines"), ("d", "take every rank's stack now"),
+            ("b", "write an incident bundle now"), ("a", "every preflight check, or only the problems"),
+            ("q", "quit (after a launch: asks whether to stop the training)"), ("?", "this list")]
 
     def __init__(self, source: Source, refresh: float = 1.0):   # refresh in seconds
         super().__init__()
@@ -115,6 +121,8 @@ class DashboardApp(App[str]):
         if guilty and guilty != self._guilty:
             ranks.point_at(guilty[0])          # a new diagnosis: `s` shows the guilty rank at once
         self._guilty = guilty
+        if isinstance(self.screen, StacksScreen):     # `g` is open: it follows the run too
+            self.screen.show(stacks_view(snapshot.ranks, snapshot.diagnosis))
         self.applied += 1
 
     def on_snapshot_failed(self, message: SnapshotFailed) -> None:
@@ -175,6 +183,9 @@ class DashboardApp(App[str]):
         else:
             self.call_from_thread(self.notify, "no bundle written: this source cannot write one",
                                   severity="warning")
+
+    def action_keys(self) -> None:
+        self.push_screen(KeysScreen(self.KEYS))
 
     def action_all_checks(self) -> None:
         self.query_one(PreflightPanel).toggle_all()

@@ -3,7 +3,7 @@ could go to a plain terminal, and tests check it without starting an app."""
 
 from __future__ import annotations
 
-from hangwatch.model import Diagnosis, RankView
+from hangwatch.model import Diagnosis, RankStatus, RankView
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_SAMPLES = 10
@@ -39,12 +39,25 @@ def state_label(rank: RankView) -> str:
     return rank.state
 
 
-def step_text(rank: RankView) -> str:
-    """The step the output last showed and how fast steps come; blank when the output shows none."""
+def step_text(rank: RankView, threshold: float | None = None) -> str:  # threshold in seconds
+    """The step the output last showed and how fast steps come; "stalled" once the rank has made
+    no progress for the watcher's stall threshold (its last rate is history then); blank when the
+    output shows no step."""
     if rank.step is None and rank.step_rate is None:
         return ""
     step = NA if rank.step is None else str(rank.step)
-    return f"{step} {rate_text(rank.step_rate)}".strip()
+    if rank.state is RankStatus.EXITED:
+        return step                                      # no rate: it ended
+    rate = "stalled" if threshold is not None and stalled(rank, threshold) else rate_text(rank.step_rate)
+    return f"{step} {rate}".strip()
+
+
+PROGRESSING = (RankStatus.RUNNING, RankStatus.COMPUTING, RankStatus.EXITED, RankStatus.UNKNOWN)
+
+
+def stalled(rank: RankView, threshold: float = 1.0) -> bool:  # threshold in seconds
+    """No progress for `threshold` (the watcher's own, for "stalled"): waiting or idle that long."""
+    return rank.state not in PROGRESSING and rank.idle_for >= threshold
 
 
 def rate_text(rate: float | None) -> str:  # rate in steps per second

@@ -28,6 +28,30 @@ MODAL_CSS = """
 """
 
 
+class KeysScreen(ModalScreen[None]):
+    """What each key does (`?`): the dashboard's KEYS, which a test holds to its bindings."""
+
+    DEFAULT_CSS = MODAL_CSS.format(name="KeysScreen")
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def __init__(self, keys: list[tuple[str, str]]):
+        super().__init__()
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        width = max(len(key) for key, _ in self.keys)
+        text = Text()
+        for key, what in self.keys:
+            text.append(f"{key:>{width}}", "bold")
+            text.append(f"  {what}\n")
+        text.append(f"{'↑ ↓':>{width}}", "bold")
+        text.append("  choose a rank (s and l show the chosen one)")
+        with Vertical() as box:
+            box.border_title = "keys"
+            box.border_subtitle = "esc closes"
+            yield Static(text, id="keys")
+
+
 class StackScreen(ModalScreen[None]):
     """The rank's whole Python stack from the last snapshot, innermost frame first."""
 
@@ -73,14 +97,25 @@ class StacksScreen(ModalScreen[None]):
         self.view = view
 
     def compose(self) -> ComposeResult:
-        view = self.view
-        stacks = sum(1 for g in view.groups if g.stack is not None)
         with Vertical() as box:
-            box.border_title = (f"every rank's stack: {view.ranks} rank{'s' if view.ranks != 1 else ''}, "
-                                f"{stacks} different stack{'s' if stacks != 1 else ''}")
+            box.border_title = _stacks_title(self.view)
             box.border_subtitle = "innermost first · ! differs from the most ranks · esc closes"
             with VerticalScroll():
-                yield Static(render_groups(view), id="stacks")
+                yield Static(render_groups(self.view), id="stacks")
+
+    def show(self, view: StacksView) -> None:
+        """A newer snapshot while it is open: its stacks, not the ones of the moment `g` was pressed."""
+        if view == self.view:
+            return
+        self.view = view
+        self.query_one(Vertical).border_title = _stacks_title(view)
+        self.query_one("#stacks", Static).update(render_groups(view))
+
+
+def _stacks_title(view: StacksView) -> str:
+    stacks = sum(1 for g in view.groups if g.stack is not None)
+    return (f"every rank's stack: {view.ranks} rank{'s' if view.ranks != 1 else ''}, "
+            f"{stacks} different stack{'s' if stacks != 1 else ''}")
 
 
 def render_groups(view: StacksView) -> Text:

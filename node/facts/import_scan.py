@@ -221,7 +221,12 @@ def scan(entry: str, module: bool, root: str, path=()) -> dict:
         except _NotRead as exc:
             out["unreadable"].append(f"{label}: {exc}")
             continue
-        except (OSError, SyntaxError, ValueError) as exc:
+        except SyntaxError as exc:
+            # This Python cannot compile it: the training would stop there before its first step.
+            out.setdefault("syntax_error", f"{label}:{exc.lineno or 0}: {exc.msg}")
+            out["unreadable"].append(f"{label}: SyntaxError")
+            continue
+        except (OSError, ValueError) as exc:
             out["unreadable"].append(f"{label}: {type(exc).__name__}")
             continue
         out["files"].append(label)

@@ -132,7 +132,7 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
         name, link = slow
         yield Verdict(Status.WARN, name,
                       f"{predicted}: the link, not compute, will bound the run{compute}. The slowest link is "
-                      f"{_describe(name, link)}: every step's all_reduce crosses it (seeds 001, 004). {figures}",
+                      f"{_describe(name, link)}: every step's all_reduce crosses it. {figures}",
                       _by_wire(ctx, name), details)
         return
     less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"

@@ -130,9 +130,8 @@ def _failure_result(op: str, cases: list[Case], others: list[Case], backend: str
             where += "; blocking calls and wait() work"
     hits = _scan_hits(op, modes, scan)
     wrapped = _scan_hits(op, modes, scan, wrapped=True)
-    seed = " (seed 000)" if future_only and op.startswith("reduce_scatter") and not wrong else ""
     verb = "returns wrong results" if wrong else "fails"
-    summary = f"{name} {verb} on {backend} ({where}): {message}{seed}{under}"
+    summary = f"{name} {verb} on {backend} ({where}): {message}{under}"
     if others:
         summary += f"; it also fails another way, reported on its own ({others[0].what_failed})"
     # An all_gather call site fails only if its ranks' sizes differ, which no scan can tell.
@@ -198,10 +197,10 @@ def _group_only_under_cuda(ctx: Context, scan: Scan) -> Verdict | None:
     return Verdict(Status.FAIL if alone else Status.WARN, None,
                    f"the training code creates its process group only under CUDA ({where}, inside "
                    f"`if {first.guard}:` at line {first.guard_line}): on this CPU run no rank joins a "
-                   "group and each trains alone (seed 000's compute_init)"
+                   "group and each trains alone"
                    + (f"; all {world} ranks would train {world} separate models" if alone else ""),
                    change(f"in {first.file}, {after}: if {wanted}: "
-                          f"{first.call}(backend=\"{ctx.options.backend}\")", note="as seed 000's first patch"),
+                          f"{first.call}(backend=\"{ctx.options.backend}\")"),
                    {"scan_path": scan.path, "inits": [dict(i.sent) for i in inits], "world": world})
 
 

@@ -60,13 +60,13 @@ def check_device_dtype(ctx: Context) -> Iterator[Verdict]:
         if device == "cpu" and dtype and "bf16" in dtype.replace("bfloat16", "bf16") and not bf16:
             yield Verdict(Status.WARN, node.node,
                           f"bf16 on {node.node}'s CPU, which has no bf16 instructions (no avx512_bf16 or AMX): "
-                          "much slower than float32 (seed 001)",
+                          "much slower than float32",
                           env_fix(ctx, node.node, [(next(v for v in DTYPE_VARS if env.get(v)), "float32")],
                                   every_node=True), details)
         elif device == "cpu" and gpu and not hidden and not (dtype and "32" in dtype):
             yield Verdict(Status.WARN, node.node,
                           f"{node.node} has {gpu} but trains on CPU: code that asks torch.cuda.is_available() "
-                          "picks bf16 and flash attention anyway (seeds 001, 004)",
+                          "picks bf16 and flash attention anyway",
                           env_fix(ctx, node.node, [("NANOCHAT_DTYPE", "float32"), ("NANOCHAT_FORCE_SDPA", "1")],
                                   every_node=True, note="your code's switches; or " + env_fix(
                                       ctx, node.node, [("CUDA_VISIBLE_DEVICES", "")], every_node=True, where=False).text()

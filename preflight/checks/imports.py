@@ -52,6 +52,12 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
         if found.entry_error:
             yield Verdict(Status.FAIL, name, f"{name}: {found.entry_error}", _copy_code(ctx, name, found), details)
             continue
+        if found.syntax_error:
+            where = found.syntax_error.split(": ", 1)[0]
+            yield Verdict(Status.FAIL, name, f"{name}: {found.python} cannot compile {found.syntax_error}: the "
+                          "training would stop there before its first step", change(f"fix the syntax at {where}", name),
+                          details)
+            continue
         missing = ([] if found.torch else [TORCH]) + [m for m in found.missing if m.top != "torch" or found.torch]
         optional = sorted({m.top for m in found.optional_missing})
         if not missing:

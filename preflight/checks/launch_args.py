@@ -27,7 +27,7 @@ def check_launch_args(ctx: Context) -> Iterator[Verdict]:
         script = next((a for a in args if not a.startswith("-") and a != "-m"), None)
         yield Verdict(Status.FAIL, ctx.master.node,
                       f"torchrun rejects the command: {parse.message} (its own options are abbreviated "
-                      "into the script's, seed 000)", separate(args, script),
+                      "into the script's)", separate(args, script),
                       {"parse": parse.to_json()})
         return
     script = parse.training_script
@@ -38,7 +38,7 @@ def check_launch_args(ctx: Context) -> Iterator[Verdict]:
     if got != expected:
         swallowed = [a for a in expected if a not in got]
         yield Verdict(Status.FAIL, ctx.master.node,
-                      f"torchrun takes {' '.join(swallowed) or 'some options'} for itself: the script never sees them (seed 000)",
+                      f"torchrun takes {' '.join(swallowed) or 'some options'} for itself: the script never sees them",
                       separate(args, script),
                       {"parse": parse.to_json(), "expected": expected})
         return

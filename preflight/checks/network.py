@@ -135,8 +135,8 @@ def check_address_family(ctx: Context) -> Iterator[Verdict]:
 
 
 KIND_WARNINGS = {
-    "wireless": "Wi-Fi: every step's all-reduce crosses it, and its rate and latency bound the run "
-                "(seeds 001, 004); use a wired link",
+    "wireless": "Wi-Fi: every step's all-reduce crosses it, and its rate and latency bound the run; "
+                "use a wired link",
     "vpn": "a VPN tunnel: extra latency and encryption on every collective; use the LAN interface",
     "docker/bridge": "a container bridge: peers outside this host may not reach it",
 }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from rules.facts import Missing, Process
-from rules.fix import change, run
+from rules.fix import Fix, change, run
 from rules.ports import who_holds
 
 from ..model import Context, NodeFacts, Status, Verdict
@@ -48,8 +48,8 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
         pids = " ".join(str(h.pid) for h in holders)
         yield Verdict(Status.FAIL, master.node,
                       f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
-                      + ": rendezvous fails with EADDRINUSE (seed 002)",
-                      run(f"kill {pids}", master.node, f"on {master.node}; or choose another port with --master-port"), details)
+                      + ": rendezvous fails with EADDRINUSE",
+                      kill_training(master.node, pids, holds_port=True), details)
     else:
         others = [h for h in holders if training is None or h.pid not in training]
         yield _held_by_another_program(master.node, port, others, training is not None, details)
@@ -139,10 +139,26 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
                       f"{len(own)} training process{'es' if len(own) > 1 else ''} already on {node.node}"
                       f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {_listed(own)}{also}",
-                      run(f"kill {' '.join(str(p.pid) for p in own)}", node.node,
-                          f"on {node.node}, if they are not a run you want"
-                          + (f"; {_whose(others)} are not yours: ask {_users(others)}" if others else "")),
+                      kill_training(node.node, " ".join(str(p.pid) for p in own),
+                                    holds_port=node is ctx.master and _hold_the_port(ctx, own),
+                                    others=f"{_whose(others)} are not yours: ask {_users(others)}" if others else ""),
                       details)
+
+
+def kill_training(node: str, pids: str, *, holds_port: bool, others: str = "") -> Fix:
+    """The one fix for training processes left on a node: master-port and stale-processes offer the
+    same line when the leftovers are the port's holders, so the report says it once. `others`: what
+    to say of other users' processes there (never killed from here)."""
+    return run(f"kill {pids}", node, f"on {node}, if they are not a run you want"
+               + ("; or choose another port with --master-port" if holds_port else "")
+               + (f"; {others}" if others else ""))
+
+
+def _hold_the_port(ctx: Context, found: Sequence[Process]) -> bool:
+    """The master's leftovers are exactly the master port's holders (master-port names them too)."""
+    facts = ctx.master.parsed.master_port
+    return not isinstance(facts, Missing) and facts.listening and \
+        {h.pid for h in facts.holders} == {p.pid for p in found}
 
 
 PTRACE_FIX = {

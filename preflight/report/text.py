@@ -24,7 +24,9 @@ STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red",
          Status.ERROR: "bold magenta", Status.SKIP: "dim"}
 
 
-def render(report: Report, *, width: int = 120, color: bool = True, verbose: bool = False) -> str:
+def render(report: Report, *, width: int = 120, color: bool = True, verbose: bool = False,
+           quiet: bool = False) -> str:
+    """`quiet`: the nodes not reached, the fixes and the verdict line only, no table."""
     table = Table(show_lines=False, expand=False, pad_edge=False)
     table.add_column("check", no_wrap=True)
     table.add_column("node", no_wrap=True)
@@ -35,8 +37,14 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     # the table first shows it; every row that offers it carries its number.
     fixes = report.fixes
     number = {id(r): n for n, said in enumerate(fixes, 1) for r in said.results}
+    # A check that does not apply to this run at all (no node of its own: a GPU check on a CPU run,
+    # Slurm's outside a job) is one name on one line, unless -v.
+    not_for_this_run = [r.check for r in report.results
+                        if not verbose and r.status is Status.SKIP and r.node is None]
     for r in report.results:
         if not verbose and r.status == Status.PASS and r.check not in ALWAYS_SHOWN:
+            continue
+        if not verbose and r.status is Status.SKIP and r.node is None:
             continue
         mark = str(number.get(id(r), ""))
         table.add_row(Text(shown(r.check)), Text(shown(r.node or "-")), Text(r.status.value, style=STYLE[r.status]),
@@ -44,7 +52,16 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
                       color_system="standard" if color else None, highlight=False)
-    console.print(table)
+    # A node that gave no facts decides every row below it: said first, in one line each.
+    for r in report.results:
+        if r.check == "node-reachable" and r.status in (Status.FAIL, Status.ERROR):
+            fix = f" (fix {number[id(r)]} below)" if id(r) in number else ""
+            console.print(Text.assemble(("NOT CHECKED: ", STYLE[r.status]), shown(r.summary) + fix), soft_wrap=True)
+    if not quiet:
+        console.print(table)
+        if not_for_this_run:
+            console.print(Text(f"skipped, not part of this run: {', '.join(not_for_this_run)} (-v shows why)",
+                               style="dim"))
     if fixes:
         console.print(Text("fixes:", style="bold"))
         for n, said in enumerate(fixes, 1):
@@ -54,7 +71,7 @@ def render(report: Report, *, width: int = 120, color: bool = True, verbose: boo
     line = Text.assemble(verdict, f": {counts[Status.PASS]} passed, {counts[Status.WARN]} warnings, "
                                   f"{counts[Status.FAIL]} failed, {counts[Status.ERROR]} errors, "
                                   f"{counts[Status.SKIP]} skipped on {len(report.nodes)} node(s)")
-    if not verbose and counts[Status.PASS]:
+    if not verbose and not quiet and counts[Status.PASS]:
         line.append("  (passes hidden: -v shows them)", style="dim")
     console.print(line)
     return out.getvalue()

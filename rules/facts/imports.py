@@ -44,6 +44,7 @@ class TrainingImports(Sent):
     pythonpath: Mapping[str, str] = field(default_factory=dict)   # followed, found through PYTHONPATH -> file
     external: tuple[str, ...] = ()             # installed top-level modules it imports
     distributions: Mapping[str, str] = field(default_factory=dict)   # top-level module -> its pip name
+    syntax_error: str | None = None            # "FILE:LINE: message": a file this Python cannot compile
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> TrainingImports:
@@ -53,5 +54,5 @@ class TrainingImports(Sent):
                    objects(wire, "missing", MissingImport.from_json),
                    objects(wire, "optional_missing", MissingImport.from_json),
                    strings(wire, "own"), strings(wire, "pythonpath"), texts(wire, "external"),
-                   strings(wire, "distributions"),
+                   strings(wire, "distributions"), text(wire, "syntax_error"),
                    sent=sent_of(wire))

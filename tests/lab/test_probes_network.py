@@ -293,8 +293,8 @@ def test_every_family_a_rank_binds_is_probed_each_block_named_with_its_own_rule(
     assert warn["summary"] == (
         f"new connections to worker1's ephemeral ports at {w1.ipv4} (IPv4: where its ranks bind once their interface "
         "is pinned) are blocked from master: silently dropped (a firewall). worker1 has the lower address, so it "
-        "listens and master connects: Gloo's process-group creation hangs, then fails with 'Connect timeout' (seed "
-        f"002). A torchrun started without GLOO_SOCKET_IFNAME is not stopped: unpinned, its ranks bind IPv6 {w1.ipv6}, "
+        "listens and master connects: Gloo's process-group creation hangs, then fails with 'Connect timeout'. "
+        f"A torchrun started without GLOO_SOCKET_IFNAME is not stopped: unpinned, its ranks bind IPv6 {w1.ipv6}, "
         "where the same connections open; pinning their interface (as --launch does, or a fix that sets it) meets "
         "this block")
     outcomes = run_job(clean_lab, ["master", "worker1"], port=29573, pg_timeout=15)
@@ -311,8 +311,8 @@ def test_every_family_a_rank_binds_is_probed_each_block_named_with_its_own_rule(
     assert fail["summary"] == (
         f"new connections to worker1's ephemeral ports at {w1.ipv6} (IPv6: where its ranks bind unpinned, as its "
         "hostname resolves) are blocked from master: silently dropped (a firewall). worker1 has the lower address, "
-        "so it listens and master connects: Gloo's process-group creation hangs, then fails with 'Connect timeout' "
-        f"(seed 002). Pinned, its ranks bind IPv4 {w1.ipv4}, where the same connections open")
+        "so it listens and master connects: Gloo's process-group creation hangs, then fails with 'Connect timeout'. "
+        f"Pinned, its ranks bind IPv4 {w1.ipv4}, where the same connections open")
     low, high = fail["details"]["range"]
     subnet = w1.ipv6.rsplit("::", 1)[0] + "::/64"
     assert fail["fix"] == (

@@ -25,8 +25,8 @@ def test_a_firewall_for_ipv6_alone_fails_where_unpinned_ranks_bind_with_the_ip6_
     assert worker.summary == (
         f"new connections to worker1's ephemeral ports at {W1_V6} (IPv6: where its ranks bind unpinned, as its "
         "hostname resolves) are blocked from master: silently dropped (a firewall). worker1 has the lower address, "
-        "so it listens and master connects: Gloo's process-group creation hangs, then fails with 'Connect timeout' "
-        f"(seed 002). Pinned, its ranks bind IPv4 {W1_V4}, where the same connections open")
+        "so it listens and master connects: Gloo's process-group creation hangs, then fails with 'Connect timeout'. "
+        f"Pinned, its ranks bind IPv4 {W1_V4}, where the same connections open")
     assert worker.fix == (
         "on worker1: sudo ufw allow from fd64:6470:213::/64 proto tcp to any port 32768:60999   # or nftables: sudo "
         "nft insert rule inet ddp_lab_firewall input ip6 saddr fd64:6470:213::/64 tcp dport 32768-60999 accept")

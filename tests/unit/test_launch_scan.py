@@ -25,9 +25,9 @@ ARTIFACT = Path(__file__).parent / "artifacts" / "collectives_gloo_2node.json"
 
 SUMMARY = ("the training code creates its process group only under CUDA (nanochat/common.py:54, inside "
            "`if is_ddp_requested and device_type == 'cuda':` at line 51): on this CPU run no rank joins a group "
-           "and each trains alone (seed 000's compute_init)")
+           "and each trains alone")
 FIX = ('in nanochat/common.py, after line 57 (the end of that `if`), indented as it: if is_ddp_requested and not '
-       'dist.is_initialized(): dist.init_process_group(backend="gloo")   # as seed 000\'s first patch')
+       'dist.is_initialized(): dist.init_process_group(backend="gloo")')
 
 
 @pytest.fixture(scope="module")

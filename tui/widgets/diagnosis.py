@@ -5,6 +5,7 @@ from the raw fields (text.py takes a message's first line) and shown as one line
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -12,7 +13,7 @@ from textual.widgets import Static
 
 from hangwatch.model import Diagnosis, Snapshot, is_hang, label
 from hangwatch.text import summary
-from hangwatch.words import cause_line, evidence_line, who
+from hangwatch.words import cause_line, evidence_line, note_line, who
 from node.terminal import shown, shown_data
 
 from .. import format as fmt
@@ -53,11 +54,22 @@ class DiagnosisPanel(VerticalScroll):
             parts = (diagnosis.kind.upper(), fmt.since_text(diagnosis, snapshot.time), look)
             self.border_title = " · ".join(p for p in parts if p)
         else:
-            self.border_title = "no hang"
+            self.border_title = waiting_title(snapshot)
         text = render_diagnosis(snapshot)
         if text != self._shown:          # an update lays the screen out again: only on change
             self._shown = text
             self.query_one("#diagnosis-text", Static).update(text)
+
+
+def waiting_title(snapshot: Snapshot) -> str:
+    """No verdict: "no hang" only while no rank has stopped making progress; else what the rank
+    table shows already (rank 3 idle 10s), until the watcher's threshold decides."""
+    stopped = [r for r in snapshot.ranks if fmt.stalled(r)]
+    if not stopped:
+        return "no hang"
+    longest = max(r.idle_for for r in stopped)
+    return (f"no verdict yet · {who([r.key for r in stopped])} without progress for {fmt.duration(longest)} "
+            f"(a verdict at {snapshot.threshold:g}s)")
 
 
 SHOWN_GUILTY = 3      # more guilty ranks than this are listed by number only
@@ -69,7 +81,9 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
     text = Text()
     diagnosis = snapshot.diagnosis
     if diagnosis:
-        text.append(shown(summary(diagnosis)) + "\n", "bold")
+        # The verdict alone: what preflight said of its nodes comes after the causes (on an 80x24
+        # screen the sentence would push them off), in lines of its own.
+        text.append(shown(summary(replace(diagnosis, notes=()))) + "\n", "bold")
         where = {r.key: r for r in snapshot.ranks}
         named = list(diagnosis.named)
         for rank in named[:SHOWN_GUILTY]:
@@ -90,6 +104,9 @@ def render_diagnosis(snapshot: Snapshot) -> Text:
         for i, cause in enumerate(diagnosis.causes):
             text.append("likely: " if i == 0 else "    or: ", "bold")
             text.append(shown(cause_line(cause)) + "\n")
+    for note in diagnosis.notes if diagnosis else ():
+        text.append("preflight said: ", "bold yellow")
+        text.append(shown(note_line(note)) + "\n")
     for path in snapshot.incidents:
         text.append("bundle: ", "bold")
         text.append(shown(path) + "\n")

@@ -41,7 +41,7 @@ class RanksTable(DataTable):
     def show(self, snapshot: Snapshot) -> None:
         guilty = set(snapshot.diagnosis.named) if snapshot.diagnosis else set()
         ranks = sorted(snapshot.ranks, key=lambda r: (r.rank is None, r.rank or 0, r.node, r.pid))
-        rows = {row_key(r): cells(r, r.rank in guilty) for r in ranks}
+        rows = {row_key(r): cells(r, r.rank in guilty, snapshot.threshold) for r in ranks}
         if list(rows) != list(self._cells):
             self._rebuild(rows)
         else:
@@ -86,12 +86,12 @@ def row_key(rank: RankView) -> str:
     return f"{rank.node}/{rank.pid}"
 
 
-def cells(rank: RankView, guilty: bool) -> list[Cell]:
+def cells(rank: RankView, guilty: bool, threshold: float | None = None) -> list[Cell]:  # threshold in seconds
     # "!" marks the guilty rank where colour does not show (NO_COLOR, a monochrome terminal).
     label = ("!" if guilty else " ") + (str(rank.rank) if rank.rank is not None else "?")
     # The rank's own text: its escape sequences are shown, never sent to the terminal.
     row = [label, shown(rank.node), str(rank.pid), fmt.cpu_text(rank), shown(fmt.state_label(rank)),
-           shown(rank.frame or fmt.NA), fmt.step_text(rank), visible(rank.last_line or "")]
+           shown(rank.frame or fmt.NA), fmt.step_text(rank, threshold), visible(rank.last_line or "")]
     if guilty:
         return [(text, GUILTY_STYLE) for text in row]
     styles = [""] * len(row)
