@@ -287,7 +287,7 @@ def _gloo_fails(dial: Dial, mesh: bool = False) -> str:
     if not said:
         return how
     return f"{how} in connectFullMesh ('{said}')" if mesh else \
-        f"{how} with '{said}'" + (" (seed 002)" if dial.outcome == "filtered" else "")
+        f"{how} with '{said}'"
 
 
 def _chain(node: NodeFacts | None) -> str:

@@ -41,7 +41,7 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
         other = DEFAULT_MASTER_PORT if port != DEFAULT_MASTER_PORT else DEFAULT_MASTER_PORT + 1
         yield Verdict(Status.FAIL, master.node,
                       f"port {port} on {master.node} is held by " + "; ".join(map(_described, holders))
-                      + ": rendezvous fails with EADDRINUSE (seed 002)",
+                      + ": rendezvous fails with EADDRINUSE",
                       change(f"--master-port {other}", note=f"another port for the run; {port} is held by "
                              f"{_whose(others)}: ask {_users(others)}, it is not yours to stop"), details)
     elif training is not None and all(h.pid in training for h in holders):
