@@ -201,3 +201,40 @@ def test_roots_own_code_passes_and_a_group_writable_folder_of_the_intruders_grou
     assert code_refusal(str(code), "train.py") == (
         f"the training's code folder {code} is writable by other users (mode 775), who could change what the ranks "
         "run as root", f"chmod go-w {code}, or use a copy that only root can change")
+
+
+def test_a_sticky_world_writable_code_folder_is_no_rescue_for_the_code_in_it(user, arena, markers, tmp_path):
+    """/tmp-like (1777): the intruder cannot replace root's train.py there, but can add a
+    helpers.py that the script's folder, first on sys.path, gives to `import helpers`."""
+    code = arena / "code"
+    code.mkdir()
+    code.chmod(0o1777)
+    (code / "train.py").write_text("import helpers\n")
+    plant(user, code / "helpers.py", marker_module(markers))
+    done = launch(code, tmp_path)
+
+    assert left(markers) == []
+    failed_line(done, f"the training's code folder {code} is writable by other users (mode 1777), who could change "
+                      "what the ranks run as root", f"chmod go-w {code}, or use a copy that only root can change")
+
+
+def test_ld_preload_in_a_config_of_roots_for_one_node_is_refused_there(user, arena, markers, tmp_path):
+    from tests.unit.test_hostile_env import planted_library
+
+    folder = user.home / f"code-{uuid.uuid4().hex[:8]}"
+    user.run(["mkdir", "-m", "755", str(folder)])
+    try:
+        library = planted_library(user, folder, markers)
+        code = arena / "code"
+        code.mkdir()
+        (code / "train.py").write_text("print(1)\n")
+        config = tmp_path / "cluster.toml"
+        config.write_text(f'[nodes.{HOST}.env]\nLD_PRELOAD = "{library}"\n')
+        done = launch(code, tmp_path, "--config", str(config))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    assert left(markers) == []
+    failed_line(done, f"the training's LD_PRELOAD file {library} belongs to {user.name} (uid {user.uid}), who could "
+                      "change what the ranks load as root",
+                "give LD_PRELOAD only files that root alone can change, or leave it out")
