@@ -127,6 +127,17 @@ def running_ranks(contexts):
             if h.proc.poll() is None]
 
 
+def bounded_tee():
+    """torchrun's --tee in bounded memory, whatever a rank prints (node/tail.py), where this torch's
+    tail can be replaced; else its own."""
+    try:
+        from torch.distributed.elastic.multiprocessing import tail_log
+    except Exception:
+        return
+    if callable(getattr(tail_log, "tail_logfile", None)):
+        tail_log.tail_logfile = tail.tail_logfile
+
+
 def watch_ranks():
     """Keep torchrun's worker contexts to read their processes' exits (private API: without it
     the run still works, only the per-rank exits are missing)."""
@@ -296,7 +307,7 @@ def main(spec, work):
             fix=f"{sys.executable} -m pip install {wanted}, or --python the training environment's interpreter")
         return 2
     contexts, watched = watch_ranks()
-    tail.install()       # torchrun's --tee in bounded memory, whatever a rank prints (node/tail.py)
+    bounded_tee()
     logs = os.path.join(work.folder, "torchrun")     # torchrun's --tee files
     code = 0
     try:

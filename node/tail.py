@@ -9,8 +9,8 @@ transport/lines.py, says it the same way). A line is written once it ends (torch
 what it found at the file's end, so a rank's block-buffered output came in pieces that the
 master joins again); the file's last line when the rank is done.
 
-`install()` puts it in torchrun's place before the launch program runs torchrun (launch_runner.py);
-an older or newer torch whose tail cannot be replaced keeps its own."""
+The launch program puts it in torchrun's place before it runs torchrun (launch_runner.py's
+bounded_tee); a torch whose tail cannot be replaced keeps its own. This module imports no torch."""
 
 import os
 import time
@@ -79,15 +79,3 @@ def tail_logfile(header, file, dst, finished, interval_sec, log_line_filter=None
                 return
             else:
                 time.sleep(interval_sec)
-
-
-def install() -> bool:
-    """Replace torchrun's tail with this one; False where this torch has none to replace."""
-    try:
-        from torch.distributed.elastic.multiprocessing import tail_log
-    except Exception:
-        return False
-    if not callable(getattr(tail_log, "tail_logfile", None)):
-        return False
-    tail_log.tail_logfile = tail_logfile
-    return True

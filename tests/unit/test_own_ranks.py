@@ -208,3 +208,18 @@ def test_attach_with_pids_reads_and_reports_nothing_of_other_processes(processes
     for pid in (other, stranger):
         assert f'"pid": {pid}' not in written and f"pid {pid}" not in written, pid
     assert "forged_all_reduce" not in written
+
+
+def test_attach_to_another_users_torchrun_by_pid_follows_it_and_its_rank_and_refuses_nothing(processes):
+    """Root gives the pid of a second user's torchrun: the torchrun and the rank it started are
+    followed (the user asked for them), and no notice says that user's processes are not followed."""
+    user = hostile_user()
+    launcher = processes.start([sys.executable, "-c", LAUNCHER, "torchrun", "--nnodes", "1"], rank_env(free_port()),
+                               user=user)
+    [launched] = processes.children(launcher)
+    time.sleep(0.5)
+    watch = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "--pid", str(launcher), "--json",
+                            "--threshold", "4", "--for", "8"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    events = [json.loads(line) for line in watch.stdout.splitlines()]
+    assert {e["pid"] for e in events if e["event"] == "rank-found"} == {launched}, [e["text"] for e in events]
+    assert not [e["text"] for e in events if "not followed" in e["text"]], [e["text"] for e in events]
