@@ -66,6 +66,13 @@ def launcher_said(info: ExceptionInfo | None, line: str) -> Said | None:
     return usage_error(line)
 
 
+def launcher_said_in(text: str) -> Said | None:
+    """What a launcher's own report of its failure names, read by the catalogue's patterns (the
+    launch program's "torchrun failed" with torch's own words in it: its store's port in use)."""
+    found = said_by("", text)
+    return found if found is not None and found.failure in LAUNCHERS else usage_error(text)
+
+
 def said(ending: Ending) -> Said | None:
     """What an ending's exception's words name (its chain's earlier message too)."""
     seen = ending.exception
