@@ -52,6 +52,7 @@ def judged(g: Gathered) -> Root | None:
     named = [r for r in done if r.key in found.named]
     root = Root(found.kind, found.reason or Reason.LOST_PEER, list(found.culprits), list(found.candidates),
                 found.certainty, notes={k: e.notes for k, e in evidence.items() if e.notes},
+                named_by={k: e.named_by for k, e in evidence.items() if e.named_by},
                 reasons={k: e.reason for k, e in evidence.items() if e.reason is not None},
                 quotes=quotes(named) + [q for r in named if not r.quotes for q in r.exit_quotes[:1]],
                 named_by_words=found.reason in (Reason.LEFT_FIRST, Reason.LOST_PEER) and not named,
@@ -83,6 +84,7 @@ def from_named(g: Gathered, found: named.Named | None) -> Root | None:
     return Root(d.kind, d.reason or Reason.FAILED, list(d.culprits), list(d.candidates), d.certainty,
                 nodes=list(d.nodes), store=d.store, unknown_why=d.unknown_why,
                 notes={e.key: tuple(e.notes) for e in d.evidence if e.notes},
+                named_by={e.key: e.named_by for e in d.evidence if e.named_by},
                 quotes=quotes(launchers) + quotes(said), fix=found.fix, named_by_words=d.basis is Basis.WORDS)
 
 

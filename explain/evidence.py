@@ -38,7 +38,8 @@ def evidence(g: Gathered, root: Root) -> list[Evidence]:
             function=info.function if info else None, exit=seen.exit, exception=exception,
             seq=place.seq if place else None, seq_op=place.op if place else None,
             completed=place.completed if place else None, quote=str(lines[0]) if lines else None,
-            notes=root.notes.get(key, ()), writer=key.writer if isinstance(key, Unnumbered) else None))
+            notes=root.notes.get(key, ()), writer=key.writer if isinstance(key, Unnumbered) else None,
+            named_by=root.named_by.get(key)))
     shown = {e.key for e in out}
     return out + [e for e in root.extra if e.key not in shown]
 

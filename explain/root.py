@@ -27,6 +27,7 @@ class Root:
     store: str | None = None
     unknown_why: str | None = None
     notes: Mapping[Who, tuple[str, ...]] = field(default_factory=dict)   # what says so, per rank (Evidence.notes)
+    named_by: Mapping[Who, str] = field(default_factory=dict)   # what gave each rank its reason (Evidence.named_by)
     reasons: dict[Who, Reason] = field(default_factory=dict)   # each rank's own reason, where the rule said it
     quotes: list[Quote] = field(default_factory=list)
     fix: Fix | None = None

@@ -37,6 +37,7 @@ def said(g: Gathered) -> Root | None:
     if ooms and killed:
         return Root(Kind.EXITED, Reason.OOM_KILLED, culprits=sorted(r.key for r in killed),
                     notes={r.key: ("signal 9, SIGKILL",) for r in killed},
+                    named_by={r.key: "signal 9, SIGKILL" for r in killed},
                     quotes=quotes(ooms) + [q for r in killed for q in r.exit_quotes[:1]])
     if _behind_ranks(g):
         return None

@@ -35,10 +35,10 @@ def _ended(e: Evidence) -> str:
     exception = (f"{seen.type}: {first_line(seen.message)}" + (f" at {seen.where}" if seen.where else "")
                  if seen is not None else "an exception")
     form = ENDED.get(e.reason or Reason.FAILED, ENDED[Reason.FAILED])
-    if e.reason is Reason.FAILED and e.notes:       # what says it went first: its own failure
+    if e.reason is Reason.FAILED and e.named_by:    # what says it went first: its own failure
         form = "failed first ({signal}): {basis}"
     said = form.format(exception=exception, exit=e.exit or "its code unread", signal=signal_name(e.exit),
-                       basis=e.notes[0] if e.notes else "its own end unseen")
+                       basis=e.named_by or "its own end unseen")
     if e.frame and e.reason in (Reason.KILLED, Reason.FAILED) and e.exception is None:
         said += f" at {e.frame}" + (f" ({e.function})" if e.function else "")     # faulthandler's line
     return said
@@ -145,7 +145,7 @@ def named(d: Diagnosis, followed: bool = True) -> str:
         port = f" at {d.store}" if d.store else ""
     text = words.format(who=who(d.named) or ", ".join(d.nodes) or "every rank", their="their" if many else "its",
                         was="were" if many else "was", nodes=", ".join(d.nodes) or "a node", port=port,
-                        exception=exception, basis=(first.notes[0] if first is not None and first.notes
+                        exception=exception, basis=(first.named_by if first is not None and first.named_by
                                                     and d.reason is not Reason.BEHIND else d.unknown_why or ""),
                         op=(f"{first.op} #{first.seq}" if first is not None and first.op and first.seq is not None
                             else first.op if first is not None and first.op else "a collective"))

@@ -381,5 +381,6 @@ def _evidence(r: Read) -> Evidence:
             notes = (f"its process ended with {exit}",)
         exit = recorded
     return Evidence(e.node, e.pid, e.rank, RankStatus.EXITED, r.reason, frame=frame, function=function, exit=exit,
-                    ended_at=e.at, exception=seen, quote=e.quote, notes=r.basis + notes, writer=e.writer)
+                    ended_at=e.at, exception=seen, quote=e.quote, notes=r.basis + notes, writer=e.writer,
+                    named_by=r.basis[0] if r.basis else None)
 

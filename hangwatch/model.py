@@ -233,6 +233,8 @@ class Evidence:
     notes: tuple[str, ...] = ()       # what else was seen: "CPU 0%", "waiting in the kernel at futex_do_wait"
     node_rank: int | None = None      # a torchrun that waits in its rendezvous: its node rank (of Diagnosis.world)
     groups: tuple[InGroup, ...] = ()  # where it is in each process group it has used (Flight Recorder)
+    named_by: str | None = None       # what the judging read that gave it its reason (exits' basis, a failure's
+                                      # words): said as its why, never read back from `notes` by position
     step: str | None = None           # the training step of its own its stack showed it in, where it trains alone
                                       # ("optimizer.step at train.py:88": alone.py)
 

@@ -66,6 +66,13 @@ def launcher_said(info: ExceptionInfo | None, line: str) -> Said | None:
     return usage_error(line)
 
 
+def launcher_said_in(text: str) -> Said | None:
+    """What a launcher's own report of its failure names, read by the catalogue's patterns (the
+    launch program's "torchrun failed" with torch's own words in it: its store's port in use)."""
+    found = said_by("", text)
+    return found if found is not None and found.failure in LAUNCHERS else usage_error(text)
+
+
 def said(ending: Ending) -> Said | None:
     """What an ending's exception's words name (its chain's earlier message too)."""
     seen = ending.exception
@@ -96,9 +103,8 @@ def by_words(endings: Sequence[Ending], running: Sequence[Evidence] = (), contex
         return None
     d = found.diagnosis
     reads = {e.key: exits.read(e, endings) for e in endings}
-    evidence = tuple(replace(exits.evidence_of(r), reason=d.reason if r.ending.key in d.named else r.reason,
-                             notes=_notes(d, r.ending, by))
-                     for r in reads.values()) + tuple(running)
+    evidence = tuple(_as_named(exits.evidence_of(r), d, _said_of(d, r.ending, by)) for r in reads.values()) + \
+        tuple(running)
     return replace(found, diagnosis=replace(d, evidence=evidence, causes=causes.of(d.reason, found.fix)))
 
 
@@ -140,14 +146,22 @@ def by_launchers(launchers: Sequence[LauncherSaid]) -> Named | None:
     return Named(d, launchers=tuple(said))
 
 
-def _notes(d: Diagnosis, e: Ending, by: dict[Failure, list[tuple[Ending, Said]]]) -> tuple[str, ...]:
+def _as_named(e: Evidence, d: Diagnosis, said: str | None) -> Evidence:
+    """A rank's evidence under a verdict the words decided: its reason the verdict's where it is
+    named; what the words said of it (an address family) is what named it."""
+    return replace(e, reason=d.reason if e.key in d.named else e.reason, notes=(said,) if said else (),
+                   named_by=said)
+
+
+def _said_of(d: Diagnosis, e: Ending, by: dict[Failure, list[tuple[Ending, Said]]]) -> str | None:
+    """What the words said of this rank, where the verdict rests on it: its address family."""
     if d.reason is not Reason.ADDRESS_FAMILY:
-        return ()
+        return None
     for ending, s in by.get(Failure.ADDRESS_FAMILY, ()):
         if ending.key == e.key:
             return (f"{family_name(s.detail['own'])} on {e.node or 'its node'} while its peer binds "
-                    f"{family_name(s.detail['peer'])}",)
-    return ()
+                    f"{family_name(s.detail['peer'])}")
+    return None
 
 
 def _decide(by: dict[Failure, list[tuple[Ending, Said]]], endings: Sequence[Ending], running: Sequence[Evidence],

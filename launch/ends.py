@@ -55,6 +55,13 @@ def judge(ranks: Sequence[LaunchedRank], nodes: Sequence[NodeState]) -> Diagnosi
     return named.judge(endings, context=named.Context(master, order, launched=True), launchers=launchers)
 
 
+def by_launchers(nodes: Sequence[NodeState]) -> Diagnosis | None:
+    """What the torchruns' own lines named (their parser, their store's port, their rendezvous), by
+    the one judge's rule: where no rank started, the only word on the run."""
+    found = named.by_launchers([named.LauncherSaid(n.node, said) for n in nodes for said in n.said])
+    return found.diagnosis if found is not None else None
+
+
 def first_on_node(ranks: Sequence[LaunchedRank], node: NodeState) -> tuple[Who, ...]:
     """The rank (or the ranks that cannot be told apart) of this node whose end made torchrun stop
     the others: the one rule, over the node's own ends."""

@@ -1,5 +1,4 @@
-"""Start the plan on every node over the connections preflight opened, stream every line back,
-and stop everything together.
+"""Start the plan on every node over the connections preflight opened, stream every line back, stop all.
 
 Each node runs torchrun under the job supervisor, in its own process group, bounded by the SSH
 channel: stopping a node closes the channel's stdin and the supervisor ends the whole group
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from hangwatch.exits import StoppedBy
 from hangwatch.model import Diagnosis
-from hangwatch.named import launcher_said
+from hangwatch.named import launcher_said, launcher_said_in
 from hangwatch.tracebacks import ExceptionInfo, Reader
 from node import protocol
 from node.protocol import ExitStatus
@@ -47,8 +46,7 @@ class Launch:
     The state is plain data, readable at any time: `plan`, `ranks` (global rank -> LaunchedRank:
     pid, last_line, step, exit), `nodes` (name -> NodeState), `stop_reason`, `tail()`.
 
-    The log folder is not the run: when it cannot be written (a full disk), `on_logs_failed`
-    callbacks get why, once, and the run goes on.
+    The log folder is not the run: when it cannot be written, `on_logs_failed` hears why, once.
 
     What it learns of how ranks end goes to hangwatch through callbacks: `on_stopping(node, t, by)`
     when a launcher begins stopping ranks (torchrun on a node, `t` on its clock; or ddp-preflight
@@ -210,9 +208,9 @@ class Launch:
 
     def _launcher_line(self, node: NodePlan, text: str) -> None:
         """A line of torchrun's own: what it names, for the one judge (named.by_launchers). Lock held."""
-        said = launcher_said(self._readers.setdefault(("launcher", node.node), Reader()).feed(text), text)
-        if said is not None and said not in self.nodes[node.node].said:
-            self.nodes[node.node].said.append(said)
+        said, state = launcher_said(self._readers.setdefault(("launcher", node.node), Reader()).feed(text), text), \
+            self.nodes[node.node]
+        state.said += [said] if said is not None and said not in state.said else []
 
     def _tee(self, node: NodePlan) -> Tee:
         tee = self._tees.get(node.node)
@@ -260,6 +258,8 @@ class Launch:
             state = self.nodes[node.node]
             if data.get("kind") == "error":
                 state.error, state.fix = data.get("message"), data.get("fix")
+                said = launcher_said_in(str(state.error or ""))     # torch's words in it, for the one judge
+                state.said += [said] if said is not None and said not in state.said else []
                 return
             if data.get("kind") == "started":
                 state.launched, state.watched = True, bool(data.get("watched"))

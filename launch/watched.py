@@ -23,6 +23,7 @@ from hangwatch.events import Event, EventKind
 from hangwatch.model import Diagnosis, Kind, NodeNote
 from preflight.model import Report, Status
 
+from .ends import by_launchers
 from .outcome import LaunchResult
 from .plan import Plan
 from .run import Launch
@@ -118,7 +119,11 @@ class WatchedLaunch:
     def verdict(self, result: LaunchResult) -> Diagnosis | None:
         """The run's verdict: who failed first, else the hang named that stopped it (or that was
         still named when it ended); None when it finished, or nothing failed and no hang stood."""
-        return self.said.of(result, None if result.ok else self.watcher.verdict())
+        if result.ok:
+            return None
+        # hangwatch's, from the ranks it followed; where it followed none (no rank started), what the
+        # torchruns' own lines named (the same rule, launch/ends.py)
+        return self.said.of(result, self.watcher.verdict() or by_launchers(result.nodes))
 
     def _event(self, event: Event) -> None:
         self.said.heard(event)
