@@ -16,6 +16,7 @@ it):
 - evidence.py    each rank's evidence, read from the state without changing it
 - verdicts.py    what a stalled run shows (stalled.Stall), handed to the one pipeline that decides
                  (diagnose.py); saying each verdict once
+- kept.py        each rank's evidence kept until an input about its node (counted here) arrives
 No words are written here: the events carry the verdicts, and the shell (watch.py) renders their
 lines at the edge (render.py, text.py)."""
 

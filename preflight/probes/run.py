@@ -29,23 +29,32 @@ def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options:
                seconds: dict[str, float] | None = None) -> dict:
     """`seconds`, when given, gets each probe's wall time (preflight's own time per stage, -v).
     The probes that need torch, when more than one is asked for, run together: one torch job on
-    every node at once (together.py), after the ones they read."""
+    every node at once (together.py), after the ones they read; the network and path-MTU probes
+    run at the same time as each other."""
     out: dict = {}
     seconds = {} if seconds is None else seconds
     shared = [n for n in names if n in MEMBERS]
     if len(shared) < 2:
         shared = []
-    for name in sorted((n for n in names if n not in shared), key=lambda n: n in READS):
+    # The network paths' probes read nothing of the others and measure no CPU: at once. Then the
+    # probes that read them, then the ones that need torch, together.
+    first = [n for n in names if n not in shared and n not in READS and n not in MEMBERS]
+    _at_once(first, cluster, nodes, options, out, seconds)
+    for name in sorted((n for n in names if n not in shared and n not in first), key=lambda n: n in READS):
         _one(name, cluster, nodes, options, out, seconds)
     if shared:
-        together = Together(cluster, nodes, options, shared)
-        threads = [threading.Thread(target=_one, args=(name, cluster, nodes, options, out, seconds, together),
-                                    name=f"probe-{name}", daemon=True) for name in shared]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _at_once(shared, cluster, nodes, options, out, seconds, Together(cluster, nodes, options, shared))
     return {name: out[name] for name in names if name in out}
+
+
+def _at_once(names: list[str], cluster, nodes, options, out: dict, seconds: dict,
+             together: Together | None = None) -> None:
+    threads = [threading.Thread(target=_one, args=(name, cluster, nodes, options, out, seconds, together),
+                                name=f"probe-{name}", daemon=True) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _one(name: str, cluster, nodes, options, out: dict, seconds: dict, together: Together | None = None) -> None:
