@@ -42,11 +42,11 @@ class Finding:
 # The messages that name a cause by themselves, in the order a run fails in (an earlier one is why a
 # later one happened: a duplicate GPU is why NCCL said invalid usage).
 ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family",
-         "gloo-family-mismatch", "nccl-socket-family", "duplicate-gpu", "nccl-invalid-usage", "unused-parameters",
-         "gloo-unsupported", "mismatch-report", "nccl-mismatched-collective", "cuda-oom", "host-oom",
-         "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "store-barrier", "nccl-rank-twice",
-         "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect", "store-wait-timeout",
-         "nccl-system-error")
+         "gloo-family-mismatch", "nccl-socket-family", "nccl-not-built", "duplicate-gpu", "nccl-invalid-usage",
+         "unused-parameters", "gloo-unsupported", "mismatch-report", "nccl-mismatched-collective", "cuda-oom",
+         "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "store-barrier",
+         "nccl-rank-twice", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
+         "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
 # INFO lines, Gloo's loopback warning (harmless on one node), a victim's word on NCCL, monitored_barrier's
 LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-ib-completion", "nccl-error", "monitored-barrier",
