@@ -25,15 +25,13 @@ from hangwatch.tracebacks import ExceptionInfo, Reader
 from node.bounded import Skipped, open_regular, size_text
 from node.protocol import ExitStatus
 from rules.failures import FAILED_LINE
-from rules.message_parts import FAILED_LINE_WORD, OOM_KILL_WORDS, USAGE_ERROR_WORD, WATCHDOG_WORDS
+from rules.message_parts import FAILED_LINE_WORD, LAUNCHER_TYPES, OOM_KILL_WORDS, STOPPED_TYPES, USAGE_ERROR_WORD, WATCHDOG_WORDS
 
 from .inputs import LOG_HEAD, LOG_TAIL
 from .lines import scan
 from .messages import MessageReader
 from .seen import Gathered, NodeSaid, Quote
 
-SPAWN_EXITED = "ProcessExitedException"
-STOPPED = ("KeyboardInterrupt", "SignalException")
 REMEMBERED = 5000            # lines remembered per writer to give a quote its number
 # torchrun's own line on the first worker of its node that it saw fail (torch.distributed.elastic's
 # multiprocessing api: "failed (exitcode: -9) local_rank: 1 (pid: 123) of binary: ..."): a negative
@@ -124,7 +122,7 @@ class LogReader:
         prefixed = any(o.local_rank is not None or o.rank is not None or o.marker is not None for o in self.writers)
         for origin, writer in self.writers.items():
             info = writer.exception
-            if info is not None and info.type.endswith(STOPPED):
+            if info is not None and info.type.endswith(STOPPED_TYPES):
                 info = None          # a stop by hand (Ctrl-C) or a scheduler's: a consequence, never the rank's own failure
             node = origin.node or self.node
             launcher = (origin.node is not None and origin.rank is None) or \
@@ -188,7 +186,7 @@ def _words(info: ExceptionInfo) -> str:
 def _launcher_own(info: ExceptionInfo | None) -> bool:
     """An unprefixed exception that torchrun itself raised (its store, its parser), not a rank's, or
     mp.spawn's word on a process it started (its ProcessExitedException)."""
-    if info is not None and info.type.endswith(SPAWN_EXITED):
+    if info is not None and info.type.endswith(LAUNCHER_TYPES):
         return True
     said = failures.said_by(info.type, info.message) if info is not None else None
     own = (failures.Failure.PORT_IN_USE, failures.Failure.RENDEZVOUS_TIMEOUT, failures.Failure.SCRIPT_OPTIONS)

@@ -86,7 +86,7 @@ class Messages:
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
 RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?::\s|$)")
-NOT_RAISED = ("ChildFailedError", "SignalException", "KeyboardInterrupt", "ProcessExitedException")
+NOT_RAISED = parts.LAUNCHER_TYPES + parts.STOPPED_TYPES
 # A line of how a launcher says a rank ended (failures.FAILED_LINE, DEEPSPEED_EXIT, TABLE_*)
 EXIT_HINT = parts.EXIT_HINT
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from hangwatch.prefixes import normalize
 from rules.failures import ANY_WORD, find
 
-ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+COLOURS = re.compile(r"\x1b\[[0-9;]*m")       # a terminal's colours (SGR): any other escape stays for the renderer to neutralize
 SEPARATOR = re.compile(r"^\s*([=*#~-])\1{9,}\s*$")      # torchrun's table's rules, a logger's
 LINE_STARTS = ("Traceback (most recent call last)", '  File "', "During handling of", "The above exception")
 FENCE = re.compile(r"^\s*(?:>\s*)?(?:```|~~~)[\w+-]*\s*$")
@@ -91,7 +91,8 @@ def wrap_width(lines: list[str]) -> int | None:
 
 def _plain(line: str) -> str:
     """A line without its colour codes and the carriage return of a CRLF ending (one written over by
-    a carriage return mid-line is prefixes.py's: the terminal shows the last)."""
+    a carriage return mid-line is prefixes.py's: the terminal shows the last). Other escapes are
+    kept: the quote shows what the file holds, made harmless where it is rendered."""
     if "\x1b" in line:
-        line = ESCAPES.sub("", line)
+        line = COLOURS.sub("", line)
     return line[:-1] if line.endswith("\r") else line

@@ -73,6 +73,7 @@ class Cause(str, enum.Enum):
     PEER_UNREACHABLE = "peer-unreachable"              # a peer's listening port did not answer (firewall, interface)
     SHARED_MEMORY = "shared-memory-too-small"          # a DataLoader worker's bus error: /dev/shm too small
     LOCAL_RANK_OPTION = "local-rank-option"            # the launcher passes --local-rank, the script parses --local_rank
+    NCCL_NOT_BUILT = "nccl-not-built"                  # this torch has no NCCL (Windows, macOS, a CPU build)
 
 
 class Sure(str, enum.Enum):
@@ -169,6 +170,10 @@ CATALOGUE: tuple[Message, ...] = (
     _m("duplicate-gpu", ("Duplicate GPU",), r"Duplicate GPU detected ?: rank (?P<a>\d+) and rank (?P<b>\d+)"
        r"(?: both on CUDA device (?P<device>\w+))?",
        K.NCCL_ERROR, C.DUPLICATE_GPU, P.ROOT, "two ranks use one GPU", _NCCL_DEVICE),
+    _m("nccl-not-built", ("have NCCL built in",), r"Distributed package doesn't have NCCL built in",
+       K.NCCL_ERROR, C.NCCL_NOT_BUILT, P.ROOT,
+       "this torch has no NCCL: NCCL is Linux-only, and a CPU build of torch has none",
+       change("init_process_group(backend='gloo') here, or a CUDA build of torch on Linux for NCCL")),
     _m("nccl-invalid-usage", ("invalid usage", "ncclInvalidUsage"), r"invalid usage|ncclInvalidUsage",
        K.NCCL_ERROR, C.NCCL_INVALID_USAGE, P.ROOT,
        "NCCL refused a call (two ranks on one GPU, mixed streams, too many async ops): NCCL_DEBUG=WARN says which",

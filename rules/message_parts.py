@@ -51,6 +51,11 @@ LAUNCH_EXIT = re.compile(r"--local_rank=(?P<local>\d+)'[^\n]*?\]' (?:died with <
                          r"|returned non-zero exit status (?P<code>\d+))")
 LAUNCH_EXIT_WORDS = ("died with <Signals", "non-zero exit status")
 
+# Exception types a log shows that are no rank's own failure: a stop by hand (Ctrl-C) or by a scheduler
+# (torchrun's SignalException), and a launcher's word on a rank it started (torchrun's table, mp.spawn's)
+STOPPED_TYPES = ("KeyboardInterrupt", "SignalException")
+LAUNCHER_TYPES = ("ChildFailedError", "ProcessExitedException")
+
 # Words a line is searched for before a pattern of rules/failures.py (a cheap test: most lines hold none).
 FAILED_LINE_WORD = "failed (exitcode"                  # FAILED_LINE
 DEEPSPEED_EXIT_WORD = "exits with return code"         # DEEPSPEED_EXIT

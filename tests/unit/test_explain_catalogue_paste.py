@@ -29,6 +29,8 @@ LINES = [
     ("[rank1]:[E528 08:52:46.164295950 ProcessGroupGloo.cpp:145] Gloo connectFullMesh failed with "
      "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] no error", "gloo-connect",
      failures.Cause.PEER_UNREACHABLE, {}),
+    # jaywalnut310/vits#202 (Windows)
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "nccl-not-built", failures.Cause.NCCL_NOT_BUILT, {}),
     # skycrapers/TecoGAN-PyTorch#31
     ("main.py: error: unrecognized arguments: --local-rank=0", "local-rank-option", failures.Cause.LOCAL_RANK_OPTION, {}),
 ]
