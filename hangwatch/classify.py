@@ -183,8 +183,11 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
     if blocked is not None:
         why, on, read = blocked
         return RankState(S.IDLE, on, user or (frames[0] if frames else None), tuple(evidence + [read]), reason=why)
+    # Idle, its wait not known: at a line inside a loop of its code it has not left the loop (it may
+    # go on: its system call was not read in this sample); elsewhere it left it.
+    inside = any(f.in_loop for f in frames if not f.in_library)
     return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
-                     evidence=tuple(evidence), reason=None if busy else Reason.LEFT_LOOP)
+                     evidence=tuple(evidence), reason=None if busy else Reason.IDLE_IN_LOOP if inside else Reason.LEFT_LOOP)
 
 
 def _importing(frames: list[Frame]) -> tuple[int, str] | None:

@@ -171,6 +171,7 @@ class Reason(Word):
     # where a live rank is stuck
     LEFT_LOOP = "left-loop"                   # idle outside any collective, at its own line
     SLEEPS = "sleeps"                         # asleep in the kernel (time.sleep) outside any collective
+    IDLE_IN_LOOP = "idle-in-loop"             # idle at a line inside its loop, its wait not known: it may go on
     WAITS_TO_RECEIVE = "waits-to-receive"     # blocked reading a socket or a pipe outside any collective
     WAITS_ON_LOCK = "waits-on-lock"           # blocked on a lock, a condition or a queue, outside any collective
     WAITS_FOR_DATA = "waits-for-data"         # waits for a batch its DataLoader workers never bring

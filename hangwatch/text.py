@@ -58,6 +58,7 @@ STUCK = {
     Reason.LEFT_LOOP: "left the loop: {where}",
     Reason.WAITS_ON_LOCK: "waits on a lock outside any collective: {where}",
     Reason.SLEEPS: "sleeps outside any collective: {where}",
+    Reason.IDLE_IN_LOOP: "is idle inside its loop, outside any collective: {where}",
     Reason.WAITS_TO_RECEIVE: "waits to receive on {op} outside any collective: {where}",
     Reason.WAITS_FOR_DATA: "waits for its data: {where}, and its DataLoader workers do nothing",
     Reason.WAITS_ON_IO: "waits on I/O in the kernel (state D): {where}",

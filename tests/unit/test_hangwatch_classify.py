@@ -279,3 +279,22 @@ def test_a_rank_reading_its_stdin_is_named_reading_stdin_and_held_never_a_left_l
         assert summary(found).startswith(f"rank 1 waits to receive on {one.op} outside any collective: idle at "
                                          "reads_stdin.py:6 (<module>); rank 0 waits in all_reduce; likely a stall"), \
             summary(found)
+
+
+def test_a_rank_idle_inside_its_loop_with_its_wait_unread_has_not_left_the_loop():
+    # The soak (bench/soak.py, issue 35): a straggler asleep at its loop's time.sleep, read in a sample
+    # whose system call was not read (py-spy held it), was "DEADLOCK: rank 1 left the loop" (certain)
+    # and --stop-on-hang stopped the healthy run. Inside its loop and its wait unknown: it may go on.
+    from hangwatch.model import Reason
+    r = _blocked("sleeps_in_loop")
+    state = classify(r["dump"], 0.0, None, waits_in=None)
+    assert (state.state, state.reason, state.frame.where) == ("idle", "idle-in-loop", "sleeps_in_loop.py:7")
+    ranks = {0: classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait"), 1: state}
+    found = diagnose(seen(ranks))
+    assert (found.kind, found.culprits, found.reason, found.certainty) == ("held", (1,), Reason.IDLE_IN_LOOP, "likely")
+    assert summary(found).startswith("rank 1 is idle inside its loop, outside any collective: idle at "
+                                     "sleeps_in_loop.py:7 (train); rank 0 waits in all_reduce; likely a stall"), \
+        summary(found)
+    # After its loop, the same unread wait: it left the loop (certain), as before.
+    after = _blocked("sleeps_after_loop")
+    assert classify(after["dump"], 0.0, None, waits_in=None).reason == "left-loop"

@@ -102,7 +102,9 @@ def test_a_line_that_acquires_is_no_lock_wait_unless_the_kernel_has_it_waiting_o
     dump = stacks["stacks"][pid]
     assert classify(dump, 0.0, waits_in={"call": "lock"}).reason == "waits-on-lock"
     assert classify(dump, 0.0, waits_in={"call": "recv", "on": "socket"}).reason == "waits-to-receive"
-    assert classify(dump, 0.0, waits_in=None).reason == "left-loop"
+    # Nothing read of its wait, at a line inside its loop: it has not left the loop (issue 35: that
+    # was said, certain, of a healthy straggler whose system call went unread in one sample).
+    assert classify(dump, 0.0, waits_in=None).reason == "idle-in-loop"
 
 
 def _bundle(events) -> tuple[float, str]:
