@@ -29,6 +29,7 @@ DEFAULT_WIFI_RATE = "50mbit"
 DEFAULT_BUSY_PORT = "29500"
 DEFAULT_JUMBO_MTU = "9000"
 LOSSY_TABLE = "ddp_lab_lossy"
+LOSSY_OUT_TABLE = "ddp_lab_lossy_out"
 DEFAULT_LOSS = "1"            # percent of the node's inbound TCP packets dropped
 
 
@@ -141,7 +142,14 @@ def _wifi(state: LabState, node: Node, param: str | None) -> list[dict]:
     return undo
 
 
-def _lossy(state: LabState, node: Node, param: str | None) -> list[dict]:
+def _lossy_out(state: LabState, node: Node, param: str | None) -> list[dict]:
+    # nftables drops a random share of the TCP packets the node sends (ssh aside), on its own
+    # output: its kernel sends them again as if new, counting no resend.
+    return _lossy(state, node, param, hook="output", table=LOSSY_OUT_TABLE)
+
+
+def _lossy(state: LabState, node: Node, param: str | None, hook: str = "input",
+           table: str = LOSSY_TABLE) -> list[dict]:
     # nftables drops a random share of the TCP packets that reach the node (ssh aside, so the lab
     # stays in hand): a bad cable, NIC or Wi-Fi, as the node's peers' retransmissions show it.
     # tc netem cannot run here; nft's random number can.
@@ -150,13 +158,14 @@ def _lossy(state: LabState, node: Node, param: str | None) -> list[dict]:
     except ValueError:
         percent = -1.0
     if not 0 < percent < 100:
-        raise LabError(f"lossy: {param!r} is not a percent between 0 and 100, e.g. lossy@worker1:1")
+        raise LabError(f"{'lossy' if hook == 'input' else 'lossy-out'}: {param!r} is not a percent between 0 and 100, "
+                       f"e.g. {'lossy' if hook == 'input' else 'lossy-out'}@worker1:1")
     per_mille = max(1, round(percent * 10))
     rules = f"""
-table inet {LOSSY_TABLE} {{
-  chain input {{
-    type filter hook input priority filter; policy accept;
-    iifname "lo" accept
+table inet {table} {{
+  chain {hook} {{
+    type filter hook {hook} priority filter; policy accept;
+    {'iifname' if hook == 'input' else 'oifname'} "lo" accept
     tcp dport 22 accept
     tcp sport 22 accept
     meta l4proto tcp numgen random mod 1000 < {per_mille} drop
@@ -164,7 +173,7 @@ table inet {LOSSY_TABLE} {{
 }}
 """
     run(["ip", "netns", "exec", node.netns, "nft", "-f", "-"], input=rules)
-    return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": LOSSY_TABLE}]
+    return [{"kind": "nft_table", "netns": node.netns, "family": "inet", "table": table}]
 
 
 DEAD_IFACE = "eth1"
@@ -353,6 +362,8 @@ FAULTS: dict[str, FaultKind] = {f.name: f for f in [
               "connections there go nowhere", _wrong_route),
     FaultKind("lossy", "none: issue 26", "nftables drops PARAM percent (default 1) of the TCP packets that "
               "reach the node, ssh aside: a lossy cable, NIC or Wi-Fi", _lossy, DEFAULT_LOSS),
+    FaultKind("lossy-out", "none: issue 38", "nftables drops PARAM percent (default 1) of the TCP packets the node "
+              "sends, ssh aside, on its own output: its kernel sends them again as if new", _lossy_out, DEFAULT_LOSS),
     FaultKind("loopback-host", "Debian default", "the hostname resolves to 127.0.1.1, so Gloo "
               "binds loopback", _loopback_host),
     FaultKind("ipv6-host", "issue 26", "the hostname resolves to the node's LAN IPv6 address (its eth0 carries one), "

@@ -19,6 +19,7 @@ RTT_US = 68               # __u32 tcpi_rtt, microseconds
 TOTAL_RETRANS = 100       # __u32 tcpi_total_retrans, segments
 DATA_SEGS_OUT = 156       # __u32 tcpi_data_segs_out
 BUSY_TIME = 168           # __u64 tcpi_busy_time, microseconds it had data to send (4.10+)
+DELIVERED = 192           # __u32 tcpi_delivered, data segments the peer acknowledged (4.18+)
 DSACK_DUPS = 216          # __u32 tcpi_dsack_dups (4.20+)
 BYTES_SENT = 200          # __u64 tcpi_bytes_sent (4.19+)
 BYTES_RETRANS = 208       # __u64 tcpi_bytes_retrans (4.19+)
@@ -36,6 +37,8 @@ class Connection:
     resent: int = 0       # segments sent again
     spurious: int = 0     # of those, reported by the peer as duplicates (D-SACK)
     busy_us: int = 0      # microseconds it had data in flight or queued: sent / busy is its throughput
+    delivered: int = 0    # data segments the peer acknowledged: sent less delivered less spurious is lost,
+                          # also where the sender's own firewall dropped them (the kernel counts no resend then)
 
 
 def connections(proc_fd: str = "/proc/self/fd") -> dict[int, Connection]:
@@ -68,7 +71,8 @@ def connections(proc_fd: str = "/proc/self/fd") -> dict[int, Connection]:
                              struct.unpack_from("Q", raw, BYTES_RETRANS)[0], struct.unpack_from("I", raw, RTT_US)[0],
                              struct.unpack_from("I", raw, DATA_SEGS_OUT)[0],
                              struct.unpack_from("I", raw, TOTAL_RETRANS)[0],
-                             struct.unpack_from("I", raw, DSACK_DUPS)[0], struct.unpack_from("Q", raw, BUSY_TIME)[0])
+                             struct.unpack_from("I", raw, DSACK_DUPS)[0], struct.unpack_from("Q", raw, BUSY_TIME)[0],
+                             struct.unpack_from("I", raw, DELIVERED)[0])
     return out
 
 
@@ -89,7 +93,7 @@ def moved(before: dict[int, Connection], after: dict[int, Connection]) -> list[d
             continue
         pair = pairs.setdefault((now.local, now.peer), {"local": now.local, "peer": now.peer, "sent": 0,
                                                         "retrans": 0, "rtt_us": 0, "segs": 0, "lost": 0,
-                                                        "busy_us": 0})
+                                                        "busy_us": 0, "undelivered": 0})
         pair["sent"] += sent
         pair["retrans"] += max(0, retrans)
         pair["rtt_us"] = max(pair["rtt_us"], now.rtt_us)
@@ -97,6 +101,9 @@ def moved(before: dict[int, Connection], after: dict[int, Connection]) -> list[d
         resent = now.resent - (then.resent if then else 0)
         spurious = now.spurious - (then.spurious if then else 0)
         pair["lost"] += max(0, resent - spurious)
+        segs = now.segs - (then.segs if then else 0)
+        delivered = now.delivered - (then.delivered if then else 0)
+        pair["undelivered"] += max(0, segs - delivered - spurious)
         # Its sockets send side by side: the pair was busy as long as its busiest one.
         pair["busy_us"] = max(pair["busy_us"], now.busy_us - (then.busy_us if then else 0))
     return sorted(pairs.values(), key=lambda p: (p["local"], p["peer"]))

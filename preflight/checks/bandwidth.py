@@ -101,7 +101,8 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
                "algbw_bytes_per_s": seen.algbw, "bytes": seen.message_bytes, "seconds": seen.seconds,
                "world_size": world, "links": found, "slowest_link": slow[0] if slow else None}
     measured = {f"{link.src}->{link.dst}": {"bytes_per_s": round(link.rate or 0), "sent": link.sent, "busy_us": link.busy_us,
-                                            "rtt_us": link.rtt_us} for link in _carrying(seen)}
+                                            "rtt_us": link.rtt_us, "retrans": link.retrans, "segs": link.segs,
+                                            "lost": link.lost} for link in _carrying(seen)}
     if measured:
         details["measured_links"] = measured      # each link on its own: bytes over the time it had data to send
 
@@ -136,8 +137,11 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
                       _by_wire(ctx, name), details)
         return
     less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"
-    yield Verdict(Status.WARN, slow[0] if slow else None,
-                  f"{predicted}: the link, not compute, will bound the run{compute}{where}. {figures}",
+    # The node the links measured slow, where one was (its own warning names its links), else the
+    # slowest by kind or nominal speed.
+    yield Verdict(Status.WARN, slow_node.node if slow_node else slow[0] if slow else None,
+                  f"{predicted}: the link, not compute, will bound the run{compute}"
+                  f"{f'; the slow node: {slow_node.node}' if slow_node else where}. {figures}",
                   change(less_often if one_node else f"use a faster link between the nodes, or {less_often}"), details)
 
 
@@ -184,6 +188,20 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
     worst = max(lossy, key=lambda link: link.loss)
     others = [link for link in lossy if link is not worst]
     also = ("; also " + ", ".join(f"{link.src} -> {link.dst} {100 * link.loss:.2f}%" for link in others)) if others else ""
+    lost_links = {"links": [{"src": link.src, "dst": link.dst, "sent": link.sent, "retrans": link.retrans,
+                             "rtt_us": link.rtt_us, "segs": link.segs, "lost": link.lost,
+                             "undelivered": link.undelivered} for link in seen.links], "loss_threshold": LOSS_WARN}
+    if worst.undelivered > 2 * worst.lost:
+        # Never acknowledged, and never counted as resent: TCP resends what the wire lost and counts
+        # it; what the sender's own output rules (or qdisc) dropped it sends again as if new.
+        yield Verdict(Status.WARN, worst.src,
+                      f"{worst.src} drops what it sends to {worst.dst}: {worst.undelivered} of the {worst.segs} "
+                      f"segments its ranks sent ({100 * worst.loss:.2f}%) were never acknowledged, and its kernel "
+                      "counted no resend for them (TCP_INFO: sent less delivered, against retransmitted): they were "
+                      f"dropped on {worst.src} before they left{also}; every step's all_reduce crosses that path",
+                      change(f"find what drops them on {worst.src}: ssh {worst.src} sudo nft list ruleset (its output "
+                             f"rules), and ssh {worst.src} tc -s qdisc (drops)"), lost_links)
+        return
     iface = links(ctx, [worst.dst]).get(worst.dst, {}).get("interface")
     show = f"ip -s link show {iface}" if iface else "ip -s link"
     yield Verdict(Status.WARN, worst.dst,
@@ -193,10 +211,7 @@ def _loss(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
                   f"{worst.rtt_us / 1000:.2f} ms{also}; over TCP a lossy path carries far less than its rate, and "
                   "every step's all_reduce crosses it",
                   change(f"find where {worst.dst} drops them: ssh {worst.dst} {show} (RX errors and "
-                         "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"),
-                  {"links": [{"src": link.src, "dst": link.dst, "sent": link.sent, "retrans": link.retrans,
-                              "rtt_us": link.rtt_us, "segs": link.segs, "lost": link.lost} for link in seen.links],
-                   "loss_threshold": LOSS_WARN})
+                         "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"), lost_links)
 
 
 def _by_wire(ctx: Context, name: str) -> Fix:

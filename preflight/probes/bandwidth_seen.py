@@ -40,6 +40,8 @@ class LinkSent:
     segs: int = 0
     lost: int = 0
     busy_us: int = 0       # the time it had data to send (TCP_INFO's busy time; 0: not counted)
+    undelivered: int = 0   # segments sent that the peer never acknowledged, less spurious resends: lost
+                           # also where no resend was counted (the sender's own firewall dropped them)
 
     @property
     def rate(self) -> float | None:
@@ -49,7 +51,7 @@ class LinkSent:
     @property
     def loss(self) -> float:
         """The share of the data segments sent that were lost on the way."""
-        return self.lost / self.segs if self.segs else 0.0
+        return max(self.lost, self.undelivered) / self.segs if self.segs else 0.0
 
 
 def _links(wire: Mapping[str, Any], nodes: tuple[str, ...], world: int) -> tuple[LinkSent, ...]:
@@ -66,13 +68,14 @@ def _links(wire: Mapping[str, Any], nodes: tuple[str, ...], world: int) -> tuple
         src, dst = node_of(x["rank"]), owner.get(x.get("peer"))
         if src is None or dst is None or src == dst:
             continue
-        total = summed.setdefault((src, dst), [0, 0, 0, 0, 0, 0])
+        total = summed.setdefault((src, dst), [0, 0, 0, 0, 0, 0, 0])
         total[0] += int(x.get("sent") or 0)
         total[1] += int(x.get("retrans") or 0)
         total[2] = max(total[2], int(x.get("rtt_us") or 0))
         total[3] += int(x.get("segs") or 0)
         total[4] += int(x.get("lost") or 0)
         total[5] = max(total[5], int(x.get("busy_us") or 0))
+        total[6] += int(x.get("undelivered") or 0)
     return tuple(LinkSent(src, dst, *figures) for (src, dst), figures in sorted(summed.items()))
 
 

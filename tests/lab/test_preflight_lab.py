@@ -275,3 +275,20 @@ def test_preflight_leaves_nothing_running_on_the_nodes(clean_lab):
     preflight(clean_lab, "--data-dir", str(clean_lab.state.data_dir), expect=0)
     after = {n.name: sorted(clean_lab.processes(n.name)) for n in clean_lab.nodes}
     assert after == before
+
+
+def test_a_node_that_drops_what_it_sends_is_named_itself(clean_lab):
+    # Issue 38: worker1 dropping 5% of what it sends passed bandwidth: its kernel sends those
+    # segments again as if new, counting no resend, so the resends said nothing. Segments sent and
+    # never acknowledged say it, and name the sender: they never left it.
+    clean_lab.add_fault("lossy-out@worker1:5")
+    _, lossy = preflight(clean_lab, "--only", "bandwidth", expect=0)
+    results = by(lossy, "bandwidth")
+    assert sorted((r["status"], r["node"] or "-") for r in results) == [("pass", "-"), ("warn", "worker1")], results
+    loss = by(lossy, "bandwidth", "worker1")
+    assert loss["summary"].startswith("worker1 drops what it sends to master: "), loss
+    assert "were never acknowledged, and its kernel counted no resend for them" in loss["summary"], loss
+    out = next(link for link in loss["details"]["links"] if (link["src"], link["dst"]) == ("worker1", "master"))
+    assert out["undelivered"] / out["segs"] >= 0.02 and out["lost"] * 2 < out["undelivered"], out
+    assert loss["fix"] == ("find what drops them on worker1: ssh worker1 sudo nft list ruleset (its output rules), and "
+                           "ssh worker1 tc -s qdisc (drops)")

@@ -451,7 +451,9 @@ def _three(ring):
     """DERIVED: lab_bandwidth_clean_links' job given a third node and the links the 3-node lab measured."""
     art = load("lab_bandwidth_clean_links")
     wire = art["probes"]["bandwidth"]
-    wire.update(nodes=["master", "worker1", "worker2"], world_size=3, bytes=1048576,
+    # The all_reduce's figures as that run measured them.
+    wire.update(nodes=["master", "worker1", "worker2"], world_size=3, bytes=1048576, busbw_bytes_per_s=2279046,
+                algbw_bytes_per_s=1709284,
                 links=[{"rank": r, "local": a, "peer": b, "sent": s, "retrans": 0, "rtt_us": 50000, "segs": s // 1448,
                         "lost": 0, "busy_us": busy} for r, a, b, s, busy in ring])
     return art
@@ -459,7 +461,7 @@ def _three(ring):
 
 def test_the_node_whose_own_links_are_slow_is_named_with_its_links_with_or_without_params():
     for options in ({}, {"params": 1_000_000}):
-        found = [r for r in results(_three(RING), **options) if r.check == "bandwidth" and r.node == "worker2"]
+        found = [r for r in results(_three(RING), **options) if r.check == "bandwidth" and "slow ones" in r.summary]
         assert [r.status for r in found] == [Status.WARN], found
         assert found[0].summary == (
             "worker2's links are the slow ones: master -> worker2 17 Mbit/s, worker2 -> worker1 16 Mbit/s, "
@@ -471,3 +473,11 @@ def test_the_node_whose_own_links_are_slow_is_named_with_its_links_with_or_witho
 def test_no_node_is_named_where_its_links_are_as_fast_as_the_others():
     even = [(r, a, b, s, busy if s < 10000 else 10000) for r, a, b, s, busy in RING]
     assert not [r for r in results(_three(even)) if r.check == "bandwidth" and r.node is not None]
+
+
+def test_with_params_the_warning_that_the_link_bounds_the_run_is_on_the_node_the_links_measured_slow():
+    # Issue 38: with --params it warned without naming worker2.
+    found = [r for r in results(_three(RING), params=126_000_000) if r.check == "bandwidth"]
+    bound = [r for r in found if "the link, not compute, will bound the run" in r.summary]
+    assert [(r.node, r.status) for r in bound] == [("worker2", Status.WARN)], found
+    assert "will bound the run; the slow node: worker2. " in bound[0].summary, bound[0].summary
