@@ -10,7 +10,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .args import Parser
+from .args import Parser, nproc
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
 from .folders import code_dir_of, data_dir_of_each
@@ -56,8 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", "--master_port", type=int, metavar="PORT", help="default 29500")
     p.add_argument("--master-addr", "--master_addr", metavar="ADDR",
                    help="the address workers dial (default: the master's, as ssh reaches it)")
-    p.add_argument("--nproc-per-node", "--nproc_per_node", type=int, metavar="N",
-                   help="processes per node (default 1, or the hostfile's slots)")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", type=nproc, metavar="N|auto",
+                   help="processes per node (default 1, or the hostfile's slots); auto: as torchrun's, each node's "
+                        "GPUs on a CUDA run, its CPUs on a CPU run (every node must have as many)")
     p.add_argument("--params", type=float, metavar="N",
                    help="model parameters (e.g. 126e6): predicts communication time per step")
     p.add_argument("--scan", metavar="PATH", help="training code to scan for collective calls the backend fails")
@@ -163,6 +164,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from preflight.checks import CHECKS, UnknownCheck, select
     from preflight.config import ConfigError, load
     from preflight.model import Options
+    from preflight.nproc_auto import NprocError
 
     if args.list:
         for check in CHECKS:
@@ -188,7 +190,8 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     if backend not in ("gloo", "nccl") or device not in ("cpu", "cuda"):
         raise UsageError(f"backend must be gloo or nccl and device cpu or cuda (got {backend!r}, {device!r})")
     try:
-        master_port, nproc = int(pick("master_port", 29500)), int(pick("nproc_per_node", slots or 1))
+        auto = pick("nproc_per_node", slots or 1) == "auto"
+        master_port, nprocs = int(pick("master_port", 29500)), 1 if auto else int(pick("nproc_per_node", slots or 1))
     except (TypeError, ValueError):
         raise UsageError("master_port and nproc_per_node must be whole numbers") from None
     try:
@@ -201,7 +204,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     targets_data = data_dir_of_each(data_paths, config, names)
     options = Options(
         backend=backend, device=device, master_port=master_port, master_addr=pick("master_addr", None),
-        nproc_per_node=nproc, launch_args=tuple(launch_args),
+        nproc_per_node=nprocs, nproc_auto=auto, launch_args=tuple(launch_args),
         params=int(args.params) if args.params else None, scan=args.scan,
         # A data folder given only per node (NODE:PATH, config [nodes.X]) still means: compare shards.
         data_dir=data_paths.every or config.values.get("data_dir") or next((d for d in targets_data if d), None),
@@ -245,8 +248,11 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
 
     with Cluster(targets, ssh_config, slurm_job) as cluster:
         with progress(targets, quiet=args.json or args.quiet, color=color_wanted(args)) as hashing:
-            done = api.check(cluster, options, checks, on_progress=hashing)
-        if args.verbose:        # preflight's own time per stage (issue 36), beside the report
+            try:
+                done = api.check(cluster, options, checks, on_progress=hashing)
+            except NprocError as exc:
+                raise UsageError(str(exc)) from None
+        if args.verbose:        # preflight's own time per stage, beside the report
             for stage, seconds in done.stages:
                 print(f"ddp-preflight: stage {stage} {seconds:.1f} s", file=sys.stderr)
         if added:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from transport.node import Progress
 
+from . import nproc_auto
 from .checks import CHECKS, run_checks
 from .cluster import Cluster, Target, gather
 from .model import Check, Context, NodeFacts, Options, Report
@@ -55,6 +56,8 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
     stages = [("facts", time.monotonic() - started)]
     nodes = tuple(found)
     options = replace(options, master_addr=master_addr)
+    if options.nproc_auto:       # as torchrun's auto, from what the nodes have (raises NprocError)
+        options = replace(options, nproc_per_node=nproc_auto.settle(nodes, options.device), nproc_auto=False)
     needed = sorted({p for c in checks for p in c.needs})
     seconds: dict[str, float] = {}
     started = time.monotonic()

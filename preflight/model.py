@@ -78,6 +78,7 @@ class Options:
     master_port: int = 29500
     master_addr: str | None = None       # as the workers will dial it
     nproc_per_node: int = 1
+    nproc_auto: bool = False        # --nproc-per-node auto: settled from the facts (nproc_auto.py)
     data_dir: str | None = None
     launch_args: tuple[str, ...] = ()    # the training command after `--`, if given
     clock_tolerance: float = 2.0         # seconds
