@@ -31,12 +31,7 @@ VERSION = b"1"
 # asked for; everything after reads through it too.
 STAGE0 = ('import sys; sys.path[:] = [p for p in sys.path if p[:1] == "/"]; '
           'exec(sys.stdin.buffer.read(int(sys.stdin.buffer.read(8))))')
-# Before STAGE0: -I, no PYTHON* variable (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP: --env, or a node's
-# environment, would otherwise put another user's json.py before the standard library's); no user
-# site (HOME may be another user's under sudo), no site at start-up (its .pth files run code;
-# node/trust.py checks them first). -I comes first so that a --python that is not a Python reads
-# the rest as before (ls takes "-s" as -I's pattern, then says it cannot access STAGE0).
-FLAGS = ("-I", "-s", "-S")
+# Before STAGE0, the flags of node/protocol.py (FLAGS): -I, no PYTHON* variable, no user site, no site.
 
 
 def read_exact(stream, size):

@@ -32,6 +32,13 @@ BANDWIDTH = "DDP_PREFLIGHT_BANDWIDTH "      # rank 0 of the bandwidth job
 COMPUTE = "DDP_PREFLIGHT_COMPUTE "          # the compute benchmark's figure
 AGENT = "DDP_PREFLIGHT_AGENT "              # hangwatch's agent: hello, rank, sample, stacks, exit
 FILE = "DDP_PREFLIGHT_FILE "                # a file received (its private path)
+# The flags of every Python a node program starts, the boot (`python FLAGS -c STAGE0`) first: -I, no
+# PYTHON* variable (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP: --env, or a node's environment, would
+# otherwise put another user's json.py before the standard library's); no user site (HOME may be
+# another user's under sudo), no site at start-up (its .pth files run code; node/trust.py checks
+# them first). -I comes first so that a --python that is not a Python reads the rest as before (ls
+# takes "-s" as -I's pattern, then says it cannot access STAGE0).
+FLAGS = ("-I", "-s", "-S")
 PYTHON = "DDP_PREFLIGHT_PYTHON "            # (stderr) what --python is when it cannot run: missing, a folder...
 INTERFERED = "DDP_PREFLIGHT_INTERFERED "    # a probe's store held a value no client of this run wrote
 

@@ -23,10 +23,9 @@ import stat
 import sys
 from typing import List, Mapping, NamedTuple, Optional, Tuple
 
-from .boot import FLAGS
 from .bounded import Skipped, kind, open_regular, read_regular
 from .private import folders_up
-from .protocol import PYTHON
+from .protocol import FLAGS, PYTHON
 from .writers import others_may_write, writable_mode
 
 REFUSED = 126      # the exit code of a refused program, as the shell's for a Python it may not run
@@ -308,12 +307,3 @@ def path_entries(env: Mapping[str, str], name: str, cwd: str) -> List[str]:
     folder, a relative one is under it."""
     value = env.get(name) or ""
     return [os.path.normpath(os.path.join(cwd, entry)) for entry in value.split(os.pathsep)] if value else []
-
-
-def training_path_refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
-    """(why, fix) when the training's environment (the node's, with --env and the config's on top)
-    makes its Python import, or its loader load, from a path another user owns or can write; None
-    when it does not. Every variable that loads something (node/loader_env.py: PYTHONPATH,
-    PYTHONHOME, LD_PRELOAD, ...) is walked as the interpreter is."""
-    from .loader_env import refusal
-    return refusal(env, cwd)

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import node
-from node import boot
+from node import boot, protocol
 
 from .errors import python_argv
 
@@ -40,4 +40,4 @@ def stdin_payload(spec: dict) -> bytes:
 def boot_argv(python: str) -> list[str]:
     """`python -s -S -c STAGE0` (it reads boot.py from stdin), behind a few lines of sh that say
     what --python is when it cannot run, and refuse one another user can change."""
-    return python_argv(python, *boot.FLAGS, "-c", boot.STAGE0)
+    return python_argv(python, *protocol.FLAGS, "-c", boot.STAGE0)

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from .. import trust
+from .. import loader_env, trust
 from ..loader_env import code_refusal
 from ..placement import placement
 from . import import_scan
@@ -56,7 +56,7 @@ def training_imports(request: dict) -> dict | None:
     # training's variables): only once no other user can change any of its folders. The scan
     # itself starts with -I, as every Python a node program starts (trust.python_argv), so it is
     # handed the walked folders to look in, after the start folder, as the rank has them.
-    refused = trust.training_path_refusal(os.environ, folder)
+    refused = loader_env.refusal(os.environ, folder)
     if refused is not None:
         return {"error": refused[0]}
     # The code itself: its folder (first on sys.path), the script, what they import at their top.
