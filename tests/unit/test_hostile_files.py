@@ -246,8 +246,27 @@ def code_folder_with_a_fifo(arena: Path, user) -> Path:
     return code
 
 
-def test_a_fifo_in_the_code_folder_is_noted_and_preflight_finishes(arena, user):
-    code = code_folder_with_a_fifo(arena, user)
+def roots_code_folder_with_a_fifo(arena: Path) -> Path:
+    """The same, root's: preflight refuses an intruder's code folder before it reads a name of it
+    (test_hostile_code.py), so what a FIFO in a folder it does read costs is asked of root's."""
+    code = arena / "code"
+    code.mkdir(mode=0o755)
+    (code / "train.py").write_text("import train_helpers\nprint('train')\n")
+    os.mkfifo(code / "train_helpers.py")
+    return code
+
+
+def roots_data_folder(arena: Path) -> Path:
+    """A data folder of root's with one shard: an intruder's is refused before it is read
+    (test_hostile_code.py), so a FIFO or a sparse file in one that is read is asked of root's."""
+    data = arena / "data"
+    data.mkdir(mode=0o755)
+    (data / "shard_0000.bin").write_text("a" * 1000)
+    return data
+
+
+def test_a_fifo_in_the_code_folder_is_noted_and_preflight_finishes(arena):
+    code = roots_code_folder_with_a_fifo(arena)
 
     done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "code-parity,training-imports", "--code-dir",
                            str(code), "--", str(code / "train.py")], cwd=arena, env=ENV, capture_output=True,
@@ -264,10 +283,9 @@ def test_a_fifo_in_the_code_folder_is_noted_and_preflight_finishes(arena, user):
     assert "cannot import train_helpers (train.py:1)" in results["training-imports"]["summary"]
 
 
-def test_a_fifo_in_a_data_folder_is_skipped_and_preflight_finishes(arena, user):
-    data = user.folder(arena / "data", 0o755)
-    user.file(data / "shard_0000.bin", "a" * 1000)
-    user.run(["mkfifo", str(data / "train_helpers.py")])
+def test_a_fifo_in_a_data_folder_is_skipped_and_preflight_finishes(arena):
+    data = roots_data_folder(arena)
+    os.mkfifo(data / "train_helpers.py")
 
     done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "data-shards", "--data-dir", str(data)],
                           cwd=arena, env={**ENV, "XDG_CACHE_HOME": str(arena / "cache")}, capture_output=True,
@@ -763,10 +781,10 @@ def test_a_cache_entry_that_is_not_a_digest_is_not_believed(arena, monkeypatch):
 
 # A sparse 1 TiB file in the data folder (no disk used): hashed by a sample, in bounded time.
 
-def test_a_sparse_1_tib_file_in_the_data_folder_is_sampled_and_preflight_finishes(arena, user):
-    data = user.folder(arena / "data", 0o755)
-    user.file(data / "shard_0000.bin", "a" * 1000)
-    user.run(["truncate", "-s", "1T", str(data / "huge.bin")])
+def test_a_sparse_1_tib_file_in_the_data_folder_is_sampled_and_preflight_finishes(arena):
+    data = roots_data_folder(arena)
+    with open(data / "huge.bin", "wb") as huge:
+        huge.truncate(1 << 40)
 
     started = time.monotonic()
     done = subprocess.run([*CLI, "--no-probes", "--json", "--only", "data-shards", "--data-dir", str(data)],
