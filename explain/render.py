@@ -44,14 +44,15 @@ def as_text(e: Explanation) -> str:
         lines = [shown(finding_line(e.finding))]
         if e.quotes:
             lines += ["", "the lines it rests on:"] + [f"  {shown(str(q))}" for q in e.quotes]
+        if e.stopped:       # the stop's own words (a death signal) with what the watcher saw
+            lines.insert(1, _watched_stop(e.stopped))
         if e.fix:
             lines += ["", f"fix: {shown(e.fix.text())}"]
     elif d is None:
         lines = [f"no failure found in {len(e.read)} input{'s' if len(e.read) != 1 else ''}: no rank raised, was "
                  "killed or lost a peer, and no launcher failed"]
         if e.stopped:
-            lines.append(f"the launch was stopped ({shown(e.stopped)}) while hangwatch watched it, and it named no "
-                         "hang: ranks a collective apart in the Flight Recorders kept at the stop were in flight")
+            lines.append(_watched_stop(e.stopped))
     else:
         verdict = f"{d.kind.value} ({d.certainty.value}): {shown(text.summary(d))}"
         if e.finding is not None and d.certainty is Certainty.UNSURE and not d.culprits:
@@ -82,3 +83,8 @@ def as_text(e: Explanation) -> str:
     for skipped in e.skipped:
         lines.append(f"not read: {shown(skipped)}")
     return shown_text(redact_text("\n".join(lines) + "\n"))     # the launcher's redaction, node/redact.py
+
+
+def _watched_stop(stopped: str) -> str:
+    return (f"the launch was stopped ({shown(stopped)}) while hangwatch watched it, and it named no hang: ranks a "
+            "collective apart in the Flight Recorders kept at the stop were in flight")
