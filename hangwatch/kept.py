@@ -17,24 +17,30 @@ from .model import Evidence
 from .state import State, Track
 
 
+def _process(t: Track) -> tuple:
+    """Which process the track follows: its node, pid and start. Not its key (its rank number),
+    which the ranks of another run on the node share (attach --pid of two runs: each has a rank 0)."""
+    return (t.view.node, t.view.pid, t.start)
+
+
 def evidence(state: State, t: Track, now: float, unformed: str | None = None) -> Evidence:
     """evidence_of(state, t, now, unformed), rebuilt only after an input about its node."""
     node = t.view.node
     key = (state.inputs_all, state.inputs.get(node, 0), state.nodes[node].status, unformed)
-    held = state.kept.get((t.key, unformed))
+    held = state.kept.get((_process(t), unformed))
     if held is not None and held[0] == key:
         return held[1]
     found = evidence_of(state, t, now, unformed)
-    state.kept[(t.key, unformed)] = (key, found)
+    state.kept[(_process(t), unformed)] = (key, found)
     return found
 
 
 def show(state: State, t: Track, e: Evidence) -> None:
     """evidence.shown, only when the evidence shown differs from the last shown."""
-    if state.kept.get((t.key, "shown")) is e:
+    if state.kept.get((_process(t), "shown")) is e:
         return
     shown(state, t, e)
-    state.kept[(t.key, "shown")] = e
+    state.kept[(_process(t), "shown")] = e
 
 
 def moved(state: State, node: str | None) -> None:
