@@ -41,9 +41,12 @@ def test_the_bytes_a_connection_sent_between_two_readings_are_counted_to_the_byt
         reader.join(10)            # all read: every byte was sent on the wire, none is still queued
         after = tcp_info.connections()
         moved = tcp_info.moved(before, after)
-        # Both ends are this process's: the client sent 3 MB, the server nothing.
-        assert [(m["local"], m["peer"], m["sent"], m["retrans"], m["lost"]) for m in moved] == [
-            ("127.0.0.1", "127.0.0.1", 3_000_000, 0, 0)]
+        # Both ends are this process's: the client sent 3 MB, the server nothing, and nothing was
+        # lost. Re-sent bytes may be there: on a loaded box an ACK can come after the tail-loss
+        # probe's timer and the kernel sends the tail again (14,875 B seen here), which the peer
+        # reports as a duplicate (D-SACK): not loss, and `lost` says so.
+        assert [(m["local"], m["peer"], m["sent"], m["lost"]) for m in moved] == [
+            ("127.0.0.1", "127.0.0.1", 3_000_000, 0)]
         assert moved[0]["rtt_us"] > 0 and moved[0]["segs"] >= 3_000_000 // 65_536
         # It had data to send for a while, and no longer than the whole transfer took.
         assert 0 < moved[0]["busy_us"] <= (time.monotonic() - started) * 1e6
