@@ -85,7 +85,8 @@ class Launch:
         self._done = threading.Event()
         self._result: LaunchResult | None = None
         self._tails: dict[tuple[str, int | None], collections.deque] = {}
-        self._logs = NodeLogs(self.log_dir, on_failure=self._logs_failed) if self.log_dir else None
+        self._logs = NodeLogs(self.log_dir, on_failure=lambda why: self._tell(self.on_logs_failed, why)) \
+            if self.log_dir else None
 
     # -- control --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -385,13 +386,6 @@ class Launch:
         self._result.verdict, self._result.judged = verdict, True
         if self._logs and changed:
             self._logs.write_json("result.json", redact_json(self._result.to_json()))
-
-    def _logs_failed(self, why: str) -> None:
-        for callback in list(self.on_logs_failed):
-            try:
-                callback(why)
-            except Exception:
-                pass     # as for a line: a broken viewer must not stop the run
 
     def _port_free(self) -> bool | None:
         """Can the master port be bound on the master now? (None: could not ask.)"""
