@@ -48,7 +48,8 @@ def sampled(state: State, t: Track, s: protocol.RankSample, gpu: protocol.GpuSam
     # connections carried since the last sample (a collective completed at a few % of a core: a
     # straggler's peers, a step that is mostly waiting). Its own files (the Flight Recorder's
     # answer to our ask) are no progress.
-    moving = s.wire is not None and t.wire is not None and s.wire != t.wire
+    # More than before: connections it closed (its end, a timeout's teardown) carry nothing.
+    moving = s.wire is not None and t.wire is not None and s.wire > t.wire
     if s.wire is not None:
         t.wire = s.wire
     if moving:

@@ -96,7 +96,11 @@ def held_up_by(s: Stall, busy: Mapping[Who, Evidence], evidence: tuple[Evidence,
     others; or, once the others have waited past `s.endless` while it computes (compiling, saving
     and loading data may take that long and arrive: only computing counts), one that never arrives."""
     culprits = tuple(sorted(busy))
-    computing = bool(busy) and all(e.state in (S.COMPUTING, S.RUNNING) for e in busy.values())
+    # Only a rank its stack shows computing at a line of its own: one busy at no known line (its stack
+    # unread or withheld since it used CPU) may be anything that arrives (issue 35's soak: "rank 3 has
+    # computed for 61 s at an unknown line" while it waited with the others for a checkpoint).
+    computing = bool(busy) and all(e.state in (S.COMPUTING, S.RUNNING) and e.frame is not None
+                                   for e in busy.values())
     if s.waited is not None and s.waited >= s.endless and computing:
         return Diagnosis(kind=Kind.ENDLESS, culprits=culprits, reason=Reason.COMPUTES_FOREVER,
                          certainty=Certainty.LIKELY, evidence=evidence, waited=round(s.waited, 1), bound=s.endless,

@@ -180,6 +180,8 @@ class State:
     ranks: dict[tuple[str, int], Track] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
     diagnosis_run: int | None = None          # the run the diagnosis is about (None: every run, or not known)
+    wires_at_hang: dict = field(default_factory=dict)   # rank key -> its wire when the hang was said: a
+                                              # resume needs its connections to move since (CPU alone may be its end)
     held: dict[int | None, Diagnosis] = field(default_factory=dict)   # run -> a rank held the others up (said
                                               # likely): until progress resumes (verdicts.bound_passed)
     incidents: list[str] = field(default_factory=list)

@@ -177,6 +177,8 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
         state.diagnosis, state.diagnosis_run = reported, run
+    if found.kind.is_hang:
+        state.wires_at_hang = {t.key: t.wire for t in state.live() if run is None or t.run == run}
     if said in state.reported:
         return
     state.reported.add(said)
@@ -260,6 +262,11 @@ def resumed(state: State, out: list[Effect]) -> None:
     if stopped_by_us(state) or state.stopping or \
             any(t.ended and (run is None or t.run == run) for t in state.ranks.values()):
         return
+    d = state.diagnosis
+    if d is not None and d.kind.is_hang and \
+            any(t.wire is not None and t.wire <= state.wires_at_hang.get(t.key, t.wire)
+                for t in state.live() if run is None or t.run == run):
+        return       # CPU alone (every rank raising its collective's timeout at once) is no resumed training
     state.held.clear()
     if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
         state.diagnosis = None

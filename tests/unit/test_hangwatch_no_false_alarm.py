@@ -205,3 +205,17 @@ def test_flight_recorder_numbers_that_move_between_two_reads_in_a_quiet_time_are
     early = track(8.0)
     flight_read(early, _flight(11, 10), 16.0)        # moved, but maybe before its quiet time began
     assert (early.idle_since, early.progress_at) == (10.0, None)
+
+
+def test_a_rank_busy_at_no_known_line_is_never_said_to_compute_for_ever():
+    # The third soak (bench/results/soak-issue35-run3.txt): during rank 0's 60 s checkpoint, rank 3
+    # busy at no line its stack showed was "ENDLESS: ... computed for 61 s at an unknown line".
+    from hangwatch.model import Evidence, RankStatus
+    from hangwatch.stalled import Stall
+    from hangwatch.waiting import straggler
+    waiting = Evidence("worker1", 11, 2, RankStatus.COLLECTIVE, op="barrier", frame="soak_train.py:150")
+    unseen = Evidence("worker1", 12, 3, RankStatus.RUNNING)
+    seen_line = Evidence("worker1", 12, 3, RankStatus.RUNNING, frame="soak_train.py:60", function="busy")
+    for busy, kind in ((unseen, "straggler"), (seen_line, "endless")):
+        found = straggler(Stall({2: waiting, 3: busy}, waited=61.0, endless=40.0))
+        assert found is not None and (found.kind, tuple(found.culprits)) == (kind, (3,))
