@@ -10,8 +10,9 @@ import re
 from pathlib import Path
 
 from hangwatch import failures
+from hangwatch.exit_json import exit_from_json
 from hangwatch.exits import StoppedBy, stop_of
-from hangwatch.model import HANGS, Diagnosis, exit_from_json
+from hangwatch.model import HANGS, Diagnosis
 from hangwatch.tracebacks import exception_in
 from hangwatch.words import who
 from node.bounded import Skipped, read_regular

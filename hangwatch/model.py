@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from node.protocol import ExitStatus
 from rules.fix import Action, Fix
 
+from .exit_json import exit_from_json
 from .observed import InGroup, Seen  # noqa: F401  (part of the model: Evidence holds them)
 from .who import Unnumbered, Who, label, who_from_json
 
@@ -333,22 +334,6 @@ class Diagnosis:
         values["notes"] = [NodeNote(**n) if isinstance(n, dict) else NodeNote("", str(n)) for n in data.get("notes") or ()]
         values["basis"] = Basis(data.get("basis") or Basis.EVIDENCE)
         return cls(**values)
-
-
-OLD_EXIT = {"exit code": "code", "signal": "signal"}
-
-
-def exit_from_json(value) -> ExitStatus | None:
-    """An exit as the JSON holds it ({"code", "signal"}). A bundle or result.json written before
-    exits were typed holds its text ("exit code 1", "signal 9"): read here, once, as any input is."""
-    if isinstance(value, dict):
-        code, signal = value.get("code"), value.get("signal")
-        return ExitStatus(code if isinstance(code, int) else None, signal if isinstance(signal, int) else None)
-    if isinstance(value, str):
-        words, _, number = value.strip().rpartition(" ")
-        if words in OLD_EXIT and number.lstrip("-").isdigit():
-            return ExitStatus(**{OLD_EXIT[words]: int(number)})
-    return None
 
 
 def _evidence(data: dict) -> Evidence:
