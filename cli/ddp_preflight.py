@@ -13,7 +13,7 @@ from pathlib import Path
 from .args import Parser, nproc
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
-from .folders import code_dir_of, data_dir_of_each
+from .folders import code_dir_of, data_dir_of_each, python_of, pythons_given
 from .progress import color_wanted, progress
 from .version import version
 
@@ -180,7 +180,11 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     hosts, slots = _hosts(args, config, slurm_job)
     training_env = _training_env(args, config, hosts)
     data_paths, code_paths = _folders(args, hosts)
-    args.python_paths = _pythons(args, hosts)
+    from preflight.hosts import HostListError
+    try:
+        args.python_paths = pythons_given(args, hosts or [socket.gethostname()])
+    except HostListError as exc:
+        raise UsageError(str(exc)) from None
 
     def pick(name, default):
         value = getattr(args, name)
@@ -211,7 +215,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         env=training_env, launch=launch is not None,
         min_time_left=min_time_left,
         data_dirs={h: d for h, d in zip(names, targets_data, strict=True) if d},
-        pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := _python_of(args, config, h)).named})
+        pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := python_of(args, config, h)).named})
     if options.nproc_per_node < 1:
         given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
@@ -380,36 +384,11 @@ def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
     code_dir = code_paths.every or config.values.get("code_dir") or code_dir_of(launch_args)
     if not hosts:
         here = socket.gethostname()
-        return [Target(here, _python_of(args, config, here).path, data_dirs[0],
+        return [Target(here, python_of(args, config, here).path, data_dirs[0],
                        code_paths.nodes.get(here) or code_dir, local=True)]
-    return [Target(h, _python_of(args, config, h).path, data_dir,
+    return [Target(h, python_of(args, config, h).path, data_dir,
                    code_paths.nodes.get(h) or code_paths.every or config.for_node(h, "code_dir", code_dir))
             for h, data_dir in zip(hosts, data_dirs, strict=True)]
-
-
-def _pythons(args: argparse.Namespace, hosts: list[str]):
-    """--python PATH (every node) and --python NODE:PATH (that node), checked before any node is
-    contacted, as --data-dir is."""
-    from preflight.hosts import HostListError, node_paths
-
-    given = args.python if isinstance(args.python, list) else [args.python] if args.python else []
-    try:
-        return node_paths("--python", given, hosts or [socket.gethostname()], what="Python")
-    except HostListError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _python_of(args, config, host: str):
-    """The training's Python on `host` (rules/python.py): --python NODE:PATH, else --python PATH,
-    else the config's for that node, else this interpreter's; the same answer for the facts, the
-    probes and the launch."""
-    from rules.python import training_python
-
-    paths = getattr(args, "python_paths", None)
-    given = paths.of(host) if paths is not None else args.python if isinstance(args.python, str) else None
-    return training_python(given, config.for_node(host, "python"))
-
-
 
 
 if __name__ == "__main__":

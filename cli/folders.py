@@ -1,4 +1,4 @@
-"""Where each node's data and training code are, from the arguments and the config."""
+"""Where each node's data, training code and Python are, from the arguments and the config."""
 
 from __future__ import annotations
 
@@ -22,3 +22,23 @@ def code_dir_of(launch_args: list[str]) -> str | None:
     if script and Path(script).exists():
         return str(Path(script).resolve().parent)
     return None
+
+
+def pythons_given(args, hosts: list[str]):
+    """--python PATH (every node) and --python NODE:PATH (that node), checked before any node is
+    contacted, as --data-dir is (preflight.hosts.HostListError when one names no host)."""
+    from preflight.hosts import node_paths
+
+    given = args.python if isinstance(args.python, list) else [args.python] if args.python else []
+    return node_paths("--python", given, hosts, what="Python")
+
+
+def python_of(args, config, host: str):
+    """The training's Python on `host` (rules/python.py): --python NODE:PATH, else --python PATH,
+    else the config's for that node, else this interpreter's; the same answer for the facts, the
+    probes and the launch."""
+    from rules.python import training_python
+
+    paths = getattr(args, "python_paths", None)
+    given = paths.of(host) if paths is not None else args.python if isinstance(args.python, str) else None
+    return training_python(given, config.for_node(host, "python"))
