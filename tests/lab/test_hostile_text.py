@@ -38,10 +38,11 @@ time.sleep(60)
 """
 
 # Every rank prints a hash of each variable it was given and of its options (never a value);
-# rank 1 then idles in a function named with escapes while rank 0 waits for it in all_reduce:
-# hangwatch names the deadlock, keeps a bundle, and --stop-on-hang ends the run.
+# rank 1 then blocks for ever on a lock nobody releases, in a function named with escapes, while
+# rank 0 waits for it in all_reduce: a certain hang (a sleeping rank's wait may end by itself and is
+# only held), so hangwatch names the deadlock, keeps a bundle, and --stop-on-hang ends the run.
 HANGS = """
-import hashlib, os, sys, time
+import hashlib, os, sys, threading, time
 import torch
 import torch.distributed as dist
 names, evil, options = sys.argv[1].split(","), sys.argv[2], sys.argv[3:]
@@ -53,8 +54,9 @@ for name in names:
 print(f"rank {rank} got options sha256 {hashlib.sha256(' '.join(options).encode()).hexdigest()}", flush=True)
 
 def wait():
-    while True:
-        time.sleep(1)
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire()                           # a lock nobody releases
 
 wait.__code__ = wait.__code__.replace(co_name="wait" + evil, co_qualname="wait" + evil)   # py-spy reads the latter
 if rank == 1:
@@ -160,9 +162,8 @@ def test_no_secret_shape_is_shown_or_kept_and_the_hang_is_shown_written_out(clea
     assert_clean(done.stderr, "the launcher's lines")
     assert_clean(done.stdout, "the ranks' stream")
     said = next(line for line in err.splitlines() if line.startswith("ddp-preflight: hangwatch: DEADLOCK: "))
-    line = HANGS.splitlines().index("        time.sleep(1)") + 1
-    # (asleep in its `while True: time.sleep(1)`: a loop of its own, so it "sleeps", issue 27)
-    assert said.startswith(f"ddp-preflight: hangwatch: DEADLOCK: rank 1 sleeps outside any collective: idle at "
+    line = HANGS.splitlines().index("    lock.acquire()                           # a lock nobody releases") + 1
+    assert said.startswith(f"ddp-preflight: hangwatch: DEADLOCK: rank 1 waits on a lock outside any collective: idle at "
                            f"script.py:{line} (wait{EVIL_SHOWN}); rank 0 waits in all_reduce"), said
     report = next(data for path, data in written.items() if path.name == "report.txt")
     assert_clean(report, "report.txt")
