@@ -80,14 +80,15 @@ def test_jumbo_frames_behind_a_1500_hop_hang_a_large_all_reduce_and_preflight_na
     print(f"\npreflight --only path-mtu,bandwidth with the fault: {took:.1f} s")
     # Named without waiting out the bandwidth job's bound first: that job never started.
     assert took < bandwidth.TIMEOUT, took
-    fix = ("on {a}: sudo ip link set dev eth0 mtu 1500; on {b}: sudo ip link set dev eth0 mtu 1500   # what "
-           "passes between {a} and {b}; or make every hop between them (switch port, VLAN, tunnel) carry "
+    # One cause, one fix: both directions carry the same fix, its nodes and pair in name order (printed once).
+    fix = ("on master: sudo ip link set dev eth0 mtu 1500; on worker1: sudo ip link set dev eth0 mtu 1500   # what "
+           "passes between master and worker1; or make every hop between them (switch port, VLAN, tunnel) carry "
            "9000-byte packets")
     summary = ("{a} -> {b}: packets over 1500 bytes are lost without an ICMP reply (eth0 MTU 9000 on both ends): "
                "TCP sends 9000-byte packets that way, so connections open and small collectives work but the first "
                "large one hangs")
     assert {(r["node"], r["status"], r["summary"], r["fix"]) for r in by(report, "path-mtu")} == {
-        (a, "fail", summary.format(a=a, b=b), fix.format(a=a, b=b))
+        (a, "fail", summary.format(a=a, b=b), fix)
         for a, b in (("master", "worker1"), ("worker1", "master"))}
     skipped = by(report, "bandwidth")
     assert [(r["status"], r["summary"], r["fix"]) for r in skipped] == [
@@ -118,7 +119,7 @@ def test_jumbo_frames_on_one_end_only_warn_and_tcp_stays_under_the_other_ends_mt
         ("worker1", "warn", "worker1 -> master: packets over 1500 bytes are lost without an ICMP reply (worker1's "
                             "eth0 MTU 9000, master's eth0 MTU 1500): TCP to master stays at 1500 bytes (master's MTU), "
                             "so Gloo works; anything larger worker1 sends that way is lost",
-         "on worker1: sudo ip link set dev eth0 mtu 1500   # what passes between worker1 and master; or make every "
+         "on worker1: sudo ip link set dev eth0 mtu 1500   # what passes between master and worker1; or make every "
          "hop between them (switch port, VLAN, tunnel) carry 9000-byte packets"),
         ("master", "pass", "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)", None)}
     # What the warning says: the large all_reduce goes through.
