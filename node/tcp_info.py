@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass
 
 # struct tcp_info (linux/tcp.h): the offsets of the fields read here.
+UNACKED = 24              # __u32 tcpi_unacked, data segments sent and not yet acknowledged: in flight
 RTT_US = 68               # __u32 tcpi_rtt, microseconds
 TOTAL_RETRANS = 100       # __u32 tcpi_total_retrans, segments
 DATA_SEGS_OUT = 156       # __u32 tcpi_data_segs_out
@@ -39,6 +40,7 @@ class Connection:
     busy_us: int = 0      # microseconds it had data in flight or queued: sent / busy is its throughput
     delivered: int = 0    # data segments the peer acknowledged: sent less delivered less spurious is lost,
                           # also where the sender's own firewall dropped them (the kernel counts no resend then)
+    unacked: int = 0      # data segments in flight at the reading: sent, not yet acknowledged, not lost
 
 
 def connections(proc_fd: str = "/proc/self/fd") -> dict[int, Connection]:
@@ -72,7 +74,7 @@ def connections(proc_fd: str = "/proc/self/fd") -> dict[int, Connection]:
                              struct.unpack_from("I", raw, DATA_SEGS_OUT)[0],
                              struct.unpack_from("I", raw, TOTAL_RETRANS)[0],
                              struct.unpack_from("I", raw, DSACK_DUPS)[0], struct.unpack_from("Q", raw, BUSY_TIME)[0],
-                             struct.unpack_from("I", raw, DELIVERED)[0])
+                             struct.unpack_from("I", raw, DELIVERED)[0], struct.unpack_from("I", raw, UNACKED)[0])
     return out
 
 
@@ -103,7 +105,12 @@ def moved(before: dict[int, Connection], after: dict[int, Connection]) -> list[d
         pair["lost"] += max(0, resent - spurious)
         segs = now.segs - (then.segs if then else 0)
         delivered = now.delivered - (then.delivered if then else 0)
-        pair["undelivered"] += max(0, segs - delivered - spurious)
+        # Segments still in flight at the second reading (sent, their ACK not back yet: the last of
+        # an all_reduce behind a slow link's 100 ms queue) are not lost; those in flight at the
+        # first were delivered in between. Counting them lost named a slow node's sender as
+        # dropping what it sends, under load (its ACKs later still).
+        in_flight = now.unacked - (then.unacked if then else 0)
+        pair["undelivered"] += max(0, segs - delivered - spurious - in_flight)
         # Its sockets send side by side: the pair was busy as long as its busiest one.
         pair["busy_us"] = max(pair["busy_us"], now.busy_us - (then.busy_us if then else 0))
     return sorted(pairs.values(), key=lambda p: (p["local"], p["peer"]))

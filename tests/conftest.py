@@ -1,5 +1,6 @@
 import os
 import secrets
+import time
 
 import pytest
 
@@ -43,11 +44,23 @@ def lab(lab_name):
         lab, _ = Lab.up(lab_name, nodes=2)
     except LabError as exc:
         pytest.fail(f"the lab did not come up: {exc}")
+    lab.own_processes = {n.name: set(lab.processes(n.name)) for n in lab.nodes}     # each node's sshd
     yield lab
     Lab.down(lab_name)
 
 
+QUIET_SECONDS = 30      # a test that failed midway leaves its run's remote side ending
+
+
 @pytest.fixture
 def clean_lab(lab):
+    """The shared lab without faults, and without what an earlier test left ending on its nodes: a
+    test that failed midway (its own leftover check never ran) left a rank of its run on worker1,
+    still ending as the next test took its snapshot of the nodes, and that test was blamed for a
+    process that went away during it. Waits for the nodes to hold only the lab's own processes."""
+    deadline = time.monotonic() + QUIET_SECONDS
+    while time.monotonic() < deadline and any(set(lab.processes(n.name)) - lab.own_processes[n.name]
+                                              for n in lab.nodes):
+        time.sleep(0.2)
     yield lab
     lab.clear_faults()
