@@ -27,7 +27,7 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
         return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
     found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
-    stale = _stale(t, found) if not (unformed and found.state is S.RENDEZVOUS) else None
+    stale = _stale(t, found, state.config.interval) if not (unformed and found.state is S.RENDEZVOUS) else None
     if t.idle_since is None and t.dump is not None and t.held_since_read():
         # Working at its last sample of its own, held by our py-spy since (reading its stack): that
         # CPU is from before, so neither it nor a stack read with it says what the rank does now.
@@ -37,7 +37,7 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
         # Not quiet, and its stack no longer says where it is: it works, somewhere.
         found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING, evidence=(f"CPU {v.cpu:.0f}%", stale))
     notes = list(found.evidence)
-    if unformed and found.state is S.RENDEZVOUS and _stale(t, found) is not None:
+    if unformed and found.state is S.RENDEZVOUS and _stale(t, found, state.config.interval) is not None:
         notes.append(f"used CPU since its stack, and cannot have left: {unformed}")
     if t.dump is None and t.dump_error:
         notes = [f"no stack: {t.dump_error}"]
@@ -68,15 +68,18 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
                     unsent=t.sockets.unsent if t.sockets is not None else None, notes=tuple(notes), **_flight(t))
 
 
-def _stale(t: Track, found: RankState) -> str | None:
+def _stale(t: Track, found: RankState, interval: float) -> str | None:
     """Why the stack in hand no longer says where a rank that is not quiet is: it has used CPU
-    since that stack showed it waiting; or a newer stack of it is on its way (its Python frames
-    came, their native ones follow) and the one in hand (its start-up's, importing torch) says
-    where it was. None: it still says."""
+    since that stack showed it waiting (in a sample that began after the stack came: a sample
+    that came after the stack was asked for, but began before it was read, counts CPU the rank
+    used before it entered its wait, or while our py-spy stopped and released it); or a newer
+    stack of it is on its way (its Python frames came, their native ones follow) and the one in
+    hand (its start-up's, importing torch) says where it was. None: it still says."""
     if t.idle_since is not None or t.dump is None:
         return None
     if found.state in (S.COLLECTIVE, S.RENDEZVOUS, S.IDLE, S.GPU_WAIT) and t.busy_at is not None and \
-            t.stack_at is not None and t.busy_at > t.stack_at:
+            t.stack_at is not None and t.busy_at > t.stack_at and \
+            t.busy_at - interval >= max(t.stack_at, t.read_at if t.read_at is not None else t.stack_at):
         return "working since its last stack"
     if t.withheld is not None and (t.stack_at is None or t.stack_at < t.withheld.taken):
         return "its newer stack is on its way"

@@ -129,3 +129,22 @@ def test_a_rank_quiet_in_an_import_that_moves_no_byte_waits_on_io_and_is_not_wor
     t.moved = 4096                                    # still reading its files
     e = evidence_of(watcher.state, t, 10.0)
     assert (e.state, e.reason, working(e)) == (S.IMPORTING, None, True)
+
+
+def test_cpu_counted_in_a_sample_that_began_before_its_stack_came_is_not_work_since_that_stack(tmp_path):
+    # A rank its stack shows waiting in all_reduce, then a sample with CPU that came after the stack
+    # was asked for but began before the stack came (its last compute before the wait, or our py-spy
+    # stopping and releasing it): it still waits there, not "computing at no known line" (a loaded
+    # full run named it beside the rank that computed for ever). CPU in a sample begun after: it works.
+    header, watcher, events = replay("sleep", tmp_path, until=30.0)
+    t = next(t for t in watcher.state.live() if t.dump is not None
+             and classify(t.dump, 0.0, t.view.wchan).state is S.COLLECTIVE)
+    interval = watcher.state.config.interval
+    t.idle_since, t.view.cpu, t.withheld = None, 40.0, None
+    t.stack_at, t.read_at = 20.0, 20.0 + interval / 2
+    t.busy_at = 20.0 + interval          # its window began before the stack came
+    e = evidence_of(watcher.state, t, 21.0)
+    assert (e.state, e.op) == (S.COLLECTIVE, "all_reduce"), e
+    t.busy_at = 20.0 + interval * 1.5 + 0.01    # a whole sample after the stack came
+    e = evidence_of(watcher.state, t, 22.0)
+    assert (e.state, e.frame, e.notes[-1]) == (S.COMPUTING, None, "working since its last stack"), e
