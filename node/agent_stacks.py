@@ -54,8 +54,11 @@ class Stacks:
                 # Asleep in the kernel (time.sleep), or stopped by it (SIGSTOP: state T): its Python
                 # frames say where, the kernel why; native frames, slow to take, would add nothing.
                 asleep = staged and self.waits.get(p) == {"call": "sleep"}
-                stopped = staged and getattr(proc.stat(p), "state", None) == "T"
+                before = getattr(proc.stat(p), "state", None)
                 dump = self.dump(p, False if staged else how)
+                # A stopped process another reader holds at that moment (py-spy of the agent's own
+                # first stacks) reads "t", tracing stop; once read it is "T" again: either says so.
+                stopped = staged and "T" in (before, getattr(proc.stat(p), "state", None))
                 if staged and not asleep and not stopped and isinstance(dump, list) and not pyspy.in_distributed(dump):
                     deeper.append(p)
                 loops.annotate(dump)        # which of its lines sit inside a loop (node/loops.py)
