@@ -21,9 +21,9 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # Two workers: the lab tests one after another on one lab, the unit tests beside them
-# (tests/conftest.py). `pytest` alone runs everything in one process, as before.
+# (tests/conftest.py), the 30 slowest tests named at the end. `pytest` alone runs everything in one process.
 test: lint
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=30
 
 test-unit: setup
 	$(PY) -m pytest -m 'not lab'
