@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 from rules.facts import Missing, NodeFacts
 from rules.fix import Fix, said
-from rules.routes import dead_route, detour, drop_route
+from rules.routes import dead_in, detour_in, drop_route
 
 from ..model import Context, Status, Verdict
 
-DIALLED = "dialled_from_here"    # in an unreachable node's facts: this machine's network, and its route there
+DIALLED = "dialled_from_here"    # in an unreachable node's facts (Facts.dialled_from_here)
 HERE = "this machine"            # where ddp-preflight runs, and ssh dials from
 
 
@@ -42,20 +42,16 @@ def check_node_reachable(ctx: Context) -> Iterator[Verdict]:
 def route_from_here(node: NodeFacts) -> tuple[str, Fix, dict] | None:
     """Why this machine's dial to the node got nowhere, if its own route there says it: (why, the
     fix on this machine, the route as read). None where the route is not the cause."""
-    network = node.facts.get(DIALLED)
-    if not isinstance(network, dict):
+    network = node.parsed.dialled_from_here
+    if isinstance(network, Missing) or isinstance(network.route_to_master, Missing):
         return None
-    here = NodeFacts(HERE, {"network": network})
-    route = here.parsed.network
-    if isinstance(route, Missing) or isinstance(route.route_to_master, Missing):
-        return None
-    dead = dead_route(here)
+    dead = dead_in(network, network.route_to_master)
     if dead is not None:
         judged, why = dead
         return (f"{HERE}'s route to {judged.address} goes out {judged.interface}, which {why}: "
                 f"its connections to {node.node} go nowhere", drop_route(HERE, judged, node.node),
                 dict(judged.sent))
-    taken = detour(here)
+    taken = detour_in(network, network.route_to_master)
     if taken is not None:
         judged, why, lan = taken
         return (f"{HERE}'s route to {judged.address} goes out {judged.interface}, which {why}: "
