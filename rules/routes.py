@@ -62,6 +62,8 @@ def detour_in(network: NetworkFacts | Missing, judged: Route | Missing) -> tuple
     """detour on a machine's network facts and its route (the master's own, toward a node)."""
     if isinstance(network, Missing) or isinstance(judged, Missing) or not judged.interface or not judged.address:
         return None
+    if network.interface_with(judged.address) is not None:
+        return None        # its own address: the route to it is local (out lo), never a detour
     try:
         target = ipaddress.ip_address(judged.address)
     except ValueError:
