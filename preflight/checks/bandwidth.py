@@ -326,7 +326,7 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
 
 
 def _straggler_fix(ctx: Context, name: str, slow: NodeFigures, fast: NodeFigures, node: NodeFacts | None) -> Fix:
-    nproc = ctx.options.nproc_per_node
+    nproc = ctx.options.nproc_on(name)
     cpu = node.parsed.cpu if node is not None else Missing("not one of the nodes")
     cores = (None if isinstance(cpu, Missing) else cpu.physical_cores) or slow.cpus or 1
     best = max(1, cores // max(1, nproc))
