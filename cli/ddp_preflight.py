@@ -177,7 +177,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         raise UsageError(str(exc)) from None
 
     slurm_job = _slurm_job(args)
-    hosts, slots = _hosts(args, config, slurm_job)
+    hosts, slots, host_slots = _hosts(args, config, slurm_job)
     training_env = _training_env(args, config, hosts)
     data_paths, code_paths = _folders(args, hosts)
     from preflight.hosts import HostListError
@@ -215,7 +215,8 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         env=training_env, launch=launch is not None,
         min_time_left=min_time_left,
         data_dirs={h: d for h, d in zip(names, targets_data, strict=True) if d},
-        pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := python_of(args, config, h)).named})
+        pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := python_of(args, config, h)).named},
+        nprocs=host_slots)
     if options.nproc_per_node < 1:
         given = "--nproc-per-node" if args.nproc_per_node is not None else "nproc_per_node in the config"
         raise UsageError(f"{given} is {options.nproc_per_node}: every node runs at least one process, give 1 or more")
@@ -316,9 +317,10 @@ def _slurm_job(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
 
 
-def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str], int | None]:
+def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str], int | None, dict[str, int]]:
     """Every host from the command line, the hostfile and Slurm (else the config), each machine
-    once; and the processes per node the hostfile's slots ask for, when they decide it. Every
+    once; and the processes per node the hostfile's slots ask for, when they decide it (the most,
+    and each host's own where they differ). Every
     host of every source passes the one check (transport/host_names.py) here, before anything is
     done with it: one line naming the host and where it came from, exit 2."""
     from preflight.hosts import (
@@ -332,14 +334,14 @@ def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str],
     )
 
     sources = [("the command line", list(args.hosts))]
-    slots = None
+    slots, host_slots = None, dict[str, int]()
     try:
         check_hosts(*sources[0])
         if args.hostfile:
             entries = read_hostfile(args.hostfile)      # checks each line's host itself, naming the line
             sources.append((f"hostfile {args.hostfile}", [e.host for e in entries]))
             if args.nproc_per_node is None and config.values.get("nproc_per_node") is None:
-                slots = hostfile_slots(entries, args.hostfile)
+                slots, host_slots = hostfile_slots(entries, args.hostfile)
         if args.slurm_job and slurm_job is not None:
             sources.append((f"Slurm job {slurm_job.job_id}", list(slurm_job.nodes)))   # checked by read_job
         elif args.slurm:
@@ -354,7 +356,7 @@ def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str],
         check_unique(sources)
     except HostListError as exc:
         raise UsageError(str(exc)) from None
-    return [host for _, hosts in sources for host in hosts], slots
+    return [host for _, hosts in sources for host in hosts], slots, host_slots
 
 
 def _folders(args: argparse.Namespace, hosts: list[str]):

@@ -118,7 +118,9 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         say(f"cannot create the log folder {log_dir}: {exc.strerror} (choose another with --log-dir)")
         return Exit.USAGE
 
-    say(f"launching {' '.join(redact_argv(command.words()))} on {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+    counts = [len(n.ranks) for n in plan.nodes]
+    each = f"{len(plan.nodes)} node(s) x {counts[0]}" if len(set(counts)) == 1 else "+".join(map(str, counts))
+    say(f"launching {' '.join(redact_argv(command.words()))} on {each} "
         f"= {plan.world_size} ranks; master {plan.master_addr}:{plan.master_port}; logs in {log_dir}/")
     for node in plan.nodes:
         env = " ".join(f"{k}={v}" for k, v in redact_env(dict(node.env)).items()) or "no extra environment"

@@ -42,7 +42,7 @@ class Finding:
 # The messages that name a cause by themselves, in the order a run fails in (an earlier one is why a
 # later one happened: a duplicate GPU is why NCCL said invalid usage).
 ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family",
-         "gloo-family-mismatch", "nccl-socket-family", "nccl-not-built", "duplicate-gpu", "nccl-invalid-usage",
+         "gloo-family-mismatch", "nccl-socket-family", "nccl-not-built", "no-cuda", "duplicate-gpu", "nccl-invalid-usage",
          "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch", "nccl-mismatched-collective",
          "cuda-oom",
          "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "store-barrier",

@@ -3,7 +3,7 @@ log folder on the master: one log file per node, the plan and the result, privat
 each written relative to the folder's descriptor (node/private.py), never through a link.
 
 torchrun's `--tee 3` prefixes each rank's lines with its role and local rank ("[default0]:");
-the global rank is node_rank x nproc_per_node + local_rank (static rendezvous). Lines without
+the global rank is the node's first rank + local_rank, as torchrun numbers them. Lines without
 a prefix are torchrun's own (or the node's), and belong to the node."""
 
 from __future__ import annotations
@@ -100,11 +100,12 @@ class Tee:
         return out
 
 
-def parse(node: str, node_rank: int, nproc_per_node: int, raw: str, now: float) -> Line:
+def parse(node: str, first_rank: int, raw: str, now: float) -> Line:
+    """One line of a node's torchrun; `first_rank`: the global rank of its local rank 0."""
     found = TEE_PREFIX.match(raw)
     if found:
         local = int(found.group(2))
-        return Line(node, node_rank * nproc_per_node + local, local, found.group(3), now)
+        return Line(node, first_rank + local, local, found.group(3), now)
     return Line(node, None, None, raw, now)
 
 

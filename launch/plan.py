@@ -61,6 +61,11 @@ class NodePlan:
         run = shlex.join(redact_argv([self.python, "-m", "torch.distributed.run", *self.torchrun]))
         return f"cd {shlex.quote(self.cwd)} && " + (f"{env} {run}" if env else run)
 
+    @property
+    def first_rank(self) -> int:
+        """The global rank of its local rank 0."""
+        return self.ranks[0]
+
     def to_json(self) -> dict:
         """What plan.json keeps, secrets redacted."""
         return {"node": self.node, "node_rank": self.node_rank, "python": self.python, "cwd": self.cwd,
@@ -81,17 +86,19 @@ class Plan:
 
     @property
     def world_size(self) -> int:
-        return len(self.nodes) * self.nproc_per_node
+        return sum(len(n.ranks) for n in self.nodes)
 
     def rank(self, node: str, local_rank: int) -> int:
-        """Static rendezvous: global rank = node_rank x nproc_per_node + local_rank."""
+        """As torchrun numbers them: node after node in node-rank order, each node's ranks in a row
+        (its first, then its local rank): node_rank x nproc_per_node + local_rank where every node
+        runs as many, and the ranks of the nodes before it where their counts differ."""
         plan = next(n for n in self.nodes if n.node == node)
-        return plan.node_rank * self.nproc_per_node + local_rank
+        return plan.first_rank + local_rank
 
     def where(self, rank: int) -> tuple[str, int]:
         """(node, local_rank) of a global rank."""
-        node_rank, local = divmod(rank, self.nproc_per_node)
-        return self.nodes[node_rank].node, local
+        plan = next(n for n in self.nodes if rank in n.ranks)
+        return plan.node, rank - plan.first_rank
 
     def to_json(self) -> dict:
         return {"nnodes": len(self.nodes), "nproc_per_node": self.nproc_per_node,
@@ -137,15 +144,16 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
     for node in nodes:
         if node.error is not None:
             raise PlanError(f"{node.node} was not reached ({node.error}): fix it, or leave it out of the host list")
-    nproc = options.nproc_per_node
-    if nproc < 1:
-        raise PlanError(f"--nproc-per-node {nproc}: give at least 1 process per node")
+    counts = [options.nproc_on(node.node) for node in nodes]
+    if min(counts) < 1:
+        raise PlanError(f"--nproc-per-node {min(counts)}: give at least 1 process per node")
     master_addr = _master_addr(nodes[0], options)
     if master_addr is None:
         raise PlanError(f"the master's address is not known: pass --master-addr ADDR ({nodes[0].node}'s LAN address)")
     master_code = targets[0].code_dir if targets else None
-    plans = []
+    plans, first = [], 0
     for node_rank, (node, target) in enumerate(zip(nodes, targets, strict=True)):
+        nproc = counts[node_rank]
         env, sources = _node_env(report, node, options)
         given = options.env
         for name, value in given.for_node(node.node).items():
@@ -156,9 +164,10 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
                     "--rdzv-backend", "static", "--max-restarts", "0", "--tee", "3",
                     *(["-m"] if command.module else []), script, "--", *command.args)
         plans.append(NodePlan(node.node, node_rank, target.python, where, env, sources, torchrun,
-                              tuple(range(node_rank * nproc, (node_rank + 1) * nproc)),
-                              wanted_torch(nodes[0].parsed.torch, node.parsed.torch)))
-    return Plan(tuple(plans), nproc, master_addr, options.master_port, options.backend, command, flight_recorder)
+                              tuple(range(first, first + nproc)), wanted_torch(nodes[0].parsed.torch, node.parsed.torch)))
+        first += nproc
+    return Plan(tuple(plans), options.nproc_per_node, master_addr, options.master_port, options.backend, command,
+                flight_recorder)
 
 
 def _master_addr(master: NodeFacts, options: Options) -> str | None:
@@ -210,7 +219,7 @@ def _omp_threads(report: Report, node: NodeFacts, options: Options) -> int | Non
     if isinstance(cpu, Missing):
         return None
     cores = min(cpu.physical_cores, cpu.usable_cores or cpu.physical_cores)
-    return max(1, cores // max(1, options.nproc_per_node)) if cores else None
+    return max(1, cores // max(1, options.nproc_on(node.node))) if cores else None
 
 
 def _placement(command: Command, cwd: str, master_code: str | None, node_code: str | None) -> tuple[str, str]:

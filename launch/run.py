@@ -220,7 +220,7 @@ class Launch:
         return tee
 
     def _one_line(self, node: NodePlan, raw: str) -> None:
-        line = parse(node.node, node.node_rank, self.plan.nproc_per_node, raw, time.time())
+        line = parse(node.node, node.first_rank, raw, time.time())
         if line.rank is None and not line.text.strip():
             return
         seen = None
@@ -312,9 +312,9 @@ class Launch:
                 {"rank": rank, "node": node.node, **data["document"]}))
 
     def _global(self, node: NodePlan, entry: dict) -> int:
-        """A marker's rank entry's global rank (static rendezvous: node rank x ranks per node + local)."""
+        """A marker's rank entry's global rank (the node's first rank + its local rank, as torchrun numbers them)."""
         rank = entry.get("rank")
-        return rank if rank is not None else node.node_rank * self.plan.nproc_per_node + entry["local_rank"]
+        return rank if rank is not None else node.first_rank + entry["local_rank"]
 
     @staticmethod
     def _tell(callbacks: list, *args) -> None:

@@ -6,11 +6,13 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from node.facts.network import interfaces, route_to
 from node.facts.shards import ALGORITHMS
 from transport import LocalNode, Node, NodeError, RunningJob, SshNode
 from transport.node import OnLine, Progress
 from transport.slurm import SlurmJob, SlurmNode, SlurmStep
 
+from .checks.reachability import DIALLED
 from .hosts import bad_host_reason
 from .model import NodeFacts
 
@@ -128,13 +130,22 @@ def gather(cluster: Cluster, request: dict, on_progress: Progress | None = None,
     out = []
     for target, error, found in zip(targets, errors, facts, strict=True):
         if error is not None and found is None:
-            out.append(NodeFacts(target.name, {}, error.summary, error.fix))
+            out.append(NodeFacts(target.name, dialled_from_here(error), error.summary, error.fix))
         else:
             result = found or {}
             if error is not None:    # facts came, a later phase failed on this node
                 result.setdefault("shards", {"error": error.summary})
             out.append(NodeFacts(target.name, result))
     return out, master_addr
+
+
+def dialled_from_here(error: NodeError) -> dict:
+    """Where nothing answered this machine's dial (ssh timed out, no route to host): this
+    machine's interfaces and its kernel's route to that address, in a node's network facts'
+    shape, so node-reachable can judge whether this machine's own routing lost it."""
+    if not error.unanswered:
+        return {}
+    return {DIALLED: {"interfaces": interfaces(), "route_to_master": route_to(error.unanswered)}}
 
 
 def common_algorithm(all_facts: list[dict]) -> str:

@@ -90,19 +90,23 @@ def _slots(value: str, path: str, number: int) -> int:
     return int(value)
 
 
-def hostfile_slots(entries: list[HostfileEntry], path: str) -> int | None:
-    """The processes per node the hostfile asks for: its hosts' one slot count, or None when
-    none gives one. ddp-preflight starts as many ranks on every node, so differing counts are
-    an error rather than a silent choice."""
+def hostfile_slots(entries: list[HostfileEntry], path: str) -> tuple[int | None, dict[str, int]]:
+    """The processes per node the hostfile asks for: (its hosts' one slot count, {}) where they
+    agree, (None, {}) where none gives one, and (the most, each host's own) where they differ, as
+    DeepSpeed allows (`host1 slots=4`, `host2 slots=2`): torchrun on each node then starts its
+    own, and the ranks are numbered node after node. Slots on some hosts only is an error: the
+    others' count would be a guess."""
     given = {e.slots for e in entries}
     if given == {None}:
-        return None
+        return None, {}
+    if None in given:
+        bare = ", ".join(f"{e.host} (line {e.line})" for e in entries if e.slots is None)
+        raise HostListError(f"hostfile {path} gives slots for some hosts but not for {bare}: give every host "
+                            "its slots=N, or pass --nproc-per-node N")
     if len(given) == 1:
-        return given.pop()
-    counts = ", ".join(f"{e.host} {'slots=' + str(e.slots) if e.slots else 'no slots'}" for e in entries)
-    raise HostListError(f"hostfile {path} gives different slots ({counts}): ddp-preflight starts the "
-                        "same number of ranks on every node; give every host the same slots, "
-                        "or pass --nproc-per-node N")
+        return given.pop(), {}
+    counts = {e.host: e.slots for e in entries if e.slots is not None}
+    return max(counts.values()), counts
 
 
 # --- one machine, one entry ------------------------------------------------------------------------

@@ -90,6 +90,12 @@ class Options:
     data_dirs: Mapping[str, str] = field(default_factory=dict)   # node -> its own data folder, where set
     pythons: Mapping[str, str] = field(default_factory=dict)     # node -> the training Python --python or
     #                                                              the config named (absent: this interpreter's)
+    nprocs: Mapping[str, int] = field(default_factory=dict)      # node -> its own ranks (a hostfile's slots
+    #                                                              where hosts differ); absent: nproc_per_node
+
+    def nproc_on(self, node: str) -> int:
+        """The ranks torchrun starts on `node`: its own count, else nproc_per_node."""
+        return self.nprocs.get(node, self.nproc_per_node)
 
     def data_dir_of(self, node: str) -> str | None:
         """The data folder on `node`: its own ([nodes.NAME] data_dir), else the one for every node."""

@@ -65,6 +65,7 @@ class Cause(str, enum.Enum):
     SHARED_MEMORY = "shared-memory-too-small"          # a DataLoader worker's bus error: /dev/shm too small
     LOCAL_RANK_OPTION = "local-rank-option"            # the launcher passes --local-rank, the script parses --local_rank
     NCCL_NOT_BUILT = "nccl-not-built"                  # this torch has no NCCL (Windows, macOS, a CPU build)
+    NO_CUDA = "no-cuda"                                # the code used CUDA where torch sees none (a CPU build, no GPU)
 
 
 class Sure(str, enum.Enum):

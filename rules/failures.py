@@ -83,6 +83,13 @@ CATALOGUE: tuple[Message, ...] = (
        K.NCCL_ERROR, C.NCCL_NOT_BUILT, P.ROOT,
        "this torch has no NCCL: NCCL is Linux-only, and a CPU build of torch has none",
        change("init_process_group(backend='gloo') here, or a CUDA build of torch on Linux for NCCL")),
+    _m("no-cuda", ("'_cuda_", "compiled with CUDA", "No CUDA GPUs", "no CUDA-capable", "no NVIDIA driver", "without CUDA"),
+       r"module 'torch\._C' has no attribute '_cuda_\w+'|Torch not compiled with CUDA enabled|No CUDA GPUs are available"
+       r"|no CUDA-capable device is detected|Found no NVIDIA driver on your system|PyTorch was compiled without CUDA support",
+       K.EXITED, C.NO_CUDA, P.ROOT, "the training code used CUDA (a device pinned or a tensor moved to it) where this "
+       "node's torch sees no GPU", change("on a CPU run, put the CUDA calls at the line shown (torch.cuda.set_device, "
+       ".cuda(), device='cuda') under `if torch.cuda.is_available():`, so each rank keeps the CPU device it was given; on "
+       "a GPU run, a CUDA build of torch on a node whose GPU and driver it sees (nvidia-smi)")),
     _m("nccl-invalid-usage", ("invalid usage", "ncclInvalidUsage"), r"invalid usage|ncclInvalidUsage",
        K.NCCL_ERROR, C.NCCL_INVALID_USAGE, P.ROOT,
        "NCCL refused a call (two ranks on one GPU, mixed streams, too many async ops): NCCL_DEBUG=WARN says which",

@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Protocol
 
-from .facts import Interface, Missing, NodeFacts, Route
+from .facts import Interface, Missing, NetworkFacts, NodeFacts, Route
 from .fix import Fix, change
 from .fix import run as command_fix
 
@@ -35,7 +35,11 @@ def dead_route(node: NodeFacts, route: Route | None = None) -> tuple[Route, str]
     """The node's route to the master (or `route`, its route to a peer) goes out an interface that
     carries nothing: (the route, why in words). The kernel still picks it (a host route through a
     link that went down, a cable pulled: `linkdown`), so every connection there goes nowhere."""
-    network, judged = node.parsed.network, route_to_master(node) if route is None else route
+    return dead_in(node.parsed.network, route_to_master(node) if route is None else route)
+
+
+def dead_in(network: NetworkFacts | Missing, judged: Route | Missing) -> tuple[Route, str] | None:
+    """dead_route on a machine's network facts and its route (the master's own, toward a node)."""
     if isinstance(network, Missing) or isinstance(judged, Missing) or not judged.interface:
         return None
     if "linkdown" in judged.flags:
@@ -51,9 +55,15 @@ def detour(node: NodeFacts, route: Route | None = None) -> tuple[Route, str, str
     live one whose own subnet holds that address: a second interface whose route takes over (a
     VPN's, a stale host route through another link). Only a candidate: the caller needs the
     evidence that nothing sent that way arrives (the probe's dials all silently dropped)."""
-    network, judged = node.parsed.network, route_to_master(node) if route is None else route
+    return detour_in(node.parsed.network, route_to_master(node) if route is None else route)
+
+
+def detour_in(network: NetworkFacts | Missing, judged: Route | Missing) -> tuple[Route, str, str] | None:
+    """detour on a machine's network facts and its route (the master's own, toward a node)."""
     if isinstance(network, Missing) or isinstance(judged, Missing) or not judged.interface or not judged.address:
         return None
+    if network.interface_with(judged.address) is not None:
+        return None        # its own address: the route to it is local (out lo), never a detour
     try:
         target = ipaddress.ip_address(judged.address)
     except ValueError:

@@ -12,10 +12,17 @@ from node import protocol
 class NodeError(Exception):
     """A node that could not be reached or could not run the collector."""
 
-    def __init__(self, summary: str, fix: str | None = None):
+    def __init__(self, summary: str, fix: str | None = None, unanswered: str | None = None):
         super().__init__(summary)
         self.summary = summary
         self.fix = fix
+        # The address this machine dialled where nothing answered (a timeout, no route to host or
+        # network): this machine's own route to it may be the cause, which the caller can judge.
+        self.unanswered = unanswered
+
+
+# connect() errors where the dial got no answer at all: nothing refused, nothing greeted.
+UNANSWERED = (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 # What connect() failing with each errno means, and the fix for it; {host} is filled in.
@@ -33,8 +40,20 @@ CONNECT_ERRORS = {
 }
 
 
-def explain_connect(host: str, exc: BaseException) -> NodeError:
-    """Turn what paramiko/fabric raised into a sentence about this host."""
+def explain_connect(host: str, exc: BaseException, address: str | None = None) -> NodeError:
+    """Turn what paramiko/fabric raised into a sentence about this host; `address`: where it was
+    dialled (HostName from the ssh config), kept on the error when nothing answered there."""
+    error = _explain_connect(host, exc)
+    if error.unanswered is None and address and _no_answer(exc):
+        error.unanswered = address
+    return error
+
+
+def _no_answer(exc: BaseException) -> bool:
+    return isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(exc, OSError) and exc.errno in UNANSWERED
+
+
+def _explain_connect(host: str, exc: BaseException) -> NodeError:
     import paramiko
 
     name = type(exc).__name__
@@ -79,7 +98,11 @@ def _explain_addresses(host: str, errors: dict) -> NodeError:
     causes = {address[0]: error for address, error in errors.items()}
     numbers: set[Any] = {getattr(error, "errno", None) for error in causes.values()}
     if len(numbers) == 1 and numbers <= CONNECT_ERRORS.keys():
-        return _explain_errno(host, numbers.pop())
+        number = numbers.pop()
+        error = _explain_errno(host, number)
+        if number in UNANSWERED:
+            error.unanswered = next(iter(causes))       # the first address paramiko dialled
+        return error
     listed = "; ".join(f"{address}: {error.strerror or error}" for address, error in causes.items())
     # A refusal means the machine is up, so its fix comes first.
     first = next((n for n in CONNECT_ERRORS if n in numbers), None)

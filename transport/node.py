@@ -205,6 +205,8 @@ class JobResult:
     error: str | None = None          # the job could not be started or its outcome was lost
     stopped: str | None = None        # "asked" (the master's stop) or "master-silent"
     marked: list[str] = field(default_factory=list)
+    outwaited: float | None = None    # the master's wait of this many seconds for its end ran out, so the
+                                      # master stopped it (stopped "asked" then says whose stop it was)
 
     @property
     def ok(self) -> bool:
@@ -220,7 +222,9 @@ class RunningJob:
 
     def wait(self, timeout: float | None = None) -> JobResult:
         result = self.program.wait(timeout)
+        outwaited = None
         if result is None:
+            outwaited = timeout
             self.stop()
             result = self.program.wait(10)
         if result is None:
@@ -233,7 +237,7 @@ class RunningJob:
         done = protocol.JobOutcome.from_json(outcome[-1]) if outcome else protocol.JobOutcome()
         own = [m for m in result.marked if not m.startswith(protocol.JOB)]
         return JobResult(self.node, done.exit, done.signal, done.timed_out, done.seconds,
-                         "\n".join(own + result.tail), result.stderr, error, done.stopped, own)
+                         "\n".join(own + result.tail), result.stderr, error, done.stopped, own, outwaited)
 
     def send(self, command: dict) -> bool:
         """A command on the supervisor's control line ("prepare-stop": node/supervisor.asked)."""

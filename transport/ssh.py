@@ -278,7 +278,7 @@ class SshNode(Node):
         try:
             conn.open()
         except Exception as exc:   # every connect failure becomes one line with a fix
-            raise explain_connect(self.name, exc) from None
+            raise explain_connect(self.name, exc, conn.host) from None
         self.connection = conn
 
     @property

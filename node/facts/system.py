@@ -66,7 +66,17 @@ def cpu_facts() -> dict:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = logical
-    return {"model": model, "logical_cores": logical, "usable_cores": usable,
+    # The last minute's mean of runnable processes, and how many are runnable now (this one
+    # included): a load that began seconds ago is in the second before the first says it.
+    fields = (read("/proc/loadavg", "") or "").split()
+    load: float | None
+    runnable: int | None
+    try:
+        load, runnable = float(fields[0]), int(fields[3].split("/")[0])
+    except (IndexError, ValueError):
+        load = runnable = None
+    return {"model": model, "logical_cores": logical, "usable_cores": usable, "load_1m": load,
+            "runnable": runnable,
             "physical_cores": len(cores) or logical,
             "flags": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4"))),
             "bf16_instructions": sorted(f for f in BF16_FLAGS if f in flags)}

@@ -1,9 +1,8 @@
 """bandwidth and compute-balance: what the link and each node's compute will cost every step.
 
-Bus bandwidth is nccl-tests' figure for all_reduce: busbw = algbw x 2(n-1)/n, where algbw is
-bytes / seconds. A ring all_reduce moves 2(n-1)/n x the gradient bytes through every rank, so
-one step's all_reduce of G gradient bytes takes about 2(n-1)/n x G / busbw (about 2 G / busbw
-for many nodes)."""
+Bus bandwidth is nccl-tests' figure for all_reduce: busbw = algbw x 2(n-1)/n, where algbw is bytes / seconds.
+A ring all_reduce moves 2(n-1)/n x the gradient bytes through every rank, so one step's all_reduce of G
+gradient bytes takes about 2(n-1)/n x G / busbw (about 2 G / busbw for many nodes)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from rules.routes import toward_master
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.bandwidth_seen import BandwidthSeen, ComputeSeen, GpuFigures, JobFailure, LinkSent, NodeFigures
-from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes, symptom_of
+from .causes import NOT_KNOWN, because, is_gpu_error, likely_causes, symptom_of, unfinished
 from .common import probed
 from .gpu import clock_reasons, sight, slowdown_query
 from .units import count, duration, megabytes, rate, size
@@ -224,6 +223,8 @@ def _by_wire(ctx: Context, name: str) -> Fix:
 
 def _job_failed(ctx: Context, failed: JobFailure) -> Verdict:
     """The job ran and failed: its own error, and the cause only where another check saw it."""
+    if failed.unfinished:      # stopped, or killed from outside: an error of the probe, never the network's
+        return unfinished("the all_reduce probe", failed.node, failed.error, failed.load_per_cpu, failed.to_json())
     causes = likely_causes(ctx, symptom_of(failed.error, failed.timed_out))
     said, fix = because(causes)
     return Verdict(Status.ERROR, None, f"the all_reduce job failed on {failed.node}: {failed.error}{said}", fix,
@@ -325,7 +326,7 @@ def check_compute_balance(ctx: Context) -> Iterator[Verdict]:
 
 
 def _straggler_fix(ctx: Context, name: str, slow: NodeFigures, fast: NodeFigures, node: NodeFacts | None) -> Fix:
-    nproc = ctx.options.nproc_per_node
+    nproc = ctx.options.nproc_on(name)
     cpu = node.parsed.cpu if node is not None else Missing("not one of the nodes")
     cores = (None if isinstance(cpu, Missing) else cpu.physical_cores) or slow.cpus or 1
     best = max(1, cores // max(1, nproc))

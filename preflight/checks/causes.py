@@ -13,10 +13,10 @@ from rules import failures as catalogue
 from rules.facts import Missing
 from rules.failures import Cause as MessageCause
 from rules.failures import FailureKind
-from rules.fix import Fix, run
+from rules.fix import Fix, change, run
 from rules.routes import toward_master
 
-from ..model import Context, Status
+from ..model import Context, Status, Verdict
 
 # Which checks can explain which symptom, the most likely first. A GPU error is explained by
 # what the GPU checks saw, never by the network.
@@ -135,3 +135,14 @@ def firewalls(ctx: Context) -> list[Cause]:
                          run(f"on {node.node}: sudo ufw allow {f'from {subnet} ' if subnet else ''}proto tcp "
                              f"to any port {low}:{high}", node.node)))
     return out
+
+
+def unfinished(probe: str, node: str, why: str, load_per_cpu: float | None, details: dict) -> Verdict:
+    """A probe's job that did not end by itself (our stop, its supervisor's, a signal from outside):
+    who ended it, and no verdict on the network. The fix only where its node's load was seen
+    above its CPUs: the probe's bounds grew with that load, and it still did not finish."""
+    fix = None
+    if load_per_cpu is not None and load_per_cpu > 1:
+        fix = change(f"on {node}: find what keeps its CPUs busy (top -o %CPU), and run preflight again once its "
+                     "load is below its CPUs", node)
+    return Verdict(Status.ERROR, None, f"{probe} could not finish on {node}: {why}", fix, {"failed": details})

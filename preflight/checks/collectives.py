@@ -191,7 +191,7 @@ def _group_only_under_cuda(ctx: Context, scan: Scan) -> Verdict | None:
     wanted = " and ".join([*first.otherwise, f"not {module}.is_initialized()"])
     after = f"after line {first.statement_end} (the end of that `if`), indented as it" if first.statement_end \
         else "after that `if`"
-    world = len(ctx.reachable) * ctx.options.nproc_per_node
+    world = sum(ctx.options.nproc_on(n.node) for n in ctx.reachable)
     alone = ctx.options.launch and world > 1 and not any(
         isinstance(t := n.parsed.torch, TorchFacts) and t.cuda_available for n in ctx.reachable)
     return Verdict(Status.FAIL if alone else Status.WARN, None,

@@ -140,12 +140,12 @@ def check_gpu_visible(ctx: Context) -> Iterator[Verdict]:
     if skip:
         yield skip
         return
-    ranks = max(1, ctx.options.nproc_per_node)
     sights = {node.node: sight(node) for node in ctx.reachable}
     known = [s.count for s in sights.values() if s.count]
     for position, node in enumerate(ctx.nodes):
         if node.error is not None:
             continue
+        ranks = max(1, ctx.options.nproc_on(node.node))      # its own where a hostfile gives each host its slots
         seen = sights[node.node]
         torch, driver = node.parsed.torch, driver_of(node)
         cuda_visible = visible_var(node, "CUDA_VISIBLE_DEVICES")
@@ -175,11 +175,13 @@ def check_gpu_visible(ctx: Context) -> Iterator[Verdict]:
                           None, details)
             continue
         hidden = seen.physical is not None and seen.physical > seen.count and cuda_visible is not None
-        yield Verdict(Status.FAIL, node.node, _too_few(node, position, ranks, seen, cuda_visible if hidden else None),
+        # torchrun numbers the ranks node after node: this node's first is the count of those before it.
+        first = sum(max(1, ctx.options.nproc_on(n.node)) for n in ctx.nodes[:position])
+        yield Verdict(Status.FAIL, node.node, _too_few(node, first, ranks, seen, cuda_visible if hidden else None),
                       _fix_too_few(ctx, node, ranks, seen, min(known) if known else 0, hidden), details)
 
 
-def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by: str | None) -> str:
+def _too_few(node: NodeFacts, first: int, ranks: int, seen: Sight, hidden_by: str | None) -> str:
     given = visible_var(node, "NVIDIA_VISIBLE_DEVICES")
     count = seen.count or 0      # only called once the count is known
     if hidden_by is not None and seen.physical is not None:
@@ -191,9 +193,8 @@ def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by:
         where = ""
     if count == 0:
         return f"{ranks} rank{'s' if ranks > 1 else ''} per node but {node.node} sees no GPU{where}"
-    # torchrun numbers node n's ranks n*ranks ...; the first one past the GPUs shares GPU 0
-    # (LOCAL_RANK % device_count) or asks for a GPU that is not there (cuda:LOCAL_RANK).
-    first = position * ranks
+    # The node's first rank past its GPUs shares GPU 0 (LOCAL_RANK % device_count) or asks for a
+    # GPU that is not there (cuda:LOCAL_RANK).
     extra = first + count
     device = nccl_device(seen.devices[0].pci_bus_id) if seen.devices else "…"
     return (f"{ranks} ranks per node but {node.node} sees {count} GPU{'s' if count > 1 else ''}{where}: "
@@ -204,6 +205,8 @@ def _too_few(node: NodeFacts, position: int, ranks: int, seen: Sight, hidden_by:
 def _fix_too_few(ctx: Context, node: NodeFacts, ranks: int, seen: Sight, fewest: int, hidden: bool) -> Fix | None:
     if hidden and seen.physical is not None and seen.physical >= ranks:
         return env_fix(ctx, node.node, [("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(ranks)))])
+    if seen.count and node.node in ctx.options.nprocs:      # a hostfile's own slots for this host: its line
+        return change(f"slots={seen.count} for {node.node} in the hostfile", node.node)
     if seen.count and fewest:
         return change(f"--nproc-per-node {fewest}", note="the GPUs of the node with the fewest")
     return None         # no GPU at all there: device-dtype says what to do

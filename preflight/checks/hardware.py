@@ -87,11 +87,11 @@ def _threads_advised(cpu: CpuFacts, procs: int) -> int:
 
 
 def check_omp_threads(ctx: Context) -> Iterator[Verdict]:
-    procs = max(1, ctx.options.nproc_per_node)
     # Every node's advice: said once for all (--env OMP_NUM_THREADS=N) where it is the same.
-    advice = {n.node: _threads_advised(cpu, procs) for n in ctx.reachable
+    advice = {n.node: _threads_advised(cpu, max(1, ctx.options.nproc_on(n.node))) for n in ctx.reachable
               if not isinstance(cpu := n.parsed.cpu, Missing)}
     for node in ctx.reachable:
+        procs = max(1, ctx.options.nproc_on(node.node))      # its own ranks (a hostfile's slots)
         cpu = node.parsed.cpu
         if isinstance(cpu, Missing):
             yield Verdict(Status.ERROR, node.node, f"{node.node}: {cpu.reason}")
@@ -140,8 +140,7 @@ def check_omp_threads(ctx: Context) -> Iterator[Verdict]:
 
 
 def check_ranks_per_node(ctx: Context) -> Iterator[Verdict]:
-    """Every node starts --nproc-per-node ranks: each needs a core of its own on a CPU run."""
-    ranks = ctx.options.nproc_per_node
+    """Every node starts --nproc-per-node ranks (or its hostfile slots): each needs a core of its own on a CPU run."""
     if ctx.options.device == "cuda":
         # The GPU side goes here: ranks per node against the GPUs each node's torch sees.
         yield Verdict(Status.SKIP, None, "not checked for --device cuda yet (ranks against each node's GPUs)")
@@ -155,12 +154,16 @@ def check_ranks_per_node(ctx: Context) -> Iterator[Verdict]:
             why = cpu.reason if isinstance(cpu, Missing) else "the CPU facts have no usable core count"
             yield Verdict(Status.ERROR, node.node, f"{node.node}: {why}")
             continue
+        ranks = ctx.options.nproc_on(node.node)
         details = {"nproc_per_node": ranks, "usable_cores": cores, "device": ctx.options.device}
         if ranks > cores:
+            # A hostfile that gives each host its own slots: that host's line is what to change.
+            fix = change(f"slots={cores} for {node.node} in the hostfile", node.node) if node.node in ctx.options.nprocs \
+                else change(f"--nproc-per-node {fewest}", note="the fewest usable cores of any node")
             yield Verdict(Status.FAIL, node.node,
-                          f"{ranks} ranks per node, but {node.node} has {cores} usable "
-                          f"core{'s' if cores > 1 else ''}: each rank needs at least a core of its own",
-                          change(f"--nproc-per-node {fewest}", note="the fewest usable cores of any node"), details)
+                          f"{ranks} ranks {'on ' + node.node if node.node in ctx.options.nprocs else 'per node'}, but "
+                          f"{node.node} has {cores} usable core{'s' if cores > 1 else ''}: each rank needs at least "
+                          "a core of its own", fix, details)
         else:
             yield Verdict(Status.PASS, node.node,
                           f"{ranks} rank{'s' if ranks > 1 else ''} on {cores} usable cores", None, details)

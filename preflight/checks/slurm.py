@@ -36,12 +36,12 @@ def check_slurm_allocation(ctx: Context) -> Iterator[Verdict]:
     if job is None:
         yield Verdict(Status.SKIP, None, NOT_IN_A_JOB)
         return
-    ranks = max(1, ctx.options.nproc_per_node)
     gpu_run = ctx.options.device == "cuda" or ctx.options.backend == "nccl"
     tasks = _tasks_per_node(job)
     hosts = [n.node for n in ctx.nodes]
     for node in ctx.nodes:
         name = node.node
+        ranks = max(1, ctx.options.nproc_on(name))      # its own where a hostfile gives each host its slots
         share = job.shares.get(name)
         details = {"job": job.job_id, "nproc_per_node": ranks, "tasks_per_node": tasks,
                    "cpus_per_task": job.cpus_per_task, "cpus": share.cpus if share else None,

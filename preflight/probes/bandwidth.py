@@ -11,6 +11,7 @@ from ..checks.path_mtu import lost_words
 from ..model import NodeFacts, Options
 from . import torchjob
 from .gpus import Plan, collective_plan, cuda_blocked
+from .job_end import ended_by_us_or_outside, load_per_cpu, load_words
 from .network_seen import NetworkSeen, not_run_over
 from .path_mtu_seen import PathMtuSeen
 from .together import Part, Together, serial
@@ -74,6 +75,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
         return {"error": stranger}
     lines = torchjob.marked(results, protocol.BANDWIDTH)
     if not lines:
-        failed = next((r for r in results if not r.ok), results[0])
-        return {"failed": {"node": failed.node, "error": torchjob.job_error(failed), "timed_out": failed.timed_out}}
+        # The node whose job failed by itself first; one we (or its bound, or a signal) ended is
+        # how the probe ended, not what failed in it.
+        failed = next((r for r in results if not r.ok and not ended_by_us_or_outside(r)), None) or \
+            next((r for r in results if not r.ok), results[0])
+        node = next(n for n in nodes if n.node == failed.node)
+        unfinished = ended_by_us_or_outside(failed) and not failed.timed_out
+        return {"failed": {"node": failed.node, "timed_out": failed.timed_out, "unfinished": unfinished,
+                           "error": torchjob.job_error(failed) + (load_words(node) if unfinished else ""),
+                           "load_per_cpu": load_per_cpu(node)}}
     return {"nodes": [nodes[i].node for i in usable], "job_seconds": max(r.seconds for r in results), **lines[-1]}

@@ -18,10 +18,14 @@ class JobFailure:
     error: str
     timed_out: bool = False
     sent: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    unfinished: bool = False              # a stop (ours, or its supervisor's) or a signal from outside ended it
+    load_per_cpu: float | None = None     # its node's load per CPU, as its facts read it
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> JobFailure:
-        return cls(wire["node"], wire["error"], bool(wire.get("timed_out", False)), MappingProxyType(dict(wire)))
+        load = wire.get("load_per_cpu")
+        return cls(wire["node"], wire["error"], bool(wire.get("timed_out", False)), MappingProxyType(dict(wire)),
+                   bool(wire.get("unfinished", False)), float(load) if isinstance(load, (int, float)) else None)
 
     def to_json(self) -> dict:
         return dict(self.sent)

@@ -35,9 +35,9 @@ def threads_for(node: NodeFacts, options: Options) -> tuple[int | None, str]:
     raw = (env_of(node).get("OMP_NUM_THREADS") or "").strip()
     if raw.isdigit() and int(raw) > 0:
         return int(raw), f"OMP_NUM_THREADS={raw}"
-    if options.nproc_per_node > 1:
+    if options.nproc_on(node.node) > 1:
         # torchrun sets OMP_NUM_THREADS=1 for every rank when it starts several per node.
-        return 1, f"torchrun's default for {options.nproc_per_node} processes per node"
+        return 1, f"torchrun's default for {options.nproc_on(node.node)} processes per node"
     return None, "torch's default"
 
 
@@ -46,7 +46,7 @@ def benchmark_spec(node: NodeFacts, options: Options, seconds: float) -> tuple[d
     if options.device == "cuda":
         # The GPUs the node's ranks will use: rank i computes on cuda:i.
         return {"program": "compute", "seconds": seconds, "device": "cuda",
-                "gpus": max(1, options.nproc_per_node)}, None
+                "gpus": max(1, options.nproc_on(node.node))}, None
     threads, source = threads_for(node, options)
     return {"program": "compute", "seconds": seconds, "threads": threads}, source
 

@@ -57,7 +57,8 @@ def collective_plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list
     blocked = cuda_blocked(nodes, options, usable)
     if blocked:
         return Plan(skipped=blocked)
-    nproc = options.nproc_per_node
+    # The fewest any node runs (a hostfile may give each host its own): never more than a node will.
+    nproc = min((options.nproc_on(nodes[i].node) for i in usable), default=options.nproc_per_node)
     if len(usable) * nproc >= 2:
         return Plan(nproc)
     if options.device != "cuda":

@@ -14,7 +14,7 @@ from rules.facts import Missing
 from rules.routes import toward_master
 
 from ..model import Context, NodeFacts, Options
-from .job_end import why_ended
+from .job_end import load_words, slowdown, why_ended
 from .network import Ready
 
 READY_TIMEOUT = 20.0
@@ -43,6 +43,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     if len(usable) < 2:
         return {"skipped": "needs at least two reachable nodes"}
     started = time.monotonic()
+    slow = slowdown(nodes[i] for i in usable)     # the bounds below are an idle node's
     token = secrets.token_hex(16)
     names = {i: nodes[i].node for i in usable}
     out: dict = {"nodes": {}, "pairs": [], "errors": {}}
@@ -60,11 +61,12 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     for i, (address, interface) in ends.items():
         ready[i] = Ready()
         echoes[i] = cluster.job(i, {"program": "pathmtu", "mode": "echo", "address": address, "interface": interface,
-                                    "token": token, "duration": 40}, timeout=50, on_line=ready[i])
+                                    "token": token, "duration": 40 * slow}, timeout=50 * slow, on_line=ready[i])
     try:
         for i in ends:
-            if not ready[i].event.wait(READY_TIMEOUT):
-                out["errors"][names[i]] = "the echo did not start"
+            if not ready[i].event.wait(READY_TIMEOUT * slow):
+                out["errors"][names[i]] = (f"the echo did not start within {READY_TIMEOUT * slow:.0f} s"
+                                           f"{load_words(nodes[i])}")
             elif "error" in ready[i].data:
                 out["errors"][names[i]] = ready[i].data["error"]
             else:
@@ -78,12 +80,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                        for j in answering if j != i]
             probes[i] = cluster.job(i, {"program": "pathmtu", "mode": "probe", "address": ends[i][0],
                                         "interface": ends[i][1], "token": token, "targets": targets,
-                                        "timeout": PAIR_TIMEOUT}, timeout=PAIR_TIMEOUT + 15)
+                                        "timeout": PAIR_TIMEOUT}, timeout=(PAIR_TIMEOUT + 15) * slow)
         for i, job in probes.items():
-            result = job.wait(PAIR_TIMEOUT + 30)
+            result = job.wait((PAIR_TIMEOUT + 30) * slow)
             lines = result.json_lines(protocol.RESULT)
             if not lines:
-                out["errors"][names[i]] = f"the probe gave no result: {why_ended(result, PAIR_TIMEOUT + 15)}"
+                out["errors"][names[i]] = (f"the probe gave no result: {why_ended(result, (PAIR_TIMEOUT + 15) * slow)}"
+                                           f"{load_words(nodes[i])}")
                 continue
             for pair in lines[-1]["pairs"]:
                 dst = out["nodes"][pair["dst"]]

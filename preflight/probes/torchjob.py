@@ -20,6 +20,7 @@ from rules.routes import route_to_master, toward_master  # the choice interface-
 from transport import JobResult
 
 from ..model import Context, NodeFacts, Options
+from .job_end import ended_by_us_or_outside, slowdown, why_ended
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
         indexes: list[int] | None = None, extra_env: dict | None = None) -> list[JobResult]:
     """Start the job on the given nodes (default: all usable, master first) and wait for all."""
     indexes = indexes if indexes is not None else [i for i in cluster.usable() if nodes[i].error is None]
+    # Its bound, and the master's wait, grow with the busiest node's load (job_end.slowdown).
+    bound = job.timeout * slowdown(nodes[i] for i in indexes)
     route = route_to_master(nodes[0])
     master_ip = (None if isinstance(route, Missing) else route.address) or options.master_addr
     token = secrets.token_hex(16)      # this job's alone: every value in its store is signed with it
@@ -65,8 +68,8 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
                 "bind": master_ip if rank == 0 else None, "store_token": token}
         # extra_env: what a probe sets on purpose over the training's (each caller says why).
         env = {**node_env(nodes[i], options), **(extra_env or {})}
-        running.append(cluster.job(i, spec, env=env, timeout=job.timeout))
-    return [r.wait(job.timeout + 30) for r in running]
+        running.append(cluster.job(i, spec, env=env, timeout=bound))
+    return [r.wait(bound + 30) for r in running]
 
 
 def marked(results: list[JobResult], marker: str) -> list[dict]:
@@ -100,6 +103,8 @@ def job_error(result: JobResult) -> str:
         return result.error
     if result.timed_out:
         return f"killed at its bound after {result.seconds:.0f} s"
+    if ended_by_us_or_outside(result):     # a stop or a signal: who ended it, not torchrun's SignalException
+        return why_ended(result)
     return exception_line(result.stderr) or tail(result) or f"exit {result.exit}, no output"
 
 

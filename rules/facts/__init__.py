@@ -61,6 +61,9 @@ class Facts:
     hash_algorithms: tuple[str, ...] | Missing  # the digests the node can compute, best first
     clock: Clock | Missing                     # measured by the master, not the node
     reached_at: str | Missing                  # the address the master reached it at
+    # Where nothing answered the master's ssh dial: the master's own interfaces and its route to
+    # the node's address (route_to_master: the route toward the node here), read by the master.
+    dialled_from_here: NetworkFacts | Missing = Missing("the node was reached")
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Facts:
@@ -80,7 +83,8 @@ class Facts:
             imports=section(wire, "imports", TrainingImports.from_json),
             hash_algorithms=section(wire, "hash_algorithms", _hash_algorithms),
             clock=section(wire, "clock", Clock.from_json),
-            reached_at=reached if isinstance(reached, str) else Missing("the address it was reached at is not known"))
+            reached_at=reached if isinstance(reached, str) else Missing("the address it was reached at is not known"),
+            dialled_from_here=section(wire, "dialled_from_here", NetworkFacts.from_json))
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,29 @@ class CpuFacts:
     model: str | None = None
     bf16_instructions: tuple[str, ...] = ()    # of avx512_bf16, amx_bf16
     flags: tuple[str, ...] = ()                # the avx, amx, fma and sse4 ones
+    load_1m: float | None = None               # the kernel's load average over the last minute (runnable
+                                               # processes); None: not said (an older collector)
+    runnable: int | None = None                # processes runnable as the facts were read, the reader too
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> CpuFacts:
         return cls(required(whole(wire, "logical_cores"), "logical_cores"),
                    required(whole(wire, "physical_cores"), "physical_cores"), whole(wire, "usable_cores"),
-                   text(wire, "model"), texts(wire, "bf16_instructions"), texts(wire, "flags"))
+                   text(wire, "model"), texts(wire, "bf16_instructions"), texts(wire, "flags"),
+                   number(wire, "load_1m"), whole(wire, "runnable"))
+
+    @property
+    def load_per_cpu(self) -> float | None:
+        """Runnable processes per CPU this node's processes may use: above 1, each waits its turn."""
+        if self.load is None:
+            return None
+        return self.load / max(1, self.usable_cores or self.logical_cores)
+
+    @property
+    def load(self) -> float | None:
+        """The load now: the minute's mean, or the runnable processes (less the reader) where more."""
+        known = [x for x in (self.load_1m, None if self.runnable is None else self.runnable - 1) if x is not None]
+        return max(known) if known else None
 
 
 @dataclass(frozen=True)

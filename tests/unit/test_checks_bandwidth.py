@@ -481,3 +481,22 @@ def test_with_params_the_warning_that_the_link_bounds_the_run_is_on_the_node_the
     bound = [r for r in found if "the link, not compute, will bound the run" in r.summary]
     assert [(r.node, r.status) for r in bound] == [("worker2", Status.WARN)], found
     assert "will bound the run; the slow node: worker2. " in bound[0].summary, bound[0].summary
+
+
+def test_an_all_reduce_job_we_stopped_is_an_error_of_the_probe_with_its_load_never_the_networks():
+    # Issue 38: the job's end as the probe reads it when the master's wait ran out on a node at
+    # load 151 on 2 CPUs (the words of job_end.why_ended and load_words): who stopped it, the load
+    # as the cause, and its fix; no "likely cause" of the network, no "cause is not known".
+    art = load("lab_bandwidth_clean")
+    probes = copy.deepcopy(art["probes"])
+    why = ("ddp-preflight stopped it when its own wait of 270 s for the job ran out; the job had run 262 s on the "
+           "node, and its bound there had not ended it (it started late, or ran slowly); worker1 was at load 151 on 2 CPUs")
+    probes["bandwidth"] = {"failed": {"node": "worker1", "timed_out": False, "unfinished": True, "error": why,
+                                      "load_per_cpu": 75.5}}
+    result = only(results(art, probes), "bandwidth")
+    assert (result.status, result.node) == (Status.ERROR, None)
+    assert result.summary == f"the all_reduce probe could not finish on worker1: {why}"
+    assert result.fix == ("on worker1: find what keeps its CPUs busy (top -o %CPU), and run preflight again once its "
+                          "load is below its CPUs")
+    probes["bandwidth"]["failed"]["load_per_cpu"] = 0.4         # not busy: no cause seen, no fix
+    assert only(results(art, probes), "bandwidth").fix is None

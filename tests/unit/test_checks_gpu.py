@@ -73,6 +73,20 @@ def test_on_a_worker_the_ranks_are_numbered_as_torchrun_numbers_them():
     assert "rank 3 fails with 'Duplicate GPU detected : rank 3 and rank 2 both" in one(results, "gpu-visible", "worker1").summary
 
 
+def test_a_hostfiles_own_slots_per_host_are_each_nodes_ranks_numbered_as_torchrun_numbers_them():
+    # Issue 39 (DERIVED, two hosts like the recorded one): `master slots=1`, `worker1 slots=2`:
+    # master's one rank passes on its one GPU; worker1's ranks are 1 and 2, and rank 2 shares
+    # rank 1's GPU; the fix is worker1's hostfile line.
+    ctx = g.context(("master", g.h100()), ("worker1", g.h100()), nproc_per_node=2, nprocs={"master": 1, "worker1": 2})
+    results = run(ctx, "gpu-visible")
+
+    assert one(results, "gpu-visible", "master").status is Status.PASS
+    worker = one(results, "gpu-visible", "worker1")
+    assert worker.status is Status.FAIL
+    assert "rank 2 fails with 'Duplicate GPU detected : rank 2 and rank 1 both" in worker.summary
+    assert worker.fix == "slots=1 for worker1 in the hostfile"
+
+
 def test_one_rank_on_the_recorded_host_passes_with_its_gpu_and_topology():
     [result] = run(g.context(("h100", g.h100()), nproc_per_node=1), "gpu-visible")
 

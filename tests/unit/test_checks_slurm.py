@@ -143,3 +143,13 @@ def test_a_node_drained_under_the_job_is_a_warning_the_job_runs_on():
                             "end, but no new job will be placed on it",
          "nothing for this run; for the next, an admin resumes worker1 once its cause is fixed: "
          "scontrol update nodename=worker1 state=resume")]
+
+
+def test_a_hostfiles_own_slots_are_judged_against_each_nodes_share():
+    # Issue 39: the recorded -n 3 job holds 2 CPUs on master and 1 on worker1; a hostfile giving
+    # master 2 ranks and worker1 1 fits it on both, where 2 ranks a node would not fit worker1.
+    own = [r for r in results("hetero_n3", nproc_per_node=2, nprocs={"master": 2, "worker1": 1})
+           if r[0] == "slurm-allocation"]
+    assert [(node, status) for _, status, node, _, _ in own] == [("master", "pass"), ("worker1", "pass")], own
+    even = [r for r in results("hetero_n3", nproc_per_node=2) if r[0] == "slurm-allocation"]
+    assert [(node, status) for _, status, node, _, _ in even] == [("master", "pass"), ("worker1", "warn")], even

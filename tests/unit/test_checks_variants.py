@@ -333,6 +333,19 @@ def test_the_fix_is_the_fewest_cores_of_any_node():
     assert worker.fix.startswith("--nproc-per-node 1 ")
 
 
+def test_a_hostfiles_own_slots_are_judged_on_each_node_and_fixed_in_its_line():
+    # Issue 39: `master slots=1`, `worker1 slots=3` on two 2-core nodes: master's one rank passes,
+    # worker1's three are one too many, and its hostfile line is what to change.
+    results = run(clean(), "ranks-per-node", nproc_per_node=3, nprocs={"master": 1, "worker1": 3})
+
+    assert [(r.node, r.status, r.summary, r.fix) for r in results] == [
+        ("master", Status.PASS, "1 rank on 2 usable cores", None),
+        ("worker1", Status.FAIL, "3 ranks on worker1, but worker1 has 2 usable cores: each rank needs at least a core "
+                                 "of its own", "slots=2 for worker1 in the hostfile")]
+    omp = run(clean(), "omp-threads", nproc_per_node=3, nprocs={"master": 1, "worker1": 3})
+    assert [r.details["nproc_per_node"] for r in omp] == [1, 3]
+
+
 def test_as_many_ranks_as_cores_pass():
     results = run(clean(), "ranks-per-node", nproc_per_node=2)
 

@@ -68,8 +68,8 @@ def test_a_hostfile_of_random_bytes_is_a_usage_error(tmp_path):
 @pytest.mark.parametrize("text,expected", [
     ("master slots=0\n", "line 1: slots must be a number of 1 or more, not '0'"),
     ("master slots=-2\n", "line 1: slots must be a number of 1 or more, not '-2'"),
-    ("master slots=2\nworker1 slots=1\n", "gives different slots (master slots=2, worker1 slots=1): "
-                                          "ddp-preflight starts the same number of ranks on every node"),
+    ("master slots=2\nworker1\n", "gives slots for some hosts but not for worker1 (line 2): give every host its "
+                                  "slots=N, or pass --nproc-per-node N"),
 ])
 def test_hostfile_slots_that_cannot_be_the_ranks_per_node_are_usage_errors(tmp_path, text, expected):
     path = tmp_path / "hostfile"

@@ -16,6 +16,7 @@ from explain import explain
 from explain.inputs import InputError
 from hangwatch.model import Certainty, Kind, Reason
 from hangwatch.text import summary
+from rules.failures import Cause
 
 ART = Path(__file__).parent / "artifacts"
 LOGS, CORPUS = ART / "logs", ART / "explain"
@@ -63,7 +64,27 @@ CORPUS_EXPECTED = {
     "refused": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_CONNECT, Certainty.CERTAIN),
     "rendezvous-timeout": (Kind.RENDEZVOUS_STALL, [], [], Reason.CANNOT_REACH_STORE, Certainty.CERTAIN),
     "swallowed": (Kind.EXITED, [], [], Reason.SCRIPT_OPTIONS, Certainty.CERTAIN),
+    "nanogpt-cpu": (Kind.EXITED, [0, 1], [], Reason.RAISED, Certainty.CERTAIN),
 }
+
+
+def test_nanogpts_cuda_pin_on_a_cpu_run_is_named_with_the_fix_that_fits_not_torchruns_tee():
+    # Issue 38: nanoGPT's own command on CPU (train.py:89 torch.cuda.set_device on a CPU build of
+    # torch) got the generic "torchrun --log-dir=LOGS --tee=3", though both ranks' tracebacks were
+    # in the log. The cause is CUDA used where torch has none, at the line the tracebacks show.
+    e, _ = verdict(CORPUS / "nanogpt-cpu")
+    assert e.finding is not None and e.finding.cause is Cause.NO_CUDA and e.finding.message == "no-cuda"
+    assert e.fix is not None and e.fix.text() == (
+        "on a CPU run, put the CUDA calls at the line shown (torch.cuda.set_device, .cuda(), device='cuda') under "
+        "`if torch.cuda.is_available():`, so each rank keeps the CPU device it was given; on a GPU run, a CUDA build "
+        "of torch on a node whose GPU and driver it sees (nvidia-smi)")
+    from explain.render import as_text
+
+    text = as_text(e)
+    assert text.splitlines()[1] == ("the failure's own words: exited (certain): the training code used CUDA (a device "
+                                    "pinned or a tensor moved to it) where this node's torch sees no GPU [no-cuda]")
+    assert "raised AttributeError: module 'torch._C' has no attribute '_cuda_setDevice' at train.py:89" in text
+    assert "--tee" not in text
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS_EXPECTED))

@@ -33,6 +33,15 @@ LINES = [
     ("RuntimeError: Distributed package doesn't have NCCL built in", "nccl-not-built", failures.Cause.NCCL_NOT_BUILT, {}),
     # skycrapers/TecoGAN-PyTorch#31
     ("main.py: error: unrecognized arguments: --local-rank=0", "local-rank-option", failures.Cause.LOCAL_RANK_OPTION, {}),
+    # karpathy/nanoGPT#281 (train.py on a CPU build), facebookresearch/detectron2#460 (its _check_driver)
+    ("AssertionError: Torch not compiled with CUDA enabled", "no-cuda", failures.Cause.NO_CUDA, {}),
+    # recorded here: nanoGPT's train.py:89 torch.cuda.set_device on torch 2.13.0+cpu (explain/nanogpt-cpu)
+    ("[rank1]: AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'", "no-cuda",
+     failures.Cause.NO_CUDA, {}),
+    # a CUDA build on a node without a GPU, and without a driver (torch/cuda/__init__.py's own words)
+    ("RuntimeError: No CUDA GPUs are available", "no-cuda", failures.Cause.NO_CUDA, {}),
+    ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a "
+     "driver", "no-cuda", failures.Cause.NO_CUDA, {}),
 ]
 
 

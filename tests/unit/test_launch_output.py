@@ -11,27 +11,27 @@ from launch.output import NodeLogs, parse
 
 
 def test_torchruns_tee_prefix_gives_the_global_rank():
-    line = parse("worker1", 1, 2, "[default1]:step 5 loss 2.0", 10.0)
+    line = parse("worker1", 2, "[default1]:step 5 loss 2.0", 10.0)
     assert (line.node, line.rank, line.local_rank, line.text) == ("worker1", 3, 1, "step 5 loss 2.0")
     assert line.prefixed() == "[worker1 r3] step 5 loss 2.0" and line.step == 5
 
 
 def test_a_ranks_escape_sequences_reach_the_terminal_shown_and_the_log_raw():
-    line = parse("worker1", 1, 2, "[default1]:\x1b]0;owned\x07\x1b[2Jstep 5\tloss 2.0", 10.0)
+    line = parse("worker1", 2, "[default1]:\x1b]0;owned\x07\x1b[2Jstep 5\tloss 2.0", 10.0)
     assert line.shown() == "[worker1 r3] ^[]0;owned^G^[[2Jstep 5\tloss 2.0"
     assert line.prefixed() == "[worker1 r3] \x1b]0;owned\x07\x1b[2Jstep 5\tloss 2.0"      # what the log keeps
 
 
 def test_torchruns_own_lines_belong_to_the_node():
-    line = parse("master", 0, 2, "W1121 torch/distributed/elastic/api.py: Sending process 7 closing signal SIGTERM", 1.0)
+    line = parse("master", 0, "W1121 torch/distributed/elastic/api.py: Sending process 7 closing signal SIGTERM", 1.0)
     assert line.rank is None and line.prefixed().startswith("[master] W1121") and line.step is None
 
 
 def test_steps_are_read_from_step_lines_only():
-    assert parse("m", 0, 1, "[default0]:step 00004/05000 (0.08%) | loss: 10.39", 0).step == 4
-    assert parse("m", 0, 1, "[default0]:Step: 12 loss 1", 0).step == 12
-    assert parse("m", 0, 1, "[default0]:rank 3 exits at step 5", 0).step is None
-    assert parse("m", 0, 1, "[default0]:stepping up", 0).step is None
+    assert parse("m", 0, "[default0]:step 00004/05000 (0.08%) | loss: 10.39", 0).step == 4
+    assert parse("m", 0, "[default0]:Step: 12 loss 1", 0).step == 12
+    assert parse("m", 0, "[default0]:rank 3 exits at step 5", 0).step is None
+    assert parse("m", 0, "[default0]:stepping up", 0).step is None
 
 
 def test_a_log_file_per_node(tmp_path):

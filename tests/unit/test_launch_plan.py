@@ -48,6 +48,19 @@ def test_every_node_gets_the_static_rendezvous_with_its_own_rank():
     assert plan.rank("worker1", 1) == 3 and plan.where(2) == ("worker1", 0)
 
 
+def test_each_node_starts_its_own_ranks_where_a_hostfile_gives_different_slots():
+    # Issue 39: `master slots=2`, `worker1 slots=1` (DeepSpeed allows it): torchrun on each node
+    # gets its own --nproc-per-node, and the ranks are numbered as torchrun numbers them, node
+    # after node (its agents add up the local world sizes in node-rank order).
+    plan = plan_for(nproc_per_node=2, nprocs={"master": 2, "worker1": 1})
+    assert [torchrun_options(n)["--nproc-per-node"] for n in plan.nodes] == ["2", "1"]
+    assert plan.nodes[0].ranks == (0, 1) and plan.nodes[1].ranks == (2,) and plan.world_size == 3
+    assert plan.rank("worker1", 0) == 2 and plan.where(1) == ("master", 1) and plan.where(2) == ("worker1", 0)
+    # The other way round: the master holds one, its ranks first.
+    plan = plan_for(nproc_per_node=3, nprocs={"master": 1, "worker1": 3})
+    assert plan.nodes[0].ranks == (0,) and plan.nodes[1].ranks == (1, 2, 3) and plan.where(3) == ("worker1", 2)
+
+
 def test_the_scripts_options_come_after_the_script_and_a_separator():
     plan = plan_for(command=("train.py", "--nproc-per-node", "7", "--run=x"))
     argv = list(plan.nodes[1].torchrun)

@@ -43,3 +43,42 @@ def test_a_real_job_killed_at_its_bound_says_so():
     result = job.wait(20)
     assert result.timed_out
     assert why_ended(result, 1.5).startswith("its node's supervisor ended it at its bound of 2 s, after ")
+
+
+def test_a_job_the_masters_wait_gave_up_on_says_whose_stop_ended_it_not_torchruns_signal():
+    # Issue 38: under load the bandwidth probe said "SignalException ... signal 15; the cause is not
+    # known": the SIGTERM was ours (the master's wait ran out, then its stop), said so now. A real
+    # job that outlives the master's wait of 1 s, under a bound of 60 s on the node.
+    import sys
+
+    from preflight.probes.job_end import ended_by_us_or_outside
+    from preflight.probes.torchjob import job_error
+    from transport.local import LocalNode
+
+    job = LocalNode("here", sys.executable).job(
+        {"program": "pathmtu", "mode": "echo", "address": "127.0.0.1", "interface": "lo", "token": "ab" * 16,
+         "duration": 30}, timeout=60)
+    result = job.wait(1.0)
+    assert result.outwaited == 1.0 and result.stopped == "asked" and not result.timed_out
+    assert ended_by_us_or_outside(result)
+    assert job_error(result).startswith("ddp-preflight stopped it when its own wait of 1 s for the job ran out; the "
+                                        "job had run ")
+    assert "bound there had not ended it (it started late, or ran slowly)" in job_error(result)
+
+
+def test_a_loaded_node_gives_the_probes_more_time_up_to_a_bound_and_is_said_with_its_load():
+    from preflight.probes.job_end import MOST_SLOWDOWN, load_words, slowdown
+    from rules.facts import NodeFacts
+
+    def node(name, load, cpus=2):
+        return NodeFacts(name, {"cpu": {"logical_cores": cpus, "physical_cores": cpus, "usable_cores": cpus,
+                                        "load_1m": load}})
+    assert slowdown([node("master", 0.5), node("worker1", 1.9)]) == 1.0
+    assert slowdown([node("master", 0.5), node("worker1", 5.0)]) == 2.5
+    assert slowdown([node("master", 151.0)]) == MOST_SLOWDOWN
+    assert slowdown([NodeFacts("old", {"cpu": {"logical_cores": 2, "physical_cores": 2}})]) == 1.0
+    assert load_words(node("worker1", 151.0)) == "; worker1 was at load 151 on 2 CPUs"
+    assert load_words(node("worker1", 1.5)) == ""
+    # A load begun seconds ago: the minute's mean lags; the processes runnable now say it.
+    now = NodeFacts("worker1", {"cpu": {"logical_cores": 2, "physical_cores": 2, "load_1m": 3.0, "runnable": 152}})
+    assert slowdown([now]) == MOST_SLOWDOWN and load_words(now) == "; worker1 was at load 151 on 2 CPUs"

@@ -130,3 +130,15 @@ def test_a_python_that_ran_and_failed_is_reported_as_the_collector_failing():
     why = explain_python("worker1", "/usr/bin/python3", 1, "OSError: [Errno 28] No space left on device\n", ran=True)
 
     assert why.summary == "worker1: the collector failed with exit code 1: OSError: [Errno 28] No space left on device"
+
+
+def test_a_dial_nothing_answered_keeps_the_address_for_this_machines_route_to_be_judged():
+    # Issue 38: ssh lost to this machine's own route; node-reachable judges the route to the
+    # address kept here (preflight/checks/reachability.py), a refusal or a reset never.
+    assert explain_connect("worker1", socket.timeout("timed out"), "10.0.0.2").unanswered == "10.0.0.2"
+    assert explain_connect("worker1", oserror(errno.ENETUNREACH), "10.0.0.2").unanswered == "10.0.0.2"
+    unreachable = NoValidConnectionsError({("10.0.0.2", 22): oserror(errno.EHOSTUNREACH)})
+    assert explain_connect("worker1", unreachable).unanswered == "10.0.0.2"
+    assert explain_connect("worker1", NoValidConnectionsError({("10.0.0.2", 22): refused()}), "10.0.0.2"
+                           ).unanswered is None
+    assert explain_connect("worker1", EOFError(), "10.0.0.2").unanswered is None
