@@ -46,7 +46,7 @@ ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostn
          "gloo-family-mismatch", "nccl-socket-family", "nccl-not-built", "duplicate-gpu", "nccl-invalid-usage",
          "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch", "nccl-mismatched-collective",
          "cuda-oom",
-         "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "store-barrier",
+         "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "dataloader-abort", "store-barrier",
          "nccl-rank-twice", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
          "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its

@@ -22,6 +22,7 @@ from .message_parts import DEEPSPEED_EXIT_WORD
 K, C, P = FailureKind, Cause, Part
 _NCCL_DEVICE = change("give each rank its own GPU: torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
                       "init_process_group, and no more ranks per node than GPUs (--nproc-per-node)")
+_WORKER_CRASHED = change("DataLoader(num_workers=0) once: the crash then happens in the rank itself, with its stack")
 _FLIGHT = run("export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1   # then "
               "ddp-preflight explain the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)",
               note="each rank's Flight Recorder says which rank never entered the collective")
@@ -173,8 +174,9 @@ CATALOGUE: tuple[Message, ...] = (
        "what the dataset keeps in memory)", run("dmesg -T | grep -iE 'out of memory|killed process'",
                                                 note="then fewer DataLoader workers or ranks per node"), Sure.LIKELY),
     _m("dataloader-segfault", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
-       r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV",
-       change("DataLoader(num_workers=0) once: the crash then happens in the rank itself, with its stack")),
+       r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV", _WORKER_CRASHED),
+    _m("dataloader-abort", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: Abort",
+       K.CRASHED, C.ABORT, P.ROOT, "a DataLoader worker aborted (SIGABRT)", _WORKER_CRASHED),
     _m("local-rank-option", ("unrecognized arguments",), r"error: unrecognized arguments:[^\n]*?--local[-_]rank",
        K.EXITED, C.LOCAL_RANK_OPTION, P.ROOT,
        "the launcher passed --local-rank (torchrun, torch>=2.0's launch) or --local_rank to a script whose parser "
@@ -192,8 +194,7 @@ CATALOGUE: tuple[Message, ...] = (
        change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
        Sure.LIKELY),
     _m("store-client-timeout", ("client socket has timed out", "TCP client failed to connect", "RendezvousConnection",
-                                "RendezvousTimeout", "waiting for clients", "waiting for workers", "ncclUniqueId",
-                                "client socket has failed to connect"),
+       "RendezvousTimeout", "waiting for clients", "waiting for workers", "ncclUniqueId", "client socket has failed to connect"),
        r"client socket has timed out after (?P<after>[\d.]+\s*m?s) while trying to connect to \(?(?P<host>[^,)\s]+)"
        r"(?:, |:)(?P<port>\d+)|TCP client failed to connect/validate to host (?P<host2>[^:\s]+):(?P<port2>\d+)"
        r"|client socket has failed to connect to (?:(?:any network address of \(|\[)(?P<host3>[^,\]\s]+)(?:, ?|\]:)"
@@ -237,8 +238,8 @@ CATALOGUE: tuple[Message, ...] = (
        _FLIGHT, Sure.UNKNOWN),
     _m("scheduler-stopped", ("CANCELLED AT", ": Terminated"), r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+"
        r"(?P<limit> DUE TO TIME LIMIT)?|srun: error: \S+: tasks? [\d,-]+: Terminated", K.TIMEOUT_UNKNOWN_ROOT,
-       C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT, "Slurm stopped the job step (scancel, its time limit, another task's "
-       "failure): if it hung, no line here says who it waited for", _FLIGHT, Sure.UNKNOWN),
+       C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT, "Slurm stopped the step: if it hung, no line here says who it waited for",
+       _FLIGHT, Sure.UNKNOWN),
     _m("segfault", ("Segmentation fault",), r"Fatal Python error: Segmentation fault|Segmentation fault \(core dumped\)",
        K.CRASHED, C.SEGFAULT, P.ROOT, "a process crashed with SIGSEGV (a segmentation fault in native code)",
        run("export PYTHONFAULTHANDLER=1 TORCH_SHOW_CPP_STACKTRACES=1", note="and rerun: the stack of the crash"),
