@@ -171,7 +171,10 @@ class MessageReader:
         if parts.DEEPSPEED_EXIT_WORD in text:
             found = failures.DEEPSPEED_EXIT.search(text)
             if found:
-                self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] else None,
+                # DeepSpeed's launcher prints the command it spawned last, whichever process failed: its
+                # --local_rank is the failed one's only where it stopped one process ("Killing subprocess")
+                one = self.messages.counts.get("launcher-killing", 0) == 1
+                self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] and one else None,
                                        code=int(found["code"]), host=line.host, time=line.time, quotes=[quote]))
         if parts.SPAWN_EXIT_WORD in text:
             found = parts.SPAWN_EXIT.search(text)
