@@ -16,6 +16,7 @@ from rules.fix import Fix
 
 from .messages import Hit, LauncherExit, Messages
 from .quote import Quote
+from .stacks import judged
 from .watchdog import by_groups
 
 QUOTES = 8
@@ -45,7 +46,7 @@ ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostn
          "gloo-family-mismatch", "nccl-socket-family", "nccl-not-built", "no-cuda", "duplicate-gpu", "nccl-invalid-usage",
          "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch", "nccl-mismatched-collective",
          "cuda-oom",
-         "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "store-barrier",
+         "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "dataloader-abort", "store-barrier",
          "nccl-rank-twice", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
          "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
@@ -80,7 +81,11 @@ def find(m: Messages) -> Finding | None:
             return RULES.get(id, _plain)(by[id], m)
     if m.raised:
         return _raised(m)
-    for id in ("stopped-by-hand", "launcher-killing", "lost-peer"):
+    stacks = judged(m.stacks)
+    if stacks is not None:
+        return Finding(stacks.kind, stacks.cause, stacks.culprits, stacks.sure, stacks.fix, "py-spy",
+                       tuple(q for d in m.stacks for q in d.quotes[:1])[:QUOTES], stacks.detail)
+    for id in ("stopped-by-hand", "scheduler-stopped", "launcher-killing", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
     return None

@@ -34,6 +34,8 @@ def finding_line(f: Finding) -> str:
             "; ".join(f"{node}: {error}" for node, error in failed.items()) + f" [{f.cause.value}]"
     if f.kind in LINED_UP and f.message in ("watchdog", "watchdog-status"):
         words = LINED_UP[f.kind]
+    elif f.message == "py-spy":
+        words = "py-spy dumps: " + "; ".join(_stack(s) for s in f.detail.get("stacks", [])[:8])
     elif f.message is not None and f.message in BY_ID:
         words = BY_ID[f.message].meaning
     elif f.cause in ENDED:
@@ -44,3 +46,11 @@ def finding_line(f: Finding) -> str:
     if not f.culprits and f.sure is Sure.UNKNOWN:
         words += "; the logs do not say which rank was first"
     return f"{f.kind.value} ({f.sure.value}): {who}{words} [{f.cause.value}]"
+
+
+def _stack(stack: dict) -> str:
+    """'rank 1 waits in all_reduce at train.py:88'"""
+    who = f"rank {stack['rank']}" if stack["rank"] is not None else \
+        f"process {stack['pid']}" if stack["pid"] is not None else "a process"
+    what = f"waits in {stack['op']}" if stack["state"] == "collective" else stack["state"]
+    return f"{who} {what}" + (f" at {stack['line']}" if stack["line"] else "")

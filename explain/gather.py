@@ -32,11 +32,11 @@ def gather(found: list[inputs.Input]) -> Gathered:
             records.read_bundle(gathered, item.path)
         else:
             records.read_launch(gathered, item.path, plan=kind is inputs.InputKind.PLAN)
-    _exits_from_tables(gathered)
+    exits_from_tables(gathered)
     return gathered
 
 
-def _exits_from_tables(gathered: Gathered) -> None:
+def exits_from_tables(gathered: Gathered) -> None:
     """torchrun's tables: each failed rank's exit code or signal (torch's exitcode, negative for a
     signal, read into an ExitStatus here, once), and its global rank."""
     for node, table, quote in gathered.tables:

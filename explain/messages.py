@@ -18,6 +18,7 @@ from rules import failures
 from rules import message_parts as parts
 
 from .quote import Quote
+from .stacks import Dumped, StackReader
 
 HITS = 256           # lines kept per catalogued message (a log that repeats one warning a million times
                      # keeps its first ones, and every other message still has room)
@@ -82,6 +83,7 @@ class Messages:
     counts: dict[str, int] = field(default_factory=dict)     # lines seen per message id
     worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
     shown: set[Shown] = field(default_factory=set)           # what the logs show of the run's set-up
+    stacks: list[Dumped] = field(default_factory=list)       # py-spy dumps pasted as text (stacks.py)
 
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
@@ -99,6 +101,7 @@ class MessageReader:
         self.entry: LauncherExit | None = None     # the table entry being read
         self.root_next = False
         self.tracing: set[tuple] = set()           # the writers (rank, local rank, host) inside a traceback
+        self.stack = StackReader(messages.stacks)
 
     def feed(self, number: int | None, raw: str) -> None:
         # what a line may be, told by one search each (prefixes do not hide a message's words): only
@@ -112,6 +115,8 @@ class MessageReader:
             for shown, words in SHOWN_BY:
                 if shown not in self.messages.shown and any(w in raw for w in words):
                     self.messages.shown.add(shown)
+        if self.stack.thread is not None or StackReader.may_be(raw):
+            self.stack.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)
@@ -166,7 +171,10 @@ class MessageReader:
         if parts.DEEPSPEED_EXIT_WORD in text:
             found = failures.DEEPSPEED_EXIT.search(text)
             if found:
-                self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] else None,
+                # DeepSpeed's launcher prints the command it spawned last, whichever process failed: its
+                # --local_rank is the failed one's only where it stopped one process ("Killing subprocess")
+                one = self.messages.counts.get("launcher-killing", 0) == 1
+                self._add(LauncherExit("deepspeed", local_rank=int(found["local"]) if found["local"] and one else None,
                                        code=int(found["code"]), host=line.host, time=line.time, quotes=[quote]))
         if parts.SPAWN_EXIT_WORD in text:
             found = parts.SPAWN_EXIT.search(text)

@@ -1,7 +1,8 @@
 """A paste read as its writer printed it: what a terminal, a browser and a chat did to the lines
 undone before any reader sees them. A terminal's hard wrap (every line longer than its width cut
 into pieces of exactly that width, so the longest lines of the paste are all one length) is joined
-back, and so are two lines a catalogued message is said only across (a wrap at a space); colour
+back, and so are two lines a catalogued message or a launcher's exit line is said only across (a
+wrap at a space, or a line as long as the widest); colour
 codes and carriage returns at a line's end are dropped; markdown code fences are not lines of the
 log. Only a paste (an input shorter than lines.py's block) is read so: a program's own log is never
 wrapped, and a long one is streamed.
@@ -15,7 +16,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 from hangwatch.prefixes import normalize
-from rules.failures import ANY_WORD, find
+from rules.failures import ANY_WORD, DEEPSPEED_EXIT, FAILED_LINE, find
+from rules.message_parts import EXIT_HINT
 
 COLOURS = re.compile(r"\x1b\[[0-9;]*m")       # a terminal's colours (SGR): any other escape stays for the renderer to neutralize
 SEPARATOR = re.compile(r"^\s*([=*#~-])\1{9,}\s*$")      # torchrun's table's rules, a logger's
@@ -62,13 +64,20 @@ def said_across(line: str, following: str) -> str | None:
     apart: set[str] | None = None
     for joint in ("", " "):
         around = line[-80:] + joint + following[:80]        # a message's words across the joint
-        if ANY_WORD.search(around) is None:
+        if ANY_WORD.search(around) is None and EXIT_HINT.search(around) is None:
             continue
         if apart is None:
-            apart = {f.message.id for f in (*find(line), *find(following))}
-        if {f.message.id for f in find(line + joint + following)} - apart:
+            apart = _said(line) | _said(following)
+        if _said(line + joint + following) - apart:
             return joint
     return None
+
+
+def _said(text: str) -> set[str]:
+    """The catalogued messages in a line, and the launchers' exit lines (torchrun's, DeepSpeed's)."""
+    return {f.message.id for f in find(text)} | {name for name, exit in (("failed-line", FAILED_LINE),
+                                                                         ("deepspeed", DEEPSPEED_EXIT))
+                                                 if exit.search(text)}
 
 
 def starts_a_line(line: str) -> bool:

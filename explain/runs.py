@@ -69,11 +69,9 @@ def said_in(m: Messages, paths: set[str]) -> Said:
         if hit.quote.path not in paths:
             continue
         g = hit.found.groups
-        if g.get("host") and g.get("port"):
-            out.stores.add(f"{g['host']}:{g['port']}")
-        elif g.get("host2") and g.get("port2"):
-            out.stores.add(f"{g['host2']}:{g['port2']}")
-        elif hit.message.id == "store-port-in-use" and g.get("port"):
+        stores = {f"{g['host' + n]}:{g['port' + n]}" for n in ("", "2", "3") if g.get("host" + n) and g.get("port" + n)}
+        out.stores |= stores
+        if not stores and hit.message.id == "store-port-in-use" and g.get("port"):
             out.stores.add(f":{g['port']}")
         if g.get("world"):
             out.worlds.add(int(g["world"]))

@@ -18,6 +18,7 @@ from rules.failures import BY_ID, Cause, FailureKind, Sure
 from rules.fix import Fix, change
 
 from . import inputs
+from .boundaries import split_runs
 from .ended import judged
 from .evidence import evidence
 from .finding import Finding, find
@@ -67,7 +68,11 @@ def explain(paths: list[str]) -> Explanation:
     gathered = gather(found)
     runs = separate(paths, found, gathered.messages)
     if len(runs) == 1:
-        return fitted(decide(gathered), gathered.messages.shown)
+        pasted = split_runs(found)        # one pasted file that holds several runs (boundaries.py)
+        if pasted is None:
+            return fitted(decide(gathered), gathered.messages.shown)
+        return Explanation(None, read=tuple(gathered.read), skipped=tuple(gathered.skipped),
+                           runs=tuple(fitted(decide(g), g.messages.shown) for g in pasted))
     return Explanation(None, read=tuple(gathered.read), skipped=tuple(gathered.skipped),
                        runs=tuple(fitted(decide(g), g.messages.shown) for g in (gather(run) for run in runs)))
 

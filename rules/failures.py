@@ -22,6 +22,7 @@ from .message_parts import DEEPSPEED_EXIT_WORD
 K, C, P = FailureKind, Cause, Part
 _NCCL_DEVICE = change("give each rank its own GPU: torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
                       "init_process_group, and no more ranks per node than GPUs (--nproc-per-node)")
+_WORKER_CRASHED = change("DataLoader(num_workers=0) once: the crash then happens in the rank itself, with its stack")
 _FLIGHT = run("export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1   # then "
               "ddp-preflight explain the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)",
               note="each rank's Flight Recorder says which rank never entered the collective")
@@ -180,8 +181,9 @@ CATALOGUE: tuple[Message, ...] = (
        "what the dataset keeps in memory)", run("dmesg -T | grep -iE 'out of memory|killed process'",
                                                 note="then fewer DataLoader workers or ranks per node"), Sure.LIKELY),
     _m("dataloader-segfault", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
-       r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV",
-       change("DataLoader(num_workers=0) once: the crash then happens in the rank itself, with its stack")),
+       r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV", _WORKER_CRASHED),
+    _m("dataloader-abort", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: Abort",
+       K.CRASHED, C.ABORT, P.ROOT, "a DataLoader worker aborted (SIGABRT)", _WORKER_CRASHED),
     _m("local-rank-option", ("unrecognized arguments",), r"error: unrecognized arguments:[^\n]*?--local[-_]rank",
        K.EXITED, C.LOCAL_RANK_OPTION, P.ROOT,
        "the launcher passed --local-rank (torchrun, torch>=2.0's launch) or --local_rank to a script whose parser "
@@ -199,11 +201,12 @@ CATALOGUE: tuple[Message, ...] = (
        change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
        Sure.LIKELY),
     _m("store-client-timeout", ("client socket has timed out", "TCP client failed to connect", "RendezvousConnection",
-                                "RendezvousTimeout", "waiting for clients", "ncclUniqueId"),
+       "RendezvousTimeout", "waiting for clients", "waiting for workers", "ncclUniqueId", "client socket has failed to connect"),
        r"client socket has timed out after (?P<after>[\d.]+\s*m?s) while trying to connect to \(?(?P<host>[^,)\s]+)"
        r"(?:, |:)(?P<port>\d+)|TCP client failed to connect/validate to host (?P<host2>[^:\s]+):(?P<port2>\d+)"
-       r"|RendezvousConnectionError|RendezvousTimeoutError|Timed out after \d+ seconds waiting for clients"
-       r"|retrieving ncclUniqueId from \[\d+\] via c10d key-value store[^\n]*?(?:Socket Timeout|timed out)",
+       r"|client socket has failed to connect to (?:(?:any network address of \(|\[)(?P<host3>[^,\]\s]+)(?:, ?|\]:)"
+       r"(?P<port3>\d+))?|RendezvousConnectionError|RendezvousTimeoutError|Timed out after \d+ seconds waiting for "
+       r"(?:clients|workers)|retrieving ncclUniqueId from \[\d+\] via c10d key-value store[^\n]*?(?:Socket Timeout|timed out)",
        K.STORE_TIMEOUT, C.STORE_UNREACHABLE, P.ROOT,
        "a process could not reach the store (MASTER_ADDR:MASTER_PORT) before the timeout: the master was not up, "
        "the address is wrong, or a firewall drops the port",
@@ -233,12 +236,16 @@ CATALOGUE: tuple[Message, ...] = (
        r"communicator was aborted|watchdog got stuck",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective failed or timed out on this rank", _FLIGHT, Sure.UNKNOWN),
-    # torchrun's agent on a Ctrl-C or a scheduler's SIGTERM, in its exception and its log line (torch 1.9+), and a
-    # bare KeyboardInterrupt (mp.spawn's parent, or a rank): a consequence, never the root
+    # torchrun's agent on a Ctrl-C or a scheduler's SIGTERM, in its exception and its log line (torch 1.9+), a bare
+    # KeyboardInterrupt (mp.spawn's parent, or a rank), Slurm's stopped step and srun's tasks: consequences, never root
     _m("stopped-by-hand", ("got signal: 2", "got signal: 15", "death signal", "KeyboardInterrupt"),
        r"SignalException: Process \d+ got signal: (?:2|15)|Received (?:2|15) death signal|(?:^|\s)KeyboardInterrupt\s*$",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "the run was stopped by hand (Ctrl-C) or by its scheduler: if it hung, no line here says who it waited for",
+       _FLIGHT, Sure.UNKNOWN),
+    _m("scheduler-stopped", ("CANCELLED AT", ": Terminated"), r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+"
+       r"(?P<limit> DUE TO TIME LIMIT)?|srun: error: \S+: tasks? [\d,-]+: Terminated", K.TIMEOUT_UNKNOWN_ROOT,
+       C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT, "Slurm stopped the step: if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
     _m("segfault", ("Segmentation fault",), r"Fatal Python error: Segmentation fault|Segmentation fault \(core dumped\)",
        K.CRASHED, C.SEGFAULT, P.ROOT, "a process crashed with SIGSEGV (a segmentation fault in native code)",
@@ -379,7 +386,7 @@ LOST_PEER_DISTRIBUTED = re.compile(
     r"Timed out waiting \d+ ?ms for (?:recv|send) operation"       # Gloo's timeout
     r"|Connection refused|No route to host|Network is unreachable|Connect timeout"   # the link (connectFullMesh, the store)
     r"|Failed to recv, got 0 bytes|Failed to send, sent 0 bytes"   # the store's host went away
-    r"|Timed out after \d+ seconds waiting for clients|wait timeout after \d+ ?ms")   # peers that never came
+    r"|Timed out after \d+ seconds waiting for (?:clients|workers)|wait timeout after \d+ ?ms")   # peers that never came
 # A failed job's error, as preflight's probes report it: a CUDA or NCCL error ("CUDA error: invalid
 # device ordinal", "Torch not compiled with CUDA enabled", a CPU build's missing _cuda_setDevice), or
 # a store or rendezvous that failed (STORE_WORDS: also the words of a store's timeout).

@@ -31,6 +31,9 @@ LINES = [
      failures.Cause.PEER_UNREACHABLE, {}),
     # jaywalnut310/vits#202 (Windows)
     ("RuntimeError: Distributed package doesn't have NCCL built in", "nccl-not-built", failures.Cause.NCCL_NOT_BUILT, {}),
+    # Lightning-AI/pytorch-lightning#19598 (a forked worker that used CUDA)
+    ("RuntimeError: DataLoader worker (pid 246611) is killed by signal: Aborted.", "dataloader-abort",
+     failures.Cause.ABORT, {}),
     # skycrapers/TecoGAN-PyTorch#31
     ("main.py: error: unrecognized arguments: --local-rank=0", "local-rank-option", failures.Cause.LOCAL_RANK_OPTION, {}),
     # karpathy/nanoGPT#281 (train.py on a CPU build), facebookresearch/detectron2#460 (its _check_driver)
