@@ -19,6 +19,7 @@ import re
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from .code_files import Bound, first_untrusted
 from .trust import mode_words, user_name, walk
 
 
@@ -142,11 +143,6 @@ def tool_env(env: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str,
 
 # -- the training's own files: its code folder (first on sys.path), its script, its data -------------
 
-# What Python imports from the code folder as it stands: modules, compiled ones, packages.
-IMPORTABLE = (".py", ".pyc", ".so", ".pth")
-MOST_ENTRIES = 10_000       # names of the code folder looked at: a folder of data is not walked whole
-
-
 def _said(refused) -> str:
     if refused.why == "owner":
         return f"belongs to {refused.owner()} (uid {refused.uid})"
@@ -193,19 +189,18 @@ def code_refusal(folder: str, script: Optional[str]) -> Optional[Tuple[str, str]
 
 
 def _imported_refusal(folder: str) -> Optional[Tuple[str, str]]:
-    """A module or package at the top of `folder` (first on sys.path) that another user owns or
-    may write, though the folder is trusted (copied with its owners kept, made writable)."""
-    try:
-        names = sorted(os.listdir(folder))[:MOST_ENTRIES]
-    except OSError:
+    """A module, package or folder below `folder` (first on sys.path), at any depth, that another
+    user owns or may write, though the folder is trusted (copied with its owners kept, made
+    writable); or the walk's bound, which says what was not checked (node/code_files.py)."""
+    found = first_untrusted(folder)
+    if found is None:
         return None
-    for name in names:
-        path = os.path.join(folder, name)
-        if name.endswith(IMPORTABLE) or os.path.isfile(os.path.join(path, "__init__.py")) or name == "__pycache__":
-            refused = walk(path)
-            if refused is not None:
-                return path_refusal("module", path, "import")
-    return None
+    if isinstance(found, Bound):
+        return (f"the walk of the training's code folder {folder} stopped after {found.names} names in "
+                f"{found.seconds:.1f} s (its bound: {found.most_names} names, {found.most_seconds:g} s): not all it holds that "
+                "the ranks may import was checked",
+                "give --code-dir the folder that holds the code alone (keep data, runs and caches outside it)")
+    return path_refusal("package" if os.path.isdir(found) else "module", found, "import")
 
 
 def job_refusal(job: dict, env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
