@@ -20,6 +20,7 @@ import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .code_files import Bound, first_untrusted
+from .module_env import module_refusal
 from .trust import mode_words, user_name, walk
 
 
@@ -90,10 +91,12 @@ def _entries(name: str, value: str, how: Loads, cwd: str) -> List[str]:
     return list(dict.fromkeys(out))
 
 
-def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
-    """(why, fix) when a variable of `env` would make a process started in `cwd` load, import or
-    run something another user owns or can write; None when none does. PYTHONPATH's words are
-    those the import scan and the launch have always said."""
+def refusal(env: Mapping[str, str], cwd: str, first: Optional[str] = None) -> Optional[Tuple[str, str]]:
+    """(why, fix) when a variable of `env` would make a process started in `cwd` (its script in
+    `first`, first on sys.path) load, import or run something another user owns or can write;
+    None when none does. PYTHONPATH's words are those the import scan and the launch have always
+    said. A variable that names a module is judged by where the rank would import it from
+    (node/module_env.py)."""
     me = user_name(os.geteuid())
     who = "root" if os.geteuid() == 0 else f"root or {me}"
     for name in sorted(env, key=lambda n: (n not in KNOWN, n)):
@@ -112,7 +115,14 @@ def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
             said = why if refused.path == path else f"is refused: {refused.path} {why}"
             return (f"the training's {name} {how.noun} {path} {said}, who could change what the ranks "
                     f"{how.verb} as {me}"), f"give {name} only {how.noun}s that {who} alone can change, or leave it out"
-    return None
+    named = module_refusal(env, first or cwd, cwd)
+    if named is None:
+        return None
+    name, module, where, refused = named
+    said = _said(refused) if refused.path == where else f"is refused: {refused.path} {_said(refused)}"
+    return (f"the training's {name} names the module {module}, imported from {where}, which {said}, who could "
+            f"change what the ranks import as {me}",
+            f"{fix_command(refused)}, or give {name} only modules that {who} alone can change, or leave it out")
 
 
 # What a command of the tool's own never gets: every variable that loads, imports or runs
@@ -207,11 +217,11 @@ def job_refusal(job: dict, env: Mapping[str, str], cwd: str) -> Optional[Tuple[s
     """(why, fix) when a supervised job may not start: its environment (refusal), and for the
     launch its code (code_refusal: the folder it starts in, the script torchrun is given)."""
     start = job.get("cwd") or cwd
-    found = refusal(env, start)
+    words = list(job.get("torchrun") or [])
+    script = None
+    if job.get("program") == "launch" and "--" in words and not job.get("module"):
+        script = words[words.index("--") - 1]
+    found = refusal(env, start, os.path.dirname(os.path.join(start, script)) if script else start)
     if found is None and job.get("program") == "launch":
-        words = list(job.get("torchrun") or [])
-        script = None
-        if "--" in words and not job.get("module"):
-            script = words[words.index("--") - 1]
         found = code_refusal(start, script)
     return found
