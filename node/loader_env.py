@@ -69,16 +69,38 @@ FAMILIES = ("LD_", "PYTHON", "GCONV", "OPENSSL_", "PERL5", "RUBY", "NODE_OPTIONS
 _ANY = Loads("path", "load", split=r"[:;,=\s]", bare=False)
 
 
+_FUNCTION = Loads("path", "run", split="", bare=False)
+
+
 def loads(name: str) -> Optional[Loads]:
     """How `name` makes a process load something; None for a variable that does not."""
     if name in KNOWN:
         return KNOWN[name]
+    if name.startswith("BASH_FUNC_"):
+        return _FUNCTION
     return _ANY if name.startswith(FAMILIES) else None
 
 
-def _entries(name: str, value: str, how: Loads, cwd: str) -> List[str]:
-    """The paths `value` names, as the loader or Python reads them when started in `cwd`."""
-    words = re.split(how.split, value) if how.split else [value]
+def function_words(body: str, env: Mapping[str, str]) -> List[str]:
+    """The words of an exported bash function (BASH_FUNC_NAME%%, which every bash the ranks start
+    defines, and runs where a script calls NAME) as bash would see them: quotes removed, $NAME and
+    ${NAME} of this environment put in, split at the shell's operators and at `=`, `:` and
+    backquotes, so that `"/x"`, `$(/x)`, `"$(/x y)"`, `a=/x` and `$TOOL` (TOOL=/x) all name /x."""
+    import shlex
+    expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), body)
+    try:
+        lexer = shlex.shlex(expanded, posix=True, punctuation_chars=";&|()<>")
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:          # an unfinished quote: bash refuses it too; judge its words anyway
+        words = expanded.split()
+    # A quoted "$(cmd /x)" stays one word: split it again at what bash would split it at inside.
+    return [piece for word in words for piece in re.split(r"[\s=:`$\"'(){};&|<>]", word) if piece]
+
+
+def _entries(name: str, value: str, how: Loads, cwd: str, env: Mapping[str, str]) -> List[str]:
+    """The paths `value` names, as the loader, Python or bash reads them when started in `cwd`."""
+    words = function_words(value, env) if how is _FUNCTION else re.split(how.split, value) if how.split else [value]
     out: List[str] = []
     for word in words:
         if "/" not in word and not how.bare:
@@ -104,7 +126,7 @@ def refusal(env: Mapping[str, str], cwd: str, first: Optional[str] = None) -> Op
         value = env.get(name) or ""
         if how is None or not value:
             continue
-        for path in _entries(name, value, how, cwd):
+        for path in _entries(name, value, how, cwd, env):
             refused = walk(path)
             if refused is None:
                 continue
