@@ -237,7 +237,8 @@ def _imported_refusal(folder: str) -> Optional[Tuple[str, str]]:
 
 def job_refusal(job: dict, env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
     """(why, fix) when a supervised job may not start: its environment (refusal), and for the
-    launch its code (code_refusal: the folder it starts in, the script torchrun is given)."""
+    launch its code (code_refusal: the folder it starts in, the script torchrun is given) and its
+    data folder."""
     start = job.get("cwd") or cwd
     words = list(job.get("torchrun") or [])
     script = None
@@ -246,4 +247,8 @@ def job_refusal(job: dict, env: Mapping[str, str], cwd: str) -> Optional[Tuple[s
     found = refusal(env, start, os.path.dirname(os.path.join(start, script)) if script else start)
     if found is None and job.get("program") == "launch":
         found = code_refusal(start, script)
+    if found is None and job.get("program") == "launch" and job.get("data_dir"):
+        # What the ranks read decides what they train and write as root: refused as code is,
+        # whatever --force made of data-shards' error.
+        found = path_refusal("data folder", os.path.expanduser(job["data_dir"]), "read")
     return found

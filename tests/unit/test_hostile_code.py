@@ -337,3 +337,17 @@ def test_the_walk_of_the_code_folder_is_bounded_and_says_so(arena, monkeypatch):
     assert why.startswith(f"the walk of the training's code folder {code} stopped after 20 names in ")
     assert why.endswith(" s (its bound: 20 names, 10 s): not all it holds that the ranks may import was checked")
     assert fix == "give --code-dir the folder that holds the code alone (keep data, runs and caches outside it)"
+
+
+def test_a_data_folder_the_intruder_owns_starts_no_rank_even_with_force(user, intruder_home, arena, markers, tmp_path):
+    """--force let data-shards' error pass, and root's ranks read what the intruder chose."""
+    plant(user, intruder_home / "shard_000.bin", "x" * 100)
+    code = arena / "code"
+    code.mkdir()
+    (code / "train.py").write_text(f"open({str(markers)!r} + '/trained', 'w').close()\n")
+    done = launch(code, tmp_path, "--data-dir", str(intruder_home))
+
+    assert left(markers) == []
+    failed_line(done, f"the training's data folder {intruder_home} belongs to {user.name} (uid {user.uid}), who could "
+                      "change what the ranks read as root",
+                f"chown root {intruder_home}, or use a copy that only root can change")
