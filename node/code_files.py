@@ -9,8 +9,9 @@ there. What no import statement can name is not walked (a name that is not an id
 `.git`, `my-data`, `README.md`, `shard_000.bin`). A symlink is judged as trust.walk judges a
 path (the link's folder and every folder to its target), and a linked folder is walked once.
 
-Bounded: at most MOST_NAMES names listed and MOST_SECONDS spent, whatever the folder holds; a
-walk that reaches its bound says so, and what it did not see is not taken as checked."""
+Bounded: at most MOST_NAMES importable names kept and MOST_SECONDS spent listing, whatever the
+folder holds; a walk that reaches its bound says so, and what it did not see is not taken as
+checked."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import List, NamedTuple, Optional, Set, Tuple
 from .trust import Refusal, _mode, walk
 from .writers import others_may_write
 
-MOST_NAMES = 100_000      # names listed below the code folder: far beyond a project's code
+MOST_NAMES = 100_000      # importable names below the code folder: far beyond a project's code
 MOST_SECONDS = 10.0       # spent listing them (a slow network file system)
 SUFFIXES = tuple(all_suffixes()) + (".pth",)
 
@@ -73,28 +74,36 @@ def first_untrusted(folder: str, most_names: Optional[int] = None,
             if (here_st.st_dev, here_st.st_ino) in walked:
                 continue
             walked.add((here_st.st_dev, here_st.st_ino))
+            importables = []
             with os.scandir(here) as listing:
-                entries = sorted(listing, key=lambda e: e.name)
+                # Only what an import can name is kept (a folder of a million shards costs its
+                # listing's time, bounded, not its memory) and counted.
+                for entry in listing:
+                    if time.monotonic() - start > most_seconds:
+                        return Bound(seen, time.monotonic() - start, most_names, most_seconds)
+                    try:
+                        is_folder = entry.is_dir()          # a link to a folder is one to Python
+                    except OSError:
+                        continue
+                    if importable(entry.name, is_folder):
+                        seen += 1
+                        if seen > most_names:
+                            return Bound(seen - 1, time.monotonic() - start, most_names, most_seconds)
+                        importables.append((entry.name, entry.path, is_folder))
         except OSError:
             continue            # unreadable here: Python cannot import from it either
         below: List[str] = []
-        for entry in entries:
-            seen += 1
-            if seen > most_names or time.monotonic() - start > most_seconds:
-                return Bound(seen - 1, time.monotonic() - start, most_names, most_seconds)
+        for _, path, is_folder in sorted(importables):
             try:
-                st = entry.stat(follow_symlinks=False)
-                is_folder = entry.is_dir()          # a link to a folder is one to Python
+                st = os.lstat(path)
             except OSError:
                 continue
-            if not importable(entry.name, is_folder):
-                continue
-            refused = _refused(entry.path, st)
+            refused = _refused(path, st)
             if refused is None and stat.S_ISLNK(st.st_mode):
-                refused = walk(entry.path)          # every folder to its target, as written and resolved
+                refused = walk(path)                # every folder to its target, as written and resolved
             if refused is not None:
-                return entry.path
+                return path
             if is_folder:
-                below.append(entry.path)
+                below.append(path)
         stack.extend(reversed(below))
     return None

@@ -351,3 +351,16 @@ def test_a_data_folder_the_intruder_owns_starts_no_rank_even_with_force(user, in
     failed_line(done, f"the training's data folder {intruder_home} belongs to {user.name} (uid {user.uid}), who could "
                       "change what the ranks read as root",
                 f"chown root {intruder_home}, or use a copy that only root can change")
+
+
+def test_data_beside_the_code_costs_the_walk_no_name_of_its_bound(arena, monkeypatch):
+    """A data/ of shards inside the code folder: listed (bounded in time), never counted or held."""
+    from node import code_files
+
+    code = arena / "code"
+    (code / "data").mkdir(parents=True)
+    (code / "train.py").write_text("print(1)\n")
+    for i in range(2000):
+        (code / "data" / f"shard_{i:05d}.bin").write_bytes(b"")
+    monkeypatch.setattr(code_files, "MOST_NAMES", 10)
+    assert code_refusal(str(code), "train.py") is None
