@@ -128,6 +128,10 @@ def refusal(env: Mapping[str, str], cwd: str, first: Optional[str] = None) -> Op
             continue
         for path in _entries(name, value, how, cwd, env):
             refused = walk(path)
+            if refused is None and name == "PYTHONPATH" and os.path.isdir(path):
+                below = _imported_refusal(path, f"PYTHONPATH folder {path}")    # what the ranks import from it
+                if below is not None:
+                    return below
             if refused is None:
                 continue
             if refused.why == "owner":
@@ -220,7 +224,7 @@ def code_refusal(folder: str, script: Optional[str]) -> Optional[Tuple[str, str]
     return found or _imported_refusal(first)
 
 
-def _imported_refusal(folder: str) -> Optional[Tuple[str, str]]:
+def _imported_refusal(folder: str, label: str = "") -> Optional[Tuple[str, str]]:
     """A module, package or folder below `folder` (first on sys.path), at any depth, that another
     user owns or may write, though the folder is trusted (copied with its owners kept, made
     writable); or the walk's bound, which says what was not checked (node/code_files.py)."""
@@ -228,9 +232,10 @@ def _imported_refusal(folder: str) -> Optional[Tuple[str, str]]:
     if found is None:
         return None
     if isinstance(found, Bound):
-        return (f"the walk of the training's code folder {folder} stopped after {found.names} names in "
+        return (f"the walk of the training's {label or 'code folder ' + folder} stopped after {found.names} names in "
                 f"{found.seconds:.1f} s (its bound: {found.most_names} names, {found.most_seconds:g} s): not all it holds that "
                 "the ranks may import was checked",
+                "give PYTHONPATH folders that hold code alone" if label else
                 "give --code-dir the folder that holds the code alone (keep data, runs and caches outside it)")
     return path_refusal("package" if os.path.isdir(found) else "module", found, "import")
 

@@ -69,14 +69,12 @@ def fix(name: str, what: str) -> str:
 
 
 def test_a_warning_category_of_the_intruders_module_starts_no_rank(user, arena, markers, tmp_path):
-    lib = arena / "lib"                   # root's own folder on PYTHONPATH: passes the folder walk
-    lib.mkdir()
-    planted = theirs(user, lib / "hook.py", hook(markers))
     code = arena / "code"
     code.mkdir()
     (code / "train.py").write_text("print('trained')\n")
+    planted = theirs(user, code / "hook.py", hook(markers))     # copied with its owner kept
     done = subprocess.run(command("--no-probes", "--force", "--master-port", str(free_port()), "--launch",
-                                  "--log-dir", str(tmp_path / "logs"), "--env", f"PYTHONPATH={lib}",
+                                  "--log-dir", str(tmp_path / "logs"),
                                   "--env", "PYTHONWARNINGS=ignore::hook.Planted", "--", "train.py"),
                           cwd=code, capture_output=True, text=True, timeout=300)
 
@@ -87,6 +85,18 @@ def test_a_warning_category_of_the_intruders_module_starts_no_rank(user, arena, 
            f"{user.name} (uid {user.uid}), who could change what the ranks import as root")
     assert (f"ddp-preflight: training failed on {HOST}: {why} (fix: {fix('PYTHONWARNINGS', f'chown root {planted}')})"
             "; every node was stopped") in done.stderr.splitlines(), done.stderr[-3000:]
+
+
+def test_a_module_of_the_intruders_deep_in_roots_own_pythonpath_folder_is_refused(user, arena, markers):
+    """Root's PYTHONPATH folder passes its walk; what the ranks import from it is walked too."""
+    lib = arena / "lib"
+    (lib / "tools").mkdir(parents=True)
+    (lib / "tools" / "__init__.py").write_text("")
+    assert refusal({"PYTHONPATH": str(lib)}, "/") is None
+    planted = theirs(user, lib / "tools" / "hook.py", hook(markers))
+    assert refusal({"PYTHONPATH": str(lib)}, "/") == (
+        f"the training's module {planted} belongs to {user.name} (uid {user.uid}), who could change what the ranks "
+        "import as root", f"chown root {planted}, or use a copy that only root can change")
 
 
 def test_the_category_module_is_imported_as_python_starts_so_the_marker_can_tell(user, arena, markers):
