@@ -49,6 +49,7 @@ class NodePlan:
     torchrun: tuple[str, ...]          # after `python -m torch.distributed.run`; the script's options after --
     ranks: tuple[int, ...]             # global ranks, local rank order
     torch_pip: str = "torch"           # pip's arguments for the master's torch there (rules/torch_install.py)
+    data_dir: str | None = None        # the node's data folder, judged by its supervisor before torchrun
 
     def __post_init__(self):
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -164,7 +165,8 @@ def build_plan(report: Report, nodes: Sequence[NodeFacts], options: Options, tar
                     "--rdzv-backend", "static", "--max-restarts", "0", "--tee", "3",
                     *(["-m"] if command.module else []), script, "--", *command.args)
         plans.append(NodePlan(node.node, node_rank, target.python, where, env, sources, torchrun,
-                              tuple(range(first, first + nproc)), wanted_torch(nodes[0].parsed.torch, node.parsed.torch)))
+                              tuple(range(first, first + nproc)), wanted_torch(nodes[0].parsed.torch, node.parsed.torch),
+                              target.data_dir))
         first += nproc
     return Plan(tuple(plans), options.nproc_per_node, master_addr, options.master_port, options.backend, command,
                 flight_recorder)

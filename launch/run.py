@@ -104,7 +104,7 @@ class Launch:
                     continue
                 spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
                         "flight_recorder": self.plan.flight_recorder, "torchrun": list(node.torchrun),
-                        "torch_pip": node.torch_pip}
+                        "torch_pip": node.torch_pip, "data_dir": node.data_dir}
                 try:
                     env = {**node.env, RUN_VARIABLE: self.run_token}     # its processes, told from others'
                     job = self.cluster.job(index, spec, env=env, timeout=NO_LIMIT, lease=self.lease,

@@ -19,6 +19,8 @@ import re
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from .code_files import Bound, first_untrusted
+from .module_env import module_refusal
 from .trust import mode_words, user_name, walk
 
 
@@ -67,16 +69,38 @@ FAMILIES = ("LD_", "PYTHON", "GCONV", "OPENSSL_", "PERL5", "RUBY", "NODE_OPTIONS
 _ANY = Loads("path", "load", split=r"[:;,=\s]", bare=False)
 
 
+_FUNCTION = Loads("path", "run", split="", bare=False)
+
+
 def loads(name: str) -> Optional[Loads]:
     """How `name` makes a process load something; None for a variable that does not."""
     if name in KNOWN:
         return KNOWN[name]
+    if name.startswith("BASH_FUNC_"):
+        return _FUNCTION
     return _ANY if name.startswith(FAMILIES) else None
 
 
-def _entries(name: str, value: str, how: Loads, cwd: str) -> List[str]:
-    """The paths `value` names, as the loader or Python reads them when started in `cwd`."""
-    words = re.split(how.split, value) if how.split else [value]
+def function_words(body: str, env: Mapping[str, str]) -> List[str]:
+    """The words of an exported bash function (BASH_FUNC_NAME%%, which every bash the ranks start
+    defines, and runs where a script calls NAME) as bash would see them: quotes removed, $NAME and
+    ${NAME} of this environment put in, split at the shell's operators and at `=`, `:` and
+    backquotes, so that `"/x"`, `$(/x)`, `"$(/x y)"`, `a=/x` and `$TOOL` (TOOL=/x) all name /x."""
+    import shlex
+    expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), body)
+    try:
+        lexer = shlex.shlex(expanded, posix=True, punctuation_chars=";&|()<>")
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:          # an unfinished quote: bash refuses it too; judge its words anyway
+        words = expanded.split()
+    # A quoted "$(cmd /x)" stays one word: split it again at what bash would split it at inside.
+    return [piece for word in words for piece in re.split(r"[\s=:`$\"'(){};&|<>]", word) if piece]
+
+
+def _entries(name: str, value: str, how: Loads, cwd: str, env: Mapping[str, str]) -> List[str]:
+    """The paths `value` names, as the loader, Python or bash reads them when started in `cwd`."""
+    words = function_words(value, env) if how is _FUNCTION else re.split(how.split, value) if how.split else [value]
     out: List[str] = []
     for word in words:
         if "/" not in word and not how.bare:
@@ -89,10 +113,12 @@ def _entries(name: str, value: str, how: Loads, cwd: str) -> List[str]:
     return list(dict.fromkeys(out))
 
 
-def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
-    """(why, fix) when a variable of `env` would make a process started in `cwd` load, import or
-    run something another user owns or can write; None when none does. PYTHONPATH's words are
-    those the import scan and the launch have always said."""
+def refusal(env: Mapping[str, str], cwd: str, first: Optional[str] = None) -> Optional[Tuple[str, str]]:
+    """(why, fix) when a variable of `env` would make a process started in `cwd` (its script in
+    `first`, first on sys.path) load, import or run something another user owns or can write;
+    None when none does. PYTHONPATH's words are those the import scan and the launch have always
+    said. A variable that names a module is judged by where the rank would import it from
+    (node/module_env.py)."""
     me = user_name(os.geteuid())
     who = "root" if os.geteuid() == 0 else f"root or {me}"
     for name in sorted(env, key=lambda n: (n not in KNOWN, n)):
@@ -100,8 +126,12 @@ def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
         value = env.get(name) or ""
         if how is None or not value:
             continue
-        for path in _entries(name, value, how, cwd):
+        for path in _entries(name, value, how, cwd, env):
             refused = walk(path)
+            if refused is None and name == "PYTHONPATH" and os.path.isdir(path):
+                below = _imported_refusal(path, f"PYTHONPATH folder {path}")    # what the ranks import from it
+                if below is not None:
+                    return below
             if refused is None:
                 continue
             if refused.why == "owner":
@@ -111,7 +141,14 @@ def refusal(env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
             said = why if refused.path == path else f"is refused: {refused.path} {why}"
             return (f"the training's {name} {how.noun} {path} {said}, who could change what the ranks "
                     f"{how.verb} as {me}"), f"give {name} only {how.noun}s that {who} alone can change, or leave it out"
-    return None
+    named = module_refusal(env, first or cwd, cwd)
+    if named is None:
+        return None
+    name, module, where, refused = named
+    said = _said(refused) if refused.path == where else f"is refused: {refused.path} {_said(refused)}"
+    return (f"the training's {name} names the module {module}, imported from {where}, which {said}, who could "
+            f"change what the ranks import as {me}",
+            f"{fix_command(refused)}, or give {name} only modules that {who} alone can change, or leave it out")
 
 
 # What a command of the tool's own never gets: every variable that loads, imports or runs
@@ -141,11 +178,6 @@ def tool_env(env: Optional[Mapping[str, str]] = None, **extra: str) -> Dict[str,
 
 
 # -- the training's own files: its code folder (first on sys.path), its script, its data -------------
-
-# What Python imports from the code folder as it stands: modules, compiled ones, packages.
-IMPORTABLE = (".py", ".pyc", ".so", ".pth")
-MOST_ENTRIES = 10_000       # names of the code folder looked at: a folder of data is not walked whole
-
 
 def _said(refused) -> str:
     if refused.why == "owner":
@@ -192,31 +224,36 @@ def code_refusal(folder: str, script: Optional[str]) -> Optional[Tuple[str, str]
     return found or _imported_refusal(first)
 
 
-def _imported_refusal(folder: str) -> Optional[Tuple[str, str]]:
-    """A module or package at the top of `folder` (first on sys.path) that another user owns or
-    may write, though the folder is trusted (copied with its owners kept, made writable)."""
-    try:
-        names = sorted(os.listdir(folder))[:MOST_ENTRIES]
-    except OSError:
+def _imported_refusal(folder: str, label: str = "") -> Optional[Tuple[str, str]]:
+    """A module, package or folder below `folder` (first on sys.path), at any depth, that another
+    user owns or may write, though the folder is trusted (copied with its owners kept, made
+    writable); or the walk's bound, which says what was not checked (node/code_files.py)."""
+    found = first_untrusted(folder)
+    if found is None:
         return None
-    for name in names:
-        path = os.path.join(folder, name)
-        if name.endswith(IMPORTABLE) or os.path.isfile(os.path.join(path, "__init__.py")) or name == "__pycache__":
-            refused = walk(path)
-            if refused is not None:
-                return path_refusal("module", path, "import")
-    return None
+    if isinstance(found, Bound):
+        return (f"the walk of the training's {label or 'code folder ' + folder} stopped after {found.names} names in "
+                f"{found.seconds:.1f} s (its bound: {found.most_names} names, {found.most_seconds:g} s): not all it holds that "
+                "the ranks may import was checked",
+                "give PYTHONPATH folders that hold code alone" if label else
+                "give --code-dir the folder that holds the code alone (keep data, runs and caches outside it)")
+    return path_refusal("package" if os.path.isdir(found) else "module", found, "import")
 
 
 def job_refusal(job: dict, env: Mapping[str, str], cwd: str) -> Optional[Tuple[str, str]]:
     """(why, fix) when a supervised job may not start: its environment (refusal), and for the
-    launch its code (code_refusal: the folder it starts in, the script torchrun is given)."""
+    launch its code (code_refusal: the folder it starts in, the script torchrun is given) and its
+    data folder."""
     start = job.get("cwd") or cwd
-    found = refusal(env, start)
+    words = list(job.get("torchrun") or [])
+    script = None
+    if job.get("program") == "launch" and "--" in words and not job.get("module"):
+        script = words[words.index("--") - 1]
+    found = refusal(env, start, os.path.dirname(os.path.join(start, script)) if script else start)
     if found is None and job.get("program") == "launch":
-        words = list(job.get("torchrun") or [])
-        script = None
-        if "--" in words and not job.get("module"):
-            script = words[words.index("--") - 1]
         found = code_refusal(start, script)
+    if found is None and job.get("program") == "launch" and job.get("data_dir"):
+        # What the ranks read decides what they train and write as root: refused as code is,
+        # whatever --force made of data-shards' error.
+        found = path_refusal("data folder", os.path.expanduser(job["data_dir"]), "read")
     return found

@@ -32,6 +32,10 @@ BANDWIDTH = "DDP_PREFLIGHT_BANDWIDTH "      # rank 0 of the bandwidth job
 COMPUTE = "DDP_PREFLIGHT_COMPUTE "          # the compute benchmark's figure
 AGENT = "DDP_PREFLIGHT_AGENT "              # hangwatch's agent: hello, rank, sample, stacks, exit
 FILE = "DDP_PREFLIGHT_FILE "                # a file received (its private path)
+LONG = "DDP_PREFLIGHT_LONG "                # {"bytes": N}: this program's next marked line is that long
+TAG_ROOM = 64                               # bytes of a signature's tag, " WRITER.N.MAC", at most
+LONG_FROM = 60 * 1024                       # bytes of a marked line from which it is announced (the
+                                            # reader holds an unannounced one to 64 KiB only)
 # The flags of every Python a node program starts, the boot (`python FLAGS -c STAGE0`) first: -I, no
 # PYTHON* variable (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP: --env, or a node's environment, would
 # otherwise put another user's json.py before the standard library's); no user site (HOME may be
@@ -53,8 +57,13 @@ def emit(marker: str, data: Any, stream=None) -> None:
     """One marked line, whole and signed (threads of one program never interleave their lines,
     and a writer's counts reach the pipe in order)."""
     out = stream or sys.stdout
+    text = line(marker, data)
     with _lock:
-        out.write(signing.sign(line(marker, data)) + "\n")
+        size = len(text.encode("utf-8")) + TAG_ROOM + 1
+        if size > LONG_FROM:
+            # Signed first (its count comes before the line's), so its reader can trust it.
+            out.write(signing.sign(line(LONG, {"bytes": size})) + "\n")
+        out.write(signing.sign(text) + "\n")
         out.flush()
 
 

@@ -2,11 +2,16 @@
 
 A rank's line longer than MAX_LINE is cut there and says how much was left out (a 200 MB line
 without a newline costs 64 KiB, not gigabytes). Protocol lines (node/protocol.py) may be longer:
-the facts of a node with a large shard manifest are one line. One that fails its signature (a
-rank wrote it into its launcher's stdout) is text like any other, and is cut so (as_text) before
-anything keeps or shows it."""
+the facts of a node with a large shard manifest are one line. But a rank can write a line that
+starts like one into its launcher's stdout, so a marked line gets more room than MAX_LINE only
+once the program announced it in a signed LONG line of its own, which its reader verified
+(allow()): a forged one is cut at MAX_LINE while it is read, never held whole. One that fails
+its signature is text like any other, and is cut so (as_text) before anything keeps or shows it."""
 
 from __future__ import annotations
+
+import re
+from typing import Iterator
 
 from node.protocol import PREFIX
 
@@ -16,24 +21,37 @@ _PREFIX = PREFIX.encode()
 
 
 class LineSplitter:
+    """`max_marked`: the room of a marked line; a reader that verifies announcements gives
+    MAX_LINE here and lets a longer one through with allow()."""
+
     def __init__(self, max_line: int = MAX_LINE, max_marked: int = MAX_MARKED):
         self.max_line, self.max_marked = max_line, max_marked
+        self._allowed = 0       # room of the next marked line, announced (allow)
         self._parts: list[bytes] = []
         self._kept = 0          # bytes in _parts
         self._dropped = 0       # bytes of the current line beyond its limit
         self._head = b""        # its first bytes: a protocol line has a higher limit
 
     def feed(self, data: bytes) -> list[str]:
-        lines: list[str] = []
+        return list(self.each(data))
+
+    def each(self, data: bytes) -> Iterator[str]:
+        """feed() one line at a time: what the caller does with a line (allow()) holds for the
+        bytes after it in the same chunk."""
         start = 0
         while True:
             end = data.find(b"\n", start)
             if end < 0:
                 self._add(data[start:])
-                return lines
+                return
             self._add(data[start:end])
-            lines.append(self._take())
+            yield self._take()
             start = end + 1
+
+    def allow(self, size: int) -> None:
+        """The next marked line may keep `size` bytes (at most MAX_MARKED): its program said so
+        in a line whose signature its reader checked."""
+        self._allowed = min(max(size, 0), MAX_MARKED)
 
     def end(self) -> list[str]:
         """The last line, if the stream ended without a newline."""
@@ -49,7 +67,7 @@ class LineSplitter:
             self._head = (self._head + piece)[:len(_PREFIX)]
         marked = len(self._head) == len(_PREFIX) and self._head == _PREFIX or \
             len(self._head) < len(_PREFIX) and _PREFIX.startswith(self._head)
-        room = (self.max_marked if marked else self.max_line) - self._kept
+        room = (max(self.max_marked, self._allowed) if marked else self.max_line) - self._kept
         if len(piece) > room:
             self._dropped += len(piece) - max(room, 0)
             piece = piece[:max(room, 0)]
@@ -58,6 +76,8 @@ class LineSplitter:
             self._kept += len(piece)
 
     def _take(self) -> str:
+        if self._head == _PREFIX:
+            self._allowed = 0           # spent by this marked line, whoever wrote it
         text = b"".join(self._parts).decode("utf-8", errors="replace")
         if self._dropped:
             text += f" [... {self._dropped} more bytes of this line left out]"
@@ -65,9 +85,14 @@ class LineSplitter:
         return text
 
 
+_CUT = re.compile(r" \[\.\.\. \d+ more bytes of this line left out\]\Z")
+
+
 def as_text(line: str, max_line: int = MAX_LINE) -> str:
     """A line taken as a program's text, cut as a text line is (a marked line that failed its
-    signature had the protocol's room): its first max_line characters and what was left out."""
-    if len(line) <= max_line:
+    signature may have had an announced line's room): its first max_line characters and what
+    was left out. One the reading cut already (it says so) stays as it is."""
+    cut = _CUT.search(line)
+    if len(line) <= max_line or cut is not None and cut.start() <= max_line:
         return line
     return line[:max_line] + f" [... {len(line) - max_line} more characters of this line left out]"

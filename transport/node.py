@@ -26,7 +26,7 @@ from node import protocol, signing
 from node.control import HEARTBEAT
 
 from .errors import NodeError, explain_python
-from .lines import LineSplitter, as_text
+from .lines import MAX_LINE, LineSplitter, as_text
 from .payload import boot_argv, stdin_payload
 
 OnLine = Callable[[str], None]
@@ -128,6 +128,7 @@ class Program:
         self._done = threading.Event()
         self._result: ProgramResult | None = None
         self._lock = threading.Lock()
+        self._splitter = LineSplitter(max_marked=MAX_LINE)
         if keep_input:
             HEARTBEATS.add(process)
         threading.Thread(target=self._pump, name=f"program-{node}", daemon=True).start()
@@ -160,6 +161,11 @@ class Program:
         if line.startswith(protocol.PREFIX):
             signed = self._verifier.check(line)
             line = signed if signed is not None else signing.NOT_SIGNED + as_text(line)
+        if line.startswith(protocol.LONG):
+            announced = protocol.parse(line, protocol.LONG)
+            if isinstance(announced, dict) and isinstance(announced.get("bytes"), int):
+                self._splitter.allow(announced["bytes"])
+            return
         if line.startswith(protocol.PREFIX):
             if self.keep_marked:
                 self._marked.append(line)
@@ -172,13 +178,14 @@ class Program:
                 pass      # a broken viewer must not stop the reading of a node
 
     def _pump(self) -> None:
-        splitter, error = LineSplitter(), None
+        # A marked line longer than a text line only once the program announced it (_line).
+        splitter, error = self._splitter, None
         try:
             while True:
                 chunk = self.process.read()
                 if not chunk:
                     break
-                for line in splitter.feed(chunk):
+                for line in splitter.each(chunk):
                     self._line(line)
             for line in splitter.end():
                 self._line(line)

@@ -211,7 +211,8 @@ class SlurmStep:
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        splitter = LineSplitter(max_line=relay.MAX_FRAME * 2)
+        # A relay writes frames of MAX_FRAME bytes and no marked line: a longer one is a rank's.
+        splitter = LineSplitter(max_line=relay.MAX_FRAME * 2, max_marked=relay.MAX_FRAME * 2)
         stream = self.proc.stdout
         for chunk in iter(lambda: stream.read1(65536), b""):     # type: ignore[attr-defined]
             for line in splitter.feed(chunk):

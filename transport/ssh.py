@@ -160,6 +160,39 @@ def _own_keys(conn) -> None:
     conn.connect_kwargs["key_filename"] = list(dict.fromkeys(keys))
 
 
+def files_ssh_uses(conn) -> list[tuple[str, str, str]]:
+    """(label, path, why it matters) of every file the connection will read or run as this user,
+    besides its configs and known hosts: each IdentityFile (however given: an absolute path too)
+    and the certificate paramiko loads beside it (KEY-cert.pub), and ProxyCommand's program and
+    every absolute path among its words (paramiko runs them, split as a shell would, without a
+    shell); a ProxyJump host's own, hop by hop."""
+    import shutil
+
+    out: list[tuple[str, str, str]] = []
+    seen: set[int] = set()
+    while conn is not None and id(conn) not in seen:
+        seen.add(id(conn))
+        for key in conn.connect_kwargs.get("key_filename") or []:
+            for path in (key, key + "-cert.pub"):
+                if os.path.lexists(path):
+                    out.append(("identity file", path, "ssh signs in with it as this user"))
+        gateway = conn.gateway
+        if isinstance(gateway, str):
+            try:
+                words = shlex.split(gateway)
+            except ValueError:
+                words = []          # paramiko cannot run it either
+            absolute = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d[:1] == "/")
+            program = (shutil.which(words[0], path=absolute) or "") if words and "/" not in words[0] else \
+                (words[0] if words else "")
+            for path in dict.fromkeys([program] + [w for w in words[1:] if w.startswith("/")]):
+                if path and os.path.lexists(path):
+                    out.append(("ProxyCommand file", path, "ProxyCommand runs it as this user at every connection"))
+            gateway = None
+        conn = gateway
+    return out
+
+
 def ssh_config_files(ssh_config: str | None) -> list[str]:
     """The ssh configs paramiko will read for a connection: the one given, else the user's and
     the system's (as fabric loads them), those that exist."""
@@ -211,7 +244,7 @@ def ssh_file_problem(label: str, given: str, because: str) -> str | None:
             shown = "it" if where == real == given else where
             undo = f"setfacl -b {where}" if why.endswith("with an ACL)") else \
                 f"chown {me} FILE; chmod go-w FILE and its folders"
-            kind = "a config" if label == "ssh config" else f"a {label}"
+            kind = "a config" if label == "ssh config" else ("an " if label[0] in "aeiou" else "a ") + label
             return (f"{label} {given} is refused: {shown} {why}, and {because}; give {kind} only root or this "
                     f"user can change ({undo})")
     return None
@@ -275,6 +308,10 @@ class SshNode(Node):
         conn = Connection(self.name, config=config, connect_timeout=CONNECT_TIMEOUT)
         _check_host_keys(conn, self.name)
         _own_keys(conn)
+        for label, path, because in files_ssh_uses(conn):
+            problem = ssh_file_problem(label, path, because)
+            if problem:
+                raise NodeError(f"{self.name}: {problem}")
         try:
             conn.open()
         except Exception as exc:   # every connect failure becomes one line with a fix

@@ -1,12 +1,16 @@
 """Issue 34, part A, item 3 against the lab's real sshd: with HOME kept from another user (sudo),
 that user's ~/.ssh/known_hosts must not vouch for a node's host key. The intruder's file holds
 the lab node's key; root's own home (the password database's) has none: the node's key is not
-known here, so the connection is refused, as OpenSSH refuses it."""
+known here, so the connection is refused, as OpenSSH refuses it. Root's own ~/.ssh, where this
+box has one (it may know the lab's keys), is hidden from the run by a private mount namespace
+(unshare -m, a tmpfs over it), so the case always runs and nothing of root's is changed."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,9 +24,15 @@ pytestmark = pytest.mark.timeout(180)
 CLI = [sys.executable, "-m", "preflight"]
 
 
+def without_roots_ssh_files(argv: list[str]) -> list[str]:
+    """argv in a mount namespace of its own where root's ~/.ssh (the password database's home)
+    is an empty tmpfs; where there is none, there is nothing of root's to hide."""
+    ssh = os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".ssh")
+    hide = f"mount -t tmpfs -o mode=700 ddpp-no-ssh {shlex.quote(ssh)} && " if os.path.isdir(ssh) else ""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide + 'exec "$@"', "sh", *argv]
+
+
 def test_another_users_known_hosts_in_home_vouches_for_no_node(clean_lab, tmp_path):
-    if os.path.exists(os.path.expanduser("~root/.ssh/known_hosts")):
-        pytest.skip("root has a known_hosts of its own here, which may know the lab's keys")
     user = hostile_user()
     lab_config = clean_lab.ssh_config.read_text()
     known = next(line.split(None, 1)[1].strip() for line in lab_config.splitlines()
@@ -36,7 +46,8 @@ def test_another_users_known_hosts_in_home_vouches_for_no_node(clean_lab, tmp_pa
     try:
         user.run(["sh", "-c", 'cat > "$1"', "sh", str(home / ".ssh" / "known_hosts")],
                  input=open(known).read())
-        done = subprocess.run([*CLI, "master", "--ssh-config", str(config), "--only", "node-reachable", "--json"],
+        done = subprocess.run(without_roots_ssh_files([*CLI, "master", "--ssh-config", str(config), "--only",
+                                                       "node-reachable", "--json"]),
                               capture_output=True, text=True, timeout=120, cwd=tmp_path,
                               env={**os.environ, "HOME": str(home)})
     finally:

@@ -238,3 +238,129 @@ def test_ld_preload_in_a_config_of_roots_for_one_node_is_refused_there(user, are
     failed_line(done, f"the training's LD_PRELOAD file {library} belongs to {user.name} (uid {user.uid}), who could "
                       "change what the ranks load as root",
                 "give LD_PRELOAD only files that root alone can change, or leave it out")
+
+
+def test_a_file_deep_in_a_package_of_roots_code_that_the_intruder_may_write_starts_no_rank(user, arena, markers,
+                                                                                            tmp_path):
+    """Only the top of the code folder was walked: root's package with one sub-file the intruder
+    may write (made 0666 by a careless copy) ran the intruder's code in every root rank."""
+    code = arena / "code"
+    (code / "pkg" / "models").mkdir(parents=True)
+    (code / "train.py").write_text("import pkg.models.net\n")
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "models" / "__init__.py").write_text("")
+    net = code / "pkg" / "models" / "net.py"
+    net.write_text("x = 1\n")
+    net.chmod(0o666)
+    user.run(["sh", "-c", 'cat > "$1"', "sh", str(net)], input=marker_module(markers))     # the attack itself
+    done = launch(code, tmp_path)
+
+    assert left(markers) == []
+    failed_line(done, f"the training's module {net} is writable by other users (mode 666), who could change what the "
+                      "ranks import as root", f"chmod go-w {net}, or use a copy that only root can change")
+
+
+@pytest.mark.parametrize("where", ["namespace folder", "pycache", "extension", "deep folder acl"])
+def test_every_importable_thing_below_the_code_folder_is_judged(user, arena, where):
+    """Variants of the same family: what another user controls anywhere an import can reach."""
+    code = arena / "code"
+    deep = code / "src" / "a" / "b"
+    deep.mkdir(parents=True)
+    (code / "train.py").write_text("print(1)\n")
+    (deep / "mod.py").write_text("")
+    assert code_refusal(str(code), "train.py") is None
+    if where == "namespace folder":          # no __init__.py: still `import src.a.b.mod`
+        target = code / "src" / "a"
+        os.chown(target, user.uid, user.gid)
+        why = f"the training's package {target} belongs to {user.name} (uid {user.uid})"
+        fix = f"chown root {target}"
+    elif where == "pycache":                # its .pyc is imported in place of the source
+        target = deep / "__pycache__"
+        target.mkdir()
+        target.chmod(0o777)
+        why = f"the training's package {target} is writable by other users (mode 777)"
+        fix = f"chmod go-w {target}"
+    elif where == "extension":
+        target = deep / "fast.cpython-311-x86_64-linux-gnu.so"
+        target.write_bytes(b"")
+        os.chown(target, user.uid, user.gid)
+        why = f"the training's module {target} belongs to {user.name} (uid {user.uid})"
+        fix = f"chown root {target}"
+    else:
+        target = deep
+        from tests.acl import grant
+
+        grant(target, user.uid)                     # setfacl -m u:intruder:rwx
+        why = f"the training's package {target} is writable by other users (mode 775, with an ACL)"
+        fix = f"setfacl -b {target}"
+    assert code_refusal(str(code), "train.py") == (
+        f"{why}, who could change what the ranks import as root", f"{fix}, or use a copy that only root can change")
+
+
+def test_what_no_import_can_name_below_the_code_folder_is_not_judged(user, arena):
+    code = arena / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    for name in (".git", "my-data", "runs.d"):
+        user.folder(code / name)
+    user.file(code / "README.md", "x", mode=0o666)
+    user.file(code / "shard_000.bin", "x", mode=0o666)
+    assert code_refusal(str(code), "train.py") is None
+
+
+def test_a_linked_folder_inside_the_code_is_walked_to_its_target_once(user, arena, intruder_home):
+    code = arena / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    (code / "loop").symlink_to(code)                  # walked once, not for ever
+    assert code_refusal(str(code), "train.py") is None
+    (code / "shared").symlink_to(intruder_home)
+    assert code_refusal(str(code), "train.py") == (
+        f"the training's package {code}/shared is refused: {intruder_home} belongs to {user.name} (uid {user.uid}), "
+        "who could change what the ranks import as root",
+        f"chown root {intruder_home}, or use a copy that only root can change")
+
+
+def test_the_walk_of_the_code_folder_is_bounded_and_says_so(arena, monkeypatch):
+    from node import code_files
+
+    code = arena / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print(1)\n")
+    for i in range(30):
+        (code / "pkg" / f"m{i}.py").write_text("")
+    assert code_files.first_untrusted(str(code), most_names=31)[::2] == (31, 31)
+    assert code_files.first_untrusted(str(code), most_names=32) is None
+    assert code_files.first_untrusted(str(code), most_seconds=0.0)[::2] == (0, code_files.MOST_NAMES)
+    monkeypatch.setattr(code_files, "MOST_NAMES", 20)
+    why, fix = code_refusal(str(code), "train.py")
+    assert why.startswith(f"the walk of the training's code folder {code} stopped after 20 names in ")
+    assert why.endswith(" s (its bound: 20 names, 10 s): not all it holds that the ranks may import was checked")
+    assert fix == "give --code-dir the folder that holds the code alone (keep data, runs and caches outside it)"
+
+
+def test_a_data_folder_the_intruder_owns_starts_no_rank_even_with_force(user, intruder_home, arena, markers, tmp_path):
+    """--force let data-shards' error pass, and root's ranks read what the intruder chose."""
+    plant(user, intruder_home / "shard_000.bin", "x" * 100)
+    code = arena / "code"
+    code.mkdir()
+    (code / "train.py").write_text(f"open({str(markers)!r} + '/trained', 'w').close()\n")
+    done = launch(code, tmp_path, "--data-dir", str(intruder_home))
+
+    assert left(markers) == []
+    failed_line(done, f"the training's data folder {intruder_home} belongs to {user.name} (uid {user.uid}), who could "
+                      "change what the ranks read as root",
+                f"chown root {intruder_home}, or use a copy that only root can change")
+
+
+def test_data_beside_the_code_costs_the_walk_no_name_of_its_bound(arena, monkeypatch):
+    """A data/ of shards inside the code folder: listed (bounded in time), never counted or held."""
+    from node import code_files
+
+    code = arena / "code"
+    (code / "data").mkdir(parents=True)
+    (code / "train.py").write_text("print(1)\n")
+    for i in range(2000):
+        (code / "data" / f"shard_{i:05d}.bin").write_bytes(b"")
+    monkeypatch.setattr(code_files, "MOST_NAMES", 10)
+    assert code_refusal(str(code), "train.py") is None

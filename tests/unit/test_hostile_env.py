@@ -258,3 +258,39 @@ def test_the_planted_pyc_does_run_under_that_prefix_so_the_marker_can_tell(user,
               "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)", str(planted), str(pyc)])
     subprocess.run([sys.executable, "-c", "import json"], env={"PYTHONPYCACHEPREFIX": str(intruder_home)}, check=True)
     assert left(markers) == ["json-uid-0"]
+
+
+# Exported bash functions (BASH_FUNC_NAME%%): every bash a rank starts defines them, and runs the
+# body where a script calls NAME. Their words are read as bash reads them. (--env refuses such a
+# name; they come from a node's own environment, which reaches the supervisor where /bin/sh is
+# bash: RHEL. Here /bin/sh is dash, which drops them, so the rule is tried on its own.)
+
+def planted_script(user, folder: Path, markers: Path) -> Path:
+    script = folder / "x.sh"
+    user.run(["sh", "-c", 'cat > "$1"; chmod 755 "$1"', "sh", str(script)],
+             input=f"#!/bin/sh\ntouch {markers}/bash-uid-$(id -u)\n")
+    return script
+
+
+def test_the_function_does_run_the_script_in_bash_so_the_marker_can_tell(user, intruder_home, markers):
+    script = planted_script(user, intruder_home, markers)
+    subprocess.run(["bash", "-c", "ls"], env={"PATH": "/usr/bin:/bin", "BASH_FUNC_ls%%": f'() {{  "{script}"\n}}'},
+                   check=True, timeout=60)
+    assert left(markers) == ["bash-uid-0"]
+
+
+@pytest.mark.parametrize("body", [
+    '() {  "{x}" "$@"\n}', "() {  $(cat '{x}')\n}", '() {  eval "$({x} --go)"\n}', "() {  `{x}`\n}",
+    "() {  a={x} command ls\n}", "() {  $TOOL\n}", "() {  ${TOOL:-ls} > /dev/null\n}", "() {  ls >{x}\n}",
+])
+def test_every_way_a_bash_function_names_the_intruders_file_is_refused(user, intruder_home, markers, body):
+    script = planted_script(user, intruder_home, markers)
+    env = {"BASH_FUNC_ls%%": body.replace("{x}", str(script)), "TOOL": str(script)}
+    assert refusal(env, "/") == (refused_line("BASH_FUNC_ls%%", "path", script, user, "run"),
+                                 "give BASH_FUNC_ls%% only paths that root alone can change, or leave it out")
+
+
+def test_a_bash_function_of_roots_own_tools_passes():
+    """Lmod's `module`, as /etc/profile.d exports it on a cluster."""
+    lmod = '() {  eval "$($LMOD_CMD bash "$@")" && eval "$(${LMOD_SETTARG_CMD:-:} -s sh)"\n}'
+    assert refusal({"BASH_FUNC_module%%": lmod, "LMOD_CMD": "/usr/bin/env"}, "/") is None

@@ -328,3 +328,37 @@ def test_a_relays_frames_are_signed_and_a_frame_a_rank_writes_is_not_taken():
     for forged in (relay.frame("1", 2, "exit", b"0").decode().strip(),
                    relay.frame("1", 2, "exit", b"0").decode().strip() + " 0a0b0c0d.99." + "0" * 32, lines[-1]):
         assert verifier.check(forged) is None       # (the last: the relay's own, said again)
+
+
+# -- a forged marked line is cut while it is read ------------------------------------------------
+
+def test_a_forged_marked_line_is_held_to_64_kib_while_it_streams_and_an_announced_one_whole():
+    from transport.lines import MAX_LINE, LineSplitter
+
+    splitter, chunk = LineSplitter(max_marked=MAX_LINE), b"y" * (1 << 20)
+    splitter.feed(protocol.LAUNCH.encode())
+    for _ in range(64):                                       # 64 MiB, no newline yet
+        assert splitter.feed(chunk) == [] and splitter._kept <= MAX_LINE
+    [line] = splitter.feed(b"\n")
+    assert line == (protocol.LAUNCH + "y" * (MAX_LINE - len(protocol.LAUNCH))
+                    + f" [... {64 * (1 << 20) + len(protocol.LAUNCH) - MAX_LINE} more bytes of this line left out]")
+    # Announced (its reader checked the announcement's signature): the next marked line keeps
+    # what was announced, however it comes; a text line between does not spend it; one marked
+    # line does, whoever wrote it.
+    long = protocol.FACTS + "z" * (3 * MAX_LINE)
+    splitter.allow(len(long) + 1)
+    lines = [got for got in splitter.each(b"a rank's text\n" + long.encode() + b"\n" + long.encode() + b"\n")]
+    assert lines[:2] == ["a rank's text", long]
+    assert lines[2].startswith(protocol.FACTS) and lines[2].endswith(" more bytes of this line left out]")
+
+
+def test_a_real_node_program_announces_its_long_facts_line_and_its_reader_takes_it_whole(tmp_path):
+    """A data folder of 3,000 shards makes the facts program's one line some 300 KB: announced
+    (signed), so the reader that cuts a forged marked line at 64 KiB takes this one whole."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3000):
+        (data / f"shard_{i:06d}_of_a_long_dataset_name.bin").write_bytes(b"%d" % i)
+    facts = local().collect({"sections": ["shards"], "data_dir": str(data), "master_port": 29500})
+    files = facts["shards"]["files"]
+    assert len(files) == 3000 and len(protocol.line(protocol.FACTS, facts)) > 4 * 64 * 1024

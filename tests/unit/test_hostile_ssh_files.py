@@ -5,6 +5,7 @@ user (tests/hostile.py) writes the files; root makes the real SSH node (fabric, 
 
 from __future__ import annotations
 
+import os
 import pwd
 import shutil
 import uuid
@@ -77,3 +78,70 @@ def test_roots_known_hosts_in_a_folder_another_user_can_write_is_refused(user, t
     with pytest.raises(NodeError) as refused:
         SshNode("localhost", "python3", ssh_config=str(config)).connect()
     assert f"known hosts file {known} is refused: {shared} is writable by other users (mode 777)" in str(refused.value)
+
+
+def _refused_line(label: str, path, user, because: str) -> str:
+    article = "an" if label[0] in "aeiou" else "a"
+    return (f"localhost: {label} {path} is refused: it belongs to uid {user.uid}, not to root or this user (uid 0), "
+            f"and {because}; give {article} {label} only root or this user can change (chown 0 FILE; chmod go-w FILE "
+            "and its folders)")
+
+
+def test_an_identity_file_of_another_user_given_by_its_absolute_path_is_refused(user, intruder_ssh, tmp_path):
+    key = intruder_ssh / "id_ed25519"
+    user.run(["sh", "-c", 'umask 077; echo not-a-key > "$1"', "sh", str(key)])
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n  IdentityFile {key}\n  StrictHostKeyChecking no\n")
+    with pytest.raises(NodeError) as refused:
+        SshNode("localhost", "python3", ssh_config=str(config)).connect()
+    assert str(refused.value).splitlines()[0] == _refused_line("identity file", key, user,
+                                                                "ssh signs in with it as this user")
+
+
+def test_a_certificate_of_another_user_beside_roots_own_key_is_refused(user, tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o755)
+    key = keys / "id_ed25519"
+    key.write_text("not-a-key\n")
+    key.chmod(0o600)
+    cert = user.file(keys / "id_ed25519-cert.pub", "ssh-ed25519-cert-v01@openssh.com AAAA\n")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n  IdentityFile {key}\n  StrictHostKeyChecking no\n")
+    with pytest.raises(NodeError) as refused:
+        SshNode("localhost", "python3", ssh_config=str(config)).connect()
+    assert str(refused.value).splitlines()[0] == _refused_line("identity file", cert, user,
+                                                                "ssh signs in with it as this user")
+
+
+@pytest.mark.parametrize("shape", ["program", "argument"])
+def test_a_proxy_command_that_runs_another_users_file_is_refused_and_never_run(user, intruder_ssh, tmp_path, shape):
+    markers = tmp_path / "markers"
+    markers.mkdir(mode=0o777)
+    proxy = intruder_ssh / "proxy"
+    user.run(["sh", "-c", 'cat > "$1"; chmod 755 "$1"', "sh", str(proxy)],
+             input=f"#!/bin/sh\ntouch {markers}/proxy-uid-$(id -u)\n")
+    command = str(proxy) if shape == "program" else f"sh {proxy}"
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n  ProxyCommand {command} %h %p\n  StrictHostKeyChecking no\n")
+    with pytest.raises(NodeError) as refused:
+        SshNode("localhost", "python3", ssh_config=str(config)).connect()
+    assert list(markers.iterdir()) == []
+    assert str(refused.value).splitlines()[0] == _refused_line(
+        "ProxyCommand file", proxy, user, "ProxyCommand runs it as this user at every connection")
+
+
+def test_roots_own_key_and_proxy_program_are_used_as_given(tmp_path):
+    from fabric import Config, Connection
+
+    from transport.ssh import checked_ssh_config, files_ssh_uses, ssh_file_problem
+
+    key = tmp_path / "id_ed25519"
+    key.write_text("not-a-key\n")
+    key.chmod(0o600)
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n  IdentityFile {key}\n  ProxyCommand cat %h %p\n")
+    conn = Connection("localhost", config=Config(ssh_config=checked_ssh_config(str(config), "localhost"), lazy=True))
+    used = files_ssh_uses(conn)
+    assert [(label, path) for label, path, _ in used] == [
+        ("identity file", str(key)), ("ProxyCommand file", shutil.which("cat", path=os.environ["PATH"]))]
+    assert [ssh_file_problem(*u) for u in used] == [None, None]

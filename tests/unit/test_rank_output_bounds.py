@@ -114,7 +114,8 @@ def test_marked_lines_a_rank_forges_into_its_launchers_stdout_are_kept_as_a_line
     """A rank writes six 32 MiB lines that start with the launch program's marker straight into
     its launcher's stdout: each fails its signature and is kept, logged and shown as text cut at
     64 KiB (before, each was kept whole: the master held 289 MB after four, growing with each);
-    the master's peak stays that of one line in reading (under 200 MB)."""
+    the reader cuts each at 64 KiB as it reads it (no announcement came), so the master's peak
+    stays under 200 MB."""
     lines = 6
     script = tmp_path / "forge.py"
     script.write_text(FORGE % lines)
@@ -134,7 +135,7 @@ def test_marked_lines_a_rank_forges_into_its_launchers_stdout_are_kept_as_a_line
     assert launch.returncode == 0, stderr.decode()[-3000:]
     assert peaks.get(launch.pid, 0) < 200 * 1024, f"master: {peaks.get(launch.pid, 0) // 1024} MB"
     forged = "DDP_PREFLIGHT_LAUNCH " + "y" * (32 << 20)
-    said = f"(unsigned marker, shown as text) {forged[:64 * 1024]} [... {len(forged) - 64 * 1024} more characters " \
-           "of this line left out]"
+    said = f"(unsigned marker, shown as text) {forged[:64 * 1024]} [... {len(forged) - 64 * 1024} more bytes " \
+           "of this line left out]"       # cut while read: never held whole
     logged = [line for line in (log_dir / f"{os.uname().nodename}.log").read_text().splitlines() if "yyyy" in line]
     assert logged == [f"[{os.uname().nodename}] {said}"] * lines, [line[-120:] for line in logged]
