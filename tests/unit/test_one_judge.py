@@ -154,3 +154,21 @@ def test_a_watched_launch_stopped_with_no_hang_named_is_not_a_deadlock_in_explai
     # With the bundle of the hang it named, the files still say what it was (launch-leave's verdict).
     d = explain([str(ART / "explain" / "launch-leave")]).diagnosis
     assert d is not None and (d.kind, tuple(d.culprits), d.certainty) == (Kind.DEADLOCK, (2,), Certainty.CERTAIN)
+
+
+def test_nccls_watchdog_line_is_a_collectives_timeout_live_as_in_the_files(tmp_path):
+    # The real H100 run (logs/nccl-h100/hung-train-tail.log): rank 0's NCCL watchdog caught its
+    # all_reduce #65 past its 60 s timeout. Explain said network-stall (its own watchdog rule); the
+    # live judge, fed the same words and the end NCCL's async error handling gives (SIGABRT), said
+    # "exited, lost-peer": the watchdog's words were read by explain alone. Now both read them in the
+    # one judge (named.said: the collective's timeout). (That run's rank hung on instead and was
+    # killed: live, a rank still running is judged from its stacks.)
+    import signal
+
+    from node.protocol import ExitStatus
+    g = gather(inputs.find([str(ART / "logs" / "nccl-h100" / "hung-train-tail.log")]))
+    (rank0,) = g.ranks
+    rank0.exit, rank0.node, rank0.pid = ExitStatus(signal=signal.SIGABRT), "master", 763
+    from_files, live = verdict(decide(g).diagnosis), verdict(_live(g, tmp_path))
+    assert live == from_files == (Kind.NETWORK_STALL, (0,), Certainty.LIKELY)
+    assert _live(g, tmp_path).reason is Reason.TIMED_OUT
