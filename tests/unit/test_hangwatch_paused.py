@@ -76,3 +76,17 @@ def test_a_pause_that_never_went_on_is_no_straggler(tmp_path):
     _pause(state, run, d, state.held[run].since + 10.0, out)
     assert not [e for e in out if getattr(e, "event", None) is not None], out
     assert isinstance(d.evidence[0], Evidence)
+
+
+def test_a_compute_bound_straggler_is_said_once_not_at_each_slow_step(tmp_path):
+    # straggle.jsonl (real): rank 0 computes 15 s while the others wait: one straggler notice, then
+    # progress resumed. Its next slow step (the same verdict again, 20 s later) says nothing new.
+    header, watcher, events = replay("straggle", tmp_path, until=40.0)
+    said = [e for e in events if e.verdict is not None]
+    assert [e.kind for e in said] == ["straggler"] and "resumed" in [e.kind for e in events]
+    state, d = watcher.state, said[0].verdict
+    run = next(t.run for t in state.ranks.values())
+    out: list = []
+    verdicts.report(state, replace(d, since=None), 8.0, d.since + 28.0, out,
+                    Said(About.STALL, Kind.STRAGGLER, tuple(d.named), run=run), run=run)
+    assert not [e for e in out if getattr(e, "event", None) is not None], out
