@@ -26,7 +26,8 @@ def went_on(state: State) -> None:
 def as_straggler(state: State, found: Diagnosis, run: int | None, since: float) -> Diagnosis | None:
     """A held verdict whose every culprit paused at this same line before in this run, and went on:
     a straggler, likely, with its step time (`every`: seconds from the last pause's start to this
-    one's). None: a first pause, or one somewhere else (a checkpoint after steps)."""
+    one's), and none of the held causes (a wait that never ends: this one ended each time). None: a
+    first pause, or one somewhere else (a checkpoint after steps)."""
     if found.kind is not Kind.HELD or not found.culprits:
         return None
     lines = {e.key: e.frame for e in found.evidence}
@@ -37,6 +38,6 @@ def as_straggler(state: State, found: Diagnosis, run: int | None, since: float) 
             return None
         starts.append(start)
     last = max(starts)
-    return replace(found, kind=Kind.STRAGGLER, certainty=Certainty.LIKELY, bound=None,
+    return replace(found, kind=Kind.STRAGGLER, certainty=Certainty.LIKELY, bound=None, causes=(),
                    every=round(max(since - last, 0.0), 1))
 

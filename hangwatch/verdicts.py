@@ -212,7 +212,7 @@ def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis |
     if any(t.key in held.culprits or not _timed_out(t) for t in first):
         return None          # the held rank ended first, or one ended for a cause of its own (a stop, a kill)
 
-    return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None)
+    return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None, every=None)
 
 
 def _timed_out(t: Track) -> bool:

@@ -90,3 +90,17 @@ def test_a_compute_bound_straggler_is_said_once_not_at_each_slow_step(tmp_path):
     verdicts.report(state, replace(d, since=None), 8.0, d.since + 28.0, out,
                     Said(About.STALL, Kind.STRAGGLER, tuple(d.named), run=run), run=run)
     assert not [e for e in out if getattr(e, "event", None) is not None], out
+
+
+def test_a_straggler_offers_no_cause_of_a_wait_that_never_ends(tmp_path):
+    # The held verdict's causes (a wait for a file that never comes, a debugging pause) are what its
+    # pauses, each ended, excluded: a result never offers a fix for a cause it did not see.
+    state, run, d = _held(tmp_path)
+    assert d.causes
+    began = state.held[run].since
+    out: list = []
+    verdicts.resumed(state, out)
+    out.clear()
+    _pause(state, run, d, began + 10.0, out)
+    slow = next(e.event.verdict for e in out if getattr(e, "event", None) is not None and e.event.verdict)
+    assert slow.kind is Kind.STRAGGLER and list(slow.causes) == [] and slow.every == 10.0
