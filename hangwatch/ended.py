@@ -271,7 +271,7 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
     closed, owner = closed_first(state, tracks), owners(tracks)
     found = named.judge([ending_of(state, t, closed, owner) for t in tracks if t.ended], running,
-                        unseen=unseen(state, tracks), context=context(state))
+                        unseen=unseen(state), context=context(state))
     if found is None:
         return None
     apart = clocks_apart(state)
@@ -280,11 +280,11 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     return found
 
 
-def unseen(state: State, tracks: list[Track]) -> list[Evidence]:
-    """The ranks of the launch plan that nothing of this run shows (no agent found them, no end of
-    theirs was told): the same as the files' ranks in no torchrun table (explain/ended.py), so a
+def unseen(state: State) -> list[Evidence]:
+    """The ranks of the launch plan that nothing shows (no agent found them, no end of theirs was
+    told, in any run): the same as the files' ranks in no torchrun table (explain/ended.py), so a
     rank that left cleanly before any agent saw it is the peer the others lost, as explain says."""
-    seen = {t.key for t in tracks}
+    seen = {t.key for t in state.ranks.values()}
     return [Evidence(node, None, rank, RankStatus.UNKNOWN) for rank, node in sorted(state.config.planned.items())
             if rank not in seen]
 
