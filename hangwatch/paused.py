@@ -2,9 +2,10 @@
 straggler), not a stall said over and over. The evidence: a held verdict (a rank asleep or reading
 in its own code while the others wait) ended by progress resuming on every rank (its steps came),
 and the same rank is held again at the same line. Its step time is the time between the two pauses'
-starts. Never certain, never a hang: a notice, said once per run and rank (state.Said.stands);
-the held bound (HELD_BOUND, or the others' own timeout) still makes a pause that never ends the
-hang. Pure: functions of the watcher's state."""
+starts (a multiple of it where the watcher judged only some of its pauses). Never certain, never a
+hang: a notice, said once per run and rank (state.Said.stands); the held bound (HELD_BOUND, or the
+others' own timeout) still makes a pause that never ends the hang. Pure: functions of the
+watcher's state."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ def went_on(state: State) -> None:
 
 def as_straggler(state: State, found: Diagnosis, run: int | None, since: float) -> Diagnosis | None:
     """A held verdict whose every culprit paused at this same line before in this run, and went on:
-    a straggler, likely, with its step time (`every`: seconds from the last pause's start to this
-    one's), and none of the held causes (a wait that never ends: this one ended each time). None: a
-    first pause, or one somewhere else (a checkpoint after steps)."""
+    a straggler, likely, with `every`: seconds from the last pause's start to this one's (its step
+    time, or a multiple of it), and none of the held causes (a wait that never ends: this one ended
+    each time). None: a first pause, or one somewhere else (a checkpoint after steps)."""
     if found.kind is not Kind.HELD or not found.culprits:
         return None
     lines = {e.key: e.frame for e in found.evidence}

@@ -52,8 +52,8 @@ def test_a_rank_that_pauses_at_one_line_each_step_is_one_straggler_notice_with_i
         ("straggler", Kind.STRAGGLER, [2], "likely", step)
     assert not slow.kind.is_hang
     assert summary(slow) == ("not a hang: ranks 0,1,3 wait in all_reduce while rank 2 is idle at hang_train.py:199 "
-                             f"(main); rank 2 held them up there about every {step:.0f} s and went on each time: "
-                             "a slow rank (a straggler)"), summary(slow)
+                             f"(main); rank 2 held them up there again, {step:.0f} s after its last pause said, and "
+                             "went on each time: a slow rank (a straggler)"), summary(slow)
 
 
 def test_a_pause_at_another_line_is_held_again_not_a_straggler(tmp_path):
