@@ -17,15 +17,18 @@ from .state import State
 
 def went_on(state: State) -> None:
     """Progress resumed on every rank: each rank a held verdict named paused and went on; where
-    (its line) and when (the pause's start) are kept for its next pause."""
+    (its lines so far: a straggler may pause at two lines a step) and when (the last pause's start)
+    are kept for its next pause."""
     for run, d in state.held.items():
         lines = {e.key: e.frame for e in d.evidence}
         for key in d.culprits:
-            state.paused[(run, key)] = (lines.get(key), d.since)
+            before, _ = state.paused.get((run, key), (frozenset(), None))
+            line = lines.get(key)
+            state.paused[(run, key)] = (before | {line} if line is not None else before, d.since)
 
 
 def as_straggler(state: State, found: Diagnosis, run: int | None, since: float) -> Diagnosis | None:
-    """A held verdict whose every culprit paused at this same line before in this run, and went on:
+    """A held verdict whose every culprit paused at this line before in this run, and went on:
     a straggler, likely, with `every`: seconds from the last pause's start to this one's (its step
     time, or a multiple of it), and none of the held causes (a wait that never ends: this one ended
     each time). None: a first pause, or one somewhere else (a checkpoint after steps)."""
@@ -34,8 +37,8 @@ def as_straggler(state: State, found: Diagnosis, run: int | None, since: float) 
     lines = {e.key: e.frame for e in found.evidence}
     starts = []
     for key in found.culprits:
-        line, start = state.paused.get((run, key), (None, None))
-        if line is None or start is None or line != lines.get(key):
+        at, start = state.paused.get((run, key), (frozenset(), None))
+        if start is None or lines.get(key) not in at:
             return None
         starts.append(start)
     last = max(starts)

@@ -185,8 +185,8 @@ class State:
                                               # resume needs its connections to move since (CPU alone may be its end)
     held: dict[int | None, Diagnosis] = field(default_factory=dict)   # run -> a rank held the others up (said
                                               # likely): until progress resumes (verdicts.bound_passed)
-    paused: dict = field(default_factory=dict)   # (run, rank key) -> (line, start) of its last held pause that
-                                              # ended by progress resuming (paused.py: a straggler's evidence)
+    paused: dict = field(default_factory=dict)   # (run, rank key) -> (lines, last start) of its held pauses
+                                              # that ended by progress resuming (paused.py: a straggler's evidence)
     incidents: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding

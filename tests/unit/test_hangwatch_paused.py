@@ -104,3 +104,18 @@ def test_a_straggler_offers_no_cause_of_a_wait_that_never_ends(tmp_path):
     _pause(state, run, d, began + 10.0, out)
     slow = next(e.event.verdict for e in out if getattr(e, "event", None) is not None and e.event.verdict)
     assert slow.kind is Kind.STRAGGLER and list(slow.causes) == [] and slow.every == 10.0
+
+
+def test_a_straggler_that_pauses_at_two_lines_a_step_is_known_at_either(tmp_path):
+    # The soak's straggler sleeps at two lines each step (its step's own pause, then its straggle):
+    # held at one, then the other, then the first again. Its third pause is a straggler's.
+    state, run, d = _held(tmp_path)
+    began = state.held[run].since
+    other = replace(d, evidence=[replace(e, frame="hang_train.py:197") if e.key == 2 else e for e in d.evidence])
+    out: list = []
+    verdicts.resumed(state, out)
+    _pause(state, run, other, began + 10.0, out)
+    verdicts.resumed(state, out)
+    _pause(state, run, d, began + 20.0, out)
+    said = [e.event.verdict for e in out if getattr(e, "event", None) is not None and e.event.verdict is not None]
+    assert [(v.kind, v.every) for v in said] == [(Kind.HELD, None), (Kind.STRAGGLER, 10.0)]
