@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ from lab import Lab  # noqa: E402
 from tests.lab.hangjob import NODES, hangwatch, start_job, wait_until  # noqa: E402
 
 SOAK = ROOT / "tests" / "lab" / "soak_train.py"
+STOP_WAIT = 15.0      # s: a watch not ended this long after SIGINT is a defect (issue 35)
 HANGWORD = re.compile(r"^ddp-preflight: hangwatch: ([A-Z-]+): ")
 
 
@@ -75,7 +77,8 @@ def attached(lab: Lab, minutes: float, folder: Path, port: int) -> dict:
             job.stop()
         time.sleep(5)                     # the ends settle (two samples), then the watch is stopped
     finally:
-        code = watch.stop()
+        code, ended_in, stacks = _interrupted(watch)
+        watch.stop()
     kinds = Counter(e["event"] for e in watch.events)
     said = [e for e in watch.events if (e.get("snapshot") or {}).get("diagnosis")]
     lines = [line for _, line in job.lines]
@@ -85,7 +88,24 @@ def attached(lab: Lab, minutes: float, folder: Path, port: int) -> dict:
             "stragglers": [e["text"] for e in said if e["snapshot"]["diagnosis"]["kind"] == "straggler"],
             "resumed": kinds["resumed"], "steps": _steps("\n".join(lines)),
             "checkpoints": sum("FAULT checkpoint" in line for line in lines),
-            "finished": codes == [0, 0]}
+            "finished": codes == [0, 0], "watch_end_s": ended_in, "watch_stacks": stacks}
+
+
+def _interrupted(watch) -> tuple[int, float, str | None]:
+    """SIGINT to `hangwatch attach`, as a person's Ctrl-C: its exit code and how long it took to end.
+    One that has not ended in STOP_WAIT s is read by py-spy (where each of its threads waits: the
+    evidence of why), then killed (-9)."""
+    began = time.monotonic()
+    watch.proc.send_signal(signal.SIGINT)
+    try:
+        return watch.proc.wait(STOP_WAIT), time.monotonic() - began, None
+    except subprocess.TimeoutExpired:
+        spy = Path(sys.executable).with_name("py-spy")
+        dump = subprocess.run([str(spy), "dump", "--pid", str(watch.proc.pid)], capture_output=True, text=True,
+                              timeout=60)
+        watch.proc.kill()
+        watch.proc.wait()
+        return -9, time.monotonic() - began, dump.stdout + dump.stderr
 
 
 def _steps(stdout: str) -> int:
@@ -120,6 +140,10 @@ def main() -> int:
                 lines += [f"    hang: {h}" for h in run["hangs"]]
                 lines += [f"    held: {h}" for h in run["held"][:5]]
                 lines += [f"    {t}" for t in run.get("tail", []) if not clean]
+                if "watch_end_s" in run:
+                    lines.append(f"    the watch ended {run['watch_end_s']:.1f} s after SIGINT (exit {run['watch_exit']})")
+                if run.get("watch_stacks"):
+                    lines += [f"    {t}" for t in run["watch_stacks"].splitlines()]
                 print("\n".join(lines), flush=True)
                 report += lines
     finally:

@@ -5,24 +5,44 @@ explains. Logs carry no exit times: ends are ordered only where the files say mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hangwatch import exits, named
 from hangwatch.ended import as_seen
+from hangwatch.failures import Failure
 from hangwatch.model import Basis, Evidence, Reason
 from hangwatch.model import RankStatus as S
 from hangwatch.who import Unnumbered
 from hangwatch.words import who
 
 from .root import Root, quotes
-from .seen import Gathered, RankSeen
+from .seen import Gathered, NodeSaid, RankSeen
 
 
-def ending_of(seen: RankSeen) -> exits.Ending:
+def ending_of(seen: RankSeen, ooms: Sequence[NodeSaid] = ()) -> exits.Ending:
+    """A rank's end as the one judge takes it; `ooms`: the kernel's OOM-killer lines the files hold
+    (ooms_of), which say what the live agent's OOM-kill count says (Ending.oom)."""
     key = seen.key
     exception = as_seen(seen.exception, seen.source) if seen.exception is not None else None
     lines = seen.quotes or seen.exit_quotes
     return exits.Ending(seen.node or "", seen.pid, seen.rank, status=seen.exit, exception=exception,
                         quote=lines[0].text if lines else None, stopped_by=seen.stopped_by,
-                        writer=key.writer if isinstance(key, Unnumbered) else None)
+                        writer=key.writer if isinstance(key, Unnumbered) else None,
+                        oom=any(_killed(seen, n) for n in ooms) or None)
+
+
+def ooms_of(g: Gathered) -> list[NodeSaid]:
+    """The kernel's OOM-killer lines read (dmesg, Slurm's): 'Out of memory: Killed process PID'."""
+    return [n for n in g.nodes if n.said.failure is Failure.OOM_KILLED]
+
+
+def _killed(seen: RankSeen, line: NodeSaid) -> bool:
+    """The OOM killer's line is about this rank: it names the rank's process, or, where either
+    process id is unknown, it is its node's line (or a line of no node)."""
+    pid = line.said.detail.get("pid")
+    if pid is not None and seen.pid is not None:
+        return pid == seen.pid
+    return line.node is None or line.node == seen.node
 
 
 def ended(g: Gathered) -> list[RankSeen]:
@@ -32,7 +52,7 @@ def ended(g: Gathered) -> list[RankSeen]:
 
 def reads(g: Gathered) -> dict:
     """What each rank's end was (exits.read: its own failure, a lost peer's, a launcher's stop), by key."""
-    endings = [ending_of(r) for r in ended(g)]
+    endings = [ending_of(r, ooms_of(g)) for r in ended(g)]
     return {e.key: exits.read(e, endings) for e in endings}
 
 
@@ -44,7 +64,7 @@ def judged(g: Gathered) -> Root | None:
     world = g.world or _world_seen(g)
     seen = {r.rank for r in done if r.rank is not None}
     unseen = [_unseen(g, rank) for rank in range(world or 0) if rank not in seen]
-    found = exits.judge([ending_of(r) for r in done], unseen=unseen)
+    found = exits.judge([ending_of(r, ooms_of(g)) for r in done], unseen=unseen)
     if found is None:
         return None
     evidence = {e.key: e for e in found.evidence}
@@ -54,7 +74,8 @@ def judged(g: Gathered) -> Root | None:
                 found.certainty, notes={k: e.notes for k, e in evidence.items() if e.notes},
                 named_by={k: e.named_by for k, e in evidence.items() if e.named_by},
                 reasons={k: e.reason for k, e in evidence.items() if e.reason is not None},
-                quotes=quotes(named) + [q for r in named if not r.quotes for q in r.exit_quotes[:1]],
+                quotes=(quotes(ooms_of(g)) if found.reason is Reason.OOM_KILLED else []) + quotes(named)
+                + [q for r in named if not r.quotes for q in r.exit_quotes[:1]],
                 named_by_words=found.reason in (Reason.LEFT_FIRST, Reason.LOST_PEER) and not named,
                 extra=tuple(e for e in found.evidence if e.key in found.named and e.key not in {r.key for r in done}))
     if root.reason is Reason.LEFT_FIRST and not named:

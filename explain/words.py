@@ -7,15 +7,12 @@ Flight Recorders say one is behind. Each rule decides or passes; the fix is pref
 
 from __future__ import annotations
 
-import signal
-
 from hangwatch import named
-from hangwatch.failures import Failure
 from hangwatch.model import Certainty, Kind, Reason
 
-from .ended import context, ended, ending_of, from_named
+from .ended import context, ended, ending_of, from_named, judged, ooms_of
 from .join import Joined, join
-from .root import Root, quotes
+from .root import Root
 from .seen import Gathered
 
 
@@ -26,19 +23,16 @@ def named_by_words(g: Gathered) -> Root | None:
 
 def said(g: Gathered) -> Root | None:
     """What the ranks' own exceptions name, by the one judge's first step (hangwatch/named.py, the
-    live watcher's too); then what only the files hold: the kernel's OOM killer (dmesg lines), NCCL's
-    watchdog lines; a collective's timeout yields to the Flight Recorders' word on who is behind."""
+    live watcher's too); ranks the kernel's OOM killer ended (its dmesg lines: Ending.oom, as the live
+    agent's OOM-kill count) go to the one judge of ends; then NCCL's watchdog lines; a collective's
+    timeout yields to the Flight Recorders' word on who is behind."""
     launchers = [named.LauncherSaid(n.node, n.said) for n in g.nodes if n.said.failure in named.LAUNCHERS]
-    words = from_named(g, named.by_words([ending_of(r) for r in ended(g)], context=context(g), launchers=launchers))
+    endings = [ending_of(r, ooms_of(g)) for r in ended(g)]
+    words = from_named(g, named.by_words(endings, context=context(g), launchers=launchers))
     if words is not None and words.reason not in (Reason.TIMED_OUT, Reason.BEHIND):
         return words
-    ooms = [n for n in g.nodes if n.said.failure is Failure.OOM_KILLED]
-    killed = [r for r in g.ranks if r.exit is not None and r.exit.signal == signal.SIGKILL]
-    if ooms and killed:
-        return Root(Kind.EXITED, Reason.OOM_KILLED, culprits=sorted(r.key for r in killed),
-                    notes={r.key: ("signal 9, SIGKILL",) for r in killed},
-                    named_by={r.key: "signal 9, SIGKILL" for r in killed},
-                    quotes=quotes(ooms) + [q for r in killed for q in r.exit_quotes[:1]])
+    if any(e.oom for e in endings):
+        return judged(g)     # the kernel's OOM killer ended ranks: the one judge of ends reads them (exits.read)
     if _behind_ranks(g):
         return None
     watched = [r for r in g.ranks if r.watchdog is not None]

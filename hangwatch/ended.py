@@ -21,7 +21,7 @@ from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, NodeNote, NodeStatus, RankStatus, RankView, Reason, Seen, Who
+from .model import Diagnosis, Evidence, NodeNote, NodeStatus, RankStatus, RankView, Reason, Seen, Who
 from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
@@ -271,13 +271,22 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
     running = [evidence_of(state, t, now) for t in tracks if not t.ended]
     closed, owner = closed_first(state, tracks), owners(tracks)
     found = named.judge([ending_of(state, t, closed, owner) for t in tracks if t.ended], running,
-                        context=context(state))
+                        unseen=unseen(state), context=context(state))
     if found is None:
         return None
     apart = clocks_apart(state)
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
                     notes=_notes(state, [t.view.node for t in tracks if t.key in found.named], found.reason))
     return found
+
+
+def unseen(state: State) -> list[Evidence]:
+    """The ranks of the launch plan that nothing shows (no agent found them, no end of theirs was
+    told, in any run): the same as the files' ranks in no torchrun table (explain/ended.py), so a
+    rank that left cleanly before any agent saw it is the peer the others lost, as explain says."""
+    seen = {t.key for t in state.ranks.values()}
+    return [Evidence(node, None, rank, RankStatus.UNKNOWN) for rank, node in sorted(state.config.planned.items())
+            if rank not in seen]
 
 
 def context(state: State) -> named.Context:

@@ -295,6 +295,7 @@ class Diagnosis:
     node_ranks: Sequence[int] = ()    # node ranks that never checked in (a launcher's rendezvous)
     waited: float | None = None       # seconds the state named has lasted (computing for ever, idle)
     bound: float | None = None        # the bound it passed (endless: --endless-after)
+    every: float | None = None        # a straggler that pauses again: seconds since its last pause said began
     idle_share: float | None = None   # a straggler's cost: the share of the last `idle_span` s the others waited
     idle_span: int | None = None
     clocks_apart: float | None = None   # seconds the nodes' clocks differ, when exits were put on one clock

@@ -19,7 +19,7 @@ from rules.routes import ifname_var, pin_interface
 
 from . import causes, exits
 from .exits import Ending
-from .failures import Failure, Said, family_name, said_by, usage_error
+from .failures import Failure, Said, family_name, said_by, usage_error, watchdog
 from .model import Basis, Certainty, Diagnosis, Evidence, Kind, Reason, Who
 from .tracebacks import ExceptionInfo
 from .who import who
@@ -74,11 +74,20 @@ def launcher_said_in(text: str) -> Said | None:
 
 
 def said(ending: Ending) -> Said | None:
-    """What an ending's exception's words name (its chain's earlier message too)."""
+    """What an ending's exception's words name (its chain's earlier message too). NCCL's watchdog
+    line on a rank ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=65, ...,
+    Timeout(ms)=60000) ran for 60022 milliseconds") is its collective's timeout, in every mode: the
+    live watcher's (the rank's output, then its abort) as the files' (explain read it alone before)."""
     seen = ending.exception
     if seen is None:
         return None
-    return said_by(seen.type, seen.message + (f"\n{seen.cause}" if seen.cause else ""))
+    text = seen.message + (f"\n{seen.cause}" if seen.cause else "")
+    found = said_by(seen.type, text)
+    if found is None:
+        line = watchdog(text)
+        if line is not None and line.timeout_ms is not None:
+            return Said(Failure.COLLECTIVE_TIMEOUT, {"ms": line.timeout_ms, "seq": line.seq, "op": line.op})
+    return found
 
 
 def judge(endings: Sequence[Ending], running: Sequence[Evidence] = (), unseen: Sequence[Evidence] = (),

@@ -168,8 +168,9 @@ class Said:
     @property
     def stands(self) -> bool:
         """Said of what stays true when progress resumes: a rank's end, ranks that train alone,
-        torchruns that waited for nodes that never came."""
-        return self.kind in (Kind.EXITED, Kind.ALONE) or self.about is About.TORCHRUNS
+        torchruns that waited for nodes that never came, a slow rank (a straggler is one while its
+        run lasts: said once, not at each of its steps)."""
+        return self.kind in (Kind.EXITED, Kind.ALONE, Kind.STRAGGLER) or self.about is About.TORCHRUNS
 
 
 @dataclass
@@ -184,6 +185,8 @@ class State:
                                               # resume needs its connections to move since (CPU alone may be its end)
     held: dict[int | None, Diagnosis] = field(default_factory=dict)   # run -> a rank held the others up (said
                                               # likely): until progress resumes (verdicts.bound_passed)
+    paused: dict = field(default_factory=dict)   # (run, rank key) -> (lines, last start) of its held pauses
+                                              # that ended by progress resuming (paused.py: a straggler's evidence)
     incidents: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     asked: dict[str, float] = field(default_factory=dict)    # node -> when stacks were asked, outstanding

@@ -196,6 +196,9 @@ def _straggler(d: Diagnosis) -> str:
     busy = ", ".join(f"{by[k].label}{_node_of(by[k]) if rendezvous else ''} is {describe(by[k])}" for k in d.culprits)
     share = (f"; the waiting ranks were idle {d.idle_share:.0%} of the last {d.idle_span} s"
              if d.idle_share is not None else "")
+    if d.every is not None:       # paused again at one line and went on (paused.py)
+        share = (f"; {who(d.culprits)} held them up there again, {d.every:.0f} s after its last pause said, and "
+                 "went on each time: a slow rank (a straggler)")
     return f"not a hang: {wait([e.key for e in waiting])} in {ops(waiting)} while {busy}{share}"
 
 

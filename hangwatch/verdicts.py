@@ -14,7 +14,7 @@ from node.store import READ_TIMEOUT
 from rules import failures
 from rules.failures import Part
 
-from . import ended, kept, meshes, stall
+from . import ended, kept, meshes, paused, stall
 from .classify import classify
 from .diagnose import Hold, decide
 from .events import Event, EventKind
@@ -171,8 +171,11 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     if bound is not None:
         found, said = bound, Said(About.STALL, bound.kind, tuple(bound.named), run=run)
         waiting = wall - (bound.since if bound.since is not None else wall)
+    slow = paused.as_straggler(state, found, run, round(wall - waiting, 3))
+    if slow is not None:        # held again at the same line, its steps come between: one straggler notice
+        found, said = slow, Said(About.STALL, Kind.STRAGGLER, tuple(slow.named), run=run)
     reported = found.as_reported(round(wall - waiting, 3))
-    if found.kind is Kind.HELD:
+    if found.kind is Kind.HELD or slow is not None:
         state.held.setdefault(run, reported)
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
@@ -209,7 +212,7 @@ def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis |
     if any(t.key in held.culprits or not _timed_out(t) for t in first):
         return None          # the held rank ended first, or one ended for a cause of its own (a stop, a kill)
 
-    return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None)
+    return replace(held, kind=Kind.DEADLOCK, certainty=Certainty.CERTAIN, bound=None, every=None)
 
 
 def _timed_out(t: Track) -> bool:
@@ -267,6 +270,7 @@ def resumed(state: State, out: list[Effect]) -> None:
             any(t.wire is not None and t.wire <= state.wires_at_hang.get(t.key, t.wire)
                 for t in state.live() if run is None or t.run == run):
         return       # CPU alone (every rank raising its collective's timeout at once) is no resumed training
+    paused.went_on(state)
     state.held.clear()
     if state.diagnosis is not None and state.diagnosis.kind not in (Kind.EXITED, Kind.ALONE):
         state.diagnosis = None

@@ -21,8 +21,12 @@ from .who import Who
 P2P = "send/recv"
 CANNOT_TELL = "a hang cannot be told from a straggler"
 # What a rank outside any collective may be doing that ends by itself: asleep in its code, reading
-# stdin, a pipe or a socket, waiting on a disk. A lock, a stop, a loop it left: never by itself.
-MAY_END = frozenset({Reason.SLEEPS, Reason.WAITS_TO_RECEIVE, Reason.WAITS_ON_IO, Reason.IDLE_IN_LOOP})
+# stdin, a pipe or a socket, waiting on a disk, waiting for a batch its DataLoader workers have not
+# brought (a worker that sleeps or reads a slow file looks the same as one that never returns; a
+# worker gone is the rank's own error: torch raises "DataLoader worker ... exited unexpectedly").
+# A lock, a stop, a loop it left: never by itself.
+MAY_END = frozenset({Reason.SLEEPS, Reason.WAITS_TO_RECEIVE, Reason.WAITS_ON_IO, Reason.IDLE_IN_LOOP,
+                     Reason.WAITS_FOR_DATA})
 APART = ("they wait in it at different lines: a collective of a subgroup, or one only some ranks call; which rank "
          "diverged cannot be told from where they wait (the Flight Recorder's numbers per group would say)")
 

@@ -40,11 +40,12 @@ def said(d: Diagnosis | None):
     return None if d is None else (d.kind, tuple(d.culprits), tuple(d.candidates), d.reason)
 
 
-def _live(g, tmp_path) -> Diagnosis | None:
+def _live(g, tmp_path, planned: dict[int, str] | None = None) -> Diagnosis | None:
     """What the live watcher says when a launcher tells it each rank's exit (torchrun's word) and
-    the exception its output shows: Watcher.rank_ended and rank_error, as a watched launch does."""
+    the exception its output shows: Watcher.rank_ended and rank_error, as a watched launch does
+    (`planned`: the launch plan's rank -> node, which a watched launch gives its watcher)."""
     watcher = Watcher([WatchTarget(LocalNode(n, "python")) for n in ("master", "worker1")], clock=lambda: 0.0,
-                      wall=lambda: 1.0, incident_dir=str(tmp_path))
+                      wall=lambda: 1.0, incident_dir=str(tmp_path), planned=planned)
     for seen in g.ranks:
         if seen.rank is not None and seen.exit is not None:
             watcher.rank_ended(seen.node, seen.rank, seen.pid, seen.exit)

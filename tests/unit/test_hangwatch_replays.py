@@ -11,8 +11,8 @@ from hangwatch.text import summary
 from .test_hangwatch_watch import replay
 
 
-def _verdict(name, tmp_path):
-    header, watcher, events = replay(name, tmp_path)
+def _verdict(name, tmp_path, **options):
+    header, watcher, events = replay(name, tmp_path, **options)
     said = [e for e in events if e.kind == "diagnosis"]
     assert len(said) == 1, [e.text for e in events]
     d = said[0].snapshot.diagnosis
@@ -41,12 +41,21 @@ def test_a_rank_stopped_by_sigstop_is_named_from_the_kernels_state(tmp_path):
 
 
 def test_a_hung_dataloader_worker_is_its_rank_waiting_for_data_at_its_own_line(tmp_path):
-    header, d, after = _verdict("loader", tmp_path)
-    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty) == \
-        ("deadlock", [header["rank"]], [], "waits-for-data", "certain") and header["rank"] == 1
-    assert summary(d) == ("rank 1 waits for its data: loading-data at hang_train.py:204 (main), and its DataLoader "
-                         "workers do nothing; ranks 0,2,3 wait in all_reduce")
-    assert after <= stall.DEFAULT_THRESHOLD + 2
+    # Held (likely), no hang: a worker that sleeps or reads a slow file looks the same from here as
+    # one that never returns (issue 35: a data-loader pause was said as a certain deadlock; this
+    # expectation was that defect). Past the held bound it is the hang, certain.
+    header, watcher, events = replay("loader", tmp_path)
+    said = [e for e in events if e.verdict is not None]
+    assert [e.kind for e in said] == ["notice"], [e.text for e in events]
+    d = said[0].verdict
+    assert (d.kind, d.culprits, d.candidates, d.reason, d.certainty, d.bound) == \
+        ("held", [header["rank"]], [], "waits-for-data", "likely", stall.HELD_BOUND) and header["rank"] == 1
+    assert summary(d).startswith("rank 1 waits for its data: loading-data at hang_train.py:204 (main), and its "
+                                 "DataLoader workers do nothing; ranks 0,2,3 wait in all_reduce; likely a stall ("), \
+        summary(d)
+    assert said[0].data["at"] - header["fault_at"] <= stall.DEFAULT_THRESHOLD + 2
+    header, d, after = _verdict("loader", tmp_path / "bound", held_after=12.0)   # the recording ends 15 s in
+    assert (d.kind, d.culprits, d.reason, d.certainty) == ("deadlock", [1], "waits-for-data", "certain")
 
 
 def test_a_cycle_of_receives_names_no_rank_and_is_no_network_stall(tmp_path):
