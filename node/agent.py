@@ -229,7 +229,7 @@ class Agent(Stacks, Exits):
                             del self.outputs[next(iter(self.outputs))]      # the oldest: long gone
                     self.emit({"type": "rank", **info, "started": boot + info["start"] / proc.TICK})
                 with self.keeping:
-                    sample.update(self.keeper.sample(pid, now, self.ranks.stats, children))
+                    sample.update(self.keeper.sample(pid, now, self.ranks.stats, children, started))
                 samples.append(sample)
             launchers = []
             for pid, info in list(self.ranks.launchers.items()):
