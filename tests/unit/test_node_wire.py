@@ -47,3 +47,45 @@ def test_a_process_whose_connection_carries_bytes_moves_and_its_files_do_not(tmp
         peer.kill()                                       # the child this test started
         peer.wait(10)
         server.close()
+
+
+def _walked(pid):
+    """What a dump of the whole table says now (a Wire's first reading)."""
+    return Wire().moved(pid, 0.0)
+
+
+def test_a_connection_made_between_two_samples_counts_at_the_next_and_one_closed_stops_counting():
+    # Between the dumps each known socket is asked for by its identity: what that reads must be
+    # what a dump reads, a socket not seen before (a connection made since) must count at once,
+    # and a closed one no more.
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(2)
+    first = socket.create_connection(server.getsockname())
+    one, _ = server.accept()
+    me = os.getpid()
+    try:
+        wire = Wire()
+        start = wire.moved(me, 1.0)
+        assert start is not None
+        first.sendall(b"a" * 1000)
+        got = 0
+        while got < 1000:
+            got += len(one.recv(4096))
+        time.sleep(0.1)
+        assert wire.moved(me, 2.0) == _walked(me) == start + 2000        # written here, read here
+        second = socket.create_connection(server.getsockname())
+        two, _ = server.accept()
+        second.sendall(b"b" * 3000)
+        got = 0
+        while got < 3000:
+            got += len(two.recv(4096))
+        time.sleep(0.1)
+        third = wire.moved(me, 3.0)
+        assert third == _walked(me) and third >= start + 2000 + 6000    # the new connection, both ends
+        second.close()
+        two.close()
+        assert wire.moved(me, 4.0) == _walked(me) == start + 2000        # its ends closed: no longer ours
+    finally:
+        for s in (first, one, server):
+            s.close()
