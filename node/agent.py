@@ -90,6 +90,7 @@ class Agent(Stacks, Exits):
         self.links = {}               # pid -> its established connections (local, remote) when last counted
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
         self.torch = set()            # pids that have torch's library mapped (it imported torch)
+        self.not_tcp = set()          # socket inodes of ranks that were not in the TCP table when counted
         self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
         self.outputs = {}             # pid -> (its stdout/stderr files, its parent's): proc.output_files
@@ -98,6 +99,11 @@ class Agent(Stacks, Exits):
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.unwanted = set()         # ranks found here that the watcher does not follow (another user's)
         self.gpus = Gpus()
+
+    def no_new_socket(self, pid) -> bool:
+        """Whether every socket it holds was counted before and was not a TCP one (or it holds none)."""
+        held_now = proc.socket_inodes(pid)
+        return held_now is not None and held_now <= self.not_tcp
 
     def emit(self, message):
         protocol.emit(protocol.AGENT, message)
@@ -156,8 +162,17 @@ class Agent(Stacks, Exits):
             # Sockets are counted every few samples; a rank whose connections are still being made
             # (it was found lately, or they changed at the last count) every sample, so that a rank
             # that ends young is known.
-            counting = list(found) if rounds % CONNECTIONS_EVERY == 0 else [p for p in found if p not in self.settled]
+            # A rank none of whose sockets is a TCP one (none at all; unix ones) as they were at the last
+            # count is not counted again until it holds a new socket: the table costs milliseconds.
+            if rounds % CONNECTIONS_EVERY == 0:
+                counting, self.not_tcp = list(found), set()
+            else:
+                counting = [p for p in found if p not in self.settled and not self.no_new_socket(p)]
             sockets = rank_sockets(counting, tables) if counting else {}
+            for pid in counting:
+                held_now = proc.socket_inodes(pid) if pid in sockets else None
+                if held_now is not None:
+                    self.not_tcp |= held_now - {s.inode for s in sockets[pid]}
             tcp = {pid: sum(1 for s in mine if s.state == proc.ESTABLISHED) for pid, mine in sockets.items()} \
                 if rounds % CONNECTIONS_EVERY == 0 else {}
             rounds += 1
