@@ -46,7 +46,8 @@ ASKED_AT_ONCE = 128                         # sockets asked for in one message (
 Identity = Tuple[int, bytes]                # a socket's family and inet_diag_sockid
 
 
-def _dump(family: int, ids: Optional[Dict[int, Identity]] = None) -> Optional[Dict[int, int]]:
+def _dump(family: int, ids: Optional[Dict[int, Identity]] = None,
+          states: Optional[Dict[int, int]] = None) -> Optional[Dict[int, int]]:
     """socket inode -> bytes the process wrote and read through it, for every TCP socket of `family`
     in this network namespace (each one's identity into `ids`); None when the kernel does not answer."""
     out: Dict[int, int] = {}
@@ -71,7 +72,7 @@ def _dump(family: int, ids: Optional[Dict[int, Identity]] = None) -> Optional[Di
                     return out
                 if kind == NLMSG_ERROR:
                     return None
-                _message(data[at + HEADER.size:at + length], out, ids, family)
+                _message(data[at + HEADER.size:at + length], out, ids, family, states)
                 at += (length + 3) & ~3
     except OSError:
         return None
@@ -80,7 +81,7 @@ def _dump(family: int, ids: Optional[Dict[int, Identity]] = None) -> Optional[Di
     return out
 
 
-def _asked(sockets: List[Identity]) -> Optional[Dict[int, int]]:
+def _asked(sockets: List[Identity], states: Optional[Dict[int, int]] = None) -> Optional[Dict[int, int]]:
     """inode -> bytes, as _dump, for the sockets named, each found by the kernel's lookup of its
     identity (one answer each: its message, or an error when it is gone); None when the kernel
     does not answer."""
@@ -108,7 +109,7 @@ def _asked(sockets: List[Identity]) -> Optional[Dict[int, int]]:
                         return None
                     answered += 1
                     if kind == SOCK_DIAG_BY_FAMILY:
-                        _message(data[at + HEADER.size:at + length], out)
+                        _message(data[at + HEADER.size:at + length], out, states=states)
                     at += (length + 3) & ~3
     except OSError:
         return None
@@ -117,10 +118,13 @@ def _asked(sockets: List[Identity]) -> Optional[Dict[int, int]]:
     return out
 
 
-def _message(msg: bytes, out: Dict[int, int], ids: Optional[Dict[int, Identity]] = None, family: int = 0) -> None:
+def _message(msg: bytes, out: Dict[int, int], ids: Optional[Dict[int, Identity]] = None, family: int = 0,
+             states: Optional[Dict[int, int]] = None) -> None:
     if len(msg) < MESSAGE_SIZE:
         return
     inode = struct.unpack_from("=I", msg, MESSAGE_INODE)[0]
+    if states is not None:
+        states[inode] = msg[1]                 # idiag_state (include/net/tcp_states.h)
     if ids is not None:
         ids[inode] = (family, msg[MESSAGE_ID[0]:MESSAGE_ID[1]])
     unread, unacked = struct.unpack_from("=II", msg, MESSAGE_QUEUES)
@@ -166,10 +170,11 @@ class Wire:
         self.not_tcp: Set[int] = set()               # socket inodes held at a dump and not in it (unix, UDP)
         self.samples = 0
         self.walked = False                          # the dump was read at `at`
+        self.states: Dict[int, int] = {}             # inode -> its TCP state, read at `at`
 
     def _walk(self) -> None:
         ids: Dict[int, Identity] = {}
-        four, six = _dump(socket.AF_INET, ids), _dump(socket.AF_INET6, ids)
+        four, six = _dump(socket.AF_INET, ids, self.states), _dump(socket.AF_INET6, ids, self.states)
         self.table = None if four is None and six is None else {**(four or {}), **(six or {})}
         self.ids, self.not_tcp, self.walked = ids, set(), True
 
@@ -179,7 +184,7 @@ class Wire:
         if self.own is None or proc.netns(pid) != self.own:
             return None
         if self.at != now:
-            self.at, self.walked = now, False
+            self.at, self.walked, self.states = now, False, {}
             self.samples += 1
             if self.samples % WALK_EVERY == 1 or not self.ids:
                 self._walk()
@@ -197,10 +202,18 @@ class Wire:
             self.not_tcp |= {i for i in inodes if i not in self.ids}
         asking = [i for i in inodes if i in self.ids and i not in self.table]
         if asking:
-            answers = _asked([self.ids[i] for i in asking])
+            answers = _asked([self.ids[i] for i in asking], self.states)
             if answers is None:
                 return None
             self.table.update(answers)
             for i in asking:
                 self.table.setdefault(i, 0)          # gone from the kernel's tables: it moves nothing
         return sum(self.table.get(i, 0) for i in inodes)
+
+    def states_of(self, pid: int, now: float) -> Optional[Dict[int, int]]:
+        """Its TCP sockets' states at `now` ({inode: state}, as the kernel numbers them), read with
+        its bytes; None when not known."""
+        if self.moved(pid, now) is None:
+            return None
+        inodes = _inodes(pid) or set()
+        return {i: self.states[i] for i in inodes if i in self.states}

@@ -89,3 +89,45 @@ def test_a_connection_made_between_two_samples_counts_at_the_next_and_one_closed
     finally:
         for s in (first, one, server):
             s.close()
+
+
+def test_the_agent_counts_a_ranks_sockets_again_only_when_they_or_their_states_changed():
+    # The TCP table costs milliseconds: a count whose sockets and states are as the wire's reading
+    # has them is the last count; a peer that closed (CLOSE_WAIT) or a new connection is read anew.
+    from node import proc
+    from node.agent import Agent
+    me = os.getpid()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(2)
+    peer = subprocess.Popen([sys.executable, "-c", PEER, str(server.getsockname()[1])], stdin=subprocess.PIPE,
+                            text=True)
+    conn, _ = server.accept()
+    other = None
+    try:
+        agent = Agent({"node": "here", "pids": [me], "py_spy": None})
+        tables: dict = {}
+        first = agent.count_sockets([me], tables, 1.0)[me]
+        assert tables and {s.inode: s.state for s in first}[_inode(conn)] == proc.ESTABLISHED
+        tables = {}
+        assert agent.count_sockets([me], tables, 2.0)[me] == first and tables == {}      # nothing changed: not read
+        peer.kill()                                   # its end closes: ours waits in CLOSE_WAIT, the same socket
+        peer.wait(10)
+        time.sleep(0.1)
+        tables = {}
+        closed = agent.count_sockets([me], tables, 3.0)[me]
+        assert tables and {s.inode: s.state for s in closed}[_inode(conn)] == proc.CLOSE_WAIT
+        other = socket.create_connection(server.getsockname())
+        tables = {}
+        again = agent.count_sockets([me], tables, 4.0)[me]
+        assert tables and _inode(other) in {s.inode for s in again}
+    finally:
+        peer.kill()                                   # the child this test started
+        peer.wait(10)
+        for s in (conn, server, other):
+            if s is not None:
+                s.close()
+
+
+def _inode(s: socket.socket) -> int:
+    return os.fstat(s.fileno()).st_ino
