@@ -171,12 +171,14 @@ class Wire:
         self.samples = 0
         self.walked = False                          # the dump was read at `at`
         self.states: Dict[int, int] = {}             # inode -> its TCP state, read at `at`
+        self.answered = False                        # the last dump was answered
 
     def _walk(self) -> None:
         ids: Dict[int, Identity] = {}
         four, six = _dump(socket.AF_INET, ids, self.states), _dump(socket.AF_INET6, ids, self.states)
         self.table = None if four is None and six is None else {**(four or {}), **(six or {})}
         self.ids, self.not_tcp, self.walked = ids, set(), True
+        self.answered = self.table is not None
 
     def moved(self, pid: int, now: float) -> Optional[int]:
         """The bytes it has written and read through its TCP connections, summed over those open
@@ -186,10 +188,10 @@ class Wire:
         if self.at != now:
             self.at, self.walked, self.states = now, False, {}
             self.samples += 1
-            if self.samples % WALK_EVERY == 1 or not self.ids:
+            if self.samples % WALK_EVERY == 1:
                 self._walk()
             else:
-                self.table = {}
+                self.table = {} if self.answered else None   # no sock_diag: nothing known, never 0
         inodes = _inodes(pid)
         if inodes is None:
             return None
