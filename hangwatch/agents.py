@@ -167,12 +167,14 @@ def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, o
     if runs.own(state, node, info):
         runs.drop_others(state, node, out)
     view = RankView(node=node, pid=info.pid, rank=info.rank, local_rank=info.local_rank, world_size=info.world_size)
-    track = Track(view, info.start, info=info, run=runs.run_of(state, info))
-    for key, t in list(state.ranks.items()):
-        if t.view.node != node or info.rank is None or t.view.rank != info.rank or t.view.pid == info.pid:
+    track = Track(view, info.start, info=info, run=runs.run_of(state, node, info))
+    for key in state.claiming(node, info.rank) if info.rank is not None else []:
+        t = state.ranks[key]
+        if t.view.pid == info.pid:
             continue
         if t.ended:
             del state.ranks[key]          # a restarted rank, or an earlier run's: the new one replaces it
+            state.unindex()
         elif t.run != track.run:
             continue                      # another live run's rank (judged apart): never replaced by this one
         else:
@@ -182,9 +184,9 @@ def _rank_found(state: State, node: str, info: protocol.RankFound, now: float, o
             notice(state, f"{node}: two live processes claim rank {info.rank}: pid {t.view.pid} and pid {info.pid} "
                    "(two runs at once, or a helper the rank finder took for a rank); both are watched and named "
                    "by pid", out)
-    state.ranks[(node, info.pid)] = track
+    state.found((node, info.pid), track)
     state.found_any = True
-    state.nodes[node].ranks = sum(1 for t in state.tracks(node))
+    state.nodes[node].ranks = state.count(node)
     env = info.env or {}
     state.nodes[node].interface = env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME") \
         or state.nodes[node].interface

@@ -76,7 +76,8 @@ def drop_others(state: State, node: str, out: list[Effect]) -> None:
               if t.info is not None and not own(state, t.view.node, t.info)]
     for key, where, info in others:
         del state.ranks[key]
-        state.nodes[where].ranks = sum(1 for _ in state.tracks(where))
+        state.unindex()
+        state.nodes[where].ranks = state.count(where)
         refuse(state, where, info, out)
     for key, launcher in list(state.launchers.items()):
         if not own(state, launcher.node, launcher.info):
@@ -84,15 +85,23 @@ def drop_others(state: State, node: str, out: list[Effect]) -> None:
             refuse(state, launcher.node, launcher.info, out)
 
 
-def run_of(state: State, info: protocol.RankFound) -> int:
-    """The run a new rank belongs to: the run of a live rank with the same user, store
+def run_of(state: State, node: str, info: protocol.RankFound) -> int:
+    """The run a new rank (of `node`) belongs to: the run of a live rank with the same user, store
     (MASTER_ADDR:PORT) and world size; else a new one. Ranks of one run are alive together; a run
     whose ranks have all ended is over, and the next rank with the same store starts another."""
-    for t in state.live():
-        if t.info is not None and t.info.master == info.master and t.view.world_size == info.world_size \
-                and t.info.user == info.user:
+    store = (info.user, info.master, info.world_size)
+    # The live track last seen of that run answers at once (finding 16,384 ranks walked them all for each).
+    known = state.ranks.get(state.run_keys.get(store, ("", -1)))
+    if known is not None and not known.ended and known.info is not None and \
+            (known.info.user, known.info.master, known.view.world_size) == store:
+        return known.run
+    for key, t in state.ranks.items():
+        if not t.ended and t.info is not None and t.info.master == info.master \
+                and t.view.world_size == info.world_size and t.info.user == info.user:
+            state.run_keys[store] = key
             return t.run
     state.runs += 1
+    state.run_keys[store] = (node, info.pid)     # its first rank: the key it is about to be found under
     return state.runs
 
 

@@ -90,6 +90,9 @@ class Agent(Stacks, Exits):
         self.links = {}               # pid -> its established connections (local, remote) when last counted
         self.settled = set()          # pids whose endpoints were the same at two counts in a row
         self.torch = set()            # pids that have torch's library mapped (it imported torch)
+        self.not_tcp = set()          # socket inodes of ranks that were not in the TCP table when counted
+        self.counted = {}             # pid -> its TCP sockets at its last count from the table
+        self.counted_inodes = {}      # pid -> the socket inodes it held then
         self.ended_at = None          # when a rank of this node last ended (monotonic)
         self.keeper = Keeper()        # each rank's bytes, helpers, output file, record of its end
         self.outputs = {}             # pid -> (its stdout/stderr files, its parent's): proc.output_files
@@ -98,6 +101,30 @@ class Agent(Stacks, Exits):
         self.remove = list(spec.get("remove") or [])      # folders made for this watch (a copied py-spy)
         self.unwanted = set()         # ranks found here that the watcher does not follow (another user's)
         self.gpus = Gpus()
+
+    def no_new_socket(self, pid) -> bool:
+        """Whether every socket it holds was counted before and was not a TCP one (or it holds none)."""
+        held_now = proc.socket_inodes(pid)
+        return held_now is not None and held_now <= self.not_tcp
+
+    def count_sockets(self, pids, tables, now) -> dict:
+        """Each rank's TCP sockets (sockets.rank_sockets), read again from the TCP table only for a rank
+        whose sockets or their states (as the wire's reading of this sample has them) changed since
+        its last count: the table costs milliseconds, the wire's reading is made anyway. Only the
+        queues' sizes are not read again, and no count uses them."""
+        out, reading = {}, []
+        for pid in pids:
+            last = self.counted.get(pid)
+            states = self.keeper.wire.states_of(pid, now) if last is not None else None
+            if last is not None and states is not None and states == {s.inode: int(s.state, 16) for s in last} \
+                    and proc.socket_inodes(pid) == self.counted_inodes.get(pid):
+                out[pid] = last
+            else:
+                reading.append(pid)
+        for pid, mine in (rank_sockets(reading, tables) if reading else {}).items():
+            out[pid] = self.counted[pid] = mine
+            self.counted_inodes[pid] = proc.socket_inodes(pid)
+        return out
 
     def emit(self, message):
         protocol.emit(protocol.AGENT, message)
@@ -156,8 +183,17 @@ class Agent(Stacks, Exits):
             # Sockets are counted every few samples; a rank whose connections are still being made
             # (it was found lately, or they changed at the last count) every sample, so that a rank
             # that ends young is known.
-            counting = list(found) if rounds % CONNECTIONS_EVERY == 0 else [p for p in found if p not in self.settled]
-            sockets = rank_sockets(counting, tables) if counting else {}
+            # A rank none of whose sockets is a TCP one (none at all; unix ones) as they were at the last
+            # count is not counted again until it holds a new socket: the table costs milliseconds.
+            if rounds % CONNECTIONS_EVERY == 0:
+                counting, self.not_tcp = list(found), set()
+            else:
+                counting = [p for p in found if p not in self.settled and not self.no_new_socket(p)]
+            sockets = self.count_sockets(counting, tables, started) if counting else {}
+            for pid in counting:
+                held_now = proc.socket_inodes(pid) if pid in sockets else None
+                if held_now is not None:
+                    self.not_tcp |= held_now - {s.inode for s in sockets[pid]}
             tcp = {pid: sum(1 for s in mine if s.state == proc.ESTABLISHED) for pid, mine in sockets.items()} \
                 if rounds % CONNECTIONS_EVERY == 0 else {}
             rounds += 1
@@ -229,7 +265,7 @@ class Agent(Stacks, Exits):
                             del self.outputs[next(iter(self.outputs))]      # the oldest: long gone
                     self.emit({"type": "rank", **info, "started": boot + info["start"] / proc.TICK})
                 with self.keeping:
-                    sample.update(self.keeper.sample(pid, now, self.ranks.stats, children))
+                    sample.update(self.keeper.sample(pid, now, self.ranks.stats, children, started))
                 samples.append(sample)
             launchers = []
             for pid, info in list(self.ranks.launchers.items()):
@@ -266,6 +302,9 @@ class Agent(Stacks, Exits):
                 self.settled.discard(pid)
             for pid in [p for p in self.waits if p not in found]:
                 del self.waits[pid]
+            for pid in [p for p in self.counted if p not in found]:
+                del self.counted[pid]
+                self.counted_inodes.pop(pid, None)
             with self.dumping_lock:
                 for pid in [p for p in self.read_until if p not in found]:
                     del self.read_until[pid]

@@ -65,6 +65,7 @@ LAUNCHERS = ("torch.distributed.run", "torchrun", "torch/distributed/run.py", "t
 RUN_VARIABLE = "DDP_PREFLIGHT_RUN"
 YOUNG = 2.0       # seconds: a process this young may not have exec'd its program yet
 MAX_DEPTH = 64    # ancestors walked at most: real chains are a few deep; a bound all the same
+FULL_EVERY = 10   # scans: every process's stat is read again in one scan of so many (a reused pid)
 
 
 def has_rank(env: Optional[Dict[str, str]]) -> bool:
@@ -159,6 +160,21 @@ def user_name(uid: Optional[int]) -> Optional[str]:
     return _names[uid]
 
 
+def _family(ranks: Dict[int, dict], stats: Dict[int, proc.Stat]) -> Set[int]:
+    """The ranks and all their descendants, by the parents in `stats`."""
+    children: Dict[int, List[int]] = {}
+    for pid, st in stats.items():
+        children.setdefault(st.ppid, []).append(pid)
+    out: Set[int] = set()
+    todo = list(ranks)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo += children.get(pid, ())
+    return out
+
+
 def _int(value) -> Optional[int]:
     try:
         return int(value)
@@ -181,6 +197,7 @@ class Finder:
         self.not_ranks: Set[Tuple[int, int]] = set()  # (pid, start) looked at, not a rank
         self.launchers: Dict[int, dict] = {}        # pid -> a torchrun of this node, as its command line says
         self.stats: Dict[int, proc.Stat] = {}       # pid -> every process's stat at the last scan
+        self.scans = 0
 
     def scan(self) -> Dict[int, dict]:
         found: Dict[int, dict] = {}
@@ -188,8 +205,21 @@ class Finder:
         me = os.getpid()
         alive: Set[Tuple[int, int]] = set()
         stats: Dict[int, proc.Stat] = {}
+        # A process judged not a rank that was there at the last scan is the same process (a pid is
+        # reused only after the kernel's pid counter wraps; every FULL_EVERY scans all are read
+        # again all the same): its stat is kept, unless it is a launcher or of a rank's family
+        # (their CPU and parents are read every scan). Reading ~150 stat files was most of a scan.
+        self.scans += 1
+        before = self.stats if self.scans % FULL_EVERY else {}
+        family = _family(self.known, before) if before else set()
         for pid in proc.pids():
             if pid == me:
+                continue
+            kept = before.get(pid)
+            if kept is not None and pid not in family and pid not in self.launchers \
+                    and (pid, kept.start_ticks) in self.not_ranks:
+                alive.add((pid, kept.start_ticks))
+                stats[pid] = kept
                 continue
             st = proc.stat(pid)
             if st is not None:
