@@ -70,7 +70,7 @@ SHAPES = {s.name: s for s in (
     Shape("future", ("--fault", "leave", "--wait", "future"), "deadlock", ("left-loop",)),
     Shape("child", ("--fault", "child"), "deadlock", ("left-loop",)),
     Shape("stuck", ("--fault", "stuck"), "deadlock", ("waits-on-lock",)),
-    Shape("loader", ("--fault", "loader"), "deadlock", ("waits-for-data",)),
+    Shape("loader", ("--fault", "loader"), "held", ("waits-for-data",)),   # a deadlock only past the held bound
     Shape("stop", ("--fault", "stop"), "deadlock", ("stopped",)),
     Shape("recv", ("--fault", "recv"), "deadlock", ("wait-for-each-other",), culprits=EVERY),
     Shape("mismatch", ("--fault", "mismatch"), "mismatch", ("different-collective",)),

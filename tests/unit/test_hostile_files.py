@@ -91,11 +91,15 @@ print("after the swap")
 
 
 def launch(arena: Path, script: str, log_dir: Path, *args: str) -> subprocess.Popen:
-    path = arena / "train.py"
+    # The training's own folder is root's alone: the intruder's folders beside it in the arena would
+    # be importable from the script's folder (a namespace package), and refused as such.
+    code = arena / "code"
+    code.mkdir(mode=0o755, exist_ok=True)
+    path = code / "train.py"
     path.write_text(script)
     # --force: other users' processes on this shared machine are no reason not to launch here.
     return subprocess.Popen([*CLI, "--no-probes", "--force", "--master-port", str(free_port()), "--launch", "--log-dir",
-                             str(log_dir), "--", str(path), *args], cwd=arena, env=ENV, text=True,
+                             str(log_dir), "--", str(path), *args], cwd=code, env=ENV, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
