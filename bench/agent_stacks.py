@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node import agent as agent_module  # noqa: E402
-from node import loops  # noqa: E402
+from ddp_preflight.node import agent as agent_module  # noqa: E402
+from ddp_preflight.node import loops  # noqa: E402
 
 RANKS = 8
 IMPORT = "import torch, torch.distributed, torch.nn.parallel, time; time.sleep(60)"

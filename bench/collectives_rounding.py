@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from node.jobs import collectives as job  # noqa: E402
+from ddp_preflight.node.jobs import collectives as job  # noqa: E402
 
 MAX_WORLD = 32
 DTYPES = ("float32", "bfloat16", "float16")

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.model import Snapshot  # noqa: E402
-from tui.app import DashboardApp  # noqa: E402
-from tui.replay import ReplaySource, widen  # noqa: E402
+from ddp_preflight.hangwatch.model import Snapshot  # noqa: E402
+from ddp_preflight.tui.app import DashboardApp  # noqa: E402
+from ddp_preflight.tui.replay import ReplaySource, widen  # noqa: E402
 
 RECORDED = ROOT / "tests" / "unit" / "artifacts" / "snapshots" / "deadlock.json"
 UPDATES = 50

@@ -28,7 +28,7 @@ GOAL_S_PER_GB, GOAL_RSS_MIB = 10.0, 100.0
 CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from explain import explain
+from ddp_preflight.explain import explain
 loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
 e = explain([sys.argv[2]])

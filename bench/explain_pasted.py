@@ -16,7 +16,7 @@ PASTED = ROOT / "tests" / "unit" / "artifacts" / "pasted"
 
 def answer(path: Path) -> dict | None:
     """What explain says of one log, in the corpus's fields (None: no failure found)."""
-    from explain import explain
+    from ddp_preflight.explain import explain
     e = explain([str(path)])
     finding = getattr(e, "finding", None)
     if finding is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 PAIRS = 3                  # blocks: off, on, on, off, ... (2 * PAIRS blocks)
 BLOCK = 20.0               # seconds measured per block
@@ -78,7 +78,7 @@ def block(lab: Lab, on: bool, port: int, logs: str) -> dict:
     """One launch, measured for BLOCK seconds once it steps, then stopped with Ctrl-C."""
     steps: list[tuple[float, int]] = []
     said = open(f"{logs}/{port}.stderr", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", "master", "worker1", "--ssh-config",
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_preflight", "master", "worker1", "--ssh-config",
                              str(lab.ssh_config), "--no-probes", "--launch", "--nproc-per-node", "2",
                              "--master-port", str(port), "--log-dir", f"{logs}/{port}", *(() if on else OFF),
                              "--", str(SCRIPT), "--steps", "100000000", "--step-time", "0.01"],

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 from tests.lab.hangjob import hangwatch, wait_until  # noqa: E402
 from tests.lab.test_attach_lab import start_by_hand  # noqa: E402
 

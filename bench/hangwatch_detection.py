@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.stall import DEFAULT_THRESHOLD  # noqa: E402
-from lab import Lab  # noqa: E402
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 from tests.lab.hangjob import SCRIPT, Watch, hangwatch, start_job, wait_until  # noqa: E402
 
 # (guilty rank, step it leaves at) for each run: every rank, twice in a row for some.

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 from tests import impostors  # noqa: E402
 from tests.hostile import hostile_user  # noqa: E402
 from tests.lab.hangjob import NODES, hangwatch, start_job, wait_until  # noqa: E402

@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.stall import DEFAULT_THRESHOLD  # noqa: E402
-from lab import Lab  # noqa: E402
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 from tests.lab.hangjob import NODES, Watch, hangwatch, start_job, wait_until  # noqa: E402
 
 ENDLESS_AFTER = 20.0
@@ -194,7 +194,7 @@ def one_launched(lab: Lab, shape: Shape, port: int, rank: int, step: int, folder
     ranks = 2 * len(shape.nodes)
     faulty = rank % (shape.members or ranks)
     log_dir = folder / f"run-{port}"
-    argv = [sys.executable, "-m", "cli.ddp_preflight", *shape.nodes, "--ssh-config", str(lab.ssh_config),
+    argv = [sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", *shape.nodes, "--ssh-config", str(lab.ssh_config),
             "--launch", "--nproc-per-node", "2", "--no-probes", "--master-port", str(port), "--log-dir", str(log_dir),
             *shape.options, "--", str(ROOT / "examples" / "hang_train.py"), "--steps", str(shape.steps), *shape.args,
             "--rank", str(faulty), "--at", str(step)]

@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
-from node import proc  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
+from ddp_preflight.node import proc  # noqa: E402
 from tests.lab.hangjob import NODES, SCRIPT, Job, Watch, hangwatch, wait_until  # noqa: E402
 
 PAIRS = 4                  # blocks: without, with, with, without, ... (2 * PAIRS blocks)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hangwatch.watch import Watcher, WatchTarget  # noqa: E402
-from transport import LocalNode  # noqa: E402
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget  # noqa: E402
+from ddp_preflight.transport import LocalNode  # noqa: E402
 
 
 def register(ranks: int, incidents: str) -> float:

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.watch import Watcher, WatchTarget  # noqa: E402
-from transport import LocalNode  # noqa: E402
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget  # noqa: E402
+from ddp_preflight.transport import LocalNode  # noqa: E402
 
 RECORDING = ROOT / "tests" / "unit" / "artifacts" / "agent" / "leave.jsonl"
 SECONDS = 60.0            # watched time per run

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 NAME = "benchla"
 ROUNDS = 3
@@ -71,7 +71,7 @@ def plain_torchrun(lab: Lab) -> float:
 def launcher(lab: Lab, *checks: str) -> tuple[float, float]:
     """(to the first step, to "launching": preflight's share)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", "master", "worker1", "--ssh-config",
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_preflight", "master", "worker1", "--ssh-config",
                              str(lab.ssh_config), *checks, "--launch", "--nproc-per-node", str(NPROC),
                              "--log-dir", f"/tmp/{NAME}-runs/{time.time_ns()}", "--", str(TRAIN), *SCRIPT_ARGS],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)

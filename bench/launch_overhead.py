@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 NAME = "benchlo"
 NPROC = 2
@@ -77,7 +77,7 @@ def hand_torchrun(lab: Lab) -> tuple[float, float]:
 def with_preflight(lab: Lab, verbose: bool) -> tuple[float, float, float, list[str]]:
     """(to the first step, to the end, to "launching": preflight's share, the -v stage lines)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", "master", "worker1", "--ssh-config",
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_preflight", "master", "worker1", "--ssh-config",
                              str(lab.ssh_config), *(["-v"] if verbose else []), "--launch",
                              "--nproc-per-node", str(NPROC), "--log-dir", f"/tmp/{NAME}-runs/{time.time_ns()}",
                              "--", str(TRAIN), *SCRIPT_ARGS],

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 
 def loadavg() -> str:
@@ -37,7 +37,7 @@ def main() -> int:
         time.sleep(10)
         print(f"load before: {loadavg()}", flush=True)
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "preflight", "master", "worker1", "worker2", "--json",
+        done = subprocess.run([sys.executable, "-m", "ddp_preflight", "master", "worker1", "worker2", "--json",
                                "--ssh-config", str(lab.ssh_config), "--nproc-per-node", "2"],
                               capture_output=True, text=True, timeout=1200, cwd=ROOT)
         print(f"preflight: {time.monotonic() - started:.0f} s, exit {done.returncode}; load after: {loadavg()}")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 ROUNDS = 3
 NAME = "benchpf"
@@ -31,7 +31,7 @@ def busy_cpu() -> float:
 def timed(lab: Lab, hosts: list[str], cpu: list[float] | None = None) -> float:
     before = busy_cpu()
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "preflight", *hosts, "--json", "--no-probes", "--ssh-config",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", *hosts, "--json", "--no-probes", "--ssh-config",
                            str(lab.ssh_config), "--data-dir", str(lab.state.data_dir)],
                           capture_output=True, text=True)
     took = time.perf_counter() - started

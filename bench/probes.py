@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 RATE_MBIT = 100
 GOAL_S = 20.0           # the whole probe stage on 2 nodes
@@ -41,7 +41,7 @@ NETWORK_CHECKS = "master-reachable,ephemeral-ports"
 def timed(lab: Lab, only: str, *extra: str) -> tuple[float, dict]:
     hosts = [n.name for n in lab.nodes]
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "preflight", *hosts, "--json", "--ssh-config",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", *hosts, "--json", "--ssh-config",
                            str(lab.ssh_config), "--only", only, *extra],
                           capture_output=True, text=True, timeout=600)
     took = time.perf_counter() - started

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from node.facts import shards  # noqa: E402
+from ddp_preflight.node.facts import shards  # noqa: E402
 
 FILES, FILE_SIZE = 64, 16 << 20          # 1 GiB in all
 CACHED_FILES, CACHED_SIZE = 200, 64 << 10

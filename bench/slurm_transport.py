@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab import Lab  # noqa: E402
-from lab import slurm as lab_slurm  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
+from ddp_preflight.lab import slurm as lab_slurm  # noqa: E402
 
 ROUNDS = 5
 NAME = "benchsl"
@@ -47,7 +47,7 @@ def allocate(lab: Lab, nodes: list[str]) -> str:
 def timed(lab: Lab, hosts: list[str], job: str | None) -> float:
     how = ["--slurm-job", job] if job else [*hosts, "--ssh-config", str(lab.ssh_config)]
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "preflight", *how, "--json", "--no-probes",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", *how, "--json", "--no-probes",
                            "--data-dir", str(lab.state.data_dir)],
                           capture_output=True, text=True, env=slurm_env(lab), timeout=600)
     took = time.perf_counter() - started

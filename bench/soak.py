@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 from tests.lab.hangjob import NODES, hangwatch, start_job, wait_until  # noqa: E402
 
 SOAK = ROOT / "tests" / "lab" / "soak_train.py"
@@ -45,7 +45,7 @@ def shapes(minutes: float) -> list[str]:
 
 def launched(lab: Lab, minutes: float, folder: Path, port: int) -> dict:
     log_dir = folder / "launch"
-    argv = [sys.executable, "-m", "cli.ddp_preflight", *NODES, "--ssh-config", str(lab.ssh_config), "--launch",
+    argv = [sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", *NODES, "--ssh-config", str(lab.ssh_config), "--launch",
             "--nproc-per-node", "2", "--no-probes", "--stop-on-hang", "--master-port", str(port),
             "--log-dir", str(log_dir), "--", str(SOAK), *shapes(minutes)]
     began = time.time()

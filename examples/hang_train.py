@@ -161,7 +161,7 @@ def main():
         return
     alone = args.fault == "alone"
     if args.flight:
-        import hangwatch.flight  # noqa: F401  (before the process group: it sets TORCH_FR_BUFFER_SIZE)
+        import ddp_preflight.hangwatch.flight  # noqa: F401  (before the process group: it sets TORCH_FR_BUFFER_SIZE)
     if not alone:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     torch.manual_seed(0)

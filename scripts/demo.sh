@@ -10,7 +10,7 @@ PY=${1:-python3}
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 cd "$(dirname "$0")/.."
 export DDP_PREFLIGHT_LAB=${DDP_PREFLIGHT_LAB:-demo}
-cli() { "$PY" -m preflight "$@"; }
+cli() { "$PY" -m ddp_preflight "$@"; }
 RUNS=$(mktemp -d)
 trap 'cli lab down; rm -rf "$RUNS"' EXIT
 

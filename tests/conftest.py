@@ -35,7 +35,7 @@ def lab_name():
 @pytest.fixture(scope="session")
 def lab(lab_name):
     """A 2-node lab shared by the lab tests; each test leaves it without faults."""
-    from lab import Lab, LabError
+    from ddp_preflight.lab import Lab, LabError
 
     if os.geteuid() != 0:
         pytest.fail("lab tests need root (network namespaces, sshd); run them as root, "

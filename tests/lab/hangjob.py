@@ -178,7 +178,7 @@ def hangwatch(lab, *args: str, hosts=NODES, user: list[str] = ()) -> Watch:
     trace = tempfile.NamedTemporaryFile(prefix="hangwatch-trace-", suffix=".jsonl", delete=False)
     trace.close()
     os.chmod(trace.name, 0o666)          # a watch run as another user writes it too
-    proc = subprocess.Popen([*user, sys.executable, "-m", "hangwatch", "attach", *hosts, "--json",
+    proc = subprocess.Popen([*user, sys.executable, "-m", "ddp_preflight.hangwatch", "attach", *hosts, "--json",
                              "--ssh-config", str(lab.ssh_config), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).parents[2], env={**os.environ, "HANGWATCH_TRACE": trace.name})

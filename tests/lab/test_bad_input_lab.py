@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from node.boot import STAGE0
+from ddp_preflight.node.boot import STAGE0
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 def with_host(lab, tmp_path, name: str, address: str) -> Path:

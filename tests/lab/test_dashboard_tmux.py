@@ -120,7 +120,7 @@ def settled_counts(lab, timeout: float = 10) -> dict:
 
 
 def launch_argv(lab, log_dir: Path, script: Path, *script_args: str) -> list[str]:
-    return [sys.executable, "-m", "preflight", *NODES, "--ssh-config", str(lab.ssh_config), "--no-probes",
+    return [sys.executable, "-m", "ddp_preflight", *NODES, "--ssh-config", str(lab.ssh_config), "--no-probes",
             "--nproc-per-node", "2", "--launch", "--tui", "--log-dir", str(log_dir), "--", str(script), *script_args]
 
 

@@ -24,7 +24,7 @@ def launched(lab, tmp_path, *script_args):
 
 
 def explained(folder):
-    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", str(folder), "--json"],
+    run = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", str(folder), "--json"],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert run.returncode == 1, run.stderr
     return json.loads(run.stdout)
@@ -99,7 +99,7 @@ def test_a_launch_whose_node_never_started_is_that_node_not_no_failure(clean_lab
         ("node-not-started", "node-error", [], "certain")
     assert finding["detail"] == {"nodes": {"worker1": said}}
     assert finding["fix"] == nodes["worker1"]["fix"], (finding["fix"], nodes["worker1"])
-    text = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", str(folder)],
+    text = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", str(folder)],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert text.returncode == 1 and text.stdout.startswith(
         f"node-not-started (certain): the launch did not start the training on worker1: {said} [node-error]"), text.stdout

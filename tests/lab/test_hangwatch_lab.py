@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.stall import DEFAULT_THRESHOLD
-from hangwatch.verdicts import NATIVE_WAIT
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD
+from ddp_preflight.hangwatch.verdicts import NATIVE_WAIT
 
 from .hangjob import STARTUP, wait_until, went_first
 

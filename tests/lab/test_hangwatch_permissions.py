@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.watch import local_py_spy
+from ddp_preflight.hangwatch.watch import local_py_spy
 
 from .hangjob import hangwatch, start_job
 
@@ -48,7 +48,7 @@ def test_no_ptrace_permission_gives_the_fix_and_still_names_the_stall():
     # Without --exit-on-hang: nobody cannot read root's environments, so it sees every root run
     # on this machine (other tests' too), each judged alone; the first hang named may be another's.
     watch = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                              sys.executable, "-m", "hangwatch", "attach", "--json", "--threshold", "6",
+                              sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "--json", "--threshold", "6",
                               # The agent needs only the standard library; the venv's Python may sit
                               # under root's home, where nobody cannot run it.
                               "--python", "/usr/bin/python3",
@@ -170,13 +170,13 @@ else:
         subprocess.run(as_nobody + ["mkdir", "-m", "777", name], check=True)
 # A rank of root's that opts in, as a training script would.
 with open("/tmp/rank.err", "w") as err:
-    rank = subprocess.Popen([sys.executable, "-c", "import hangwatch.flight, time; print(1, flush=True); "
+    rank = subprocess.Popen([sys.executable, "-c", "import ddp_preflight.hangwatch.flight, time; print(1, flush=True); "
                              "time.sleep(60)"], stdout=subprocess.PIPE, stderr=err)
 rank.stdout.readline()
 # nobody lures the agent: this rank's ready file, where nobody can write.
 for folder in (["/tmp/theirs"] if planted == "symlink" else theirs):
     subprocess.run(as_nobody + ["touch", f"{folder}/{rank.pid}.ready"])
-from node.flight import ask as flight
+from ddp_preflight.node.flight import ask as flight
 answer = flight(rank.pid, wait=1.0)
 rank.kill()
 rank.wait()
@@ -198,7 +198,7 @@ def test_a_flight_recorder_folder_another_user_placed_first_is_never_used(plante
     assert "Traceback" not in seen["rank_err"], seen["rank_err"]
     why = ("/tmp/hangwatch-fr-0 is not a folder but a symlink" if planted == "symlink"
            else "/tmp/hangwatch-fr-0 belongs to uid 65534, not to this user (uid 0)")
-    assert seen["rank_err"] == (f"hangwatch.flight: the Flight Recorder fetch is off: {why}; another user may "
+    assert seen["rank_err"] == (f"ddp_preflight.hangwatch.flight: the Flight Recorder fetch is off: {why}; another user may "
                                 "have made it first. Fix: remove it (`sudo rm -rf /tmp/hangwatch-fr-0`) and restart\n")
     assert "/tmp/hangwatch-fr-0 not used" in seen["answer"]["error"], seen["answer"]
 
@@ -208,7 +208,7 @@ def test_a_rank_that_names_another_users_folder_for_its_flight_recorder_is_not_a
     """A launched rank says where its Flight Recorder is (DDP_PREFLIGHT_FLIGHT_RECORDER): a rank of
     nobody's that names root's private folder, with a lure in it, gets no request from the agent
     (root) there, nor a line in its pipe: the folder must be the rank's user's own."""
-    from node.flight import FOLDER_VARIABLE, ask
+    from ddp_preflight.node.flight import FOLDER_VARIABLE, ask
 
     roots = tmp_path / "root-only"
     roots.mkdir(mode=0o700)

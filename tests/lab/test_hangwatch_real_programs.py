@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.stall import DEFAULT_THRESHOLD
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD
 
 from .hangjob import SCRIPT, cmdline_of, went_first
 from .test_launch_lab import CLI, NODES, REPO, assert_nothing_left, counts

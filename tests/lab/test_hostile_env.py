@@ -18,7 +18,7 @@ from tests.hostile import hostile_user
 from tests.unit.test_hostile_env import planted_library
 
 pytestmark = pytest.mark.timeout(300)
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 NODES = ("master", "worker1")
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from node.facts import shards
-from transport.node import FACTS_LEASE
+from ddp_preflight.node.facts import shards
+from ddp_preflight.transport.node import FACTS_LEASE
 
 from .test_launch_lab import CLI, REPO
 

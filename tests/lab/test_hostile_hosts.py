@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
-from lab import slurm as lab_slurm
+from ddp_preflight.lab import Lab
+from ddp_preflight.lab import slurm as lab_slurm
+from ddp_preflight.transport import NodeError
+from ddp_preflight.transport.slurm import SlurmJob, SlurmNode, SlurmStep
 from tests.hostile import hostile_user
-from transport import NodeError
-from transport.slurm import SlurmJob, SlurmNode, SlurmStep
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND = 10.0            # seconds: scontrol answers in milliseconds; the tools' start is the rest
@@ -47,7 +47,7 @@ def tool(lab, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     it took."""
     module, rest = args[0], args[1:]
     argv = [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-            f"from cli.{module} import main; sys.exit(main())", *rest]
+            f"from ddp_preflight.cli.{module} import main; sys.exit(main())", *rest]
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=slurm_env(lab), timeout=180)
     return done, time.monotonic() - started

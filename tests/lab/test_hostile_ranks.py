@@ -15,8 +15,8 @@ import json
 
 import pytest
 
-from hangwatch.stall import DEFAULT_THRESHOLD
-from hangwatch.verdicts import NATIVE_WAIT
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD
+from ddp_preflight.hangwatch.verdicts import NATIVE_WAIT
 from tests import impostors
 from tests.hostile import hostile_user
 

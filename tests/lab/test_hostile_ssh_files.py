@@ -21,7 +21,7 @@ import pytest
 from tests.hostile import hostile_user
 
 pytestmark = pytest.mark.timeout(180)
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 def without_roots_ssh_files(argv: list[str]) -> list[str]:

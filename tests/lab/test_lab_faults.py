@@ -2,7 +2,7 @@
 
 import json
 
-from lab.faults import FIREWALL_SELF_TABLE, FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
+from ddp_preflight.lab.faults import FIREWALL_SELF_TABLE, FIREWALL_TABLE, VPN_IFACE, WIFI_IFACE
 
 
 def py(lab, node, code, *args, timeout=30):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab, LabError
-from lab.state import lab_root
+from ddp_preflight.lab import Lab, LabError
+from ddp_preflight.lab.state import lab_root
 
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 def snapshot() -> dict:
@@ -170,8 +170,8 @@ def test_sixteen_nodes_come_up_and_every_sshd_answers():
 def test_one_labs_down_leaves_the_folders_other_labs_share(lab):
     """/run/sshd is the first lab's to create and every lab's sshd needs it at each connection:
     the first lab's `down` leaves it while another lab is up, and hands its removal over."""
-    from lab import sshd
-    from lab.state import LabState, all_labs
+    from ddp_preflight.lab import sshd
+    from ddp_preflight.lab.state import LabState, all_labs
 
     name = "f" + secrets.token_hex(3)
     first, _ = Lab.up(name, nodes=2)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.alone import ALONE_AFTER
-from hangwatch.stall import DEFAULT_THRESHOLD
+from ddp_preflight.hangwatch.alone import ALONE_AFTER
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD
 
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 REPO = Path(__file__).parents[2]
 TRAIN = REPO / "examples" / "train_ddp.py"
 NODES = ("master", "worker1")
@@ -224,10 +224,10 @@ def test_bad_launch_input_is_a_usage_error_before_any_node_is_contacted(clean_la
 
 def test_the_python_api_streams_lines_and_stops_on_request(clean_lab, tmp_path):
     """What the dashboard and hangwatch use: Launch.start/on_line/rank_pids/tail/stop/wait."""
-    from launch import Launch, build_plan, parse_command
-    from preflight.checks import FACT_CHECKS, run_checks
-    from preflight.cluster import Cluster, Target, gather
-    from preflight.model import Context, Options, Report
+    from ddp_preflight.launch import Launch, build_plan, parse_command
+    from ddp_preflight.preflight.checks import FACT_CHECKS, run_checks
+    from ddp_preflight.preflight.cluster import Cluster, Target, gather
+    from ddp_preflight.preflight.model import Context, Options, Report
 
     before = counts(clean_lab)
     targets = [Target(n, sys.executable) for n in NODES]

@@ -20,7 +20,7 @@ import pytest
 # Two launches, each after its preflight, on cores four sessions share: minutes, not seconds.
 pytestmark = pytest.mark.timeout(900)
 
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 REPO = Path(__file__).parents[2]
 PROJECTS = REPO / "tests" / "projects"
 NODES = ("master", "worker1")

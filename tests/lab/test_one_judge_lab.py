@@ -8,8 +8,8 @@ import os
 import signal
 from pathlib import Path
 
-from explain import explain
-from hangwatch.model import Kind, Reason
+from ddp_preflight.explain import explain
+from ddp_preflight.hangwatch.model import Kind, Reason
 
 from .test_launch_lab import launch, said, start_and_wait_for_steps
 

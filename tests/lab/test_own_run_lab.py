@@ -47,7 +47,7 @@ def test_a_healthy_launch_follows_its_own_ranks_alone_beside_another_run_of_its_
             time.sleep(0.2)         # its torchrun and its rank
         assert _theirs(clean_lab, "worker1") and len(_theirs(clean_lab, "master")) >= 2
         theirs = _theirs(clean_lab, "master") | _theirs(clean_lab, "worker1")
-        argv = [sys.executable, "-m", "preflight", "master", "worker1", "--ssh-config", str(clean_lab.ssh_config),
+        argv = [sys.executable, "-m", "ddp_preflight", "master", "worker1", "--ssh-config", str(clean_lab.ssh_config),
                 "--no-probes", "--force", "--launch", "--stop-on-hang", "--nproc-per-node", "2", "--log-dir",
                 str(tmp_path / "run"), "--", str(TRAIN), "--steps", "40", "--step-time", "0.5"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
@@ -80,7 +80,7 @@ def test_a_healthy_launch_follows_its_own_ranks_alone_beside_another_run_of_its_
 
 def test_attach_to_a_pid_of_no_process_on_a_remote_node_is_one_line_and_exit_2(clean_lab):
     # A --pid on worker1 is known missing only there: its agent says so in its hello.
-    done = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "master", "worker1", "--ssh-config",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "master", "worker1", "--ssh-config",
                            str(clean_lab.ssh_config), "--pid", "worker1:999999", "--for", "60"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 2, done.stderr

@@ -14,8 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lab.system import ip_batch, run
-from preflight.probes import bandwidth
+from ddp_preflight.lab.system import ip_batch, run
+from ddp_preflight.preflight.probes import bandwidth
 
 from .ddp import ssh
 from .test_preflight_lab import by, preflight
@@ -128,7 +128,7 @@ def test_jumbo_frames_on_one_end_only_warn_and_tcp_stays_under_the_other_ends_mt
 
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ("import json, sys; sys.path.insert(0, sys.argv[1]); from node import pathmtu; "
+RUN = ("import json, sys; sys.path.insert(0, sys.argv[1]); from ddp_preflight.node import pathmtu; "
        "pathmtu.main(json.loads(sys.argv[2]))")
 
 

@@ -85,7 +85,7 @@ def test_a_firewall_the_network_probe_found_skips_the_job_instead_of_waiting_out
     # Issue 26: with ephemeral-ports' block already found, the bandwidth job waited out its 65 s
     # bound (preflight 98-130 s against 24-50 s clean). Its ranks could not connect: it is not
     # started, and says why.
-    from preflight.probes import bandwidth
+    from ddp_preflight.preflight.probes import bandwidth
     clean_lab.add_fault("firewall@worker1")
     before = snapshot(clean_lab)
     started = time.monotonic()
@@ -108,7 +108,7 @@ def test_a_slow_worker_is_named_by_its_own_links_without_params_and_wiring_it_cl
     # measured on its own (bytes over the time it had data to send): worker2's against the others'.
     import secrets
 
-    from lab import Lab
+    from ddp_preflight.lab import Lab
 
     name = "b" + secrets.token_hex(3)
     lab, _ = Lab.up(name, nodes=3, faults=["wifi@worker2:20mbit"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from lab import Lab
+from ddp_preflight.lab import Lab
 
 from .test_lab_faults import connect_outcome
 from .test_preflight_lab import by, preflight

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
-from lab import slurm as lab_slurm
-from preflight.checks.slurm import duration
+from ddp_preflight.lab import Lab
+from ddp_preflight.lab import slurm as lab_slurm
+from ddp_preflight.preflight.checks.slurm import duration
 
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 GPU_CHECKS = ("gpu-visible", "nccl-parity", "gpu-memory-held", "gpu-health", "nccl-env")
 
 
@@ -245,7 +245,7 @@ def test_hangwatch_attach_slurm_job_names_the_rank_of_an_sbatch_run(clean_slurm_
                          env=env, capture_output=True, text=True, timeout=30).stdout.strip()
     assert job.isdigit(), job
     try:
-        watch = subprocess.Popen([sys.executable, "-m", "cli.hangwatch", "attach", "--slurm-job", job, "--json",
+        watch = subprocess.Popen([sys.executable, "-m", "ddp_preflight.cli.hangwatch", "attach", "--slurm-job", job, "--json",
                                   "--exit-on-hang", "--for", "120", "--incident-dir", str(tmp_path / "incidents")],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         first = watch.stderr.readline()

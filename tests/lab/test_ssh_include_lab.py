@@ -17,7 +17,7 @@ def test_a_config_that_includes_the_labs_reaches_every_node(clean_lab, tmp_path)
     ssh = subprocess.run(["ssh", "-F", str(config), "worker1", "hostname"], capture_output=True, text=True, timeout=60)
     assert ssh.stdout.strip() == "worker1", ssh.stderr          # what ssh itself makes of it
 
-    done = subprocess.run([sys.executable, "-m", "preflight", "master", "worker1", "--no-probes", "--json",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "master", "worker1", "--no-probes", "--json",
                            "--only", "node-reachable", "--ssh-config", str(config)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 

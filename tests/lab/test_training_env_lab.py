@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 NODES = ("master", "worker1")
 
 SHOW_ENV = """\

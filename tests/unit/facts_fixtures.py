@@ -11,7 +11,7 @@ import functools
 import json
 from pathlib import Path
 
-from preflight.model import Context, NodeFacts, Options, Result
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Result
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -305,7 +305,7 @@ def launch(art: dict, parse: dict) -> dict:
 
 def unreachable(art: dict, node: str) -> dict:
     """`node` refused the SSH connection: gather() keeps no facts, only the explained error."""
-    from transport.errors import explain_connect
+    from ddp_preflight.transport.errors import explain_connect
 
     art = _copy(art)
     why = explain_connect(node, ConnectionRefusedError(111, "Connection refused"))

@@ -9,8 +9,8 @@ import json
 import re
 from pathlib import Path
 
-from node.facts import nvsmi
-from preflight.model import Context, NodeFacts, Options
+from ddp_preflight.node.facts import nvsmi
+from ddp_preflight.preflight.model import Context, NodeFacts, Options
 
 H100 = Path(__file__).parent / "artifacts" / "gpu-h100"
 MIB = 2**20
@@ -22,7 +22,7 @@ def recording(name: str) -> str:
 
 
 def recorded_facts() -> dict:
-    """The facts the collectors printed on the H100 host (before node/facts/gpu.py existed)."""
+    """The facts the collectors printed on the H100 host (before ddp_preflight/node/facts/gpu.py existed)."""
     return json.loads(recording("facts-h100.txt").split(" ", 1)[1])
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from node import agent as agent_module
-from node import flight, keeper, proc, protocol, rank_bootstrap
+from ddp_preflight.node import agent as agent_module
+from ddp_preflight.node import flight, keeper, proc, protocol, rank_bootstrap
 
 ROOT = Path(__file__).parents[2]
 
@@ -586,7 +586,7 @@ def test_the_record_is_read_in_the_users_own_folder_when_the_rank_names_none(tmp
     folder.mkdir(mode=0o700)
     # As a script that imported hangwatch.flight records its end: in its user's folder, at exit.
     rank = subprocess.Popen([sys.executable, "-c", TRIGGERED + f"""
-from node.rank_bootstrap import record_ending
+from ddp_preflight.node.rank_bootstrap import record_ending
 record_ending({str(folder)!r}, "ended")
 """[1:], str(tmp_path / "go")], cwd=ROOT, env={k: v for k, v in os.environ.items() if k != rank_bootstrap.FOLDER_VARIABLE})
     messages: list = []

@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from node import agent as agent_module
-from node import proc
-from node.exitcodes import ExitCodes
+from ddp_preflight.node import agent as agent_module
+from ddp_preflight.node import proc
+from ddp_preflight.node.exitcodes import ExitCodes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def test_a_ranks_output_file_is_read_at_its_end_and_a_pipe_never_is(tmp_path: Pa
 
 
 def test_a_ranks_own_record_of_its_end_is_read_once_at_its_end(tmp_path: Path):
-    from node import rank_bootstrap
+    from ddp_preflight.node import rank_bootstrap
     folder = tmp_path / "fr"
     folder.mkdir(mode=0o700)
     script = tmp_path / "train.py"
@@ -223,7 +223,7 @@ def test_the_kernels_exit_record_reaches_an_agent_in_another_network_namespace(t
     name = f"ec{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        script = ("import subprocess, sys\nfrom node.exitcodes import ExitCodes\nc = ExitCodes()\n"
+        script = ("import subprocess, sys\nfrom ddp_preflight.node.exitcodes import ExitCodes\nc = ExitCodes()\n"
                   "print(c.start())\nprint(c.status(int(subprocess.run([sys.executable, '-c', sys.argv[1]], "
                   "capture_output=True, text=True).stdout)))")
         done = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c", script, REAPER],

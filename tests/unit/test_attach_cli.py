@@ -1,10 +1,10 @@
-"""`hangwatch attach --pid`: a process on any watched host, by HOST:PID (cli/hangwatch.py)."""
+"""`hangwatch attach --pid`: a process on any watched host, by HOST:PID (ddp_preflight/cli/hangwatch.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cli.hangwatch import UsageError, given_pids
+from ddp_preflight.cli.hangwatch import UsageError, given_pids
 
 
 def test_pids_go_to_the_host_they_name_and_a_bare_pid_to_the_first():

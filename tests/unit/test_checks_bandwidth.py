@@ -8,7 +8,7 @@ recorded while two busy loops on the host took the lab's two cores (as the other
 suite does, and as VMs on one host do).
 lab_bandwidth_lossy, lab_bandwidth_clean_links: lossy@worker1:2 (nftables drops 2% of the TCP
 packets reaching worker1) and the clean lab, each with every rank's TCP_INFO figures (2026-11-27).
-All were recorded with the probes themselves (preflight.probes.run.run_probes) on a lab
+All were recorded with the probes themselves (ddp_preflight.preflight.probes.run.run_probes) on a lab
 (tests/unit/artifacts/record.py)."""
 
 import copy
@@ -18,12 +18,12 @@ import sys
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
-from preflight.checks.bandwidth import STRAGGLER_RATIO, step_seconds
-from preflight.model import Context, NodeFacts, Options, Status
-from preflight.probes.bandwidth import master_port_held
-from preflight.probes.compute import threads_for
-from preflight.probes.torchjob import exception_line
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.checks.bandwidth import STRAGGLER_RATIO, step_seconds
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.preflight.probes.bandwidth import master_port_held
+from ddp_preflight.preflight.probes.compute import threads_for
+from ddp_preflight.preflight.probes.torchjob import exception_line
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g
@@ -277,7 +277,7 @@ def test_a_cgroup_cpu_quota_is_read_as_the_cpus_a_benchmark_may_use(tmp_path):
             (group / "cpu.cfs_quota_us").write_text("50000")
         else:
             (group / "cpu.max").write_text("50000 100000")
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); from node.jobs.compute import usable_cpus; "
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from ddp_preflight.node.jobs.compute import usable_cpus; "
                 "print(usable_cpus())")
         root = str(Path(__file__).resolve().parents[2])
         out = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh",
@@ -292,7 +292,7 @@ def test_a_cgroup_cpu_quota_is_read_as_the_cpus_a_benchmark_may_use(tmp_path):
 
 def test_the_probes_import_without_torch():
     # The job scripts import torch inside main(): the operator never loads it.
-    code = ("import sys; import preflight.probes.bandwidth, preflight.probes.compute; "
+    code = ("import sys; import ddp_preflight.preflight.probes.bandwidth, ddp_preflight.preflight.probes.compute; "
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
-from preflight.checks import run_checks
-from preflight.model import Report, Status
+from ddp_preflight.preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
+from ddp_preflight.preflight.checks import run_checks
+from ddp_preflight.preflight.model import Report, Status
 
 from .facts_fixtures import clean, context, one
 

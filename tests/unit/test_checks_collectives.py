@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.launch import refusal
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Report, Status
-from preflight.probes.collectives import JOB, MARKER, assemble, scan
+from ddp_preflight.cli.launch import refusal
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Report, Status
+from ddp_preflight.preflight.probes.collectives import JOB, MARKER, assemble, scan
 
 from . import gpu_fixtures as g
 
@@ -397,9 +397,9 @@ def test_assembly_keeps_rank_0s_row_and_every_other_ranks_disagreement():
 def record(lab_name: str, runs: dict = RUNS, artifact: Path = ARTIFACT, nproc: int = 1) -> None:
     """Run the probes on the lab for each recorded situation and write the artifact."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from lab import Lab
-    from preflight.cluster import Cluster, Target, gather
-    from preflight.probes.run import run_probes
+    from ddp_preflight.lab import Lab
+    from ddp_preflight.preflight.cluster import Cluster, Target, gather
+    from ddp_preflight.preflight.probes.run import run_probes
 
     lab = Lab.open(lab_name)
     out = {}

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Status
-from rules.environment import env_fix
-from rules.training_env import TrainingEnv, from_config, parse_env_args
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Status
+from ddp_preflight.rules.environment import env_fix
+from ddp_preflight.rules.training_env import TrainingEnv, from_config, parse_env_args
 
 from . import facts_fixtures as ff
 from .facts_fixtures import clean, context

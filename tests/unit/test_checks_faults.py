@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
-from preflight.checks import run_checks
-from preflight.model import Status
+from ddp_preflight.preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
+from ddp_preflight.preflight.checks import run_checks
+from ddp_preflight.preflight.model import Status
 
 from .facts_fixtures import RECORDED_LAUNCH_ARGS, context, entry, facts, faulted, one
 

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
-from preflight.checks.gpu import apply_cuda_visible, clock_reasons, nccl_device
-from preflight.checks.nccl import nccl_matches
-from preflight.model import Report, Status
-from preflight.report import text
-from rules.facts import GpuDevice
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.checks.gpu import apply_cuda_visible, clock_reasons, nccl_device
+from ddp_preflight.preflight.checks.nccl import nccl_matches
+from ddp_preflight.preflight.model import Report, Status
+from ddp_preflight.preflight.report import text
+from ddp_preflight.rules.facts import GpuDevice
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g
@@ -333,7 +333,7 @@ def lab(art: dict):
 
 
 def with_hca(art: dict, node: str, name: str = "mlx5_0", state: str = "ACTIVE") -> dict:
-    """DERIVED: an HCA on `node` as node/facts/gpu.py's infiniband() lists one; the others none."""
+    """DERIVED: an HCA on `node` as ddp_preflight/node/facts/gpu.py's infiniband() lists one; the others none."""
     art = ff._copy(art)
     for entry in art["nodes"]:
         entry["facts"]["gpu"]["infiniband"] = []

@@ -6,8 +6,8 @@ lab_path_mtu_own_output: a netfilter rule in worker1's own output hook dropping 
 import copy
 import json
 
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
 
 from .facts_fixtures import _recorded
 
@@ -68,8 +68,8 @@ def test_a_drop_rule_in_a_nodes_own_output_is_a_failure_on_that_node_with_where_
         ("path-mtu", "master", Status.PASS,
          "don't-fragment packets from master's eth0 reach worker1 at full size (1500 bytes)", None)}
     # The bandwidth probe is not started over it (preflight/probes/bandwidth.py), and says why in these words.
-    from preflight.checks.path_mtu import lost_words
-    from preflight.probes.path_mtu_seen import PathMtuSeen
+    from ddp_preflight.preflight.checks.path_mtu import lost_words
+    from ddp_preflight.preflight.probes.path_mtu_seen import PathMtuSeen
     [lost] = PathMtuSeen.from_json(art["probes"]["path-mtu"]).blackholes()
     assert lost_words(lost) == "worker1 -> master: worker1's own firewall refuses packets over 1000 bytes it sends to master"
 

@@ -3,9 +3,9 @@
 import copy
 import json
 
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Report, Status
-from preflight.probes.network import rank_address
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Report, Status
+from ddp_preflight.preflight.probes.network import rank_address
 
 from .facts_fixtures import _recorded
 

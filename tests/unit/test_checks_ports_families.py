@@ -5,11 +5,11 @@ IPv4; worker1's firewall drops one family only."""
 
 import copy
 
-from preflight.checks import run_checks
-from preflight.model import NodeFacts, Options, Status
-from preflight.probes.network import unpinned_address
-from preflight.probes.network_seen import NetworkSeen
-from rules.training_env import Setting, TrainingEnv
+from ddp_preflight.preflight.checks import run_checks
+from ddp_preflight.preflight.model import NodeFacts, Options, Status
+from ddp_preflight.preflight.probes.network import unpinned_address
+from ddp_preflight.preflight.probes.network_seen import NetworkSeen
+from ddp_preflight.rules.training_env import Setting, TrainingEnv
 
 from .test_checks_ports import PORT_CHECKS, ctx_of, load, results
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from preflight.checks import BY_ID, CHECKS, FACT_CHECKS, run_checks
-from preflight.model import Check, Context, NodeFacts, Status, Verdict
-from rules.facts import NetworkFacts
-from rules.fix import change
+from ddp_preflight.preflight.checks import BY_ID, CHECKS, FACT_CHECKS, run_checks
+from ddp_preflight.preflight.model import Check, Context, NodeFacts, Status, Verdict
+from ddp_preflight.rules.facts import NetworkFacts
+from ddp_preflight.rules.fix import change
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g
 
-PREFLIGHT = Path(__file__).parents[2] / "preflight"
+PREFLIGHT = Path(__file__).parents[2] / "ddp_preflight" / "preflight"
 
 
 def test_the_runner_stamps_each_verdict_with_its_checks_id():

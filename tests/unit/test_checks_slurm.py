@@ -9,9 +9,9 @@ import json
 from datetime import timezone
 from pathlib import Path
 
-from preflight.checks import BY_ID, run_checks
-from preflight.model import NodeFacts
-from transport.slurm import SlurmShare, parse_job
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import NodeFacts
+from ddp_preflight.transport.slurm import SlurmShare, parse_job
 
 from .facts_fixtures import clean, context
 
@@ -132,7 +132,7 @@ def test_time_left_warns_under_the_threshold_with_the_numbers_and_passes_saying_
 def test_a_node_drained_under_the_job_is_a_warning_the_job_runs_on():
     # The state scontrol shows for a node drained while a job holds it (the lab test drains it for
     # real): Slurm runs the job's steps there, and places no new job on it.
-    from transport.slurm import SlurmNodeInfo
+    from ddp_preflight.transport.slurm import SlurmNodeInfo
     draining = dataclasses.replace(job("plain"), info={"worker1": SlurmNodeInfo("worker1", "10.213.5.11", "MIXED+DRAIN",
                                                                                 "disk errors")})
     ctx = dataclasses.replace(context(clean(), nproc_per_node=1), slurm=draining)

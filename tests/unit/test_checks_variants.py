@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
-from preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
-from preflight.model import Status
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.checks import FACT_CHECKS as CHECKS  # facts only: probes have their own tests
+from ddp_preflight.preflight.model import Status
 
 from . import facts_fixtures as ff
 from .facts_fixtures import clean, context, faulted, one
@@ -207,7 +207,7 @@ def test_pinning_the_wifi_interface_clears_the_family_mismatch():
 
 
 def test_the_fixtures_gloo_bind_is_the_collectors():
-    from node.facts.network import gloo_bind
+    from ddp_preflight.node.facts.network import gloo_bind
 
     for name in ("wlp3s0", "tailscale0", "eth1"):
         node = ff.facts(ff.gloo_socket_ifname(faulted(), "worker1", name), "worker1")
@@ -446,7 +446,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns():
     ([], 'NANOCHAT_DTYPE = "float32" under [nodes.worker1.env] in cluster.toml'),
 ])
 def test_bf16_given_for_the_training_is_fixed_where_it_was_given(given, fix):
-    from rules.training_env import TrainingEnv, from_config, parse_env_args
+    from ddp_preflight.rules.training_env import TrainingEnv, from_config, parse_env_args
 
     settings = parse_env_args(given, ["master", "worker1"]) if given else \
         from_config({}, {"worker1": {"NANOCHAT_DTYPE": "bfloat16"}})
@@ -598,7 +598,7 @@ def test_no_command_skips():
 
 
 def test_the_fixtures_parses_are_torchruns():
-    from node.facts.launch import torchrun_parse
+    from ddp_preflight.node.facts.launch import torchrun_parse
 
     assert torchrun_parse(list(ff.SEPARATED_LAUNCH_ARGS), 2, 1) == ff.SEPARATED_PARSE
     # And the recorded command is still rejected the way the artifacts say.

@@ -1,4 +1,4 @@
-"""Bad input through the real command (`python -m preflight` in a subprocess): a usage error
+"""Bad input through the real command (`python -m ddp_preflight` in a subprocess): a usage error
 is exit 2 and one line on stderr, a finding exit 1, and never a traceback; an input that names
 no host never falls back to checking this machine."""
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from node.boot import STAGE0
+from ddp_preflight.node.boot import STAGE0
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""A newcomer's mistakes through the real commands (`python -m preflight`, `python -m hangwatch`
+"""A newcomer's mistakes through the real commands (`python -m ddp_preflight`, `python -m ddp_preflight.hangwatch`
 in a subprocess): each is one line that names what is wrong and what to do, an exit code that
 says so, and never a traceback."""
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 def run(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -88,20 +88,20 @@ def test_scan_of_a_path_that_is_not_there_is_a_usage_error():
 
 def test_lab_exec_not_as_root_is_one_line_with_the_fix():
     # The modules are imported as root (this Python lives under /root), then the process becomes nobody.
-    program = ("import os, sys; import cli.lab; from cli.ddp_preflight import main; "
+    program = ("import os, sys; import ddp_preflight.cli.lab; from ddp_preflight.cli.ddp_preflight import main; "
                "os.setgroups([]); os.setgid(65534); os.setuid(65534); "
                "sys.exit(main(['lab', 'exec', 'master', '--', 'true']))")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
     assert "Traceback" not in done.stderr, done.stderr
     assert one_line(done) == ("ddp-preflight lab: error: lab exec enters node master's network namespace, which only "
-                              f"root may do: run it as root (sudo {sys.executable} -m preflight lab exec master -- CMD)")
+                              f"root may do: run it as root (sudo {sys.executable} -m ddp_preflight lab exec master -- CMD)")
 
 
 # --- a --python too old for the node programs ------------------------------------------------------
 
 def test_a_python_older_than_3_8_says_its_version_and_the_one_needed():
-    from transport.errors import explain_python
+    from ddp_preflight.transport.errors import explain_python
     # What node/boot.py says first on a Python before 3.8 (it parses on 3.4 and up).
     why = explain_python("worker1", "/usr/bin/python3.6", 126, "DDP_PREFLIGHT_PYTHON too-old 3.6.15\n", ran=False)
 
@@ -112,7 +112,7 @@ def test_a_python_older_than_3_8_says_its_version_and_the_one_needed():
 
 
 def test_python_2_is_named_by_its_missing_option():
-    from transport.errors import explain_python
+    from ddp_preflight.transport.errors import explain_python
     # CPython 2.7's Modules/main.c and Python/getopt.c: the option it lacks, then its usage, exit 2.
     stderr = ("Unknown option: -I\nusage: /usr/bin/python2.7 [option] ... [-c cmd | -m mod | file | -] [arg] ...\n"
               "Try `python -h' for more information.\n")
@@ -125,7 +125,7 @@ def test_python_2_is_named_by_its_missing_option():
 def test_the_boot_program_says_too_old_before_anything_else():
     import ast
     # The check must be reachable on the old Python: node/boot.py parses as 3.4's grammar.
-    source = (ROOT / "node" / "boot.py").read_text()
+    source = (ROOT / "ddp_preflight" / "node" / "boot.py").read_text()
     ast.parse(source, feature_version=(3, 4))
     assert "sys.version_info < (3, 8)" in source.split("def main():", 1)[1].split("try:", 1)[0]
 
@@ -135,7 +135,7 @@ def test_the_boot_program_says_too_old_before_anything_else():
 def test_a_training_script_with_a_syntax_error_fails_preflight_with_its_file_and_line(tmp_path):
     (tmp_path / "train.py").write_text("import torch\nimport model\n")
     (tmp_path / "model.py").write_text("import os\n\ndef forward(x)\n    return x\n")     # the colon forgotten
-    done = subprocess.run([sys.executable, "-m", "preflight", "--only", "training-imports", "--python",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--only", "training-imports", "--python",
                            sys.executable, "--json", "--", "train.py"], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
 
@@ -196,7 +196,7 @@ def test_quiet_and_no_color():
 def test_version_and_the_json_report_says_it():
     from importlib.metadata import version
     assert run("--version").stdout == f"ddp-preflight {version('ddp-preflight')}\n"
-    done = subprocess.run([sys.executable, "-m", "hangwatch", "--version"], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight.hangwatch", "--version"], capture_output=True, text=True, cwd=ROOT)  # noqa: E501
     assert done.stdout == f"hangwatch (ddp-preflight) {version('ddp-preflight')}\n"
 
     report = __import__("json").loads(run("--only", "python-parity", "--json").stdout)

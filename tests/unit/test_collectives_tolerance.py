@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from node.jobs import collectives as job
+from ddp_preflight.node.jobs import collectives as job
 
 REAL = Path(__file__).parent / "artifacts" / "gloo_reductions.json"
 WORLDS = range(2, 33)

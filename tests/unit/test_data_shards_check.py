@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.shards import make_dataset, make_mismatched
-from node.facts.shards import DataDirMissing, ShardError, manifest
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.lab.shards import make_dataset, make_mismatched
+from ddp_preflight.node.facts.shards import DataDirMissing, ShardError, manifest
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
 
 DATA_DIR = "/data"
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from cli import ddp_preflight, lab
-from cli import explain as explain_cli
-from launch import parse_command
-from node.facts.launch import torchrun_parse
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
-from rules.training_env import parse_env_args
+from ddp_preflight.cli import ddp_preflight, lab
+from ddp_preflight.cli import explain as explain_cli
+from ddp_preflight.launch import parse_command
+from ddp_preflight.node.facts.launch import torchrun_parse
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.rules.training_env import parse_env_args
 
 REPO = Path(__file__).parents[2]
 FENCE = re.compile(r"^\s*```(\w*)\s*$")

@@ -17,7 +17,7 @@ REPO = Path(__file__).parents[2]
 
 
 def first_words(*args: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-m", "preflight", *args], capture_output=True, text=True, cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=60, check=True)
     return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
 

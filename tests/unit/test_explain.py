@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
-from explain.inputs import InputError
-from hangwatch.model import Certainty, Kind, Reason
-from hangwatch.text import summary
-from rules.failures import Cause
+from ddp_preflight.explain import explain
+from ddp_preflight.explain.inputs import InputError
+from ddp_preflight.hangwatch.model import Certainty, Kind, Reason
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.rules.failures import Cause
 
 ART = Path(__file__).parent / "artifacts"
 LOGS, CORPUS = ART / "logs", ART / "explain"
@@ -78,7 +78,7 @@ def test_nanogpts_cuda_pin_on_a_cpu_run_is_named_with_the_fix_that_fits_not_torc
         "on a CPU run, put the CUDA calls at the line shown (torch.cuda.set_device, .cuda(), device='cuda') under "
         "`if torch.cuda.is_available():`, so each rank keeps the CPU device it was given; on a GPU run, a CUDA build "
         "of torch on a node whose GPU and driver it sees (nvidia-smi)")
-    from explain.render import as_text
+    from ddp_preflight.explain.render import as_text
 
     text = as_text(e)
     assert text.splitlines()[1] == ("the failure's own words: exited (certain): the training code used CUDA (a device "
@@ -170,7 +170,7 @@ def test_a_silent_hang_without_its_flight_recorder_is_no_verdict_rather_than_a_w
 def test_a_path_that_is_not_there_is_one_line_and_exit_2(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         explain([str(tmp_path / "nothing")])
-    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", str(tmp_path / "nothing")],
+    run = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", str(tmp_path / "nothing")],
                          capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.strip().splitlines() == [f"ddp-preflight explain: error: {tmp_path / 'nothing'} does not exist: "
@@ -181,13 +181,13 @@ def test_a_path_that_is_not_there_is_one_line_and_exit_2(tmp_path):
 def test_stdin_json_and_exit_codes():
     root = Path(__file__).parents[2]
     log = (LOGS / "sigkill" / "worker1.log").read_bytes()
-    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-", "--json"], input=log,
+    run = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", "-", "--json"], input=log,
                          capture_output=True, cwd=root)
     assert run.returncode == 1
     data = json.loads(run.stdout)
     assert (data["ok"], data["diagnosis"]["kind"], data["diagnosis"]["culprits"], data["diagnosis"]["reason"]) == \
         (False, "exited", [3], "killed")
-    clean = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-"], input=b"step 1 loss 2.0\n",
+    clean = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", "-"], input=b"step 1 loss 2.0\n",
                            capture_output=True, cwd=root)
     assert clean.returncode == 0 and clean.stdout.startswith(b"no failure found")
 
@@ -224,8 +224,8 @@ def test_a_launch_whose_node_never_started_is_that_node_and_its_fix_not_no_failu
 
 
 def test_uneven_data_gets_the_standard_remedies_from_the_one_catalogue_hangwatch_uses():
-    from hangwatch.causes import CAUSES, UNEVEN_DATA
-    from hangwatch.words import cause_line
+    from ddp_preflight.hangwatch.causes import CAUSES, UNEVEN_DATA
+    from ddp_preflight.hangwatch.words import cause_line
     for words in ("equal shards", "drop_last=True", "Join context manager", "one all_reduce per step"):
         assert words in cause_line(UNEVEN_DATA)          # causes are data now: their fixes are Fix values
     behind = CAUSES[Reason.BEHIND][0]
@@ -250,7 +250,7 @@ def test_the_error_file_a_launched_rank_leaves_is_read_as_its_own_record(tmp_pat
     script = tmp_path / "train.py"
     script.write_text("def step(n):\n    raise ValueError(f'bad shard {n}')\n\nstep(7)\n")
     error = tmp_path / "error-rank-5.json"
-    bootstrap = Path(__file__).parents[2] / "node" / "rank_bootstrap.py"
+    bootstrap = Path(__file__).parents[2] / "ddp_preflight" / "node" / "rank_bootstrap.py"
     run = subprocess.run([sys.executable, str(bootstrap), str(script)], capture_output=True, text=True,
                          env={"TORCHELASTIC_ERROR_FILE": str(error), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 1 and "ValueError: bad shard 7" in run.stderr

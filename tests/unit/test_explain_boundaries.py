@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from explain import explain
-from explain.boundaries import cuts
+from ddp_preflight.explain import explain
+from ddp_preflight.explain.boundaries import cuts
 
 PASTED = Path(__file__).parent / "artifacts" / "pasted"
 RDZV = (PASTED / "016-pytorch-rendezvous-connection-error.log").read_text()        # torchrun, store 192.0.0.1:1234

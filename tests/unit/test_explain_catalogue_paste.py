@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rules import failures
+from ddp_preflight.rules import failures
 
 LINES = [
     # NVIDIA/nccl#1405

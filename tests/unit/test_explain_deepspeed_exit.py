@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
+from ddp_preflight.explain import explain
 
 KILLING = "[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess {pid}\n"
 EXITS = ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', "

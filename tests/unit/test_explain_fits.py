@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from explain import explain
-from explain.fits import ALREADY_DEBUG, ANY_FLIGHT, DEEPSPEED_OUTPUT
+from ddp_preflight.explain import explain
+from ddp_preflight.explain.fits import ALREADY_DEBUG, ANY_FLIGHT, DEEPSPEED_OUTPUT
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 PASTED = ARTIFACTS / "pasted"
@@ -41,10 +41,10 @@ def test_an_nccl_run_keeps_ncclss_own_fix():
 
 
 def test_a_log_with_torchruns_tee_prefixes_is_not_told_to_turn_tee_on():
-    from explain.fits import KEEP_OUTPUT, TEED_OUTPUT, fit
-    from explain.gather import gather
-    from explain.inputs import find
-    from explain.messages import Shown
+    from ddp_preflight.explain.fits import KEEP_OUTPUT, TEED_OUTPUT, fit
+    from ddp_preflight.explain.gather import gather
+    from ddp_preflight.explain.inputs import find
+    from ddp_preflight.explain.messages import Shown
     # the lab's launch (torchrun --tee=3): its rank lines start "[default0]:"
     shown = gather(find([str(ARTIFACTS / "explain" / "uneven" / "master.log")])).messages.shown
     assert Shown.TEE in shown and Shown.DEEPSPEED not in shown

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
-from explain.paste import lines_of, wrap_width
+from ddp_preflight.explain import explain
+from ddp_preflight.explain.paste import lines_of, wrap_width
 
 PASTED = Path(__file__).parent / "artifacts" / "pasted"
 INDEX = json.loads((PASTED / "index.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
+from ddp_preflight.explain import explain
 
 PASTED = Path(__file__).parent / "artifacts" / "pasted"
 LOGS = Path(__file__).parent / "artifacts" / "logs"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
-from explain.render import as_json, as_text
-from hangwatch.prefixes import Line, normalize
+from ddp_preflight.explain import explain
+from ddp_preflight.explain.render import as_json, as_text
+from ddp_preflight.hangwatch.prefixes import Line, normalize
 
 ROOT = Path(__file__).parents[2]
 PASTED = Path(__file__).parent / "artifacts" / "pasted"
@@ -140,7 +140,7 @@ def test_a_rank_behind_in_its_group_is_named_likely():
 
 def test_a_table_alone_on_stdin_is_a_failure_with_exit_1_and_no_blank_node():
     log = (PASTED / "002-megatron-table-sigsegv.log").read_bytes()
-    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-"], input=log, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", "-"], input=log, capture_output=True,  # noqa: E501
                          cwd=ROOT)
     assert run.returncode == 1
     first = run.stdout.decode().splitlines()[0]
@@ -185,7 +185,7 @@ def test_every_torch_version_of_the_last_years_is_read(torch_range):
 
 def test_hangwatch_reads_a_ranks_output_with_the_same_catalogue():
     # what the live watcher and a launch read of a rank's exception names the catalogue's message
-    from hangwatch.tracebacks import exception_in
+    from ddp_preflight.hangwatch.tracebacks import exception_in
     found = {name: exception_in((TORCH_213 / f"{name}.log").read_text().splitlines())
              for name in ("mismatch", "port-in-use", "raise")}
     assert {name: (i.type, i.failure) for name, i in found.items() if i is not None} == {
@@ -196,7 +196,7 @@ def test_hangwatch_reads_a_ranks_output_with_the_same_catalogue():
 
 def test_preflight_reads_a_probe_jobs_error_with_the_same_catalogue():
     # words preflight's own list did not hold: a store's client timeout, NCCL's system error
-    from preflight.checks.causes import symptom_of
+    from ddp_preflight.preflight.checks.causes import symptom_of
     assert symptom_of("[c10d] The client socket has timed out after 60s while trying to connect to "
                       "(10.0.0.1, 29500).") == "rendezvous"
     assert symptom_of("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
@@ -255,7 +255,7 @@ def test_torchruns_own_traceback_is_never_a_certain_culprit():
 def test_a_paste_that_starts_mid_traceback_is_read_whole():
     # no "Traceback" line, no word of a failure's first line: a short input is read whole
     paste = b'  File "train.py", line 3, in <module>\n    x = batch["img"]\nKeyError: \'img\'\n'
-    run = subprocess.run([sys.executable, "-m", "cli.ddp_preflight", "explain", "-"], input=paste, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", "explain", "-"], input=paste, capture_output=True,  # noqa: E501
                          cwd=ROOT)
     assert run.returncode == 1
     assert run.stdout.decode().splitlines()[:4] == ["exited (certain): raised an exception of its own [python-exception]",
@@ -287,7 +287,7 @@ def test_a_paste_that_starts_mid_traceback_is_read_whole():
     ("Fatal Python error: Aborted", "abort"),
 ])
 def test_the_catalogue_knows_each_wording_torch_prints(words, message):
-    from rules.failures import id_of
+    from ddp_preflight.rules.failures import id_of
     assert id_of(words) == message
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from explain import explain
-from explain.finding_text import finding_line
+from ddp_preflight.explain import explain
+from ddp_preflight.explain.finding_text import finding_line
 
 
 def _dump(rank: int | None, frames: list[str], pid: int = 100) -> str:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from explain.inputs import STDIN_BYTES, BoundedStdin
+from ddp_preflight.explain.inputs import STDIN_BYTES, BoundedStdin
 
 ROOT = Path(__file__).resolve().parents[2]
 FAILED = ("Traceback (most recent call last):\n  File \"/w/train.py\", line 40, in <module>\n    step()\n"
@@ -19,7 +19,7 @@ FAILED = ("Traceback (most recent call last):\n  File \"/w/train.py\", line 40, 
 
 def explain_command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from cli.explain import main; sys.exit(main(sys.argv[1:]))", *args]
+            "from ddp_preflight.cli.explain import main; sys.exit(main(sys.argv[1:]))", *args]
 
 
 def test_an_endless_pipe_stops_at_the_size_bound_and_says_so():

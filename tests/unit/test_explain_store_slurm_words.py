@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
-from rules import failures
+from ddp_preflight.explain import explain
+from ddp_preflight.rules import failures
 
 
 @pytest.mark.parametrize("line,store", [

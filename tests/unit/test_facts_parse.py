@@ -1,4 +1,4 @@
-"""preflight/facts.py: the nodes' JSON, as recorded (artifacts/lab_*.json, artifacts/gpu-h100),
+"""ddp_preflight/preflight/facts.py: the nodes' JSON, as recorded (artifacts/lab_*.json, artifacts/gpu-h100),
 parsed into typed facts; failed and absent sections are Missing with the reason; keys this
 version does not know are ignored."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rules.facts import (
+from ddp_preflight.rules.facts import (
     CodeFacts,
     CpuFacts,
     DriverView,

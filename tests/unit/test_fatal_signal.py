@@ -9,10 +9,10 @@ import signal
 import time
 from pathlib import Path
 
-from hangwatch import exits
-from hangwatch.ended import crashed_at
-from hangwatch.ended_text import exit_head
-from node.protocol import ExitStatus
+from ddp_preflight.hangwatch import exits
+from ddp_preflight.hangwatch.ended import crashed_at
+from ddp_preflight.hangwatch.ended_text import exit_head
+from ddp_preflight.node.protocol import ExitStatus
 
 from .test_agent_evidence import _agent, _bootstrapped, _end, _exit_of, _sampled
 

@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain, inputs
-from explain.gather import gather
-from explain.render import as_json
-from explain.verdict import decide
-from hangwatch.events import Event, EventKind
-from hangwatch.model import Certainty, Diagnosis, Kind, Reason
-from hangwatch.text import headline
-from hangwatch.watch import Watcher, WatchTarget
-from launch.ends import judged
-from launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
-from launch.outcome import explain as attribute
-from launch.watched import RunVerdict
-from node.protocol import ExitStatus
-from transport import LocalNode
+from ddp_preflight.explain import explain, inputs
+from ddp_preflight.explain.gather import gather
+from ddp_preflight.explain.render import as_json
+from ddp_preflight.explain.verdict import decide
+from ddp_preflight.hangwatch.events import Event, EventKind
+from ddp_preflight.hangwatch.model import Certainty, Diagnosis, Kind, Reason
+from ddp_preflight.hangwatch.text import headline
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.launch.ends import judged
+from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
+from ddp_preflight.launch.outcome import explain as attribute
+from ddp_preflight.launch.watched import RunVerdict
+from ddp_preflight.node.protocol import ExitStatus
+from ddp_preflight.transport import LocalNode
 
 from .test_hangwatch_watch import replay
 
@@ -224,7 +224,7 @@ def test_exits_are_read_once_and_the_stopping_signals_listed_once():
     said_back = re.compile(r"""startswith\(["'](exit code|signal )|re\.compile\(r?["']signal \(|== ["']signal \d""")
     own_list = re.compile(r"\(15, 2, 1\)|STOPPING_SIGNALS")
     broken = []
-    for package in ("hangwatch", "explain", "launch", "tui", "cli"):
+    for package in ("ddp_preflight/hangwatch", "ddp_preflight/explain", "ddp_preflight/launch", "ddp_preflight/tui", "ddp_preflight/cli"):  # noqa: E501
         for path in sorted((ROOT / package).rglob("*.py")):
             source = path.read_text()
             rel = path.relative_to(ROOT).as_posix()

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks import CHECKS, run_checks
-from preflight.model import Context, NodeFacts, Options
+from ddp_preflight.preflight.checks import CHECKS, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
-CHECK_MODULES = Path(__file__).parents[2] / "preflight" / "checks"
+CHECK_MODULES = Path(__file__).parents[2] / "ddp_preflight" / "preflight" / "checks"
 # `<the LAN interface>`, `<its interface>`, `<PATH>`: words or a name in angle brackets.
 PLACEHOLDER = re.compile(r"<(?:the|its|your|a|an|some|other)\b[^<>]*>|<[A-Z][A-Z_]+>")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks import BY_ID, CHECKS, run_checks
-from preflight.model import Context, NodeFacts, Options, Report, Status
-from preflight.report import text
+from ddp_preflight.preflight.checks import BY_ID, CHECKS, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Report, Status
+from ddp_preflight.preflight.report import text
 
 from . import facts_fixtures as ff
 from .facts_fixtures import clean, context, faulted, one

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from preflight.checks import CHECKS, run_checks
-from preflight.model import Context, NodeFacts, Options
-from rules.environment import env_fix
-from rules.fix import Action, Fix, change, on_node, run
-from rules.ports import who_holds
-from rules.training_env import TrainingEnv, parse_env_args
+from ddp_preflight.preflight.checks import CHECKS, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options
+from ddp_preflight.rules.environment import env_fix
+from ddp_preflight.rules.fix import Action, Fix, change, on_node, run
+from ddp_preflight.rules.ports import who_holds
+from ddp_preflight.rules.training_env import TrainingEnv, parse_env_args
 
 from . import facts_fixtures as ff
 from .facts_fixtures import ARTIFACTS

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from node import flight, rank_bootstrap
-from transport import LocalNode
+from ddp_preflight.node import flight, rank_bootstrap
+from ddp_preflight.transport import LocalNode
 
 from .ports import free_port
 

@@ -1,4 +1,4 @@
-"""node/facts/gpu.py and its parts on this machine (no NVIDIA driver: it must say so cleanly), and
+"""ddp_preflight/node/facts/gpu.py and its parts on this machine (no NVIDIA driver: it must say so cleanly), and
 the nvidia-smi fallback's parsers on the H100 host's recorded outputs. Where a driver must answer,
 a fake nvidia-smi replays those recordings: the one thing that cannot exist here is the GPU."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from node.facts import gpu, nvml, nvsmi, torchinfo
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
-from transport import LocalNode
+from ddp_preflight.node.facts import gpu, nvml, nvsmi, torchinfo
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.transport import LocalNode
 
 from .gpu_fixtures import H100, MIB, recorded_apps, recording
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from hangwatch.watch import Watcher, WatchTarget, local_py_spy
-from node import flight, pyspy
-from transport import LocalNode
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget, local_py_spy
+from ddp_preflight.node import flight, pyspy
+from ddp_preflight.transport import LocalNode
 
 
 def _planted_py_spy(tmp_path):
@@ -78,7 +78,7 @@ def flight_folder(tmp_path, monkeypatch):
 
 
 def _answer_once(folder, text):
-    """This process as an opted-in rank: answer the agent's request once, as hangwatch/flight.py does."""
+    """This process as an opted-in rank: answer the agent's request once, as ddp_preflight/hangwatch/flight.py does."""
     def serve():
         for _ in range(100):
             if (folder / f"{os.getpid()}.request").exists():
@@ -147,11 +147,11 @@ def test_the_agent_as_root_runs_ahead_of_the_training_in_the_run_queue():
     import sys
     from pathlib import Path
 
-    from node.agent import AHEAD
+    from ddp_preflight.node.agent import AHEAD
     assert os.geteuid() == 0, "the suite runs as root"
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                             env={**os.environ, "RANK": "0", "WORLD_SIZE": "1"})
-    watch = subprocess.Popen([sys.executable, "-m", "hangwatch", "attach", "--pid", str(rank.pid), "--json",
+    watch = subprocess.Popen([sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "--pid", str(rank.pid), "--json",
                               "--for", "20"], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
     try:
         agent = None

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from hangwatch.alone import training_step
-from hangwatch.classify import frames_of
-from node import pyspy
+from ddp_preflight.hangwatch.alone import training_step
+from ddp_preflight.hangwatch.classify import frames_of
+from ddp_preflight.node import pyspy
 
 SETUP = """
 import torch

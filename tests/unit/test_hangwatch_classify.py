@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from hangwatch.classify import classify
-from hangwatch.diagnose import diagnose
-from hangwatch.text import summary
+from ddp_preflight.hangwatch.classify import classify
+from ddp_preflight.hangwatch.diagnose import diagnose
+from ddp_preflight.hangwatch.text import summary
 
 PYSPY = Path(__file__).parent / "artifacts" / "pyspy"
 
@@ -82,7 +82,7 @@ def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop
 
 
 def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
-    from hangwatch.classify import RankState
+    from ddp_preflight.hangwatch.classify import RankState
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
     lost = RankState("unknown", evidence=("not watched: worker1's agent is gone",))
     found = diagnose(seen({0: waiting, 2: waiting, 1: lost}))
@@ -115,7 +115,7 @@ def test_a_rank_that_left_the_loop_and_is_behind_by_the_flight_recorder_has_unev
     # #11): the left loop's causes and the one behind's are the same uneven data, said once.
     from dataclasses import replace
 
-    from hangwatch.words import cause_line
+    from ddp_preflight.hangwatch.words import cause_line
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0, "futex_do_wait")
     left = classify(dump("deadlock_rank1_left_loop.json"), 0.0, "hrtimer_nanosleep")
     ranks = {r: replace(e, seq=11 if r == 2 else 12, seq_op="all_reduce")
@@ -135,7 +135,7 @@ BLOCKED = PYSPY / "blocked"
 def _blocked(name):
     """A recording of blocked/, its frames pointing at the script beside it, marked by the agent's
     own reading of which lines sit inside a loop (node/loops.py)."""
-    from node import loops
+    from ddp_preflight.node import loops
     record = json.loads((BLOCKED / f"{name}.json").read_text())
     for thread in record["dump"]:
         for frame in thread["frames"]:
@@ -169,8 +169,8 @@ def test_a_rank_reading_a_silent_server_waits_to_receive_on_that_connection():
 def test_a_rank_blocked_where_its_wait_may_end_is_held_likely_and_says_what_it_is_blocked_in():
     # Asleep in its loop, or reading a socket: the wait may end by itself (a checkpoint, a
     # service's answer), so the others are held up by it, likely, never a certain deadlock (issue 35).
-    from hangwatch.causes import CAUSES
-    from hangwatch.model import Reason
+    from ddp_preflight.hangwatch.causes import CAUSES
+    from ddp_preflight.hangwatch.model import Reason
     sleeping, server = _blocked("sleeps_in_loop"), _blocked("waits_on_server")
     for record, said, reason in ((sleeping, "rank 1 sleeps outside any collective: idle at sleeps_in_loop.py:7",
                                   Reason.SLEEPS),
@@ -186,7 +186,7 @@ def test_a_rank_blocked_where_its_wait_may_end_is_held_likely_and_says_what_it_i
 
 
 def test_a_line_is_in_a_loop_by_the_file_itself_and_a_kernel_file_is_never_read(tmp_path):
-    from node import loops
+    from ddp_preflight.node import loops
     assert loops.loop_lines(str(BLOCKED / "sleeps_in_loop.py")) == frozenset({6, 7})
     assert loops.loop_lines(str(BLOCKED / "sleeps_after_loop.py")) == frozenset({6})
     fake = tmp_path / "code.py"
@@ -197,7 +197,7 @@ def test_a_line_is_in_a_loop_by_the_file_itself_and_a_kernel_file_is_never_read(
 def test_the_lines_that_wait_on_a_lock_if_they_wait_are_read_from_the_code(tmp_path):
     # node/loops.py: `X.acquire(...)` (a call over two lines counts on both) and `with X:` on a name
     # or attribute; `with open(...)`, a call's other method and a `with` on a call are not.
-    from node import loops
+    from ddp_preflight.node import loops
     code = tmp_path / "train.py"
     code.write_text("import threading\n"                 # 1
                     "lock = threading.Lock()\n"           # 2
@@ -244,7 +244,7 @@ def test_only_the_trainings_own_lines_are_read_for_loops_and_locks(tmp_path):
     # A rank importing torch stands in torch's largest files: parsing one held the agent's
     # interpreter for up to a second, its samples stopped, and the watcher called the node lost.
     # The watcher reads loops and locks of the training's own frames only (Frame.in_library).
-    from node import loops
+    from ddp_preflight.node import loops
     code = "import threading\nlock = threading.Lock()\nfor _ in range(3):\n    lock.acquire()\n"
     installed = tmp_path / "lib" / "python3.11" / "site-packages" / "pkg" / "mod.py"
     stdlib = tmp_path / "usr" / "lib" / "python3.11" / "queue.py"
@@ -263,7 +263,7 @@ def test_only_the_trainings_own_lines_are_read_for_loops_and_locks(tmp_path):
 def test_a_rank_reading_its_stdin_is_named_reading_stdin_and_held_never_a_left_loop():
     # reads_stdin: sys.stdin.readline() in its loop, its stdin a pipe nobody writes (issue 35: said
     # "left the loop ... (certain)", uneven data its cause, while its wchan said anon_pipe_read).
-    from hangwatch.model import Reason
+    from ddp_preflight.hangwatch.model import Reason
     r = _blocked("reads_stdin")
     state = classify(r["dump"], 0.0, r["wchan"], waits_in=r["waits_in"])
     assert (state.state, state.reason, state.op, state.frame.where) == \
@@ -285,7 +285,7 @@ def test_a_rank_idle_inside_its_loop_with_its_wait_unread_has_not_left_the_loop(
     # The soak (bench/soak.py, issue 35): a straggler asleep at its loop's time.sleep, read in a sample
     # whose system call was not read (py-spy held it), was "DEADLOCK: rank 1 left the loop" (certain)
     # and --stop-on-hang stopped the healthy run. Inside its loop and its wait unknown: it may go on.
-    from hangwatch.model import Reason
+    from ddp_preflight.hangwatch.model import Reason
     r = _blocked("sleeps_in_loop")
     state = classify(r["dump"], 0.0, None, waits_in=None)
     assert (state.state, state.reason, state.frame.where) == ("idle", "idle-in-loop", "sleeps_in_loop.py:7")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from hangwatch.causes import CAUSES
-from hangwatch.model import Reason
-from hangwatch.text import summary
+from ddp_preflight.hangwatch.causes import CAUSES
+from ddp_preflight.hangwatch.model import Reason
+from ddp_preflight.hangwatch.text import summary
 
 from .test_hangwatch_watch import AGENT, replay
 
@@ -29,8 +29,8 @@ SUBGROUP_UNSURE = ("ranks wait in different collectives: rank 0 in all_reduce at
 def test_a_stack_older_than_a_ranks_last_work_is_never_where_it_ended(tmp_path):
     # raise.jsonl: every rank's only stack was taken 2 s into the run, at its import line
     # (hang_train.py:43); they trained for 12 s more, then rank 1 raised and the others followed.
-    from hangwatch.render import incident_report
-    from hangwatch.state import snapshot
+    from ddp_preflight.hangwatch.render import incident_report
+    from ddp_preflight.hangwatch.state import snapshot
     header, watcher, events = replay("raise", tmp_path)
     ended = [t for t in watcher.state.ranks.values() if t.ended]
     assert len(ended) == 4 and all(t.stack_at < t.busy_at for t in ended)
@@ -44,9 +44,9 @@ def _said(events):
 
 
 def _kept(events, watcher):
-    """The run's verdict as a launch keeps it (launch/watched.py's RunVerdict) for a run that failed."""
-    from launch.outcome import LaunchedRank, LaunchResult
-    from launch.watched import RunVerdict
+    """The run's verdict as a launch keeps it (ddp_preflight/launch/watched.py's RunVerdict) for a run that failed."""
+    from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult
+    from ddp_preflight.launch.watched import RunVerdict
     kept = RunVerdict()
     for e in events:
         kept.heard(e)
@@ -171,7 +171,7 @@ def test_ddp_preflights_own_freeze_of_a_deadlocked_run_is_no_second_verdict(tmp_
 def test_a_rank_alone_in_its_final_barrier_is_uneven_data_with_its_remedies(tmp_path):
     # drained.jsonl (--flight): rank 3 ran out of batches at step 5 and waits in its final
     # dist.barrier() while the others call all_reduce.
-    from hangwatch.causes import END_OF_ITS_DATA
+    from ddp_preflight.hangwatch.causes import END_OF_ITS_DATA
     header, watcher, events = replay("drained", tmp_path)
     said = _said(events)
     assert len(said) == 1, [e.text for e in events]

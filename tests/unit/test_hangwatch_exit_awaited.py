@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 
-from hangwatch.text import summary
+from ddp_preflight.hangwatch.text import summary
 
 from .test_hangwatch_watch import AGENT, replay
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli.exit import Exit
-from cli.hangwatch import outcome
-from hangwatch.events import EventKind
-from hangwatch.watch import Watcher, WatchTarget
-from transport import LocalNode
+from ddp_preflight.cli.exit import Exit
+from ddp_preflight.cli.hangwatch import outcome
+from ddp_preflight.hangwatch.events import EventKind
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.transport import LocalNode
 
 AGENT = Path(__file__).parent / "artifacts" / "agent"
 

@@ -6,10 +6,10 @@ launcher's stop, the clock readings that put every node on the master's clock.""
 
 from __future__ import annotations
 
-from hangwatch.text import summary
-from hangwatch.tracebacks import Reader
-from hangwatch.watch import Watcher, WatchTarget
-from transport import LocalNode
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.hangwatch.tracebacks import Reader
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.transport import LocalNode
 
 RANKS = {"master": [(100, 0), (101, 1)], "worker1": [(102, 2), (103, 3)]}
 TORCHRUN = {"master": 90, "worker1": 91}       # each node's torchrun: its ranks' parent
@@ -332,8 +332,8 @@ def test_a_recorded_launch_names_the_rank_that_raised_from_its_output(tmp_path):
     import json
     from pathlib import Path
 
-    from hangwatch.tracebacks import Reader
-    from node.protocol import ExitStatus
+    from ddp_preflight.hangwatch.tracebacks import Reader
+    from ddp_preflight.node.protocol import ExitStatus
 
     folder = Path(__file__).parent / "artifacts" / "logs" / "launch-raise"
     result = json.loads((folder / "result.json").read_text())

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hangwatch import stall
-from hangwatch.classify import classify
-from hangwatch.diagnose import diagnose
-from hangwatch.model import Kind, RankStatus
-from hangwatch.text import summary
-from hangwatch.watch import Watcher, WatchTarget
-from transport import LocalNode
+from ddp_preflight.hangwatch import stall
+from ddp_preflight.hangwatch.classify import classify
+from ddp_preflight.hangwatch.diagnose import diagnose
+from ddp_preflight.hangwatch.model import Kind, RankStatus
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.transport import LocalNode
 
 ART = Path(__file__).parent / "artifacts"
 WAITS = ART / "pyspy" / "waits"
@@ -67,7 +67,7 @@ def test_a_wait_on_an_async_handle_never_makes_a_mismatch():
 
 
 def test_two_ranks_in_two_collectives_name_no_culprit():
-    from hangwatch.classify import RankState
+    from ddp_preflight.hangwatch.classify import RankState
     found = diagnose(seen({0: RankState("collective", "all_reduce"), 1: RankState("collective", "barrier")}))
     assert found.kind is Kind.MISMATCH and found.culprits == (), found
     assert "cannot be told" in summary(found)
@@ -198,7 +198,7 @@ def test_the_rank_that_left_first_with_code_0_is_the_one_named(tmp_path):
 
 
 def test_ranks_on_their_gpus_name_the_one_behind_by_its_last_completed_collective():
-    from hangwatch.model import Evidence
+    from ddp_preflight.hangwatch.model import Evidence
     # Four NCCL ranks wait on their GPUs; three saw collective #65 complete, rank 2 did not
     # (the recorded H100 dump's numbering: last enqueued 66, last completed 64).
     ranks = {r: Evidence("node", 100 + r, r, RankStatus.GPU_WAIT, op="cuStreamSynchronize", frame="train.py:20",

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch import exits, named
-from hangwatch.ended import as_seen
-from hangwatch.model import Evidence, Kind, RankStatus, Reason
-from hangwatch.tracebacks import exception_in
-from node.protocol import ExitStatus
+from ddp_preflight.hangwatch import exits, named
+from ddp_preflight.hangwatch.ended import as_seen
+from ddp_preflight.hangwatch.model import Evidence, Kind, RankStatus, Reason
+from ddp_preflight.hangwatch.tracebacks import exception_in
+from ddp_preflight.node.protocol import ExitStatus
 
 LOADER = Path(__file__).parent / "artifacts" / "loader"
 

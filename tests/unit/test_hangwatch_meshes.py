@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hangwatch.meshes import shared_groups
+from ddp_preflight.hangwatch.meshes import shared_groups
 
 from .test_hangwatch_watch import replay
 

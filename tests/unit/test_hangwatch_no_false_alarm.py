@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from hangwatch import stall
-from hangwatch.text import summary
+from ddp_preflight.hangwatch import stall
+from ddp_preflight.hangwatch.text import summary
 
 from .test_hangwatch_watch import AGENT, replay
 
@@ -187,9 +187,9 @@ def _flight(seq: int, completed: int | None) -> dict:
 
 
 def test_flight_recorder_numbers_that_move_between_two_reads_in_a_quiet_time_are_progress():
-    from hangwatch.model import RankView
-    from hangwatch.progress import flight_read
-    from hangwatch.state import Track
+    from ddp_preflight.hangwatch.model import RankView
+    from ddp_preflight.hangwatch.progress import flight_read
+    from ddp_preflight.hangwatch.state import Track
 
     def track(read_at: float) -> Track:
         t = Track(RankView("master", 7096, rank=0), idle_since=10.0)
@@ -210,9 +210,9 @@ def test_flight_recorder_numbers_that_move_between_two_reads_in_a_quiet_time_are
 def test_a_rank_busy_at_no_known_line_is_never_said_to_compute_for_ever():
     # The third soak (bench/results/soak-issue35-run3.txt): during rank 0's 60 s checkpoint, rank 3
     # busy at no line its stack showed was "ENDLESS: ... computed for 61 s at an unknown line".
-    from hangwatch.model import Evidence, RankStatus
-    from hangwatch.stalled import Stall
-    from hangwatch.waiting import straggler
+    from ddp_preflight.hangwatch.model import Evidence, RankStatus
+    from ddp_preflight.hangwatch.stalled import Stall
+    from ddp_preflight.hangwatch.waiting import straggler
     waiting = Evidence("worker1", 11, 2, RankStatus.COLLECTIVE, op="barrier", frame="soak_train.py:150")
     unseen = Evidence("worker1", 12, 3, RankStatus.RUNNING)
     seen_line = Evidence("worker1", 12, 3, RankStatus.RUNNING, frame="soak_train.py:60", function="busy")

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from hangwatch import verdicts
-from hangwatch.model import Evidence, Kind
-from hangwatch.state import About, Said
-from hangwatch.text import summary
+from ddp_preflight.hangwatch import verdicts
+from ddp_preflight.hangwatch.model import Evidence, Kind
+from ddp_preflight.hangwatch.state import About, Said
+from ddp_preflight.hangwatch.text import summary
 
 from .test_hangwatch_watch import replay
 

@@ -9,17 +9,17 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from hangwatch.classify import classify
-from hangwatch.diagnose import RULES, Hold, decide
-from hangwatch.evidence import evidence_of
-from hangwatch.model import Kind, Reason
-from hangwatch.model import RankStatus as S
-from hangwatch.rendezvous import Torchrun, torchruns_waiting
-from hangwatch.stalled import Stall
-from hangwatch.state import About, Said
-from hangwatch.text import summary
-from hangwatch.waiting import straggler
-from node.protocol import StoreAnswer
+from ddp_preflight.hangwatch.classify import classify
+from ddp_preflight.hangwatch.diagnose import RULES, Hold, decide
+from ddp_preflight.hangwatch.evidence import evidence_of
+from ddp_preflight.hangwatch.model import Kind, Reason
+from ddp_preflight.hangwatch.model import RankStatus as S
+from ddp_preflight.hangwatch.rendezvous import Torchrun, torchruns_waiting
+from ddp_preflight.hangwatch.stalled import Stall
+from ddp_preflight.hangwatch.state import About, Said
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.hangwatch.waiting import straggler
+from ddp_preflight.node.protocol import StoreAnswer
 
 from .test_hangwatch_watch import replay
 
@@ -97,7 +97,7 @@ def test_torchruns_that_wait_carry_their_node_rank_as_a_field_the_words_read():
 
 def test_two_torchruns_claiming_one_node_rank_are_a_certain_verdict_with_its_cause():
     # $SLURM_NODEID expanded once by the batch script: both nodes' torchruns claim node rank 0.
-    from hangwatch.causes import DUPLICATE_NODE_RANK
+    from ddp_preflight.hangwatch.causes import DUPLICATE_NODE_RANK
     found = torchruns_waiting("10.0.0.1:29500", [Torchrun("master", 41, 0, 2), Torchrun("worker1", 42, 0, 2)],
                               ["master", "worker1"], 30.2)
     assert found is not None
@@ -119,7 +119,7 @@ def test_a_rank_quiet_in_an_import_that_moves_no_byte_waits_on_io_and_is_not_wor
     # A live rank of a recording, given the real dump of a rank importing torch._dynamo and made
     # quiet: an import is working only while it uses CPU or moves bytes (a file system that does
     # not answer would otherwise keep it "working", a straggler for ever).
-    from hangwatch.stalled import working
+    from ddp_preflight.hangwatch.stalled import working
     pyspy = Path(__file__).parent / "artifacts" / "pyspy" / "importing_torch_dynamo.json"
     header, watcher, events = replay("sleep", tmp_path, until=5.0)
     t = next(iter(watcher.state.live()))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 
-from hangwatch import stall
+from ddp_preflight.hangwatch import stall
 
 from .test_hangwatch_watch import AGENT, LocalNode, Watcher, WatchTarget
 

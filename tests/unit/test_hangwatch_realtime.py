@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from hangwatch.watch import Watcher, WatchTarget
-from transport import LocalNode
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.transport import LocalNode
 
 RECORDING = Path(__file__).parent / "artifacts" / "agent" / "leave.jsonl"
 FROM = 3.0          # seconds into the recording the play starts (training, before the fault)
@@ -150,7 +150,7 @@ def test_ranks_on_the_real_clock_are_named_as_on_a_driven_one(tmp_path):
 
 
 def test_a_stalled_ranks_evidence_is_kept_until_its_node_sends_something(tmp_path, monkeypatch):
-    from hangwatch import kept
+    from ddp_preflight.hangwatch import kept
 
     read: list[tuple[str, int]] = []
     evidence_of = kept.evidence_of

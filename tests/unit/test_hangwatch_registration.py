@@ -4,9 +4,9 @@ every track said, also when tracks were added or deleted behind the indexes' bac
 
 from __future__ import annotations
 
-from hangwatch.watch import Watcher, WatchTarget
-from node import protocol
-from transport import LocalNode
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.node import protocol
+from ddp_preflight.transport import LocalNode
 
 
 def _watcher(tmp_path, nodes=("master", "worker1")):

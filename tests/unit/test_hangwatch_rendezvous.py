@@ -12,12 +12,12 @@ import subprocess
 import sys
 import time
 
-from hangwatch import classify
-from hangwatch.reducer import ALONE_AFTER
-from hangwatch.stall import DEFAULT_THRESHOLD
-from hangwatch.text import summary
-from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
-from node import agent, store
+from ddp_preflight.hangwatch import classify
+from ddp_preflight.hangwatch.reducer import ALONE_AFTER
+from ddp_preflight.hangwatch.stall import DEFAULT_THRESHOLD
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+from ddp_preflight.node import agent, store
 
 from .ports import free_port as _free_port
 from .test_hangwatch_watch import AGENT, replay
@@ -295,7 +295,7 @@ def test_a_runs_end_names_the_ranks_that_never_joined_a_group_and_only_those_tha
     # alone.jsonl to its end: every rank ended, none ever held a connection, each with torch
     # loaded. The one rule launch and attach end by (runs.never_connected); a rank without torch
     # (a script that only prints) is never one.
-    from hangwatch import runs
+    from ddp_preflight.hangwatch import runs
     header, watcher, events = replay("alone", tmp_path)
     assert all(t.ended for t in watcher.state.ranks.values())
     assert watcher.never_connected() == (0, 1, 2, 3)
@@ -304,7 +304,7 @@ def test_a_runs_end_names_the_ranks_that_never_joined_a_group_and_only_those_tha
 
 
 def test_the_verdict_at_a_runs_end_is_the_notice_said_or_one_made_for_a_run_too_short_for_it(tmp_path):
-    from hangwatch import alone
+    from ddp_preflight.hangwatch import alone
     header, watcher, events = replay("alone", tmp_path)
     said = alone.at_end(watcher.state, 100.0, 1000.0)
     assert (said.kind, said.world, said.reason) == ("alone", 4, "training")      # the notice said at 8.7 s
@@ -319,7 +319,7 @@ def test_a_launch_fails_only_on_ranks_whose_own_record_says_they_ran_no_collecti
     # Connections are counted each second: a short run's group can live between two counts. A
     # launch's ranks each record how many collectives they ran (the bootstrap's PID.end, from
     # their Flight Recorder); alone.jsonl was recorded without it (torchrun started by hand).
-    from hangwatch import runs
+    from ddp_preflight.hangwatch import runs
     header, watcher, events = replay("alone", tmp_path)
     assert watcher.never_connected() == (0, 1, 2, 3) and watcher.ran_no_collective() == ()
     tracks = sorted(watcher.state.ranks.values(), key=lambda t: t.key)

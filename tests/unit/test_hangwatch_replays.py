@@ -5,8 +5,8 @@ Watcher on a driven clock. Each asserts the exact verdict."""
 
 from __future__ import annotations
 
-from hangwatch import stall
-from hangwatch.text import summary
+from ddp_preflight.hangwatch import stall
+from ddp_preflight.hangwatch.text import summary
 
 from .test_hangwatch_watch import replay
 

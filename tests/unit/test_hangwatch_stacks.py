@@ -6,11 +6,11 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from hangwatch.ended_text import joined as said
-from hangwatch.model import Diagnosis, Evidence, Kind, RankView
-from hangwatch.sequence import Entered, join
-from hangwatch.stacks import StackGroup, group_stacks, joined, stacks_view
-from hangwatch.words import ranges, ranks_of
+from ddp_preflight.hangwatch.ended_text import joined as said
+from ddp_preflight.hangwatch.model import Diagnosis, Evidence, Kind, RankView
+from ddp_preflight.hangwatch.sequence import Entered, join
+from ddp_preflight.hangwatch.stacks import StackGroup, group_stacks, joined, stacks_view
+from ddp_preflight.hangwatch.words import ranges, ranks_of
 
 from .wide_snapshots import deadlock_of_64
 
@@ -92,8 +92,8 @@ def test_ranks_behind_at_one_place_are_said_once_and_none_behind_is_said():
 
 def test_the_join_is_the_one_explain_uses():
     # explain's own entries (with the line that says so) go through the same join.
-    from explain.join import Entered as ExplainEntered
-    from explain.seen import Quote
+    from ddp_preflight.explain.join import Entered as ExplainEntered
+    from ddp_preflight.explain.seen import Quote
     quote = Quote("flight-rank-1.json", None, "rank 1: collective #3 all_reduce scheduled")
     found = join([ExplainEntered(1, 3, "all_reduce", 2, None, quote), Entered(0, 4, "broadcast", 3, "t.py:9")])
     assert found is not None
@@ -108,7 +108,7 @@ def test_native_frames_group_by_their_names_not_their_addresses():
     import json
     from pathlib import Path
 
-    from hangwatch.classify import frames_of
+    from ddp_preflight.hangwatch.classify import frames_of
     pyspy = Path(__file__).parent / "artifacts" / "pyspy"
     stacks = [[{"function": f.function, "file": f.file, "line": f.line}
                for f in frames_of(json.loads((pyspy / name).read_text()))]
@@ -124,9 +124,9 @@ def test_the_incident_report_lists_a_stack_once_for_the_ranks_that_share_it():
     import json
     from pathlib import Path
 
-    from hangwatch.classify import frames_of
-    from hangwatch.model import Snapshot
-    from hangwatch.render import incident_report
+    from ddp_preflight.hangwatch.classify import frames_of
+    from ddp_preflight.hangwatch.model import Snapshot
+    from ddp_preflight.hangwatch.render import incident_report
     pyspy = Path(__file__).parent / "artifacts" / "pyspy"
     stacks = [[{"function": f.function, "file": f.file, "line": f.line}
                for f in frames_of(json.loads((pyspy / name).read_text()))]

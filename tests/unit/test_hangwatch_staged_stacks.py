@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 
-from hangwatch.text import summary
-from hangwatch.verdicts import NATIVE_WAIT
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.hangwatch.verdicts import NATIVE_WAIT
 
 from .test_hangwatch_watch import AGENT, replay
 
@@ -94,7 +94,7 @@ def test_a_lock_its_own_line_acquires_is_decided_before_the_native_frames_come(t
 def test_a_line_that_acquires_is_no_lock_wait_unless_the_kernel_has_it_waiting_on_one(tmp_path):
     # The same Python frames, the main thread's system call not a futex (derived: a recv): the
     # line's code alone decides nothing; the native frames are waited for.
-    from hangwatch.classify import classify
+    from ddp_preflight.hangwatch.classify import classify
     stacks = next(r["msg"] for r in _records("lock")[1:] if r["msg"]["type"] == "stacks" and r["msg"].get("partial")
                   and r["node"] == "master")
     pid = next(p for p, dump in stacks["stacks"].items()

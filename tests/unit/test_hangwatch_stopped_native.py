@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 
-from hangwatch import stall
-from hangwatch.text import summary
+from ddp_preflight.hangwatch import stall
+from ddp_preflight.hangwatch.text import summary
 
 from .test_hangwatch_watch import AGENT, replay
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from hangwatch.watch import Watcher, WatchTarget, local_py_spy
-from node import proc, pyspy
-from transport import LocalNode
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget, local_py_spy
+from ddp_preflight.node import proc, pyspy
+from ddp_preflight.transport import LocalNode
 
 RANK = """
 import time
@@ -79,8 +79,8 @@ def test_the_watch_reads_a_traced_rank_and_never_offers_the_ptrace_permission_fi
 
 
 def test_a_stack_no_read_can_take_names_the_tracer_not_a_permission():
-    from hangwatch import reducer
-    from node import protocol
+    from ddp_preflight.hangwatch import reducer
+    from ddp_preflight.node import protocol
     # What the agent sends (node/pyspy.py) when even a read without suspending fails on a traced rank.
     state = reducer.new_state(["here"], reducer.Config())
     out = list(reducer.step(state, reducer.FromAgent("here", protocol.Hello(node="here", uid=os.geteuid())), 0.0, 1000.0))

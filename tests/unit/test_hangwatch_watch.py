@@ -4,10 +4,10 @@
 import json
 from pathlib import Path
 
-from hangwatch import stall
-from hangwatch.text import summary
-from hangwatch.watch import Watcher, WatchTarget
-from transport import LocalNode
+from ddp_preflight.hangwatch import stall
+from ddp_preflight.hangwatch.text import summary
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.transport import LocalNode
 
 AGENT = Path(__file__).parent / "artifacts" / "agent"
 

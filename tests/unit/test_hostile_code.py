@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from node.loader_env import code_refusal
+from ddp_preflight.node.loader_env import code_refusal
 from tests.hostile import hostile_user
 
 from .ports import free_port
@@ -28,7 +28,7 @@ HOST = socket.gethostname()
 
 def command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from cli.ddp_preflight import main; sys.exit(main())", *args]
+            "from ddp_preflight.cli.ddp_preflight import main; sys.exit(main())", *args]
 
 
 @pytest.fixture
@@ -322,7 +322,7 @@ def test_a_linked_folder_inside_the_code_is_walked_to_its_target_once(user, aren
 
 
 def test_the_walk_of_the_code_folder_is_bounded_and_says_so(arena, monkeypatch):
-    from node import code_files
+    from ddp_preflight.node import code_files
 
     code = arena / "code"
     (code / "pkg").mkdir(parents=True)
@@ -355,7 +355,7 @@ def test_a_data_folder_the_intruder_owns_starts_no_rank_even_with_force(user, in
 
 def test_data_beside_the_code_costs_the_walk_no_name_of_its_bound(arena, monkeypatch):
     """A data/ of shards inside the code folder: listed (bounded in time), never counted or held."""
-    from node import code_files
+    from ddp_preflight.node import code_files
 
     code = arena / "code"
     (code / "data").mkdir(parents=True)

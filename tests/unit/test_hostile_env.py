@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from node.loader_env import refusal, tool_env
+from ddp_preflight.node.loader_env import refusal, tool_env
 from tests.hostile import hostile_user
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ __attribute__((constructor)) static void planted(void) {
 
 def command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from cli.ddp_preflight import main; sys.exit(main())", *args]
+            "from ddp_preflight.cli.ddp_preflight import main; sys.exit(main())", *args]
 
 
 @pytest.fixture

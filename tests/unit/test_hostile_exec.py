@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+from ddp_preflight.transport import LocalNode
 from tests.hostile import hostile_user
-from transport import LocalNode
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
@@ -41,7 +41,7 @@ def command(module: str, *args: str) -> list[str]:
     """The `ddp-preflight` / `hangwatch` console scripts' own lines, for this checkout (-P: the
     master itself imports nothing from the folder it runs in either)."""
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            f"from cli.{module} import main; sys.exit(main())", *args]
+            f"from ddp_preflight.cli.{module} import main; sys.exit(main())", *args]
 
 
 def marker_module(markers: Path) -> str:
@@ -328,7 +328,7 @@ def owned(path, user) -> str:
 def test_no_py_spy_the_intruder_placed_is_found_beside_python_on_path_or_in_home(fake_py_spies, user, markers):
     env = {"PATH": f"{fake_py_spies['path'].parent}:/usr/bin:/bin", "HOME": str(user.home)}
     # -s, as the agent's Python runs (node/boot.py): a test beside this one plants the intruder's user site.
-    done = subprocess.run([fake_py_spies["python"], "-s", "-c", "import json; from node import pyspy; "
+    done = subprocess.run([fake_py_spies["python"], "-s", "-c", "import json; from ddp_preflight.node import pyspy; "
                            "print(json.dumps(pyspy.find()))"], env={**env, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=60, cwd="/")
 
@@ -376,7 +376,7 @@ def test_the_agent_runs_no_py_spy_the_intruder_placed_and_says_why_not_that_none
 
 def test_a_program_the_collectors_run_is_never_one_the_intruder_placed_on_the_path(
         user, intruder_home, markers, monkeypatch):
-    from node.facts.util import command as collector_command
+    from ddp_preflight.node.facts.util import command as collector_command
 
     on_path = intruder_home / "bin"
     user.run(["mkdir", "-m", "777", str(on_path)])
@@ -486,8 +486,8 @@ def test_no_tool_of_the_python_check_comes_from_a_folder_on_roots_path_the_intru
 
 
 def test_node_programs_start_sh_by_its_path():
-    from transport.errors import python_argv
-    from transport.payload import boot_argv
+    from ddp_preflight.transport.errors import python_argv
+    from ddp_preflight.transport.payload import boot_argv
 
     assert python_argv("python3")[:2] == boot_argv("/usr/bin/python3")[:2] == ["/bin/sh", "-c"]
 

@@ -23,22 +23,22 @@ from pathlib import Path
 
 import pytest
 
-from explain.render import as_text
-from hangwatch.incident import write as write_bundle
-from hangwatch.model import Snapshot
-from launch.output import NodeLogs
-from node.bounded import size_text
-from node.facts import shards
-from preflight.probes.collectives import scan as scan_collectives
+from ddp_preflight.explain.render import as_text
+from ddp_preflight.hangwatch.incident import write as write_bundle
+from ddp_preflight.hangwatch.model import Snapshot
+from ddp_preflight.launch.output import NodeLogs
+from ddp_preflight.node.bounded import size_text
+from ddp_preflight.node.facts import shards
+from ddp_preflight.preflight.probes.collectives import scan as scan_collectives
+from ddp_preflight.transport.node import FACTS_LEASE
 from tests.hostile import hostile_user
-from transport.node import FACTS_LEASE
 
 from .ports import free_port
 
 REPO = Path(__file__).parents[2]
 SNAPSHOT = REPO / "tests" / "unit" / "artifacts" / "snapshots" / "deadlock.json"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 @pytest.fixture
@@ -378,7 +378,7 @@ RSS_BOUND = 100 << 20      # bytes: explain itself peaks near 20 MiB here; the d
 # VmHWM: this process's own peak (ru_maxrss would also count the parent it was spawned from).
 MEASURE = """
 import re, sys
-from cli.explain import main
+from ddp_preflight.cli.explain import main
 code = main(sys.argv[1:])
 peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 print("peak", peak, code)
@@ -404,7 +404,7 @@ def test_a_400_mb_dump_given_to_explain_is_not_read_and_costs_no_memory(arena, u
 
 def test_documents_past_the_total_are_said_not_read(arena, monkeypatch):
     """Every JSON document is read (its kind, then its content) up to DOCUMENTS_LIMIT in all."""
-    from explain import explain, inputs
+    from ddp_preflight.explain import explain, inputs
 
     monkeypatch.setattr(inputs, "DOCUMENTS_LIMIT", 3000)
     for n in range(3):
@@ -430,7 +430,7 @@ wait
 
 MASTER = """
 import os, sys
-from transport.local import LocalNode
+from ddp_preflight.transport.local import LocalNode
 LocalNode("local", sys.executable).collect({"code_dir": sys.argv[1], "env": {"PATH": sys.argv[2] + ":" + os.environ["PATH"]},
                                              **({"lease": float(sys.argv[3])} if len(sys.argv) > 3 else {})})
 """
@@ -606,7 +606,7 @@ def test_a_code_folder_chain_1200_deep_is_noted_and_code_parity_finishes(arena, 
 # Explain in a child, and the bytes it read (rchar of /proc/self/io: every read() it made).
 READ_BYTES = """
 import re, sys
-from cli.explain import main
+from ddp_preflight.cli.explain import main
 code = main(sys.argv[1:])
 read = int(re.search(r"rchar: (\\d+)", open("/proc/self/io").read()).group(1))
 print("read", read, code)
@@ -678,7 +678,7 @@ def test_a_log_dir_whose_folder_has_a_default_acl_for_the_intruder_is_refused(ar
 # ~/.nccl.conf and NCCL_CONF_FILE: read bounded, from this user's own home (not HOME).
 
 def test_nccl_conf_that_is_a_fifo_or_a_device_is_skipped_not_waited_on(arena, user, monkeypatch):
-    from node.facts import gpu
+    from ddp_preflight.node.facts import gpu
 
     shared = user.folder(arena / "shared", 0o755)
     user.run(["mkfifo", str(shared / "nccl.conf")])
@@ -698,7 +698,7 @@ def test_nccl_conf_that_is_a_fifo_or_a_device_is_skipped_not_waited_on(arena, us
 
 
 def test_the_nccl_conf_of_the_home_root_is_given_is_not_read(user, monkeypatch):
-    from node.facts import gpu
+    from ddp_preflight.node.facts import gpu
 
     conf = user.home / ".nccl.conf"
     user.run(["sh", "-c", f"echo NCCL_SOCKET_IFNAME=intruders0 > {conf}"])

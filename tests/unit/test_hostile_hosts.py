@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ddp_preflight.transport import NodeError, SshNode
 from tests.hostile import hostile_user
-from transport import NodeError, SshNode
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_HOSTS = 4096        # the documented cap (docs/security.md); transport.host_names.MAX_HOSTS
@@ -49,7 +49,7 @@ def command(*args: str) -> list[str]:
     tool imports nothing from the folder it runs in)."""
     module, rest = args[0], args[1:]
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            f"from cli.{module} import main; sys.exit(main())", *rest]
+            f"from ddp_preflight.cli.{module} import main; sys.exit(main())", *rest]
 
 
 def run(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -294,14 +294,14 @@ def test_an_ssh_node_made_with_a_hostile_name_never_reads_its_ssh_config(shared,
 @pytest.mark.parametrize("host", ["worker1", "root@10.0.0.2", "node-1.lan", "[fd00::1]", "fd00::1", "n_1",
                                   "a" * 255])
 def test_names_ssh_takes_pass_the_one_check(host):
-    from transport.host_names import bad_host_reason, check_hosts
+    from ddp_preflight.transport.host_names import bad_host_reason, check_hosts
 
     assert bad_host_reason(host) is None
     check_hosts("the command line", [host])
 
 
 def test_a_long_name_is_quoted_cut_in_its_one_line():
-    from transport.host_names import HostListError, check_hosts
+    from ddp_preflight.transport.host_names import HostListError, check_hosts
 
     with pytest.raises(HostListError) as raised:
         check_hosts("the command line", ["a" * 100_000])
@@ -310,8 +310,8 @@ def test_a_long_name_is_quoted_cut_in_its_one_line():
 
 
 def test_the_cap_is_the_documented_one():
-    from preflight.hosts import MAX_HOSTFILE_BYTES
-    from transport import host_names
+    from ddp_preflight.preflight.hosts import MAX_HOSTFILE_BYTES
+    from ddp_preflight.transport import host_names
 
     assert (host_names.MAX_HOSTS, host_names.MAX_NAME, MAX_HOSTFILE_BYTES) == (MAX_HOSTS, 255, 1 << 20)
 
@@ -319,7 +319,7 @@ def test_the_cap_is_the_documented_one():
 def test_another_users_slurm_job_is_named_from_its_userid_before_any_srun(user):
     # What scontrol prints as UserId=NAME(UID); the whole refusal, on a real Slurm, is in
     # tests/lab/test_hostile_hosts.py.
-    from transport.slurm_job import not_yours
+    from ddp_preflight.transport.slurm_job import not_yours
 
     assert not_yours("7", f"root({os.getuid()})") is None
     assert not_yours("7", f"{user.name}({user.uid})") == (

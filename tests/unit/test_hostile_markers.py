@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from node import protocol
+from ddp_preflight.node import protocol
+from ddp_preflight.transport import LocalNode
 from tests.hostile import hostile_user
-from transport import LocalNode
 
 from .ports import free_port
 
@@ -34,7 +34,7 @@ def local() -> LocalNode:
 # -- the signature itself ------------------------------------------------------------------------
 
 def test_a_signed_line_is_taken_once_without_its_tag_and_any_change_or_other_key_fails():
-    from node import signing
+    from ddp_preflight.node import signing
 
     key = signing.new_key()
     text = protocol.line(protocol.LAUNCH, {"kind": "exits", "code": 0, "ranks": []})
@@ -198,7 +198,7 @@ def probe_job(job: str, port: int) -> list:
 
 @pytest.mark.parametrize("job", ["bandwidth", "collectives"])
 def test_with_no_stranger_the_signed_store_gives_the_probe_its_whole_result(job):
-    from preflight.probes import torchjob
+    from ddp_preflight.preflight.probes import torchjob
 
     port = free_port()
     results = probe_job(job, port)
@@ -214,7 +214,7 @@ def test_with_no_stranger_the_signed_store_gives_the_probe_its_whole_result(job)
 
 @pytest.mark.parametrize("job", ["bandwidth", "collectives"])
 def test_a_stranger_overwriting_the_probe_stores_keys_makes_the_probe_say_interfered_never_crash(job):
-    from preflight.probes import torchjob
+    from ddp_preflight.preflight.probes import torchjob
 
     port = free_port()
     stranger = run_stranger("127.0.0.1", port, 45)
@@ -240,7 +240,7 @@ def test_a_stranger_overwriting_the_probe_stores_keys_makes_the_probe_say_interf
 PEEK = """\
 import os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from node import programs
+from ddp_preflight.node import programs
 said = os.fdopen(os.dup(1), "w")
 os.dup2(os.pipe()[1], 1)       # its stdout: a pipe of its user's, as a node program's is (sshd makes it)
 if sys.argv[2] == "not-dumpable":
@@ -307,8 +307,8 @@ def test_a_launched_rank_finds_the_launch_programs_key_nowhere_it_can_read(tmp_p
 # -- the Slurm relay: a rank can write to its relay's stdout as well ------------------------------
 
 def test_a_relays_frames_are_signed_and_a_frame_a_rank_writes_is_not_taken():
-    from node import relay, signing
-    from transport.payload import boot_argv, stdin_payload
+    from ddp_preflight.node import relay, signing
+    from ddp_preflight.transport.payload import boot_argv, stdin_payload
 
     key = signing.new_key()
     proc = subprocess.Popen(boot_argv(sys.executable), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -333,7 +333,7 @@ def test_a_relays_frames_are_signed_and_a_frame_a_rank_writes_is_not_taken():
 # -- a forged marked line is cut while it is read ------------------------------------------------
 
 def test_a_forged_marked_line_is_held_to_64_kib_while_it_streams_and_an_announced_one_whole():
-    from transport.lines import MAX_LINE, LineSplitter
+    from ddp_preflight.transport.lines import MAX_LINE, LineSplitter
 
     splitter, chunk = LineSplitter(max_marked=MAX_LINE), b"y" * (1 << 20)
     splitter.feed(protocol.LAUNCH.encode())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from node.loader_env import refusal
+from ddp_preflight.node.loader_env import refusal
 from tests.hostile import hostile_user
 
 from .ports import free_port
@@ -26,7 +26,7 @@ HOST = socket.gethostname()
 
 def command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from cli.ddp_preflight import main; sys.exit(main())", *args]
+            "from ddp_preflight.cli.ddp_preflight import main; sys.exit(main())", *args]
 
 
 @pytest.fixture

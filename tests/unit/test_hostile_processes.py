@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from node.facts.processes import port_holders, ptrace_facts, training_processes
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options
+from ddp_preflight.node.facts.processes import port_holders, ptrace_facts, training_processes
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options
 from tests.hostile import hostile_user
 
 from .ports import free_port
@@ -34,7 +34,7 @@ LISTENER = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.
 
 def command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from cli.ddp_preflight import main; sys.exit(main())", *args]
+            "from ddp_preflight.cli.ddp_preflight import main; sys.exit(main())", *args]
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ class Run:
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
                                     start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         threading.Thread(target=lambda: self.lines.extend(self.job.stdout), daemon=True).start()
-        self.watch = subprocess.Popen([sys.executable, "-m", "hangwatch", "attach", "--json", "--threshold",
+        self.watch = subprocess.Popen([sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "--json", "--threshold",
                                        str(THRESHOLD), "--incident-dir", str(tmp_path / "incidents"), "--for", "200",
                                        *watch_args(self.job.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       cwd=ROOT)
@@ -230,7 +230,7 @@ def _silent_stores(count: int):
 def test_every_store_is_read_at_once_under_one_deadline_and_a_silent_one_is_said_silent():
     from torch.distributed import TCPStore
 
-    from node import store
+    from ddp_preflight.node import store
 
     servers, held = _silent_stores(6)
     real = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
@@ -252,7 +252,7 @@ def test_every_store_is_read_at_once_under_one_deadline_and_a_silent_one_is_said
 
 
 def test_the_agent_sends_the_stacks_before_it_reads_a_silent_store(tmp_path):
-    from node import agent, store
+    from ddp_preflight.node import agent, store
 
     crowd = impostors.start(hostile_user(), 1, host="127.0.0.1", world=4)
     try:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ddp_preflight.transport.errors import NodeError
+from ddp_preflight.transport.ssh import SshNode, known_hosts_files, ssh_config_files
 from tests.hostile import hostile_user
-from transport.errors import NodeError
-from transport.ssh import SshNode, known_hosts_files, ssh_config_files
 
 ROOT_HOME = pwd.getpwuid(0).pw_dir
 FAKE_KEY = "localhost ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhvc3RpbGVob3N0aGF0dm91Y2hlc2ZvcmFub3RoZXJr\n"
@@ -133,7 +133,7 @@ def test_a_proxy_command_that_runs_another_users_file_is_refused_and_never_run(u
 def test_roots_own_key_and_proxy_program_are_used_as_given(tmp_path):
     from fabric import Config, Connection
 
-    from transport.ssh import checked_ssh_config, files_ssh_uses, ssh_file_problem
+    from ddp_preflight.transport.ssh import checked_ssh_config, files_ssh_uses, ssh_file_problem
 
     key = tmp_path / "id_ed25519"
     key.write_text("not-a-key\n")

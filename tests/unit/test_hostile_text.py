@@ -63,7 +63,7 @@ def intruders_folder():
 
 
 def cli(*args: str, stdin: bytes | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.ddp_preflight", *args], capture_output=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "ddp_preflight.cli.ddp_preflight", *args], capture_output=True, cwd=ROOT,
                           input=stdin, timeout=timeout)
 
 
@@ -136,7 +136,7 @@ def test_a_ranks_traceback_and_error_file_cannot_drive_explain(intruders_folder)
     # a log's reader splits lines at it, so it could never reach a message whole.)
     user, folder = intruders_folder
     script = user.file(folder / f"train{EVIL}.py", RAISES)
-    bootstrap = ROOT / "node" / "rank_bootstrap.py"
+    bootstrap = ROOT / "ddp_preflight" / "node" / "rank_bootstrap.py"
     ran = user.run(["sh", "-c", '"$@" 2> rank5.log', "sh", SYSTEM_PYTHON, str(bootstrap), str(script), EVIL],
                    check=False, cwd=str(folder),
                    env={**user.env(), "TORCHELASTIC_ERROR_FILE": str(folder / "error-rank-5.json")})
@@ -206,8 +206,8 @@ def hostile_recording(name: str, ending: dict | None = None) -> list[str]:
 
 def replay(lines: list[str], tmp_path: Path):
     """The recording through a real Watcher on a driven clock (as tests/unit/test_hangwatch_watch.py)."""
-    from hangwatch.watch import Watcher, WatchTarget
-    from transport import LocalNode
+    from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
+    from ddp_preflight.transport import LocalNode
 
     records = [json.loads(line) for line in lines[1:]]
     hello = next(r for r in records if r["msg"].get("type") == "hello")
@@ -242,7 +242,7 @@ def deadlock(tmp_path_factory):
 
 
 def test_attachs_lines_show_a_ranks_escapes_never_obey_them(deadlock):
-    from hangwatch.render import diagnosis_block, event_line
+    from ddp_preflight.hangwatch.render import diagnosis_block, event_line
 
     event, _ = deadlock
     line = event_line(event.kind, event.text, at=0)
@@ -257,7 +257,7 @@ def test_attachs_lines_show_a_ranks_escapes_never_obey_them(deadlock):
 
 
 def test_the_launchers_hangwatch_line_shows_them_too(deadlock, capsys):
-    from cli.launch import say
+    from ddp_preflight.cli.launch import say
 
     event, _ = deadlock
     say(f"hangwatch: {event.text}")
@@ -282,9 +282,9 @@ def test_the_dashboard_shows_them_written_out(deadlock):
     from rich.console import Console
     from textual.widgets import Static
 
-    from tui.app import DashboardApp
-    from tui.replay import ReplaySource
-    from tui.screens import LogScreen, StackScreen, StacksScreen
+    from ddp_preflight.tui.app import DashboardApp
+    from ddp_preflight.tui.replay import ReplaySource
+    from ddp_preflight.tui.screens import LogScreen, StackScreen, StacksScreen
 
     event, _ = deadlock
     snapshot = copy.deepcopy(event.snapshot)
@@ -342,7 +342,7 @@ def recorded_ending(user, folder: Path) -> dict:
     second user's script: its message and function carry escapes and a carriage return."""
     script = user.file(folder / "train.py", RAISES)
     records = user.folder(folder / "records", 0o755)
-    ran = user.run([SYSTEM_PYTHON, str(ROOT / "node" / "rank_bootstrap.py"), str(script), FORGE], check=False,
+    ran = user.run([SYSTEM_PYTHON, str(ROOT / "ddp_preflight" / "node" / "rank_bootstrap.py"), str(script), FORGE], check=False,
                    cwd=str(folder), env={**user.env(), "DDP_PREFLIGHT_FLIGHT_RECORDER": str(records)})
     assert ran.returncode == 1, ran.stderr
     found = list(records.glob("*.end"))
@@ -351,7 +351,7 @@ def recorded_ending(user, folder: Path) -> dict:
 
 
 def test_the_training_failed_summary_shows_a_ranks_exception_written_out(intruders_folder, tmp_path):
-    from launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
+    from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
 
     user, folder = intruders_folder
     ending = recorded_ending(user, folder)
@@ -379,7 +379,7 @@ def test_the_training_failed_summary_shows_a_ranks_exception_written_out(intrude
 # -- a rank's output line ---------------------------------------------------------------------------
 
 def test_a_ranks_carriage_return_cannot_take_the_launchers_prefix_off_its_line():
-    from launch.output import Line
+    from ddp_preflight.launch.output import Line
 
     # Rank 1 tries to pass its line off as rank 0's (or as the launcher's own).
     line = Line("master", 1, 1, f"loss 2.0\r[master r0] step 9{EVIL}", 0.0)
@@ -389,7 +389,7 @@ def test_a_ranks_carriage_return_cannot_take_the_launchers_prefix_off_its_line()
 
 
 def test_the_sanitizer_writes_out_what_a_terminal_would_obey():
-    from node.terminal import shown, shown_data, shown_text, visible
+    from ddp_preflight.node.terminal import shown, shown_data, shown_text, visible
 
     assert shown(FORGE + "\n\x00\x7f\tend") == FORGE_SHOWN + "^J^@^?\tend"
     assert shown("a\u202eb\u2028c") == "a<U+202E>b<U+2028>c"          # bidi override, line separator
@@ -402,13 +402,13 @@ def test_the_sanitizer_writes_out_what_a_terminal_would_obey():
 
 def test_no_renderer_emits_a_raw_control_character_from_a_recorded_snapshot(tmp_path):
     # Every string of a recorded snapshot made hostile: each renderer's text stays clean.
-    from hangwatch.incident import write
-    from hangwatch.model import Snapshot
-    from hangwatch.render import diagnosis_block, incident_report, rank_line
-    from tui.widgets.cluster import render_cluster
-    from tui.widgets.diagnosis import render_diagnosis
-    from tui.widgets.preflight import render_result
-    from tui.widgets.ranks import cells
+    from ddp_preflight.hangwatch.incident import write
+    from ddp_preflight.hangwatch.model import Snapshot
+    from ddp_preflight.hangwatch.render import diagnosis_block, incident_report, rank_line
+    from ddp_preflight.tui.widgets.cluster import render_cluster
+    from ddp_preflight.tui.widgets.diagnosis import render_diagnosis
+    from ddp_preflight.tui.widgets.preflight import render_result
+    from ddp_preflight.tui.widgets.ranks import cells
 
     def hostile(value):
         if isinstance(value, dict):
@@ -458,7 +458,7 @@ def hook_urls(values: dict[str, str]) -> dict[str, str]:
 
 
 def test_each_secret_shape_is_hidden_in_a_text_an_environment_a_command_line_and_a_document():
-    from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
+    from ddp_preflight.node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
 
     values = secret_values()
     urls = hook_urls(values)
@@ -495,8 +495,8 @@ def test_each_secret_shape_is_hidden_in_a_text_an_environment_a_command_line_and
 
 def test_an_incident_bundle_keeps_no_secret_of_a_ranks_environment_or_command_line(tmp_path):
     # As an older agent would send them (not redacted on the node): the master redacts them again.
-    from hangwatch.incident import write
-    from hangwatch.model import Snapshot
+    from ddp_preflight.hangwatch.incident import write
+    from ddp_preflight.hangwatch.model import Snapshot
 
     values = secret_values()
     urls = hook_urls(values)
@@ -530,8 +530,8 @@ def test_the_agent_redacts_the_second_users_ranks_environment_before_it_leaves_t
     environment holds every shape: the rank message that leaves the node holds none of them."""
     import queue
 
-    from node import protocol
-    from transport import LocalNode
+    from ddp_preflight.node import protocol
+    from ddp_preflight.transport import LocalNode
 
     user, folder = intruders_folder
     values = secret_values()
@@ -601,16 +601,16 @@ def test_a_ranks_exception_leaves_no_secret_in_the_hangwatch_line_the_summary_or
     """The second user's script raises with secrets in the usual forms (a dict's repr, YAML-ish
     `token: X`, JSON, a SAS URL in free text): the launcher's hangwatch line, its "training failed"
     summary, result.json as written and the incident bundle keep none of them."""
-    from cli.launch import say
-    from launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
-    from node.redact import redact_json, redact_text
-    from node.terminal import shown_text
+    from ddp_preflight.cli.launch import say
+    from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult, NodeState, Why, render
+    from ddp_preflight.node.redact import redact_json, redact_text
+    from ddp_preflight.node.terminal import shown_text
 
     user, folder = intruders_folder
     values = {**leak_values(), "hf": hf_token()}
     script = user.file(folder / "train.py", raising_script(values))
     records = user.folder(folder / "records", 0o755)
-    ran = user.run([SYSTEM_PYTHON, str(ROOT / "node" / "rank_bootstrap.py"), str(script)], check=False, cwd=str(folder),
+    ran = user.run([SYSTEM_PYTHON, str(ROOT / "ddp_preflight" / "node" / "rank_bootstrap.py"), str(script)], check=False, cwd=str(folder),  # noqa: E501
                    env={**user.env(), "DDP_PREFLIGHT_FLIGHT_RECORDER": str(records)})
     assert ran.returncode == 1, ran.stderr
     ending = json.loads(next(records.glob("*.end")).read_text())
@@ -660,7 +660,7 @@ def test_a_launch_shows_and_writes_no_secret_of_its_arguments_or_a_ranks_excepti
     args = ["--pw", values["pw"], "--data", f"https://acct.blob.core.windows.net/c/x?sv=2022-11-02&sp=r&sig={values['sas']}",
             "--conn", f"Server=db;UID=sa;PWD={values['odbc']}", "--pwd", values["pwd"], "--user",
             f"admin:{values['curl']}", "-P", "2222", "--max-tokens", "512"]
-    done = subprocess.run([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port", str(free_port()),
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--no-probes", "--force", "--master-port", str(free_port()),
                            "--launch", "--log-dir", str(log_dir), "--", str(script), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.hosts import (
+from ddp_preflight.preflight.hosts import (
     MAX_HOSTS,
     HostfileEntry,
     HostListError,
@@ -19,8 +19,8 @@ from preflight.hosts import (
     read_hostfile,
     slurm_hosts,
 )
-from transport.slurm_hostlist import expand
-from transport.slurm_job import hostnames
+from ddp_preflight.transport.slurm_hostlist import expand
+from ddp_preflight.transport.slurm_job import hostnames
 
 # --- Slurm ---------------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ import json
 import stat
 from pathlib import Path
 
-from hangwatch.incident import write
-from hangwatch.model import Snapshot
+from ddp_preflight.hangwatch.incident import write
+from ddp_preflight.hangwatch.model import Snapshot
 
 SNAPSHOTS = Path(__file__).parent / "artifacts" / "snapshots"
 SECRETS = {"HF_TOKEN": "hf_abcdef", "WANDB_API_KEY": "0123abcd", "MY_PASS": "hunter2"}

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rules.launch_args import too_many_ranks
+from ddp_preflight.rules.launch_args import too_many_ranks
 
 from .ports import free_port
 
@@ -21,7 +21,7 @@ HOST = socket.gethostname()
 
 def command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from cli.ddp_preflight import main; sys.exit(main())", *args]
+            "from ddp_preflight.cli.ddp_preflight import main; sys.exit(main())", *args]
 
 
 def usable_cpus() -> int:

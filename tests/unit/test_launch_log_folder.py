@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launch.outcome import LaunchedRank, LaunchResult, NodeState, render
-from launch.output import NodeLogs
-from node.private import make_folder
+from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult, NodeState, render
+from ddp_preflight.launch.output import NodeLogs
+from ddp_preflight.node.private import make_folder
 
 REPO = Path(__file__).parents[2]
 
@@ -44,7 +44,7 @@ FAILING = """
 import json, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-from launch.output import NodeLogs
+from ddp_preflight.launch.output import NodeLogs
 told = []
 logs = NodeLogs(sys.argv[1], on_failure=told.append)
 logs.write_json("plan.json", {"nodes": []})
@@ -95,7 +95,7 @@ def read_only_folder(tmp_path: Path):
 
 def test_a_read_only_log_dir_is_one_usage_line_before_anything_runs(tmp_path):
     with read_only_folder(tmp_path) as (folder, why):
-        done = subprocess.run([sys.executable, "-m", "preflight", "--no-probes", "--launch", "--log-dir", str(folder),
+        done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--no-probes", "--launch", "--log-dir", str(folder),
                                "--", "train.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:]

@@ -6,8 +6,8 @@ import signal
 import subprocess
 import sys
 
-from launch.outcome import LaunchedRank, LaunchResult, NodeState, explain, render
-from launch.output import NodeLogs, parse
+from ddp_preflight.launch.outcome import LaunchedRank, LaunchResult, NodeState, explain, render
+from ddp_preflight.launch.output import NodeLogs, parse
 
 
 def test_torchruns_tee_prefix_gives_the_global_rank():
@@ -97,15 +97,15 @@ def test_all_ranks_exiting_zero_is_success():
 
 def test_the_launch_package_stays_headless():
     # The dashboard imports the launcher; the launcher never imports textual (STYLE: harlequin).
-    code = "import sys, launch, cli.launch; print('textual' in sys.modules)"
+    code = "import sys, launch, ddp_preflight.cli.launch; print('textual' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
 
 def test_the_headline_is_hangwatchs_verdict_when_it_names_a_rank():
     # Rank 1 raised (its own record); torchrun stopped rank 0 beside it; worker1's ranks lost it.
-    from hangwatch.exits import Ending, judge
-    from node.protocol import ExitStatus
+    from ddp_preflight.hangwatch.exits import Ending, judge
+    from ddp_preflight.node.protocol import ExitStatus
     raised = {"how": "raised", "t": 9.2, "type": "RuntimeError", "message": "bad batch at step 5",
               "frames": [{"file": "/work/train.py", "line": 172, "function": "main"}]}
     verdict = judge([Ending("master", 101, 1, 9.2, 0.001, ExitStatus(code=1), raised, launcher=90),
@@ -140,7 +140,7 @@ LOST_PEER = """[rank1]: Traceback (most recent call last):
 
 
 def _lost_peer():
-    from hangwatch.tracebacks import Reader
+    from ddp_preflight.hangwatch.tracebacks import Reader
     reader, seen = Reader(), None
     for line in LOST_PEER.splitlines():
         seen = reader.feed(line) or seen

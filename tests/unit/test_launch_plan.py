@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from launch.plan import PlanError, build_plan, parse_command
-from preflight.checks import FACT_CHECKS, run_checks
-from preflight.cluster import Target
-from preflight.model import NodeFacts, Report
-from rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
+from ddp_preflight.launch.plan import PlanError, build_plan, parse_command
+from ddp_preflight.preflight.checks import FACT_CHECKS, run_checks
+from ddp_preflight.preflight.cluster import Target
+from ddp_preflight.preflight.model import NodeFacts, Report
+from ddp_preflight.rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
 
 from .facts_fixtures import clean, context, facts, only
 
@@ -187,7 +187,7 @@ def test_a_bad_env_name_is_said_without_its_value():
 def test_secrets_reach_the_node_but_never_the_plan_shown_or_kept():
     secrets = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI", "HF_TOKEN": "hf_abc", "WANDB_API_KEY": "0123abcd",
                "PASSWORD": "hunter2", "DATABASE_URL": "postgres://u:p@db/x"}
-    plan = plan_for(env=[f"{k}={v}" for k, v in secrets.items()], command=("train.py", "--hub-token", "hf_arg", "--mirror", "https://me:pw@host/s"))
+    plan = plan_for(env=[f"{k}={v}" for k, v in secrets.items()], command=("train.py", "--hub-token", "hf_arg", "--mirror", "https://me:pw@host/s"))  # noqa: E501
     shown = json.dumps(plan.to_json()) + "".join(n.command_line() for n in plan.nodes)
     for value in (*secrets.values(), "hf_arg", "me:pw"):
         assert value not in shown

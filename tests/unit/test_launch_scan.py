@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from cli.launch import refusal
-from node.facts.imports import training_imports
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Report, Status
-from preflight.probes.collectives import scan_project
-from rules.facts import TrainingImports
+from ddp_preflight.cli.launch import refusal
+from ddp_preflight.node.facts.imports import training_imports
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Report, Status
+from ddp_preflight.preflight.probes.collectives import scan_project
+from ddp_preflight.rules.facts import TrainingImports
 
 REPO = Path(__file__).parents[2]
 NANOCHAT = REPO / "tests" / "projects" / "nanochat"

@@ -10,16 +10,16 @@ import json
 import signal
 from pathlib import Path
 
-from explain import explain, inputs
-from explain.gather import gather
-from explain.verdict import decide
-from hangwatch.exits import OUTSIDE, StoppedBy, stop_of
-from hangwatch.model import Certainty, Kind, Reason
-from hangwatch.text import headline
-from launch.ends import judged
-from launch.outcome import STOPPED_BY_US, LaunchedRank, LaunchResult, NodeState, render
-from launch.outcome import explain as attribute
-from node.protocol import ExitStatus
+from ddp_preflight.explain import explain, inputs
+from ddp_preflight.explain.gather import gather
+from ddp_preflight.explain.verdict import decide
+from ddp_preflight.hangwatch.exits import OUTSIDE, StoppedBy, stop_of
+from ddp_preflight.hangwatch.model import Certainty, Kind, Reason
+from ddp_preflight.hangwatch.text import headline
+from ddp_preflight.launch.ends import judged
+from ddp_preflight.launch.outcome import STOPPED_BY_US, LaunchedRank, LaunchResult, NodeState, render
+from ddp_preflight.launch.outcome import explain as attribute
+from ddp_preflight.node.protocol import ExitStatus
 
 from .test_first_failure import _live
 
@@ -104,10 +104,10 @@ def test_a_stop_signal_on_a_stopped_node_stays_the_stops_even_when_torchrun_list
 def test_a_verdict_carries_only_the_preflight_findings_that_can_cause_it(tmp_path):
     # Before: every warning of the named ranks' nodes rode along ("preflight said of vm:
     # stale-processes ..." beside a rank that raised, or one that left its loop).
-    from hangwatch.diagnose import decide
-    from hangwatch.model import NodeNote
-    from hangwatch.stalled import Stall
-    from hangwatch.text import summary
+    from ddp_preflight.hangwatch.diagnose import decide
+    from ddp_preflight.hangwatch.model import NodeNote
+    from ddp_preflight.hangwatch.stalled import Stall
+    from ddp_preflight.hangwatch.text import summary
 
     from .test_hangwatch_pipeline import LEFT, WAITING, seen
     notes = {"master": (NodeNote("master", "pid 4242 still holds port 29500", "stale-processes"),
@@ -117,7 +117,7 @@ def test_a_verdict_carries_only_the_preflight_findings_that_can_cause_it(tmp_pat
     assert [(n.check, n.said) for n in d.notes] == [("data-shards", "1 shard here, 4 on worker1")]
     assert summary(d).endswith("; preflight said of master: data-shards: 1 shard here, 4 on worker1")
     # A rank that raised: neither finding can cause it; a busy master port: the stale process can.
-    from hangwatch import notes as clues
+    from ddp_preflight.hangwatch import notes as clues
     assert clues.related(notes, ["master"], Reason.RAISED) == ()
     assert clues.related(notes, ["master"], Reason.PORT_IN_USE) == (notes["master"][0],)
 
@@ -127,8 +127,8 @@ def test_a_launchs_summary_names_what_torchruns_own_lines_name_as_explain_does(t
     # summary said only "torchrun on master ended with exit code 1"; explain of the files named the
     # busy port. The launcher now reads the node's own lines into what they name (named.launcher_said,
     # as run.py does line by line) and the one judge decides from them (named.by_launchers).
-    from hangwatch.named import launcher_said
-    from hangwatch.tracebacks import Reader
+    from ddp_preflight.hangwatch.named import launcher_said
+    from ddp_preflight.hangwatch.tracebacks import Reader
 
     folder = Path(__file__).parent / "artifacts" / "explain" / "port-busy"
     reader, said = Reader(), []

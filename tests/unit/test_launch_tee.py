@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from launch.output import Tee
+from ddp_preflight.launch.output import Tee
 
 # Each rank writes half a line, waits (torchrun's tail takes it), then the rest.
 HALVES = """

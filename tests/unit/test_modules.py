@@ -11,18 +11,18 @@ from .test_layers import OURS, ROOT
 
 MOST_LINES = 400
 # Still over while another change splits it (issue 35: node/agent.py is being split by its owner).
-OVER_FOR_NOW = {"node/agent.py"}
+OVER_FOR_NOW = {"ddp_preflight/node/agent.py"}
 # Cycles through an import made inside a function, on purpose, in packages outside this change:
 # a check's causes look the registry up when asked. Listed so that any other cycle fails; each is its owner's to remove.
-DEFERRED = {("preflight.checks", "preflight.checks.bandwidth", "preflight.checks.causes",
-             "preflight.checks.collectives")}
+DEFERRED = {("ddp_preflight.preflight.checks", "ddp_preflight.preflight.checks.bandwidth", "ddp_preflight.preflight.checks.causes",  # noqa: E501
+             "ddp_preflight.preflight.checks.collectives")}
 
 
 def modules() -> dict[str, Path]:
     found = {}
     for package in OURS:
         for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = path.relative_to(ROOT.parent).with_suffix("").parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
@@ -93,7 +93,7 @@ def test_the_cycle_finder_sees_a_cycle_through_an_import_inside_a_function(tmp_p
 
 
 def test_every_module_is_at_most_400_lines():
-    over = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in modules().values()
+    over = {path.relative_to(ROOT.parent).as_posix(): len(path.read_text().splitlines()) for path in modules().values()
             if len(path.read_text().splitlines()) > MOST_LINES}
     assert not {k: v for k, v in over.items() if k not in OVER_FOR_NOW}, over
 

@@ -3,9 +3,9 @@ and the cause it makes: a name that resolves to none of the master's addresses (
 
 from __future__ import annotations
 
-from node.netprobe import hosts_line
-from preflight.checks.name_cause import name_cause
-from preflight.probes.network_seen import Dial, MasterListener
+from ddp_preflight.node.netprobe import hosts_line
+from ddp_preflight.preflight.checks.name_cause import name_cause
+from ddp_preflight.preflight.probes.network_seen import Dial, MasterListener
 
 from .test_checks_ports import ctx_of, load
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from node.facts.imports import training_imports
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.node.facts.imports import training_imports
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
 
 REPO = Path(__file__).parents[2]
 NANOCHAT = REPO / "tests" / "projects" / "nanochat"
@@ -125,7 +125,7 @@ def test_pythonpath_per_node_names_the_node_that_lacks_them_with_its_interpreter
 
 
 def test_the_cli_on_nanochats_command_names_what_is_missing_not_scripts(tmp_path):
-    done = subprocess.run([PYTHON, "-m", "preflight", "--only", "training-imports", "--python", PYTHON, "--json",
+    done = subprocess.run([PYTHON, "-m", "ddp_preflight", "--only", "training-imports", "--python", PYTHON, "--json",
                            "--", "-m", "scripts.base_train", "--depth=4"],
                           capture_output=True, text=True, timeout=120, cwd=NANOCHAT,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
@@ -134,7 +134,7 @@ def test_the_cli_on_nanochats_command_names_what_is_missing_not_scripts(tmp_path
     assert result["details"]["cannot_import"] == ["wandb", "rustbpe", "tiktoken", "yaml", "requests"]
     assert result["fix"] == f"{result['node']}: {PYTHON} -m pip install pyyaml requests rustbpe tiktoken wandb"
 
-    with_deps = subprocess.run([PYTHON, "-m", "preflight", "--only", "training-imports", "--python", PYTHON,
+    with_deps = subprocess.run([PYTHON, "-m", "ddp_preflight", "--only", "training-imports", "--python", PYTHON,
                                 "--json", "--env", f"PYTHONPATH={DEPS}", "--", "-m", "scripts.base_train"],
                                capture_output=True, text=True, timeout=120, cwd=NANOCHAT,
                                env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.facts.imports import training_imports
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, Options, Status
-from preflight.probes import collectives
-from preflight.probes.code_scan import scan
+from ddp_preflight.node.facts.imports import training_imports
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, Options, Status
+from ddp_preflight.preflight.probes import collectives
+from ddp_preflight.preflight.probes.code_scan import scan
 
 from . import facts_fixtures as ff
 

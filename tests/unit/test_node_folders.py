@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from preflight.checks import BY_ID, run_checks
-from preflight.hosts import HostListError, NodePaths, node_paths
-from preflight.model import Status
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.hosts import HostListError, NodePaths, node_paths
+from ddp_preflight.preflight.model import Status
 
 from . import facts_fixtures as ff
 from .facts_fixtures import clean, context, one
@@ -49,7 +49,7 @@ def test_the_cli_collects_shards_from_the_nodes_own_folder(tmp_path):
     here = socket.gethostname()
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / "shard_00000.parquet").write_bytes(b"x" * 1000)
-    done = subprocess.run([PYTHON, "-m", "preflight", "--only", "data-shards", "--json",
+    done = subprocess.run([PYTHON, "-m", "ddp_preflight", "--only", "data-shards", "--json",
                            "--data-dir", f"{here}:{tmp_path / 'shards'}"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     (result,) = json.loads(done.stdout)["results"]
@@ -59,7 +59,7 @@ def test_the_cli_collects_shards_from_the_nodes_own_folder(tmp_path):
 
 
 def test_the_cli_refuses_a_node_of_no_host_before_contacting_any(tmp_path):
-    done = subprocess.run([PYTHON, "-m", "preflight", "--code-dir", "worker9:/srv/code"],
+    done = subprocess.run([PYTHON, "-m", "ddp_preflight", "--code-dir", "worker9:/srv/code"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (f"ddp-preflight: error: --code-dir worker9:/srv/code: worker9 is not one of the "
@@ -81,8 +81,8 @@ def test_code_parity_copies_into_the_nodes_own_folder():
 
 
 def test_a_worker_without_the_script_gets_the_masters_code_copied_into_its_own_folder(tmp_path):
-    from node.facts.imports import training_imports
-    from preflight.model import Context, NodeFacts, Options
+    from ddp_preflight.node.facts.imports import training_imports
+    from ddp_preflight.preflight.model import Context, NodeFacts, Options
 
     master, worker = tmp_path / "master", tmp_path / "w1"
     master.mkdir()

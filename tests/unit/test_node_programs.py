@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from node import protocol
-from node.control import HEARTBEAT
-from transport import LocalNode
-from transport.lines import MAX_LINE, LineSplitter
-from transport.node import HEARTBEATS
+from ddp_preflight.node import protocol
+from ddp_preflight.node.control import HEARTBEAT
+from ddp_preflight.transport import LocalNode
+from ddp_preflight.transport.lines import MAX_LINE, LineSplitter
+from ddp_preflight.transport.node import HEARTBEATS
 
 from .ports import free_port as _free_port
 
 ROOT = Path(__file__).parents[2]
 PIDS = re.compile(r"\bpids (\d+) (\d+)")
 PID = re.compile(r"\bpid (\d+)")
-NODE = ROOT / "node"
+NODE = ROOT / "ddp_preflight" / "node"
 
 
 def local() -> LocalNode:
@@ -92,7 +92,7 @@ def test_the_node_package_imports_the_standard_library_only():
                     continue
                 if top == "torch" and rel in TORCH_MODULES:
                     continue
-                assert top in OPTIONAL, f"node/{rel} imports {name}: the node package is standard library only"
+                assert top in OPTIONAL, f"ddp_preflight/node/{rel} imports {name}: the node package is standard library only"
 
 
 def test_a_protocol_line_round_trips():
@@ -332,7 +332,7 @@ def test_a_stop_prepared_before_the_launch_program_is_ready_waits_for_it(tmp_pat
 
 UNWRITABLE_STOPPING = """\
 import os, sys, tempfile, time
-from node import launch_runner
+from ddp_preflight.node import launch_runner
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
 launch_runner.watch_ranks()
 def say(kind, **data):                  # the master's channel is gone when torchrun stops its ranks
@@ -439,7 +439,7 @@ os.environ["DDP_PREFLIGHT_TEST_TAG"] = TAG
 
 def ours() -> set[int]:
     found = set()
-    for pid in processes_with("node.programs"):
+    for pid in processes_with("ddp_preflight.node.programs"):
         try:
             if f"DDP_PREFLIGHT_TEST_TAG={TAG}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
                 found.add(pid)

@@ -1,4 +1,4 @@
-"""node/wire.py on real sockets: the bytes a process's TCP connections carried, as the kernel
+"""ddp_preflight/node/wire.py on real sockets: the bytes a process's TCP connections carried, as the kernel
 counts them (sock_diag), and nothing of its files."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from node.wire import Wire
+from ddp_preflight.node.wire import Wire
 
 PEER = """
 import socket, sys, time
@@ -94,8 +94,8 @@ def test_a_connection_made_between_two_samples_counts_at_the_next_and_one_closed
 def test_the_agent_counts_a_ranks_sockets_again_only_when_they_or_their_states_changed():
     # The TCP table costs milliseconds: a count whose sockets and states are as the wire's reading
     # has them is the last count; a peer that closed (CLOSE_WAIT) or a new connection is read anew.
-    from node import proc
-    from node.agent import Agent
+    from ddp_preflight.node import proc
+    from ddp_preflight.node.agent import Agent
     me = os.getpid()
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

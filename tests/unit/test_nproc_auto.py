@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.nproc_auto import NprocError, settle
+from ddp_preflight.preflight.nproc_auto import NprocError, settle
 
 from .facts_fixtures import clean, context, facts
 
@@ -47,7 +47,7 @@ def test_a_cuda_run_without_gpus_cannot_be_auto():
 
 
 def test_the_command_settles_auto_to_this_machines_cpus():
-    done = subprocess.run([sys.executable, "-m", "preflight", "--nproc-per-node", "auto", "--only", "ranks-per-node",
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--nproc-per-node", "auto", "--only", "ranks-per-node",
                            "--no-probes", "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     (result,) = json.loads(done.stdout)["results"]
     assert result["details"]["nproc_per_node"] == os.cpu_count()

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from explain import inputs
-from explain.gather import gather
-from explain.verdict import decide
-from hangwatch.model import Certainty, Diagnosis, Kind, Reason
+from ddp_preflight.explain import inputs
+from ddp_preflight.explain.gather import gather
+from ddp_preflight.explain.verdict import decide
+from ddp_preflight.hangwatch.model import Certainty, Diagnosis, Kind, Reason
 
 from .test_first_failure import _live
 
@@ -46,8 +46,8 @@ def _watched_launch(g, tmp_path) -> Diagnosis | None:
     """What a watched launch concludes (launch/watched.py's WatchedLaunch.verdict): hangwatch's
     verdict on the ends it was fed, else, where it followed no rank, what the torchruns' own lines
     named (launch/ends.by_launchers over what the launcher read of each node's own lines)."""
-    from launch.ends import by_launchers
-    from launch.outcome import NodeState
+    from ddp_preflight.launch.ends import by_launchers
+    from ddp_preflight.launch.outcome import NodeState
     nodes = {}
     for n in g.nodes:
         if n.node is not None:
@@ -104,7 +104,7 @@ def test_explain_names_one_culprit_list(path):
     # Before: beside "rank 3 was killed" (the verdict), the finding of sigkill-reset named rank 1 (its
     # table's first failed line: local rank 1 on worker1 read as global rank 1); exit-abort's named
     # rank 0 beside the verdict's rank 3; quit-r3's rank 0 beside rank 3.
-    from explain import explain
+    from ddp_preflight.explain import explain
     e = explain([str(path)])
     for run in e.runs or (e,):
         d, f = run.diagnosis, run.finding
@@ -119,7 +119,7 @@ def test_explain_reads_an_empty_flight_recorder_the_launch_kept(tmp_path):
     import json
     import shutil
 
-    from explain import explain
+    from ddp_preflight.explain import explain
     folder = tmp_path / "launch-leave"
     shutil.copytree(ART / "explain" / "launch-leave", folder)
     kept = json.loads((folder / "flight-rank-3.json").read_text())
@@ -142,8 +142,8 @@ def test_a_watched_launch_stopped_with_no_hang_named_is_not_a_deadlock_in_explai
     import json
     import shutil
 
-    from explain import explain
-    from explain.render import as_text
+    from ddp_preflight.explain import explain
+    from ddp_preflight.explain.render import as_text
     folder = tmp_path / "stopped"
     shutil.copytree(ART / "explain" / "launch-leave", folder, ignore=shutil.ignore_patterns("incidents"))
     result = json.loads((folder / "result.json").read_text())
@@ -165,7 +165,7 @@ def test_nccls_watchdog_line_is_a_collectives_timeout_live_as_in_the_files(tmp_p
     # killed: live, a rank still running is judged from its stacks.)
     import signal
 
-    from node.protocol import ExitStatus
+    from ddp_preflight.node.protocol import ExitStatus
     g = gather(inputs.find([str(ART / "logs" / "nccl-h100" / "hung-train-tail.log")]))
     (rank0,) = g.ranks
     rank0.exit, rank0.node, rank0.pid = ExitStatus(signal=signal.SIGABRT), "master", 763

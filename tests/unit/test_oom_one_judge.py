@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from explain import explain
-from hangwatch import named
-from hangwatch.model import Certainty, Kind, Reason
+from ddp_preflight.explain import explain
+from ddp_preflight.hangwatch import named
+from ddp_preflight.hangwatch.model import Certainty, Kind, Reason
 
 from .test_first_failure import _live
 
@@ -45,9 +45,9 @@ def test_the_oom_killers_line_names_the_process_it_killed_and_no_other(pid, reas
 
 def test_live_and_explain_say_oom_killed_of_the_same_end(tmp_path):
     # Live: the same ends, the agent's word that worker1's OOM-kill count rose as rank 3 ended.
-    from explain import inputs
-    from explain.ended import ended, ending_of, ooms_of
-    from explain.gather import gather
+    from ddp_preflight.explain import inputs
+    from ddp_preflight.explain.ended import ended, ending_of, ooms_of
+    from ddp_preflight.explain.gather import gather
     g = gather(inputs.find([str(_with_oom_line(tmp_path, 25358))]))
     endings = [ending_of(r, ooms_of(g)) for r in ended(g)]
     assert [e.rank for e in endings if e.oom] == [3]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from node.ranks import RUN_VARIABLE, Finder
+from ddp_preflight.node.ranks import RUN_VARIABLE, Finder
 from tests.hostile import hostile_user
 
 from .ports import free_port
@@ -119,7 +119,7 @@ def test_attach_with_pids_finds_exactly_those_and_a_given_launchers_ranks(proces
 
 
 def test_attach_to_a_pid_that_does_not_exist_is_one_line_and_exit_2():
-    done = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "--pid", "999999"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "--pid", "999999"], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     host = os.uname().nodename
     assert (done.returncode, done.stdout, done.stderr) == (
@@ -157,7 +157,7 @@ def test_a_healthy_launch_is_not_stopped_for_another_run_of_its_user_and_reports
                              "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(sleeper)], env)
     other_rank = processes.children(other, timeout=60)
     log_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port", str(free_port()),
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--no-probes", "--force", "--master-port", str(free_port()),
                            "--nproc-per-node", "2", "--launch", "--stop-on-hang", "--log-dir", str(log_dir), "--",
                            str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -196,7 +196,7 @@ def test_attach_with_pids_reads_and_reports_nothing_of_other_processes(processes
     time.sleep(0.5)
     incidents = tmp_path / "incidents"
     try:
-        watch = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "--pid", str(a), "--pid", str(b),
+        watch = subprocess.run([sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "--pid", str(a), "--pid", str(b),
                                 "--json", "--threshold", "4", "--for", "12", "--incident-dir", str(incidents)],
                                capture_output=True, text=True, cwd=ROOT, timeout=120)
     finally:
@@ -218,7 +218,7 @@ def test_attach_to_another_users_torchrun_by_pid_follows_it_and_its_rank_and_ref
                                user=user)
     [launched] = processes.children(launcher)
     time.sleep(0.5)
-    watch = subprocess.run([sys.executable, "-m", "hangwatch", "attach", "--pid", str(launcher), "--json",
+    watch = subprocess.run([sys.executable, "-m", "ddp_preflight.hangwatch", "attach", "--pid", str(launcher), "--json",
                             "--threshold", "4", "--for", "8"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     events = [json.loads(line) for line in watch.stdout.splitlines()]
     assert {e["pid"] for e in events if e["event"] == "rank-found"} == {launched}, [e["text"] for e in events]

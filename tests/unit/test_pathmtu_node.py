@@ -8,8 +8,8 @@ import socket
 import sys
 import time
 
-from node import pathmtu, protocol
-from transport import LocalNode
+from ddp_preflight.node import pathmtu, protocol
+from ddp_preflight.transport import LocalNode
 
 
 def test_the_probe_finds_loopbacks_full_size_in_one_round_and_the_echo_answers_only_its_token():

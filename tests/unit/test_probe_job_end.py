@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.probes.job_end import why_ended
-from transport.node import JobResult
+from ddp_preflight.preflight.probes.job_end import why_ended
+from ddp_preflight.transport.node import JobResult
 
 
 @pytest.mark.parametrize("result, said", [
@@ -34,7 +34,7 @@ def test_every_end_is_said_with_who_ended_it(result, said):
 def test_a_real_job_killed_at_its_bound_says_so():
     import sys
 
-    from transport.local import LocalNode
+    from ddp_preflight.transport.local import LocalNode
 
     # The path-MTU echo, told to live 30 s, under a bound of 1.5 s: its supervisor ends it.
     job = LocalNode("here", sys.executable).job(
@@ -51,9 +51,9 @@ def test_a_job_the_masters_wait_gave_up_on_says_whose_stop_ended_it_not_torchrun
     # job that outlives the master's wait of 1 s, under a bound of 60 s on the node.
     import sys
 
-    from preflight.probes.job_end import ended_by_us_or_outside
-    from preflight.probes.torchjob import job_error
-    from transport.local import LocalNode
+    from ddp_preflight.preflight.probes.job_end import ended_by_us_or_outside
+    from ddp_preflight.preflight.probes.torchjob import job_error
+    from ddp_preflight.transport.local import LocalNode
 
     job = LocalNode("here", sys.executable).job(
         {"program": "pathmtu", "mode": "echo", "address": "127.0.0.1", "interface": "lo", "token": "ab" * 16,
@@ -67,8 +67,8 @@ def test_a_job_the_masters_wait_gave_up_on_says_whose_stop_ended_it_not_torchrun
 
 
 def test_a_loaded_node_gives_the_probes_more_time_up_to_a_bound_and_is_said_with_its_load():
-    from preflight.probes.job_end import MOST_SLOWDOWN, load_words, slowdown
-    from rules.facts import NodeFacts
+    from ddp_preflight.preflight.probes.job_end import MOST_SLOWDOWN, load_words, slowdown
+    from ddp_preflight.rules.facts import NodeFacts
 
     def node(name, load, cpus=2):
         return NodeFacts(name, {"cpu": {"logical_cores": cpus, "physical_cores": cpus, "usable_cores": cpus,

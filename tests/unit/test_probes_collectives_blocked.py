@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.model import Options
-from preflight.probes import collectives
-from preflight.probes.collectives import _binds
-from preflight.probes.network_seen import NetworkSeen
+from ddp_preflight.preflight.model import Options
+from ddp_preflight.preflight.probes import collectives
+from ddp_preflight.preflight.probes.collectives import _binds
+from ddp_preflight.preflight.probes.network_seen import NetworkSeen
 
 from .test_checks_ports import ctx_of, load
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import sys
 
-from node import protocol
-from preflight.probes import bandwidth, compute, gpus
-from preflight.probes.torchjob import exception_line
-from transport import LocalNode
+from ddp_preflight.node import protocol
+from ddp_preflight.preflight.probes import bandwidth, compute, gpus
+from ddp_preflight.preflight.probes.torchjob import exception_line
+from ddp_preflight.transport import LocalNode
 
 from . import facts_fixtures as ff
 from . import gpu_fixtures as g
@@ -99,7 +99,7 @@ def test_nccls_own_cause_is_read_out_of_the_recorded_failure():
 
 
 def test_a_rank_keeps_nccls_own_cause_when_it_reports_its_error():
-    from node.jobs.collectives import first_line  # the job's module imports torch
+    from ddp_preflight.node.jobs.collectives import first_line  # the job's module imports torch
 
     # The message rank 1 raised on the recorded host, as str() of the exception gives it.
     said = [line.removeprefix("[rank1]: ") for line in g.recording("two-ranks-one-gpu.txt").splitlines()

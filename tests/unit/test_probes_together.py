@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from node import protocol
-from preflight.probes.together import Part, Together, fitting, printed
-from transport import JobResult
+from ddp_preflight.node import protocol
+from ddp_preflight.preflight.probes.together import Part, Together, fitting, printed
+from ddp_preflight.transport import JobResult
 
 COMPUTE = Part((0, 1), 1, timeout=30.0, specs=({"program": "compute", "threads": 1}, {"program": "compute", "threads": None}))
 COLLECTIVES = Part((0, 1), 2, ("--backend", "gloo"), 60.0, {"PET_RDZV_CONF": "timeout=15"})

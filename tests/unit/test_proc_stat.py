@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from lab import system
-from node import proc
-from node.exitcodes import _ancestors
+from ddp_preflight.lab import system
+from ddp_preflight.node import proc
+from ddp_preflight.node.exitcodes import _ancestors
 
 ROOT = Path(__file__).parents[2]
 # A name that fools a parser that splits from the left or at the first ')': 15 bytes, the kernel's limit.
@@ -46,7 +46,7 @@ def test_the_exit_code_readers_ancestors_are_this_process_parents():
 def test_no_other_module_parses_proc_pid_stat():
     # One parser: a module that opens /proc/PID/stat itself is a second rule for the same fields.
     opened = re.compile(r"""/proc/\{[^}]*\}/stat["']|/proc/%d/stat["']|"/stat"\)""")
-    found = [str(path.relative_to(ROOT)) for package in ("node", "transport", "rules", "preflight", "hangwatch",
-                                                        "launch", "explain", "lab", "tui", "cli", "bench")
+    found = [str(path.relative_to(ROOT)) for package in ("ddp_preflight/node", "ddp_preflight/transport", "ddp_preflight/rules", "ddp_preflight/preflight", "ddp_preflight/hangwatch",  # noqa: E501
+                                                        "ddp_preflight/launch", "ddp_preflight/explain", "ddp_preflight/lab", "ddp_preflight/tui", "ddp_preflight/cli", "bench")  # noqa: E501
              for path in sorted((ROOT / package).rglob("*.py")) if opened.search(path.read_text())]
-    assert found == ["node/proc.py"], found
+    assert found == ["ddp_preflight/node/proc.py"], found

@@ -21,8 +21,8 @@ from typing import Dict, List, Set, Tuple
 
 import pytest
 
-from node import proc
-from node.ranks import Finder
+from ddp_preflight.node import proc
+from ddp_preflight.node.ranks import Finder
 
 READY_WAIT = 30      # seconds for a tree's processes to start and say so
 REPO = Path(__file__).parents[2]
@@ -263,7 +263,7 @@ def test_ranks_whose_environment_cannot_be_read_are_torchruns_children(trees):
                 env=_env())
     pids = trees.pids("r", "r.a", "w", "w.a")
     shell = _parent(pids["w"])
-    scan = ("import json; from node.ranks import Finder; "
+    scan = ("import json; from ddp_preflight.node.ranks import Finder; "
             "print(json.dumps({pid: info['env_readable'] for pid, info in Finder().scan().items()}))")
     done = subprocess.run([*AS_NOBODY, sys.executable, "-c", scan], capture_output=True, text=True, timeout=60,
                           cwd=REPO, env=_env(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"))

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from node.tail import MAX_LINE, LineCutter
+from ddp_preflight.node.tail import MAX_LINE, LineCutter
 
 from .ports import free_port
 
@@ -76,7 +76,7 @@ def test_a_rank_printing_256_mib_in_one_line_costs_the_launch_no_more_than_a_lin
     script = tmp_path / "big.py"
     script.write_text(BIG % mib)
     log_dir = tmp_path / "run"
-    launch = subprocess.Popen([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port",
+    launch = subprocess.Popen([sys.executable, "-m", "ddp_preflight", "--no-probes", "--force", "--master-port",
                                str(free_port()), "--launch", "--log-dir", str(log_dir), "--", str(script)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     peaks: dict[int, int] = {}
@@ -120,7 +120,7 @@ def test_marked_lines_a_rank_forges_into_its_launchers_stdout_are_kept_as_a_line
     script = tmp_path / "forge.py"
     script.write_text(FORGE % lines)
     log_dir = tmp_path / "run"
-    launch = subprocess.Popen([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port",
+    launch = subprocess.Popen([sys.executable, "-m", "ddp_preflight", "--no-probes", "--force", "--master-port",
                                str(free_port()), "--launch", "--log-dir", str(log_dir), "--", str(script)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     peaks: dict[int, int] = {}

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from node import protocol
-from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text, secret_name
-from node.terminal import visible
-from transport import LocalNode
+from ddp_preflight.node import protocol
+from ddp_preflight.node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text, secret_name
+from ddp_preflight.node.terminal import visible
+from ddp_preflight.transport import LocalNode
 
 
 @pytest.mark.parametrize("name", [
@@ -116,7 +116,7 @@ def test_the_agent_as_shipped_redacts_a_real_processs_environment():
 
 
 def test_the_agent_module_on_the_master_uses_the_same_rules():
-    from node.agent import redact_env as redact
+    from ddp_preflight.node.agent import redact_env as redact
     assert redact({"MY_PASS": "x", "URL": "https://a:b@h/", "NCCL_DEBUG": "INFO"}) == {
         "MY_PASS": REDACTED, "URL": REDACTED, "NCCL_DEBUG": "INFO"}
 

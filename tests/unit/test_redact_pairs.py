@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from node.ranks import Finder
-from node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
+from ddp_preflight.node.ranks import Finder
+from ddp_preflight.node.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
 
 from .ports import free_port
 
@@ -119,7 +119,7 @@ def test_a_launch_writes_no_value_of_a_secret_option_pair_or_a_user_password_in_
     log_dir = tmp_path / "run"
     args = ["--password", "--token", v["token"], "-p" + v["mysql"], "--client-secret", v["client"],
             "--api-key", "--secret", v["apikey"], "--steps", "3"]
-    done = subprocess.run([sys.executable, "-m", "preflight", "--no-probes", "--force", "--master-port", str(free_port()),
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--no-probes", "--force", "--master-port", str(free_port()),
                            "--env", f"TORCH_NCCL_DEBUG_INFO=svc:{v['addr']}@db", "--env", "STEPS=100",
                            "--launch", "--log-dir", str(log_dir), "--", str(script), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -145,8 +145,8 @@ def test_an_incident_bundle_keeps_no_password_of_a_safe_named_variable_or_an_opt
     unredacted) MASTER_ADDR and TORCH_NCCL_DEBUG_INFO with user:password@, its store address so,
     and the issue's command line: incident.json and report.txt hold none of the values; STEPS=100
     is shown."""
-    from hangwatch.incident import write
-    from hangwatch.model import Snapshot
+    from ddp_preflight.hangwatch.incident import write
+    from ddp_preflight.hangwatch.model import Snapshot
 
     v = {kind: fresh() for kind in ("addr", "debug", "token", "mysql", "client", "bytes")}
     env = {"RANK": "1", "MASTER_ADDR": f"admin:{v['addr']}@10.0.0.1", "STEPS": "100",

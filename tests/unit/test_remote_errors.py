@@ -10,7 +10,7 @@ import socket
 import pytest
 from paramiko.ssh_exception import NoValidConnectionsError, SSHException
 
-from transport.errors import explain_connect, explain_python
+from ddp_preflight.transport.errors import explain_connect, explain_python
 
 
 def refused() -> ConnectionRefusedError:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from node.facts.network import interfaces, rp_filter
-from node.proc import reverse_path_drops
+from ddp_preflight.node.facts.network import interfaces, rp_filter
+from ddp_preflight.node.proc import reverse_path_drops
 
 
 def sysctl(key: str) -> int | None:

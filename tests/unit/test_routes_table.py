@@ -2,8 +2,8 @@
 deletes it from that table. `ip route get` names the table (node/facts/network.py reads it);
 `ip route del` without it looks in the main table alone and fails there ("No such process")."""
 
-from rules.facts.network import Route
-from rules.routes import drop_route
+from ddp_preflight.rules.facts.network import Route
+from ddp_preflight.rules.routes import drop_route
 
 
 def test_a_dead_route_from_another_table_is_deleted_from_that_table():
@@ -21,7 +21,7 @@ def _nodes(name: str):
     import json
     from pathlib import Path
 
-    from rules.facts import NodeFacts
+    from ddp_preflight.rules.facts import NodeFacts
 
     art = json.loads((Path(__file__).parent / "artifacts" / f"{name}.json").read_text())
     return art, {n["node"]: NodeFacts(n["node"], n["facts"], n["error"], n["fix"]) for n in art["nodes"]}
@@ -30,7 +30,7 @@ def _nodes(name: str):
 def test_a_route_out_a_second_live_interface_over_the_lans_subnet_is_a_detour_and_the_lans_own_is_not():
     # Issue 38, on the recorded rp-filter lab: worker1's route to the master goes out eth1 (a live
     # direct link) while eth0's own subnet holds the master's address; the master's route is its LAN's.
-    from rules.routes import detour
+    from ddp_preflight.rules.routes import detour
 
     _, nodes = _nodes("lab_rp_filter")
     found = detour(nodes["worker1"])
@@ -48,8 +48,8 @@ def test_ipv6_off_with_an_ipv6_master_address_gives_the_masters_ipv4_and_nothing
     # DERIVED from the clean lab's facts: worker1's net.ipv6.conf.all.disable_ipv6 = 1.
     import copy
 
-    from rules.facts import NodeFacts
-    from rules.routes import ipv6_off
+    from ddp_preflight.rules.facts import NodeFacts
+    from ddp_preflight.rules.routes import ipv6_off
 
     art, nodes = _nodes("lab_probe_clean")
     master = nodes["master"]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from preflight import config
-from preflight.checks import BY_ID, CHECKS, FACT_CHECKS, UnknownCheck, run_checks, select
-from preflight.hosts import HostfileEntry, HostListError, bad_host_reason, read_hostfile
-from preflight.model import Check, Report, Result, Status
-from preflight.report import junit, text
-from transport.slurm_hostlist import expand
+from ddp_preflight.preflight import config
+from ddp_preflight.preflight.checks import BY_ID, CHECKS, FACT_CHECKS, UnknownCheck, run_checks, select
+from ddp_preflight.preflight.hosts import HostfileEntry, HostListError, bad_host_reason, read_hostfile
+from ddp_preflight.preflight.model import Check, Report, Result, Status
+from ddp_preflight.preflight.report import junit, text
+from ddp_preflight.transport.slurm_hostlist import expand
 
 from .facts_fixtures import clean, context, faulted
 

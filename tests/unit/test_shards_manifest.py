@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from node.facts import shards
-from node.facts.shards import DataDirMissing, DataDirUnreadable, manifest
+from ddp_preflight.node.facts import shards
+from ddp_preflight.node.facts.shards import DataDirMissing, DataDirUnreadable, manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_algorithms_are_in_order_of_preference_and_blake2b_is_always_there():
 def facts_zip(folder: Path) -> Path:
     """The node package as the nodes get it: the zip transport/payload.py sends (shards.py reads
     through node/bounded.py, which is in it)."""
-    from transport.payload import package_zip
+    from ddp_preflight.transport.payload import package_zip
 
     bundle = folder / "node.zip"
     bundle.write_bytes(package_zip())
@@ -81,7 +81,7 @@ def test_runs_from_a_zip_on_a_bare_python_with_only_blake2b(tmp_path):
     """As on a node: the facts package in a zip, and no site-packages (python -S), so neither
     xxhash nor blake3 nor anything from preflight outside facts can be imported."""
     make_shards(tmp_path / "data", 2)
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from node.facts import shards; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from ddp_preflight.node.facts import shards; "
             "m = shards.manifest(sys.argv[2], 'blake2b'); "
             "print(json.dumps([shards.available_algorithms(), m['file_count'], "
             "'xxhash' in sys.modules, 'blake3' in sys.modules]))")
@@ -162,7 +162,7 @@ def manifest_unprivileged(folder: Path, data_dir: Path) -> subprocess.CompletedP
     python = shutil.which("python3", path="/usr/bin:/usr/local/bin") if as_root else sys.executable
     if python is None:      # scripts/system-deps.sh installs it: this test must run, not skip
         pytest.fail("running as root and no /usr/bin/python3 that nobody may run: apt-get install python3-minimal")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from node.facts import shards\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from ddp_preflight.node.facts import shards\n"
             "try:\n    shards.manifest(sys.argv[2], 'blake2b')\n"
             "except shards.ShardError as exc:\n    print(type(exc).__name__, exc)")
     return subprocess.run([python, "-S", "-c", code, str(facts_zip(folder)), str(data_dir)],

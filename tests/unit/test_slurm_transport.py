@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from node import relay
-from transport.payload import boot_argv, stdin_payload
-from transport.slurm import SlurmNodeInfo, _fields
+from ddp_preflight.node import relay
+from ddp_preflight.transport.payload import boot_argv, stdin_payload
+from ddp_preflight.transport.slurm import SlurmNodeInfo, _fields
 
 # `scontrol show node -o worker1` on the lab's Slurm after `scontrol update nodename=worker1
 # state=drain reason="bad disk here"`.

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from transport.ssh import checked_ssh_config, ssh_config_problem
+from ddp_preflight.transport.ssh import checked_ssh_config, ssh_config_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def test_the_command_reaches_a_host_only_an_included_file_names(tmp_path):
     main = tmp_path / "config"
     main.write_text(f"Include {tmp_path}/nodes.conf\n")
 
-    done = subprocess.run([sys.executable, "-m", "preflight", "deadnode", "--no-probes", "--ssh-config", str(main)],
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "deadnode", "--no-probes", "--ssh-config", str(main)],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
 
     assert done.returncode == 1, done.stderr

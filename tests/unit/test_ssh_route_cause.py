@@ -9,8 +9,8 @@ import copy
 import json
 from pathlib import Path
 
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Status
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Status
 
 DEAD = json.loads((Path(__file__).parent / "artifacts" / "lab_dead_route.json").read_text())
 

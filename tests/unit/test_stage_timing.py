@@ -13,7 +13,7 @@ STAGE = re.compile(r"^ddp-preflight: stage (.+) (\d+\.\d) s$")
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "preflight", "--no-probes", "--only", "python-parity", *args],
+    return subprocess.run([sys.executable, "-m", "ddp_preflight", "--no-probes", "--only", "python-parity", *args],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 

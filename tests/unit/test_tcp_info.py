@@ -1,4 +1,4 @@
-"""node/tcp_info.py on real TCP connections over loopback: what the kernel counts of a process's
+"""ddp_preflight/node/tcp_info.py on real TCP connections over loopback: what the kernel counts of a process's
 own sockets (TCP_INFO), read from its descriptors as the bandwidth job's ranks read Gloo's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from node import tcp_info
+from ddp_preflight.node import tcp_info
 
 
 def _pair():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.facts import torchinfo
+from ddp_preflight.node.facts import torchinfo
 
 
 def test_cpu_build_facts_without_import_equal_the_imported_ones():
@@ -22,7 +22,7 @@ def test_cpu_build_facts_without_import_equal_the_imported_ones():
 
 def test_a_python_without_torch_reports_it_missing(tmp_path):
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); "
-            "from node.facts import torchinfo; print(json.dumps(torchinfo.torch_facts()))")
+            "from ddp_preflight.node.facts import torchinfo; print(json.dumps(torchinfo.torch_facts()))")
     done = subprocess.run([sys.executable, "-S", "-c", code, str(Path(__file__).parents[2])],
                           capture_output=True, text=True)   # -S: no site-packages, so no torch
     assert '"missing": true' in done.stdout and "not installed" in done.stdout

@@ -27,7 +27,7 @@ def run(code: str, **env) -> dict:
 def test_parses_as_torchrun_does_without_importing_torch():
     got = run(f"""
         import json, sys, time
-        from node.facts import launch
+        from ddp_preflight.node.facts import launch
         start = time.perf_counter()
         fast = [launch.torchrun_parse(c, 2, 2) for c in {COMMANDS!r}]
         seconds, imported = time.perf_counter() - start, "torch" in sys.modules
@@ -66,7 +66,7 @@ def test_a_torch_whose_parser_needs_more_of_torch_is_imported(tmp_path):
         """)
     got = run("""
         import json
-        from node.facts import launch
+        from ddp_preflight.node.facts import launch
         print(json.dumps({"files": launch._from_files() is None}))
         """, PYTHONPATH=str(tmp_path))
     assert got == {"files": True}
@@ -89,7 +89,7 @@ def test_a_choice_from_elsewhere_in_torch_is_left_out(tmp_path):
         """)
     got = run("""
         import json, sys
-        from node.facts import launch
+        from ddp_preflight.node.facts import launch
         parsed = launch.torchrun_parse(["--mode", "any", "-m", "pkg", "a"], 1, 1)
         print(json.dumps({"parsed": parsed, "imported": "torch" in sys.modules}))
         """, PYTHONPATH=str(tmp_path))

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.lost_peer import lost_peer
-from hangwatch.prefixes import Origin, split_prefix, strip_prefix
-from hangwatch.torchrun_table import first_observed_failure
-from hangwatch.tracebacks import (
+from ddp_preflight.hangwatch.lost_peer import lost_peer
+from ddp_preflight.hangwatch.prefixes import Origin, split_prefix, strip_prefix
+from ddp_preflight.hangwatch.torchrun_table import first_observed_failure
+from ddp_preflight.hangwatch.tracebacks import (
     LINE_CHARS,
     MESSAGE_CHARS,
     MESSAGE_LINES,
@@ -31,7 +31,7 @@ from hangwatch.tracebacks import (
     exceptions_by_writer,
     from_record,
 )
-from node import rank_bootstrap
+from ddp_preflight.node import rank_bootstrap
 
 from .ports import free_port
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.config import ConfigError, load
-from rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
+from ddp_preflight.preflight.config import ConfigError, load
+from ddp_preflight.rules.training_env import EnvError, TrainingEnv, from_config, parse_env_args
 
 HOSTS = ["master", "worker1", "fd00::2"]
 

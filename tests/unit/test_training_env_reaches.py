@@ -9,14 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from preflight.model import NodeFacts, Options
-from preflight.probes import torchjob
-from rules.training_env import TrainingEnv, parse_env_args
+from ddp_preflight.preflight.model import NodeFacts, Options
+from ddp_preflight.preflight.probes import torchjob
+from ddp_preflight.rules.training_env import TrainingEnv, parse_env_args
 
 from . import facts_fixtures as ff
 
 REPO = Path(__file__).parents[2]
-CLI = [sys.executable, "-m", "preflight"]
+CLI = [sys.executable, "-m", "ddp_preflight"]
 
 
 def preflight_json(*args: str, timeout: float = 120) -> dict:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from node.facts.imports import training_imports
-from preflight.checks import BY_ID, run_checks
-from preflight.model import Context, NodeFacts, Options, Status
+from ddp_preflight.node.facts.imports import training_imports
+from ddp_preflight.preflight.checks import BY_ID, run_checks
+from ddp_preflight.preflight.model import Context, NodeFacts, Options, Status
 
 REPO = Path(__file__).parents[2]
 PYTHON = sys.executable
@@ -180,7 +180,7 @@ def test_without_a_training_command_it_is_skipped_with_the_reason():
 
 def test_the_cli_names_the_missing_module_on_this_machine(tmp_path):
     root = write(tmp_path, {"train.py": "import torch\nimport wandb_nosuch\n"})
-    done = subprocess.run([PYTHON, "-m", "preflight", "--only", "training-imports", "--python", PYTHON, "--json",
+    done = subprocess.run([PYTHON, "-m", "ddp_preflight", "--only", "training-imports", "--python", PYTHON, "--json",
                            "--", "train.py", "--steps", "3"], capture_output=True, text=True, timeout=120, cwd=root)
     (result,) = json.loads(done.stdout)["results"]
     assert done.returncode == 1

@@ -8,10 +8,10 @@ import argparse
 import socket
 import sys
 
-from cli.ddp_preflight import _targets
-from cli.folders import python_of as _python_of
-from preflight.config import Config
-from rules.python import TrainingPython, training_python
+from ddp_preflight.cli.ddp_preflight import _targets
+from ddp_preflight.cli.folders import python_of as _python_of
+from ddp_preflight.preflight.config import Config
+from ddp_preflight.rules.python import TrainingPython, training_python
 
 
 def args(python=None) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def test_every_host_gets_the_same_answer_as_training_imports():
 
 
 def test_a_nodes_own_python_flag_wins_over_the_flag_for_every_node_and_the_config():
-    from cli.folders import pythons_given as _pythons
+    from ddp_preflight.cli.folders import pythons_given as _pythons
 
     config = Config({"python": "/opt/every/python"}, {"worker1": {"python": "/opt/w1/python"}})
     given = argparse.Namespace(python=["/venv/bin/python", "worker1:/w1/venv/bin/python"], code_dir=None,

@@ -13,11 +13,11 @@ from pathlib import Path
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from hangwatch.model import Snapshot
-from tui.app import DashboardApp
-from tui.replay import ReplaySource, widen
-from tui.screens import LogScreen, QuitScreen, StackScreen, StacksScreen
-from tui.widgets import PreflightPanel, RanksTable
+from ddp_preflight.hangwatch.model import Snapshot
+from ddp_preflight.tui.app import DashboardApp
+from ddp_preflight.tui.replay import ReplaySource, widen
+from ddp_preflight.tui.screens import LogScreen, QuitScreen, StackScreen, StacksScreen
+from ddp_preflight.tui.widgets import PreflightPanel, RanksTable
 
 SNAPSHOTS = Path(__file__).parent / "artifacts" / "snapshots"
 BUNDLE = "/var/tmp/hangwatch/incident-20251121-101700-manual"

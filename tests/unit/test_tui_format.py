@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.model import Diagnosis, Kind, RankView, Snapshot
-from hangwatch.render import snapshot_json
-from tui import format as fmt
+from ddp_preflight.hangwatch.model import Diagnosis, Kind, RankView, Snapshot
+from ddp_preflight.hangwatch.render import snapshot_json
+from ddp_preflight.tui import format as fmt
 
 SNAPSHOTS = Path(__file__).parent / "artifacts" / "snapshots"
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,19 +60,19 @@ def test_the_fixtures_are_snapshots_exactly_as_the_json_contract_gives_them():
 
 
 def test_the_headless_modules_never_import_textual():
-    code = ("import sys, hangwatch.model, hangwatch.classify, hangwatch.diagnose, tui.format, tui.replay; "
+    code = ("import sys, ddp_preflight.hangwatch.model, ddp_preflight.hangwatch.classify, ddp_preflight.hangwatch.diagnose, ddp_preflight.tui.format, ddp_preflight.tui.replay; "  # noqa: E501
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     # The probe can fail: importing the app does pull Textual in.
-    done = subprocess.run([sys.executable, "-c", code.replace("tui.replay;", "tui.replay, tui.app;")],
+    done = subprocess.run([sys.executable, "-c", code.replace("ddp_preflight.tui.replay;", "ddp_preflight.tui.replay, ddp_preflight.tui.app;")],  # noqa: E501
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "textual" in done.stdout
 
 
 def test_a_replay_reads_a_snapshot_a_list_or_the_event_lines_of_attach_json(tmp_path):
-    from tui.replay import ReplaySource
+    from ddp_preflight.tui.replay import ReplaySource
 
     deadlock = json.loads((SNAPSHOTS / "deadlock.json").read_text())
     healthy = json.loads((SNAPSHOTS / "healthy.json").read_text())

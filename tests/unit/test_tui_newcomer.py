@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import copy
 
-from hangwatch.model import NodeNote, RankStatus
-from tui.app import DashboardApp
-from tui.replay import ReplaySource
-from tui.screens import KeysScreen
+from ddp_preflight.hangwatch.model import NodeNote, RankStatus
+from ddp_preflight.tui.app import DashboardApp
+from ddp_preflight.tui.replay import ReplaySource
+from ddp_preflight.tui.screens import KeysScreen
 
 from .test_tui_app import recorded, run, screen_text, shown
 
@@ -84,7 +84,7 @@ def test_preflights_notes_come_after_the_cause_not_in_the_verdicts_sentence():
 def test_g_follows_the_run_while_it_is_open():
     from textual.widgets import Static
 
-    from tui.screens import StacksScreen
+    from ddp_preflight.tui.screens import StacksScreen
 
     from .test_tui_app import shown as shown_snapshots
     before = copy.deepcopy(recorded("deadlock"))
@@ -111,9 +111,9 @@ def test_g_follows_the_run_while_it_is_open():
 def test_another_jobs_rank_on_a_node_is_not_a_row_of_the_launched_run():
     from types import SimpleNamespace
 
-    from hangwatch.launched import LaunchedRun
-    from hangwatch.model import RankView
-    from launch.outcome import LaunchedRank
+    from ddp_preflight.hangwatch.launched import LaunchedRun
+    from ddp_preflight.hangwatch.model import RankView
+    from ddp_preflight.launch.outcome import LaunchedRank
 
     seen = copy.deepcopy(recorded("deadlock"))
     ours = [(r.rank, r.node, r.pid) for r in seen.ranks]

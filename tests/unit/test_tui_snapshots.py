@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.model import Snapshot
-from tui.app import DashboardApp
-from tui.replay import ReplaySource
+from ddp_preflight.hangwatch.model import Snapshot
+from ddp_preflight.tui.app import DashboardApp
+from ddp_preflight.tui.replay import ReplaySource
 
 from .wide_snapshots import deadlock_of_64
 

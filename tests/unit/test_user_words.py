@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).parents[2]
-PACKAGES = ("cli", "tui", "lab", "launch", "rules", "transport", "explain", "preflight", "hangwatch", "node")
+PACKAGES = ("ddp_preflight/cli", "ddp_preflight/tui", "ddp_preflight/lab", "ddp_preflight/launch", "ddp_preflight/rules", "ddp_preflight/transport", "ddp_preflight/explain", "ddp_preflight/preflight", "ddp_preflight/hangwatch", "ddp_preflight/node")  # noqa: E501
 # Every page of the docs (a check's page shows that check's real output) and the demo script.
 PAGES = sorted(["README.md", "scripts/demo.sh",
                 *(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md"))])

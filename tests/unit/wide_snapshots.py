@@ -11,7 +11,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from hangwatch.model import NodeView, Snapshot
+from ddp_preflight.hangwatch.model import NodeView, Snapshot
 
 RECORDED = Path(__file__).parent / "artifacts" / "snapshots" / "deadlock.json"
 NODES = ["master"] + [f"worker{i}" for i in range(1, 8)]

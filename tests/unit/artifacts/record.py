@@ -11,10 +11,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from lab import Lab  # noqa: E402
-from preflight.model import Options  # noqa: E402
-from preflight.probes.run import run_probes  # noqa: E402
-from preflight.cluster import Cluster, Target, gather  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
+from ddp_preflight.preflight.model import Options  # noqa: E402
+from ddp_preflight.preflight.probes.run import run_probes  # noqa: E402
+from ddp_preflight.preflight.cluster import Cluster, Target, gather  # noqa: E402
 
 lab = Lab.open(os.environ.get("DDP_PREFLIGHT_LAB", "lab"))
 # A node's own training Python (a wrapper that sets its environment, as lab_compute_straggler's)

@@ -27,9 +27,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "lab")]
 
 from hangjob import cmdline_of, start_job  # noqa: E402
 
-from cli.hangwatch import _connect  # noqa: E402
-from hangwatch.watch import Watcher  # noqa: E402
-from lab import Lab  # noqa: E402
+from ddp_preflight.cli.hangwatch import _connect  # noqa: E402
+from ddp_preflight.hangwatch.watch import Watcher  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
 
 KEEP = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "API_TOKEN"}
 

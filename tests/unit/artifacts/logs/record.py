@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 sys.path.insert(0, str(ROOT))
 
-from lab.lab import Lab  # noqa: E402
+from ddp_preflight.lab.lab import Lab  # noqa: E402
 
 LAB = "logs"
 NODES = ("master", "worker1")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
-from lab import Lab  # noqa: E402
-from lab import slurm as lab_slurm  # noqa: E402
+from ddp_preflight.lab import Lab  # noqa: E402
+from ddp_preflight.lab import slurm as lab_slurm  # noqa: E402
 
 LISTS = [
     # What Slurm itself writes (SLURM_JOB_NODELIST, NodeList): one bracket at the end of an item.

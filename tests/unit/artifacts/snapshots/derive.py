@@ -11,12 +11,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.classify import classify, frames_of  # noqa: E402
-from hangwatch.diagnose import diagnose  # noqa: E402
-from hangwatch.model import NodeView, RankView, Snapshot  # noqa: E402
-from hangwatch.render import snapshot_json  # noqa: E402
-from preflight.checks import FACT_CHECKS, run_checks  # noqa: E402
-from preflight.model import Report  # noqa: E402
+from ddp_preflight.hangwatch.classify import classify, frames_of  # noqa: E402
+from ddp_preflight.hangwatch.diagnose import diagnose  # noqa: E402
+from ddp_preflight.hangwatch.model import NodeView, RankView, Snapshot  # noqa: E402
+from ddp_preflight.hangwatch.render import snapshot_json  # noqa: E402
+from ddp_preflight.preflight.checks import FACT_CHECKS, run_checks  # noqa: E402
+from ddp_preflight.preflight.model import Report  # noqa: E402
 from tests.unit import facts_fixtures as ff  # noqa: E402
 
 HERE = Path(__file__).parent

@@ -1,3 +1,0 @@
-"""The commands: parse the arguments, call the libraries (preflight, launch, hangwatch, lab),
-print what they return. Nothing else prints. `ddp-preflight` is ddp_preflight.main, `hangwatch`
-is hangwatch.main; `python -m preflight` and `python -m hangwatch` reach the same."""

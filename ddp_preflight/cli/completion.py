@@ -1,0 +1,70 @@
+"""`ddp-preflight --completion bash`: a bash completion script, made from the commands' own
+parsers and tables (options, check ids, lab commands and faults), so it cannot drift from them.
+    eval "$(ddp-preflight --completion bash)"      # in ~/.bashrc"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+SCRIPT = r"""# bash completion for ddp-preflight (eval "$(ddp-preflight --completion bash)")
+_ddp_preflight() {
+    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+    COMPREPLY=()
+    case $prev in
+        --only)
+            if [[ $cur == *,* ]]; then
+                COMPREPLY=($(compgen -P "${cur%,*}," -W "@CHECKS@" -- "${cur##*,}"))
+            else
+                COMPREPLY=($(compgen -W "@CHECKS@" -- "$cur"))
+            fi
+            return;;
+        --backend) COMPREPLY=($(compgen -W "gloo nccl" -- "$cur")); return;;
+        --device) COMPREPLY=($(compgen -W "cpu cuda" -- "$cur")); return;;
+        --fault) compopt -o nospace 2>/dev/null; COMPREPLY=($(compgen -S @ -W "@FAULTS@" -- "$cur")); return;;
+        @FILES@) COMPREPLY=($(compgen -f -- "$cur")); return;;
+    esac
+    case ${COMP_WORDS[1]} in
+        lab)
+            if [[ $COMP_CWORD -eq 2 ]]; then
+                COMPREPLY=($(compgen -W "@LAB@" -- "$cur"))
+            elif [[ ${COMP_WORDS[2]} == fault && $COMP_CWORD -eq 3 ]]; then
+                COMPREPLY=($(compgen -W "add clear" -- "$cur"))
+            elif [[ ${COMP_WORDS[2]} == fault ]]; then
+                compopt -o nospace 2>/dev/null; COMPREPLY=($(compgen -S @ -W "@FAULTS@" -- "$cur"))
+            fi
+            return;;
+        explain) COMPREPLY=($(compgen -W "--json" -- "$cur") $(compgen -f -- "$cur")); return;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "@OPTIONS@" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -W "lab explain" -- "$cur") $(compgen -A hostname -- "$cur"))
+    fi
+}
+complete -F _ddp_preflight ddp-preflight
+"""
+# Options whose value is a file or a folder.
+FILE_OPTIONS = ("--hostfile", "--config", "--ssh-config", "--python", "--data-dir", "--code-dir", "--scan",
+                "--junit", "--log-dir", "--log_dir")
+
+
+def bash(parser: argparse.ArgumentParser) -> str:
+    from ddp_preflight.lab.faults import FAULTS
+    from ddp_preflight.preflight.checks import CHECKS
+
+    from .lab import _parser as lab_parser
+
+    options = [o for action in parser._actions for o in action.option_strings]
+    lab_commands = next(a for a in lab_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return (SCRIPT.replace("@CHECKS@", " ".join(c.id for c in CHECKS)).replace("@FAULTS@", " ".join(FAULTS))
+            .replace("@LAB@", " ".join(lab_commands)).replace("@OPTIONS@", " ".join(options))
+            .replace("@FILES@", "|".join(o for o in FILE_OPTIONS if o in options)))
+
+
+class Completion(argparse.Action):
+    """--completion SHELL: prints the script and exits, as --version does."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(bash(parser))
+        parser.exit()

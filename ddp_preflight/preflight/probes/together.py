@@ -1,0 +1,139 @@
+"""The probes that need torch, in one torch job per node (node/jobs/probes.py), every node at once:
+each torch import costs seconds here, and compute, collectives and bandwidth were three jobs, the
+compute one node by node (issue 36).
+
+Each of those probes runs as before, in a thread of its own, and asks `Together` for its first
+job (`run`) or says it needs none (`done`, a skip). Once every one has asked or declined, one job
+starts with the parts asked for, and each probe gets the nodes' results to read its own marked
+lines from, as from its own job. A part the shared job could not carry (ranks per node that do
+not fit, other nodes) and a part that printed nothing there (bandwidth after the collectives broke the group, compute where
+the job never started) get None: that probe then runs its own job, as before. Every other job
+of these probes (a second look, a second attempt) runs alone too: `serial` keeps them one at a
+time, as the master port and the figures need."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from dataclasses import dataclass, field
+
+from ddp_preflight.node import protocol
+from ddp_preflight.transport import JobResult
+
+from ..model import NodeFacts, Options
+from . import torchjob
+
+MEMBERS = ("compute", "collectives", "bandwidth")
+MARKERS = {"compute": protocol.COMPUTE, "collectives": protocol.COLLECTIVES, "bandwidth": protocol.BANDWIDTH}
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one probe asks of the shared job."""
+    indexes: tuple[int, ...]                   # the nodes, in node-rank order
+    nproc_per_node: int = 1                    # ranks per node it needs (compute: one, local rank 0)
+    args: tuple[str, ...] = ()                 # its job's options (collectives, bandwidth)
+    timeout: float = 60.0
+    extra_env: dict = field(default_factory=dict)
+    specs: tuple[dict | None, ...] = ()        # compute: the benchmark's spec per node, in node-rank order
+
+
+class Together:
+    def __init__(self, cluster, nodes: tuple[NodeFacts, ...], options: Options, members):
+        self.cluster, self.nodes, self.options = cluster, nodes, options
+        self.waiting = set(members)
+        self.asked: dict[str, Part] = {}
+        self.given: dict[str, list[JobResult] | None] = {}
+        self.fired = False
+        self.changed = threading.Condition()
+        self.lock = threading.Lock()           # one job of these probes at a time
+
+    def run(self, member: str, part: Part) -> list[JobResult] | None:
+        """The results of the shared job for this part, or None: run your own (under `serial`)."""
+        with self.changed:
+            if self.fired or member not in self.waiting:
+                return None
+            self.asked[member] = part
+            self.waiting.discard(member)
+            if self.waiting:
+                while not self.fired:
+                    self.changed.wait()
+                return self.given.get(member)
+        self._fire()
+        return self.given.get(member)
+
+    def done(self, member: str) -> None:
+        """This probe needs no shared job (it skipped, or it has its results)."""
+        with self.changed:
+            if member not in self.waiting:
+                return
+            self.waiting.discard(member)
+            if self.waiting or self.fired:
+                return
+        self._fire()
+
+    def _fire(self) -> None:
+        """Runs in the thread of the last one to ask or decline; gives every asker its answer."""
+        given: dict[str, list[JobResult] | None] = {}
+        try:
+            with self.lock:
+                given = self._shared(dict(self.asked))
+        finally:
+            with self.changed:
+                self.given, self.fired = given, True
+                self.changed.notify_all()
+
+    def _shared(self, asked: dict[str, Part]) -> dict[str, list[JobResult] | None]:
+        carried = fitting(asked)
+        torch_parts = [m for m in carried if m != "compute"]
+        if not torch_parts:          # compute alone: its own program is a torch job already
+            return {}
+        nproc = max(asked[m].nproc_per_node for m in torch_parts)
+        args: list[str] = []
+        if "compute" in carried:
+            args += ["--compute", json.dumps(list(asked["compute"].specs))]
+        for member in ("collectives", "bandwidth"):
+            if member in carried:
+                args += [f"--{member}", json.dumps(list(asked[member].args))]
+        if "bandwidth" in carried and asked["bandwidth"].nproc_per_node < nproc:
+            args.append("--bandwidth-per-node")
+        indexes = list(asked[torch_parts[0]].indexes)
+        env = {k: v for m in carried for k, v in asked[m].extra_env.items()}
+        job = torchjob.TorchJob(job="probes", args=tuple(args), nproc_per_node=nproc,
+                                timeout=sum(asked[m].timeout for m in carried))
+        results = torchjob.run(self.cluster, self.nodes, self.options, job, indexes=indexes, extra_env=env)
+        return {m: results if printed(results, m) else None for m in carried}
+
+
+def fitting(asked: dict[str, Part]) -> list[str]:
+    """The parts one job can carry: the same nodes; ranks per node that fit (bandwidth: one per
+    node, or as many as the collectives); a compute spec for every node."""
+    torch_parts: list[str] = [m for m in ("collectives", "bandwidth") if m in asked]
+    if not torch_parts:
+        return []
+    first = asked[torch_parts[0]]
+    carried: list[str] = [m for m in torch_parts if asked[m].indexes == first.indexes]
+    if "collectives" in carried and "bandwidth" in carried and \
+            asked["bandwidth"].nproc_per_node not in (1, asked["collectives"].nproc_per_node):
+        carried.remove("bandwidth")
+    compute = asked.get("compute")
+    if compute is not None and compute.indexes == first.indexes and all(compute.specs):
+        carried.insert(0, "compute")
+    return carried
+
+
+def printed(results: list[JobResult], member: str) -> bool:
+    """Whether the shared job holds this part's answer: the collectives' always (a group that did
+    not form is their finding); bandwidth's where a rank printed it; compute's on every node; a
+    stranger's value in the store, for every part."""
+    if any(r.json_lines(protocol.INTERFERED) for r in results) or member == "collectives":
+        return True
+    if member == "compute":
+        return all(r.json_lines(MARKERS[member]) for r in results)
+    return any(r.json_lines(MARKERS[member]) for r in results)
+
+
+def serial(together: Together | None):
+    """Around a probe's own job: one at a time when the probes run together."""
+    return together.lock if together is not None else contextlib.nullcontext()
