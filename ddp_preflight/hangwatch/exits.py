@@ -322,7 +322,11 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
     clock can order, or a first one whose sibling torchrun stopped while it was already leaving
     (it had closed connections itself: it may have been the first to go, its own end unseen),
     are candidates. A candidate with which another rank closed a connection first (the kernel's
-    TIME_WAIT on that rank's side) did not leave first: it is set aside while one remains."""
+    TIME_WAIT on that rank's side) did not leave first: it is set aside while one remains.
+    A sibling's own closed connections, read when the agent saw the first end, never order the two:
+    the agent sees an end a sample after it, and a lost peer closes its connections within that
+    sample (CI: rank 3's sys.exit ended in SIGABRT, rank 2 closed its own and was read as leaving
+    first), and a SIGABRT or SIGSEGV can end a teardown as well as begin one."""
     either = [r for r in reads if r.role is Role.EITHER]
     first = [r for r in either if not any(before(o.ending, r.ending) for o in reads
                                           if o is not r and o.role is not Role.TEARDOWN)]
@@ -342,20 +346,9 @@ def _first_of(reads: Sequence[Read]) -> tuple[list[Read], list[Read], Certainty]
             return [r], [], Certainty.LIKELY
     if len(first) == 1 and not leaving:
         return first, [], Certainty.LIKELY
-    if len(first) == 1 and len(leaving) == 1 and leaving[0].ending.leaving and _at_once(first[0].ending):
-        # The first died at once (a signal: no teardown, its end is when it went) while its sibling
-        # had already closed connections of its own: the sibling was leaving first.
-        basis = (f"it had closed connections of its own when {first[0].ending.label} beside it died at once "
-                 f"({first[0].ending.status})",)
-        return [replace(leaving[0], reason=Reason.LEAVING, role=Role.OWN, basis=basis)], [], Certainty.LIKELY
     # No rank to name at all (every end a lost peer's): its peer's node or the link went away, as
     # likely as the victims' words say; several that cannot be ordered: unsure which.
     return [], candidates, Certainty.UNSURE if candidates else Certainty.LIKELY
-
-
-def _at_once(ending: Ending) -> bool:
-    """Ended by a signal: the process is gone the moment it ends, with no teardown."""
-    return ending.status is not None and ending.status.signal is not None
 
 
 def _siblings(a: Ending, b: Ending) -> bool:

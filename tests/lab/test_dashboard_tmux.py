@@ -247,7 +247,7 @@ def test_the_terminal_closing_under_the_dashboard_stops_every_node_and_the_launc
         term.wait_for("all 4 ranks stepping", all_stepping, timeout=90)
         found = subprocess.run(["pgrep", "-f", "--", f"--log-dir {logs} "], capture_output=True, text=True).stdout
         [launcher] = [int(p) for p in found.split()          # the launcher itself, not the shell that runs it
-                      if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"preflight"]]
+                      if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"ddp_preflight"]]
         term.kill()                                   # SIGHUP to the launcher
         deadline = time.monotonic() + 60
         while Path(f"/proc/{launcher}").exists() and time.monotonic() < deadline:

@@ -779,9 +779,12 @@ def test_a_rank_the_kernel_stopped_is_read_once_and_a_running_one_at_its_own_lin
     # In a stall the Python frames go first and native frames follow for a rank whose Python stack
     # does not stop in torch.distributed. A rank stopped by SIGSTOP is decided by the kernel's state
     # and its Python frames: its native read (7 s on CI's box) would only hold the answer.
-    code = "while True:\n    pass\n"
-    stopped = subprocess.Popen([sys.executable, "-c", code])
-    running = subprocess.Popen([sys.executable, "-c", code])
+    # Each says when it is in its loop: stopped while its interpreter still starts (a loaded box),
+    # a process has no Python stack yet for any reader ("Failed to get stack traces").
+    code = "print('looping', flush=True)\nwhile True:\n    pass\n"
+    stopped = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    running = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert stopped.stdout.readline() == running.stdout.readline() == "looping\n"
     messages: list = []
     a = _agent([stopped.pid, running.pid], messages)
     try:

@@ -97,7 +97,7 @@ def test_all_ranks_exiting_zero_is_success():
 
 def test_the_launch_package_stays_headless():
     # The dashboard imports the launcher; the launcher never imports textual (STYLE: harlequin).
-    code = "import sys, launch, ddp_preflight.cli.launch; print('textual' in sys.modules)"
+    code = "import sys, ddp_preflight.launch, ddp_preflight.cli.launch; print('textual' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

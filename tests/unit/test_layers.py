@@ -28,7 +28,7 @@ MAY = {
             "hangwatch.stacks", "preflight.report", "node.terminal"},
     "cli": set(OURS),
 }
-# Entry points (`python -m preflight`, `python -m hangwatch`) hand over to cli/: nothing else.
+# Entry points (`python -m ddp_preflight`, `python -m ddp_preflight.hangwatch`) hand over to cli/: nothing else.
 ENTRY_POINTS = {"preflight/__main__.py", "hangwatch/__main__.py"}
 # Only the transport knows how nodes are reached; the renderers never sample a process.
 THIRD_PARTY_ONLY_IN = {"fabric": {"transport"}, "paramiko": {"transport"}, "psutil": set(),
