@@ -111,9 +111,7 @@ def from_named(g: Gathered, found: named.Named | None) -> Root | None:
 
 def _unseen(g: Gathered, rank: int) -> Evidence:
     """A rank of the run whose end no file shows (a rank that exits 0 is in no table)."""
-    node = g.node_order[rank // g.nproc_per_node] if g.nproc_per_node and rank // g.nproc_per_node < \
-        len(g.node_order) else ""
-    return Evidence(node, None, rank, S.UNKNOWN)
+    return Evidence(g.node_of(rank) or "", None, rank, S.UNKNOWN)
 
 
 def _world_seen(g: Gathered) -> int | None:

@@ -188,7 +188,7 @@ def _json_kind(path: str, follow: bool = True, logs: list[int] | None = None) ->
         return Input(path, InputKind.BUNDLE)
     if "ranks" in data and "stop_reason" in data:
         return Input(path, InputKind.LAUNCH_RESULT)
-    if "nproc_per_node" in data and "nodes" in data:
+    if ("nproc_per_node" in data or "ranks_per_node" in data) and "nodes" in data:
         return Input(path, InputKind.PLAN)
     return Input(path, InputKind.OTHER, "a JSON document of another kind")
 

@@ -178,9 +178,8 @@ class LogReader:
                 if child.local_rank is not None and child.rank is not None:
                     out.setdefault(self.node, child.rank - child.local_rank)
         g = self.gathered
-        if g.nproc_per_node:                 # a launch's plan: node rank x ranks per node
-            for index, node in enumerate(g.node_order):
-                out.setdefault(node, index * g.nproc_per_node)
+        for node, first in g.first_ranks().items():      # a launch's plan: each node's own ranks
+            out.setdefault(node, first)
         return out
 
 

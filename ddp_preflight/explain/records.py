@@ -127,7 +127,10 @@ def read_launch(gathered: Gathered, path: str, plan: bool) -> None:
     if plan:
         gathered.world = data.get("world_size") or gathered.world
         gathered.nproc_per_node = data.get("nproc_per_node") or gathered.nproc_per_node
-        gathered.node_order = [str(n.get("node")) for n in data.get("nodes") or [] if isinstance(n, dict)]
+        nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)]
+        gathered.node_order = [str(n.get("node")) for n in nodes]
+        gathered.node_ranks = {str(n.get("node")): [r for r in n["ranks"] if isinstance(r, int)]
+                               for n in nodes if isinstance(n.get("ranks"), list)}
         gathered.launched = True
         return
     gathered.stop_reason = data.get("stop_reason")

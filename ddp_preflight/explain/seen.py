@@ -77,6 +77,23 @@ class Gathered:
     world: int | None = None
     nproc_per_node: int | None = None
     node_order: list[str] = field(default_factory=list)      # nodes by node rank (a launch's plan)
+    node_ranks: dict[str, list[int]] = field(default_factory=dict)   # ... each node's global ranks (its plan)
+
+    def node_of(self, rank: int) -> str | None:
+        """The node a launch's plan put a global rank on: its own list, each node's count may
+        differ (a hostfile's slots); else node rank x ranks per node; None when no plan says."""
+        for node, ranks in self.node_ranks.items():
+            if rank in ranks:
+                return node
+        if self.node_ranks or not self.nproc_per_node or rank // self.nproc_per_node >= len(self.node_order):
+            return None
+        return self.node_order[rank // self.nproc_per_node]
+
+    def first_ranks(self) -> dict[str, int]:
+        """Each planned node's first global rank (its local rank 0's)."""
+        if self.node_ranks:
+            return {node: min(ranks) for node, ranks in self.node_ranks.items() if ranks}
+        return {node: i * self.nproc_per_node for i, node in enumerate(self.node_order)} if self.nproc_per_node else {}
     stop_reason: str | None = None                           # a launch's: why it was stopped
     launched: bool = False                                   # a ddp-preflight --launch run (its plan.json was read)
     result: Quote | None = None                              # a launch's result.json with a verdict, when read

@@ -28,7 +28,7 @@ class LaunchedRun(Source):
         plan = self.launch.plan
         return {"backend": plan.backend,
                 "master": f"{plan.master_addr}:{plan.master_port}", "nnodes": len(plan.nodes),
-                "nproc_per_node": plan.nproc_per_node, "launched": True}
+                "nproc_per_node": plan.uniform_nproc, "ranks_per_node": plan.ranks_per_node, "launched": True}
 
     def snapshot(self) -> Snapshot:
         snap = self.watcher.snapshot()

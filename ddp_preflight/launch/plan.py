@@ -86,6 +86,17 @@ class Plan:
     flight_recorder: bool = True       # every rank's Flight Recorder readable by hangwatch (node/flight.py)
 
     @property
+    def ranks_per_node(self) -> dict[str, int]:
+        """Each node's count of ranks (a hostfile's slots may give each its own)."""
+        return {n.node: len(n.ranks) for n in self.nodes}
+
+    @property
+    def uniform_nproc(self) -> int | None:
+        """The ranks every node runs, None where their counts differ."""
+        counts = set(self.ranks_per_node.values())
+        return counts.pop() if len(counts) == 1 else None
+
+    @property
     def world_size(self) -> int:
         return sum(len(n.ranks) for n in self.nodes)
 
@@ -102,7 +113,8 @@ class Plan:
         return plan.node, rank - plan.first_rank
 
     def to_json(self) -> dict:
-        return {"nnodes": len(self.nodes), "nproc_per_node": self.nproc_per_node,
+        return {"nnodes": len(self.nodes), "nproc_per_node": self.uniform_nproc,
+                "ranks_per_node": self.ranks_per_node,
                 "world_size": self.world_size, "master_addr": self.master_addr,
                 "master_port": self.master_port, "backend": self.backend,
                 "command": redact_argv(self.command.words()), "flight_recorder": self.flight_recorder,

@@ -116,7 +116,8 @@ def widen(snapshot: Snapshot, nodes: int, ranks_per_node: int) -> Snapshot:
         wide.diagnosis = replace(wide.diagnosis, culprits=widened(wide.diagnosis.culprits),
                                  candidates=widened(wide.diagnosis.candidates), evidence=evidence)
     if wide.run:
-        wide.run.update(nnodes=nodes, nproc_per_node=ranks_per_node)
+        wide.run.update(nnodes=nodes, nproc_per_node=ranks_per_node,
+                        ranks_per_node={name: ranks_per_node for name in names})
     return wide
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import tempfile
 
 import pytest
 
@@ -59,6 +61,28 @@ def test_each_node_starts_its_own_ranks_where_a_hostfile_gives_different_slots()
     # The other way round: the master holds one, its ranks first.
     plan = plan_for(nproc_per_node=3, nprocs={"master": 1, "worker1": 3})
     assert plan.nodes[0].ranks == (0,) and plan.nodes[1].ranks == (1, 2, 3) and plan.where(3) == ("worker1", 2)
+    # plan.json (and the dashboard's run info) say each node's own count, no single figure.
+    kept = plan.to_json()
+    assert (kept["nproc_per_node"], kept["ranks_per_node"], kept["world_size"]) == (None, {"master": 1, "worker1": 3}, 4)
+    assert plan_for(nproc_per_node=2).to_json()["nproc_per_node"] == 2
+
+
+def test_explain_places_each_rank_on_its_node_from_an_uneven_plan():
+    # A rank no file shows is put on its node from plan.json's own lists, not node rank x a count.
+    from ddp_preflight.explain.records import read_launch
+    from ddp_preflight.explain.seen import Gathered
+    plan = plan_for(nproc_per_node=3, nprocs={"master": 1, "worker1": 3})
+    gathered = Gathered()
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "plan.json")
+        with open(path, "w") as f:
+            json.dump(plan.to_json(), f)
+        read_launch(gathered, path, plan=True)
+    assert [gathered.node_of(r) for r in range(5)] == ["master", "worker1", "worker1", "worker1", None]
+    assert gathered.first_ranks() == {"master": 0, "worker1": 1}
+    # An older plan.json, with one count and no lists: node rank x that count.
+    old = Gathered(nproc_per_node=2, node_order=["master", "worker1"])
+    assert [old.node_of(r) for r in range(5)] == ["master", "master", "worker1", "worker1", None]
 
 
 def test_the_scripts_options_come_after_the_script_and_a_separator():
