@@ -121,9 +121,13 @@ class Agent(Stacks, Exits):
                 out[pid] = last
             else:
                 reading.append(pid)
-        for pid, mine in (rank_sockets(reading, tables) if reading else {}).items():
+        # Kept with the inodes this reading saw, not a later listing's: a socket the rank made
+        # between the two would be in neither the count nor a change (CI: a rank whose three
+        # connections came in that gap counted none for ever).
+        read_against: dict = {}
+        for pid, mine in (rank_sockets(reading, tables, read_against) if reading else {}).items():
             out[pid] = self.counted[pid] = mine
-            self.counted_inodes[pid] = proc.socket_inodes(pid)
+            self.counted_inodes[pid] = read_against.get(pid)
         return out
 
     def emit(self, message):

@@ -257,9 +257,18 @@ class TcpSocket:
 
 def tcp_table(pid: int) -> List[TcpSocket]:
     """Every TCP socket in its network namespace (IPv4 and IPv6), read once."""
-    found = []
+    return tcp_table_read(pid) or []
+
+
+def tcp_table_read(pid: int) -> Optional[List[TcpSocket]]:
+    """tcp_table, or None when its IPv4 table could not be read (the process is gone): never
+    an empty table to stand for its namespace's."""
+    found: List[TcpSocket] = []
     for table in ("tcp", "tcp6"):
-        for line in (read(f"/proc/{pid}/net/{table}") or "").splitlines()[1:]:
+        text = read(f"/proc/{pid}/net/{table}")
+        if text is None and table == "tcp":
+            return None
+        for line in (text or "").splitlines()[1:]:
             fields = line.split()
             if len(fields) < 10:
                 continue

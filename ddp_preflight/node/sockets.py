@@ -9,21 +9,34 @@ import os
 from . import proc
 
 
-def rank_sockets(pids, tables=None) -> dict:
+def rank_sockets(pids, tables=None, read_against=None) -> dict:
     """Each rank's TCP sockets ({pid: [proc.TcpSocket]}), every network namespace's table read
     once (into `tables`, {netns: table}, when given: reading one costs milliseconds of the
     kernel's time, whatever its size). A rank whose files this user may not list is left out:
-    unknown, never "none"."""
+    unknown, never "none". Every rank's sockets are listed before any table is read, so a socket
+    a rank held when listed and that is not in the table is not a TCP one. `read_against`, when
+    given, gets each rank's listed inodes where its table was read after them: a count kept for
+    later holds for those inodes alone (a socket made after the listing changes them; one listed
+    before a table read earlier, by another reader, may be missing from it: not given). The
+    kernel's table is read in pieces while sockets come and go, and may list one twice: each
+    socket counts once."""
     tables = {} if tables is None else tables
-    out = {}
+    listed = {}
     for pid in pids:
         inodes = proc.socket_inodes(pid)
-        if inodes is None:
-            continue
-        netns = proc.netns(pid)
+        if inodes is not None:
+            listed[pid] = (inodes, proc.netns(pid))
+    earlier = set(tables)
+    out = {}
+    for pid, (inodes, netns) in listed.items():
         if netns not in tables:
-            tables[netns] = proc.tcp_table(pid)
-        out[pid] = [s for s in tables[netns] if s.inode in inodes]
+            table = proc.tcp_table_read(pid)
+            if table is None:           # gone since it was listed: unknown, and no table for the others
+                continue
+            tables[netns] = table
+        out[pid] = list({s.inode: s for s in tables[netns] if s.inode in inodes}.values())
+        if read_against is not None and netns not in earlier:
+            read_against[pid] = inodes
     return out
 
 

@@ -231,3 +231,44 @@ def test_the_kernels_exit_record_reaches_an_agent_in_another_network_namespace(t
         assert done.stdout.split() == ["None", str(3 << 8)], done
     finally:
         subprocess.run(["ip", "netns", "del", name], check=True)
+
+
+def test_a_count_holds_only_for_the_sockets_listed_before_its_table_was_read(tmp_path: Path):
+    # CI, loaded: a holder's three connections came between the agent's table read and its
+    # listing of the holder's sockets; counted as none, that count was kept for ever (its sockets
+    # unchanged since the listing). And the table, read in pieces while connections came, listed
+    # the other holder's socket twice: it "held" 4 of its 3.
+    from ddp_preflight.node import sockets
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(port), str(tmp_path / "never")])
+    try:
+        accepted = [server.accept()[0] for _ in range(3)]
+        _wait(lambda: len(sockets.rank_sockets([holder.pid])[holder.pid]) == 3, "the holder never connected")
+        netns = proc.netns(holder.pid)
+        fresh = proc.tcp_table(holder.pid)
+        mine = [s for s in fresh if s.inode in (proc.socket_inodes(holder.pid) or set())]
+        # A table another reader took before the listing (here: before its connections, empty):
+        # the count is not kept against the listing, so the next sample reads again.
+        against: dict = {}
+        assert sockets.rank_sockets([holder.pid], {netns: []}, against) == {holder.pid: []} and against == {}
+        # Read after the listing, the count holds for what was listed.
+        against = {}
+        assert len(sockets.rank_sockets([holder.pid], None, against)[holder.pid]) == 3
+        assert against == {holder.pid: proc.socket_inodes(holder.pid)}
+        # A table that lists a socket twice counts it once.
+        doubled = {netns: fresh + mine[:1]}
+        assert len(sockets.rank_sockets([holder.pid], doubled)[holder.pid]) == 3
+        # The agent: a count from a stale table is read again at the next count.
+        a = agent_module.Agent({"program": "agent", "node": "here", "pids": [holder.pid], "interval": 0.2,
+                                "stack_every": 3600.0})
+        assert a.count_sockets([holder.pid], {netns: []}, time.time()) == {holder.pid: []}
+        assert len(a.count_sockets([holder.pid], {}, time.time())[holder.pid]) == 3
+        for c in accepted:
+            c.close()
+    finally:
+        holder.kill()
+        holder.wait()
+        server.close()

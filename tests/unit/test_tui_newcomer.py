@@ -124,7 +124,7 @@ def test_another_jobs_rank_on_a_node_is_not_a_row_of_the_launched_run():
     launch = SimpleNamespace(
         ranks={rank: LaunchedRank(rank, node, rank % 2, pid=pid) for rank, node, pid in ours},
         plan=SimpleNamespace(backend="gloo", master_addr="10.213.0.200", master_port=29500, nodes=[],
-                             nproc_per_node=2, world_size=4))
+                             uniform_nproc=2, ranks_per_node={"master": 2, "worker1": 2}, world_size=4))
 
     snapshot = LaunchedRun(watcher, launch).snapshot()
 
