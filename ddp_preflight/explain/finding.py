@@ -7,12 +7,13 @@ seen, and a cause the logs cannot show is "unknown" with what to collect."""
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ddp_preflight.rules.failures import BY_ID, ENDED_FIXES, Cause, FailureKind, Sure
-from ddp_preflight.rules.fix import Fix
+from ddp_preflight.rules.fix import Fix, run
 
 from .messages import Hit, LauncherExit, Messages
 from .quote import Quote
@@ -20,6 +21,7 @@ from .stacks import judged
 from .watchdog import by_groups
 
 QUOTES = 8
+HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 @dataclass(frozen=True)
@@ -42,17 +44,18 @@ class Finding:
 
 # The messages that name a cause by themselves, in the order a run fails in (an earlier one is why a
 # later one happened: a duplicate GPU is why NCCL said invalid usage).
-ROOTS = ("local-rank-option", "gloo-pair-bind", "store-port-in-use", "gloo-hostname", "address-family",
+ROOTS = ("node-ssh-unreachable", "libuv-not-built", "local-rank-option", "gloo-pair-bind", "store-port-in-use",
+         "gloo-interface", "gloo-hostname", "address-family",
          "gloo-family-mismatch", "nccl-socket-family", "nccl-not-built", "no-cuda", "duplicate-gpu", "nccl-invalid-usage",
          "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch", "nccl-mismatched-collective",
          "cuda-oom",
          "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "dataloader-abort", "store-barrier",
-         "nccl-rank-twice", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
+         "nccl-rank-twice", "nccl-id-wait", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
          "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
 # INFO lines, Gloo's loopback warning (harmless on one node), a victim's word on NCCL, monitored_barrier's
 LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-ib-completion", "nccl-error", "monitored-barrier",
-        "segfault", "abort")
+        "segfault", "abort", "fatal-signal")
 
 
 def find(m: Messages) -> Finding | None:
@@ -71,9 +74,13 @@ def find(m: Messages) -> Finding | None:
                 return _plain(by[id], m)
     ended = _ended(m.exits)
     if ended is not None:
-        own = [r for r in m.raised if ended.culprits and r.rank == ended.culprits[0]]
-        if own and ended.kind is FailureKind.EXITED:     # the rank's own traceback says why it exited
-            return Finding(FailureKind.EXITED, Cause.PYTHON_EXCEPTION, ended.culprits, Sure.CERTAIN, None, None,
+        # the rank's own traceback says why it exited: by its rank's prefix (certain), or by the local index
+        # its launcher gave it (mp.spawn's "-- Process 1 terminated with the following error:"), as sure as that
+        own = [r for r in m.raised if ended.culprits and (r.rank == ended.culprits[0] or r.rank is None
+                                                          and r.local_rank == ended.detail.get("local_rank") is not None)]
+        if own and ended.kind is FailureKind.EXITED:
+            sure = Sure.CERTAIN if own[-1].rank is not None else ended.sure
+            return Finding(FailureKind.EXITED, Cause.PYTHON_EXCEPTION, ended.culprits, sure, None, None,
                            (own[-1].quote, *ended.quotes)[:QUOTES], {**ended.detail, "type": own[-1].type})
         return ended
     for id in LATE:
@@ -85,7 +92,7 @@ def find(m: Messages) -> Finding | None:
     if stacks is not None:
         return Finding(stacks.kind, stacks.cause, stacks.culprits, stacks.sure, stacks.fix, "py-spy",
                        tuple(q for d in m.stacks for q in d.quotes[:1])[:QUOTES], stacks.detail)
-    for id in ("stopped-by-hand", "scheduler-stopped", "launcher-killing", "lost-peer"):
+    for id in ("stopped-by-hand", "scheduler-stopped", "launcher-killing", "launcher-stopping", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
     return None
@@ -181,9 +188,43 @@ def _connect(hits: list[Hit], m: Messages) -> Finding:
     return _plain(loopback or hits, m)
 
 
+def _system(hits: list[Hit], m: Messages) -> Finding:
+    """NCCL's system error is its result code; an InfiniBand transfer's failure in the same logs (NCCL's
+    "Last error:") is what failed under it."""
+    ib = [h for h in m.hits if h.message.id == "nccl-ib-completion"]
+    return _plain(ib, m) if ib else _prefixed(hits, m)
+
+
+def _id_wait(hits: list[Hit], m: Messages) -> Finding:
+    """The rank a group's first NCCL collective waited for: a global rank where the store's key names
+    the default group (its group ranks are the global ones), else the group's rank, so no culprit."""
+    roots = {int(h.found.groups["root"]) for h in hits if "default_pg" in h.line.text}
+    return _plain(hits, m, tuple(sorted(roots)) if len(roots) == 1 else ())
+
+
+def _fatal(hits: list[Hit], m: Messages) -> Finding:
+    """c10's fatal signal handler: the signal it names is the cause (std::terminate's is SIGABRT)."""
+    named = {h.found.groups.get("signal", "SIGABRT") for h in hits}
+    cause = {"SIGSEGV": Cause.SEGFAULT, "SIGBUS": Cause.BUS_ERROR}.get(named.pop(), Cause.ABORT) if len(named) == 1 \
+        else Cause.ABORT
+    f = _prefixed(hits, m)
+    return Finding(f.kind, cause, f.culprits, f.sure, ENDED_FIXES.get(cause), f.message, f.quotes, f.detail)
+
+
+def _ssh(hits: list[Hit], m: Messages) -> Finding:
+    """A node the launcher could not ssh to: the fix names it."""
+    named = next((h.found.groups.get("host") or h.found.groups.get("host2") for h in hits), None) or ""
+    host = named if HOSTNAME.fullmatch(named) else "HOST"      # a log's words go into a command only as a name
+    f = _plain(hits, m)
+    return Finding(f.kind, f.cause, (), f.sure, run(f"ssh -o BatchMode=yes {host} hostname", node=None,
+                   note="from the launching node: passwordless ssh to every hostfile node (ssh-copy-id), itself too"),
+                   f.message, f.quotes, {**f.detail, "nodes": {host: "the launcher could not ssh to it"}})
+
+
 RULES: dict[str, Callable[[list[Hit], Messages], Finding]] = {
-    "cuda-oom": _oom, "address-family": _family, "store-barrier": _barrier, "nccl-system-error": _prefixed,
-    "monitored-barrier": _monitored, "gloo-connect": _connect,
+    "cuda-oom": _oom, "address-family": _family, "store-barrier": _barrier, "nccl-system-error": _system,
+    "monitored-barrier": _monitored, "gloo-connect": _connect, "nccl-id-wait": _id_wait, "fatal-signal": _fatal,
+    "node-ssh-unreachable": _ssh,
 }
 
 
@@ -208,7 +249,10 @@ def _timeouts(hits: list[Hit]) -> Finding:
 STOPS = (-int(signal.SIGTERM), -int(signal.SIGINT), -int(signal.SIGHUP))
 SIGNALS = {int(signal.SIGKILL): (FailureKind.SIGNAL_KILLED, Cause.SIGKILL),
            int(signal.SIGSEGV): (FailureKind.CRASHED, Cause.SEGFAULT),
-           int(signal.SIGABRT): (FailureKind.CRASHED, Cause.ABORT)}
+           int(signal.SIGABRT): (FailureKind.CRASHED, Cause.ABORT),
+           int(signal.SIGBUS): (FailureKind.CRASHED, Cause.BUS_ERROR)}
+# the signals a process's own fault raises (no launcher or person sends them): certain in torchrun's table
+CRASHES = tuple(-n for n, (kind, _) in SIGNALS.items() if kind is FailureKind.CRASHED)
 
 
 def _ended(exits: list[LauncherExit]) -> Finding | None:
@@ -240,5 +284,5 @@ def _ended(exits: list[LauncherExit]) -> Finding | None:
     if same_time or rank is None:
         sure = Sure.UNKNOWN if same_time else Sure.LIKELY
         return Finding(kind, cause, (), sure, fix, None, quotes, detail)
-    certain = root.source == "table" and root.rank is not None and code in (-int(signal.SIGSEGV), -int(signal.SIGABRT))
+    certain = root.source == "table" and root.rank is not None and code in CRASHES
     return Finding(kind, cause, (rank,), Sure.CERTAIN if certain else Sure.LIKELY, fix, None, quotes, detail)

@@ -12,6 +12,7 @@ ENDED = {
                    "(dmesg or the scheduler's log says which)",
     Cause.SEGFAULT: "crashed with SIGSEGV (a segmentation fault in native code)",
     Cause.ABORT: "aborted with SIGABRT (a C++ exception or a failed assert in native code)",
+    Cause.BUS_ERROR: "died of SIGBUS (memory behind a mapping could not be backed: most often a full /dev/shm)",
     Cause.PYTHON_EXCEPTION: "raised an exception of its own",
 }
 

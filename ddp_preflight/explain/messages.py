@@ -59,6 +59,7 @@ class Raised:
     rank: int | None
     type: str
     quote: Quote
+    local_rank: int | None = None      # the local index its launcher named it by (mp.spawn's), where no prefix did
 
 
 class Shown(str, enum.Enum):
@@ -101,6 +102,8 @@ class MessageReader:
         self.entry: LauncherExit | None = None     # the table entry being read
         self.root_next = False
         self.tracing: set[tuple] = set()           # the writers (rank, local rank, host) inside a traceback
+        self.spawned: int | None = None            # mp.spawn named the process whose exception comes next
+        self.in_launch = False                     # the traceback being read is torch.distributed.launch's own
         self.stack = StackReader(messages.stacks)
 
     def feed(self, number: int | None, raw: str) -> None:
@@ -108,7 +111,7 @@ class MessageReader:
         # such a line is read further (a log's step lines are most of it)
         catalogued = failures.ANY_WORD.search(raw) is not None
         exits = self.entry is not None or self.root_next or EXIT_HINT.search(raw) is not None
-        tracing = bool(self.tracing) or "Traceback" in raw or 'File "' in raw
+        tracing = bool(self.tracing) or self.spawned is not None or "Traceback" in raw or 'File "' in raw
         if any(w in raw for w in parts.WORLD_SIZE_WORDS):
             self._world(raw)
         if len(self.messages.shown) < len(Shown):
@@ -144,18 +147,24 @@ class MessageReader:
 
     def _traceback(self, line: Line, quote: Quote, catalogued: bool) -> None:
         writer = (line.rank, line.local_rank, line.host)
+        if line.text.startswith("Traceback (most recent call last)"):
+            self.in_launch = False
         if line.text.startswith(("Traceback (most recent call last)", '  File "')):
             self.tracing.add(writer)     # a traceback, or a paste that starts inside one
+            self.in_launch = self.in_launch or parts.LAUNCH_FRAME in line.text
             return
-        if writer not in self.tracing or line.text[:1].isspace():
+        spawned = self.spawned       # mp.spawn's header: the exception after it is that process's, frames or none
+        if (writer not in self.tracing and spawned is None) or line.text[:1].isspace():
             return
         self.tracing.discard(writer)          # a traceback ends at its first line that is not a frame's
         raised = RAISED.match(line.text)
         if raised is None:
             return
         kind = raised["type"]
+        if not kind.endswith(NOT_RAISED):
+            self.spawned = None
         if not catalogued and not kind.endswith(NOT_RAISED) and len(self.messages.raised) < EXITS:
-            self.messages.raised.append(Raised(line.rank, kind, quote))
+            self.messages.raised.append(Raised(line.rank, kind, quote, spawned if line.rank is None else None))
 
     def _exits(self, line: Line, quote: Quote) -> None:
         text = line.text
@@ -178,15 +187,21 @@ class MessageReader:
                                        code=int(found["code"]), host=line.host, time=line.time, quotes=[quote]))
         if parts.SPAWN_EXIT_WORD in text:
             found = parts.SPAWN_EXIT.search(text)
+            raised = parts.SPAWN_RAISED.search(text)
+            if raised:              # it raised: a Python exception, exit code 1
+                self.spawned = int(raised["index"])
+                self._add(LauncherExit("spawn", local_rank=self.spawned, code=1, host=line.host, time=line.time,
+                                       quotes=[quote]))
             if found:
                 code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
                 self._add(LauncherExit("spawn", local_rank=int(found["index"]), code=code or None,
                                        signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
         if any(w in text for w in parts.LAUNCH_EXIT_WORDS):
-            found = parts.LAUNCH_EXIT.search(text)
+            found = parts.LAUNCH_EXIT.search(text) or (parts.LAUNCH_EXIT_ANY.search(text) if self.in_launch else None)
             if found:
                 code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
-                self._add(LauncherExit("launch", local_rank=int(found["local"]), code=code or None,
+                local = found.groupdict().get("local")
+                self._add(LauncherExit("launch", local_rank=int(local) if local else None, code=code or None,
                                        signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
         if any(w in text for w in parts.TABLE_FIELDS_WORDS):
             for found in failures.TABLE_FIELDS.finditer(text):

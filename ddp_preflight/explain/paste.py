@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from ddp_preflight.hangwatch.prefixes import normalize
 from ddp_preflight.rules.failures import ANY_WORD, DEEPSPEED_EXIT, FAILED_LINE, find
-from ddp_preflight.rules.message_parts import EXIT_HINT
+from ddp_preflight.rules.message_parts import EXIT_HINT, LAUNCH_EXIT, LAUNCH_EXIT_ANY, SPAWN_EXIT
 
 COLOURS = re.compile(r"\x1b\[[0-9;]*m")       # a terminal's colours (SGR): any other escape stays for the renderer to neutralize
 SEPARATOR = re.compile(r"^\s*([=*#~-])\1{9,}\s*$")      # torchrun's table's rules, a logger's
@@ -73,11 +73,14 @@ def said_across(line: str, following: str) -> str | None:
     return None
 
 
+# Every launcher's line on how a rank ended: torchrun's, DeepSpeed's, mp.spawn's, the old launch's
+EXIT_LINES = (("failed-line", FAILED_LINE), ("deepspeed", DEEPSPEED_EXIT), ("spawn", SPAWN_EXIT), ("launch", LAUNCH_EXIT),
+              ("launch-any", LAUNCH_EXIT_ANY))
+
+
 def _said(text: str) -> set[str]:
-    """The catalogued messages in a line, and the launchers' exit lines (torchrun's, DeepSpeed's)."""
-    return {f.message.id for f in find(text)} | {name for name, exit in (("failed-line", FAILED_LINE),
-                                                                         ("deepspeed", DEEPSPEED_EXIT))
-                                                 if exit.search(text)}
+    """The catalogued messages in a line, and the launchers' exit lines."""
+    return {f.message.id for f in find(text)} | {name for name, exit in EXIT_LINES if exit.search(text)}
 
 
 def starts_a_line(line: str) -> bool:

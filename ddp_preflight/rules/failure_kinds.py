@@ -66,6 +66,9 @@ class Cause(str, enum.Enum):
     LOCAL_RANK_OPTION = "local-rank-option"            # the launcher passes --local-rank, the script parses --local_rank
     NCCL_NOT_BUILT = "nccl-not-built"                  # this torch has no NCCL (Windows, macOS, a CPU build)
     NO_CUDA = "no-cuda"                                # the code used CUDA where torch sees none (a CPU build, no GPU)
+    BUS_ERROR = "bus-error"                            # SIGBUS: memory behind a mapping could not be backed (/dev/shm)
+    LIBUV_NOT_BUILT = "libuv-not-built"                # torchrun's store asked for libuv on a build without it (Windows)
+    GLOO_INTERFACE = "gloo-interface-missing"          # GLOO_SOCKET_IFNAME names an interface with no address here
 
 
 class Sure(str, enum.Enum):

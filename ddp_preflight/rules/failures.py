@@ -39,6 +39,7 @@ from .failure_lines import (  # noqa: F401  (also read as rules.failures.X)
     WATCHDOG_CAUGHT,
     WATCHDOG_CAUGHT_WORD,
 )
+from .failures_setup import SETUP
 from .fix import change, run
 from .message_parts import DEEPSPEED_EXIT_WORD
 
@@ -50,8 +51,9 @@ _FLIGHT = run("export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEO
               "ddp-preflight explain the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)",
               note="each rank's Flight Recorder says which rank never entered the collective")
 
-# In the order a line is tried: the narrower wording before the wider one that also matches it.
-CATALOGUE: tuple[Message, ...] = (
+# In the order a line is tried: the narrower wording before the wider one that also matches it (SETUP's
+# before all: Gloo's interface lookup before its hostname lookup).
+CATALOGUE: tuple[Message, ...] = SETUP + (
     # ports: Gloo's own pair sockets (an ephemeral port) before the store's master port
     _m("gloo-pair-bind", ("Address already in use",), r"pair\.cc:\d+\]\s*(?:bind|listen): Address already in use",
        K.PORT_IN_USE, C.EPHEMERAL_PORTS, P.ROOT,
@@ -94,7 +96,7 @@ CATALOGUE: tuple[Message, ...] = (
        "advertised an address on an interface the others cannot reach, or the peer never listened",
        run("ddp-preflight MASTER WORKER ... --only ephemeral-ports,interface-choice",
            note="which node's ports the others cannot reach, and the GLOO_SOCKET_IFNAME to pin"), Sure.LIKELY),
-    _m("nccl-connect", ("Call to connect", "Connect to "), r"NCCL WARN (?:Call to connect|Connect to \S+)[^\n]*?"
+    _m("nccl-connect", ("Call to connect", "Connect to "), r"(?:NCCL )?WARN (?:Call to connect|Connect to \S+)[^\n]*?"
        r"(?:Connection timed out|Connection refused|No route to host)",
        K.CANNOT_CONNECT, C.PEER_UNREACHABLE, P.ROOT,
        "NCCL could not connect to a peer's socket: a firewall between the nodes, or an interface they cannot reach",
@@ -122,13 +124,13 @@ CATALOGUE: tuple[Message, ...] = (
        K.NCCL_ERROR, C.NCCL_SYSTEM_ERROR, P.ROOT,
        "a system call NCCL made failed (a socket, shared memory, an interface): NCCL_DEBUG=INFO says which",
        run("export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", note="and rerun: NCCL names the call and interface")),
-    _m("nccl-remote", ("remote process exited", "ncclRemoteError", "NCCL WARN"), r"remote process exited or there was "
-       r"a network error|ncclRemoteError|NCCL WARN [^\n]*?(?:Broken pipe|Connection reset by peer|Connection closed by "
-       r"remote peer)", K.NCCL_ERROR, C.NCCL_REMOTE, P.ROOT,
+    _m("nccl-remote", ("remote process exited", "ncclRemoteError", "NCCL WARN", "Net : "), r"remote process exited or "
+       r"there was a network error|ncclRemoteError|(?:NCCL WARN |^Net : )[^\n]*?(?:Broken pipe|Connection reset by peer|"
+       r"Connection closed by remote peer)", K.NCCL_ERROR, C.NCCL_REMOTE, P.ROOT,
        "a peer's process exited or the network failed under NCCL: the first rank to fail is in another log",
        run("grep -n 'Traceback\\|exitcode\\|Signal' <every node's log>", note="the peer that ended first"),
        Sure.LIKELY),
-    _m("nccl-ib-completion", ("Got completion",), r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with "
+    _m("nccl-ib-completion", ("Got completion",), r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with "
        r"(?:error |status=)(?P<code>\d+)", K.NCCL_ERROR, C.IB_COMPLETION, P.ROOT,
        "an InfiniBand/RoCE transfer failed (error 12: the link gave up retrying; 5: flushed after an earlier error): "
        "a port down or flapping, or the peer's process died",
@@ -139,7 +141,8 @@ CATALOGUE: tuple[Message, ...] = (
        "NCCL's calls returned 2 (ncclSystemError): a system call failed, often a connect on a wrong interface",
        run("export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", note="and rerun: NCCL names the call and interface"),
        Sure.LIKELY),
-    _m("nccl-error", ("NCCL error",), r"NCCL error in: \S+, (?P<what>[^,\n]+)", K.NCCL_ERROR, C.UNKNOWN, P.ROOT,
+    _m("nccl-error", ("NCCL error", "ncclInternalError"), r"NCCL error in: \S+, (?P<what>[^,\n]+)|ncclInternalError: "
+       r"Internal check failed", K.NCCL_ERROR, C.UNKNOWN, P.ROOT,
        "NCCL returned an error", run("export NCCL_DEBUG=INFO", note="and rerun: NCCL says why"), Sure.LIKELY),
     _m("unused-parameters", ("Expected to have finished reduction",),
        r"Expected to have finished reduction in the prior iteration", K.UNUSED_PARAMETERS, C.UNUSED_PARAMETERS, P.ROOT,
@@ -223,13 +226,21 @@ CATALOGUE: tuple[Message, ...] = (
        "launcher both, or more tasks per node than the launcher expects)",
        change("launch exactly world_size processes, once (not srun and a launcher both), on a fresh store port"),
        Sure.LIKELY),
+    # a rank that reached a group's first NCCL collective waits in the store for the group's rank 0's NCCL id:
+    # it has the store; the other never got there (its group rank; the global one in the default group)
+    _m("nccl-id-wait", ("ncclUniqueId",), r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId "
+       r"from \[(?P<root>\d+)\] via c10d key-value store by key '[^']*', but store->get\('[^']*'\) got error: "
+       r"(?:wait timeout|Socket Timeout|Timeout waiting)", K.RANK_BEHIND, C.BEHIND, P.ROOT, "a rank waited for the "
+       "group's first rank to publish its NCCL id: that rank never reached the group's first collective",
+       run("ddp-preflight explain <every node's log>", note="the waited-for rank's own output says where it was"),
+       Sure.LIKELY),
     _m("store-client-timeout", ("client socket has timed out", "TCP client failed to connect", "RendezvousConnection",
-       "RendezvousTimeout", "waiting for clients", "waiting for workers", "ncclUniqueId", "client socket has failed to connect"),
+       "RendezvousTimeout", "waiting for clients", "waiting for workers", "client socket has failed to connect"),
        r"client socket has timed out after (?P<after>[\d.]+\s*m?s) while trying to connect to \(?(?P<host>[^,)\s]+)"
        r"(?:, |:)(?P<port>\d+)|TCP client failed to connect/validate to host (?P<host2>[^:\s]+):(?P<port2>\d+)"
        r"|client socket has failed to connect to (?:(?:any network address of \(|\[)(?P<host3>[^,\]\s]+)(?:, ?|\]:)"
        r"(?P<port3>\d+))?|RendezvousConnectionError|RendezvousTimeoutError|Timed out after \d+ seconds waiting for "
-       r"(?:clients|workers)|retrieving ncclUniqueId from \[\d+\] via c10d key-value store[^\n]*?(?:Socket Timeout|timed out)",
+       r"(?:clients|workers)",
        K.STORE_TIMEOUT, C.STORE_UNREACHABLE, P.ROOT,
        "a process could not reach the store (MASTER_ADDR:MASTER_PORT) before the timeout: the master was not up, "
        "the address is wrong, or a firewall drops the port",
@@ -255,14 +266,15 @@ CATALOGUE: tuple[Message, ...] = (
        "a Gloo collective waited past the process group's timeout: some rank never sent or never came",
        run("ddp-preflight explain <every node's log>", note="the rank that did not wait is the one the others waited for"),
        Sure.UNKNOWN),
-    _m("nccl-timed-out", ("communicator was aborted", "watchdog got stuck"),
-       r"communicator was aborted|watchdog got stuck",
+    _m("nccl-timed-out", ("communicator was aborted", "watchdog got stuck", "watchdog hang", "Heartbeat monitor timed out"),
+       r"communicator was aborted|watchdog got stuck|ProcessGroupNCCL watchdog hang|Heartbeat monitor timed out",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective failed or timed out on this rank", _FLIGHT, Sure.UNKNOWN),
     # torchrun's agent on a Ctrl-C or a scheduler's SIGTERM, in its exception and its log line (torch 1.9+), a bare
     # KeyboardInterrupt (mp.spawn's parent, or a rank), Slurm's stopped step and srun's tasks: consequences, never root
     _m("stopped-by-hand", ("got signal: 2", "got signal: 15", "death signal", "KeyboardInterrupt"),
-       r"SignalException: Process \d+ got signal: (?:2|15)|Received (?:2|15) death signal|(?:^|\s)KeyboardInterrupt\s*$",
+       r"SignalException: Process \d+ got signal: (?:2|15)|Received (?:2|15|Signals\.SIG(?:INT|TERM)) death signal"
+       r"|(?:^|\s)KeyboardInterrupt\s*$",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "the run was stopped by hand (Ctrl-C) or by its scheduler: if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
@@ -270,6 +282,11 @@ CATALOGUE: tuple[Message, ...] = (
        r"(?P<limit> DUE TO TIME LIMIT)?|srun: error: \S+: tasks? [\d,-]+: Terminated", K.TIMEOUT_UNKNOWN_ROOT,
        C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT, "Slurm stopped the step: if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
+    # c10's fatal signal handler (torch's own, per thread: "SIGABRT(6), PID: 18613, Thread 18613:"), and
+    # std::terminate's word before an abort
+    _m("fatal-signal", ("), PID: ", "terminate called without"), r"\b(?P<signal>SIG(?:SEGV|ABRT|BUS))\(\d+\), PID: \d+,"
+       r" Thread \d+:|terminate called without an active exception", K.CRASHED, C.ABORT, P.ROOT,
+       "a process died of a fatal signal (c10's handler prints every thread's stack)", None, Sure.LIKELY),
     _m("segfault", ("Segmentation fault",), r"Fatal Python error: Segmentation fault|Segmentation fault \(core dumped\)",
        K.CRASHED, C.SEGFAULT, P.ROOT, "a process crashed with SIGSEGV (a segmentation fault in native code)",
        run("export PYTHONFAULTHANDLER=1 TORCH_SHOW_CPP_STACKTRACES=1", note="and rerun: the stack of the crash"),
@@ -285,6 +302,12 @@ CATALOGUE: tuple[Message, ...] = (
        "DeepSpeed's launcher stopped its ranks because one of them ended: that rank's own output says why",
        run("grep -n -B30 'Killing subprocess' <the log>", note="the first rank's error is above the launcher's lines"),
        Sure.UNKNOWN),
+    # torchrun (its logging, glog and bracketed forms) and mp.spawn stopping the other ranks after one ended
+    _m("launcher-stopping", ("closing signal SIG", "via signal SIG"), r"Sending process (?P<pid>\d+) closing signal "
+       r"SIG(?:TERM|INT)|(?:Closing|Terminating) process (?P<pid2>\d+) via signal SIG(?:TERM|INT)", K.EXITED, C.UNKNOWN,
+       P.VICTIM, "the launcher stopped these ranks because another one ended: that rank's own lines say why",
+       run("grep -n -B30 'closing signal SIGTERM\\|via signal SIGTERM' <the log>",
+           note="the rank that ended first is above the launcher's lines"), Sure.UNKNOWN),
     _m("lost-peer", ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe",
                      "Connection closed by remote peer"),
        r"Connection (?:closed|reset) by (?:remote )?peer|Read error|Broken pipe", K.EXITED, C.UNKNOWN, P.VICTIM,
@@ -338,6 +361,8 @@ ENDED_FIXES = {
                        note="on that rank's node: the kernel's OOM killer says so; else the scheduler's log (sacct)"),
     Cause.SEGFAULT: run("export PYTHONFAULTHANDLER=1 TORCH_SHOW_CPP_STACKTRACES=1", note="and rerun: the stack of the crash"),
     Cause.ABORT: run("export TORCH_SHOW_CPP_STACKTRACES=1", note="and rerun: what native code aborted"),
+    Cause.BUS_ERROR: run("df -h /dev/shm", note="on that rank's node: a full /dev/shm is the usual SIGBUS (docker run "
+                                                 "--shm-size=16g); else a file the rank had mapped changed under it"),
     Cause.UNKNOWN: run("torchrun --log-dir=LOGS --tee=3 ...", note="keeps each rank's own output: it says why it exited"),
 }
 

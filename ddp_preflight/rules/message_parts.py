@@ -45,16 +45,23 @@ TABLE_FIELDS_WORDS = ("rank", "exitcode", "PID", "time", "host")
 # terminated with signal SIGKILL" (ProcessExitedException; a plain Exception before 1.8), "... with exit code 1"
 SPAWN_EXIT = re.compile(r"process (?P<index>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
 SPAWN_EXIT_WORD = "terminated with"
+# ... and its ProcessRaisedException's header: the exception after it (its frames, or the user's "...") is that process's
+SPAWN_RAISED = re.compile(r"-- Process (?P<index>\d+) terminated with the following error:")
 # torch.distributed.launch before elastic (up to 1.8): the CalledProcessError of the process it waited
 # for, its command line with its --local_rank
 LAUNCH_EXIT = re.compile(r"--local_rank=(?P<local>\d+)'[^\n]*?\]' (?:died with <Signals\.(?P<signal>SIG[A-Z]+): \d+>"
                          r"|returned non-zero exit status (?P<code>\d+))")
 LAUNCH_EXIT_WORDS = ("died with <Signals", "non-zero exit status")
+# ... its CalledProcessError however the command was shown (a user's "XXXXX"), when the traceback that raised it
+# is the launcher's own (a frame in torch/distributed/launch.py): the rank is not named
+LAUNCH_EXIT_ANY = re.compile(r"CalledProcessError: Command .*? (?:died with <Signals\.(?P<signal>SIG[A-Z]+): \d+>"
+                             r"|returned non-zero exit status (?P<code>\d+))")
+LAUNCH_FRAME = "distributed/launch.py"
 
 # Exception types a log shows that are no rank's own failure: a stop by hand (Ctrl-C) or by a scheduler
 # (torchrun's SignalException), and a launcher's word on a rank it started (torchrun's table, mp.spawn's)
 STOPPED_TYPES = ("KeyboardInterrupt", "SignalException")
-LAUNCHER_TYPES = ("ChildFailedError", "ProcessExitedException")
+LAUNCHER_TYPES = ("ChildFailedError", "ProcessExitedException", "ProcessRaisedException")
 
 # Words a line is searched for before a pattern of rules/failures.py (a cheap test: most lines hold none).
 FAILED_LINE_WORD = "failed (exitcode"                  # FAILED_LINE
