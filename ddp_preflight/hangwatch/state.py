@@ -233,6 +233,11 @@ class State:
     per_node: dict[str, int] = field(default_factory=dict)   # node -> its tracks
     indexed: int = -1                                         # len(ranks) when indexed
     run_keys: dict[tuple, tuple[str, int]] = field(default_factory=dict)  # (user, store, world) -> a live track's key
+    # When the tick judges (reducer._tick, due.py): after an input, or once a bound a verdict reads passed.
+    changes: int = 0                          # inputs taken other than ticks
+    judged: int | None = None                 # `changes` when the tick last judged (None: never)
+    due: float | None = None                  # when it must judge again with no input (None: only at one)
+    judgements: int = 0                       # how often it judged (tests, bench/hangwatch_scale.py)
 
     def index(self) -> None:
         """Index the tracks again, when they changed behind the indexes' back."""
