@@ -112,12 +112,14 @@ class Simulated:
         return time.process_time() - started, named
 
 
-def measure(nodes: int) -> tuple[float, float | None, list]:
+def measure(nodes: int) -> tuple[float, float | None, list, int]:
+    """(a fraction of one core, seconds from the fault to the verdict, the verdicts said, the ticks
+    that judged: hangwatch/due.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         sim = Simulated(nodes, tmp)
         used, named = sim.run()
         said = [e for e in sim.events if e.kind == "diagnosis"]
-        return used / SECONDS, named, said
+        return used / SECONDS, named, said, sim.watcher.state.judgements
 
 
 def main() -> int:
@@ -130,15 +132,15 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     measured = {}
     for ranks in sizes:
-        cpu, named, said = measure(ranks // 8)
+        cpu, named, said, judged = measure(ranks // 8)
         measured[ranks] = (cpu, named, said)
         who = said[0].snapshot.diagnosis if said else None
         right = who is not None and who.culprits == [ranks - 1]
         print(f"{ranks:6} ranks: the watcher used {cpu * 100:7.2f}% of a core per second watched "
               f"({cpu / ranks * 1e6:6.1f} us per rank per second); hang named "
               + (f"{named:.2f} s after the fault" if named is not None else "never")
-              + (f" ({who.kind.value}, culprits {who.culprits}{'' if right else ': WRONG'})" if who else " (nothing named)"),
-              flush=True)
+              + (f" ({who.kind.value}, culprits {who.culprits}{'' if right else ': WRONG'})" if who else " (nothing named)")
+              + f"; judged at {judged} of {int(SECONDS * 4)} ticks", flush=True)
     small = min(sizes)
     base_cpu, base_named, _ = measured[small]
     ok = True

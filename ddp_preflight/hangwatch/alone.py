@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ddp_preflight.node import protocol
 
-from .classify import BACKWARD_FILES, frames_of
+from .classify import BACKWARD_FILES
 from .diagnose import trains_alone
 from .events import Event, EventKind
 from .evidence import evidence_of, shown
@@ -112,7 +112,7 @@ def judge(state: State, now: float, wall: float, out: list[Effect]) -> bool:
     for t in quiet:
         if t.training is None and t.dump is not None and t.stack_at is not None and \
                 t.stack_at >= (t.alone_since or now):
-            t.training = training_step(frames_of(t.dump))
+            t.training = training_step(t.frames())
     stepping = all(t.training is not None for t in quiet)
     if stepping or seconds >= ALONE_AFTER:
         _say(state, quiet, seconds, now, wall, out, stepping)

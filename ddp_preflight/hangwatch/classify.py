@@ -131,12 +131,14 @@ def frames_of(dump: list[dict]) -> list[Frame]:
 
 
 def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | None = None,
-             exit_code: int | None = None, waits_in: dict | None = None) -> RankState:
+             exit_code: int | None = None, waits_in: dict | None = None,
+             frames: list[Frame] | None = None) -> RankState:
+    """frames: frames_of(dump), when the caller holds them (a track's, read once per stack)."""
     if exit_code is not None:
         return RankState(S.EXITED, evidence=(f"exit code {exit_code}",), exit=ExitStatus(code=exit_code))
     if dump is None:
         return RankState(S.UNKNOWN, evidence=("no stack: py-spy could not read this process",))
-    frames = frames_of(dump)
+    frames = frames_of(dump) if frames is None else frames
     user = next((f for f in frames if not f.in_library), None)
     evidence = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown"]
     if wchan:

@@ -6,7 +6,7 @@ and the ranks that never connect."""
 
 from __future__ import annotations
 
-from .classify import BUSY_CPU, RankState, classify, frames_of
+from .classify import BUSY_CPU, RankState, classify
 from .model import Evidence, InGroup, NodeStatus, RankStatus, Reason
 from .state import GONE, State, Track
 
@@ -26,7 +26,7 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
         # Its stack and CPU are from before the node was lost: they say nothing now.
         return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
                         notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
-    found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in)
+    found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in, frames=t.frames())
     stale = _stale(t, found, state.config.interval) if not (unformed and found.state is S.RENDEZVOUS) else None
     if t.idle_since is None and t.dump is not None and t.held_since_read():
         # Working at its last sample of its own, held by our py-spy since (reading its stack): that
@@ -94,7 +94,7 @@ def shown(state: State, t: Track, e: Evidence) -> None:
     v = t.view
     v.state, v.op, v.frame, v.function = e.state, e.op, e.frame, e.function
     if state.nodes[v.node].status not in (NodeStatus.LOST, NodeStatus.ERROR):
-        v.stack = [{"function": f.function, "file": f.file, "line": f.line} for f in frames_of(t.dump)] \
+        v.stack = [{"function": f.function, "file": f.file, "line": f.line} for f in t.frames()] \
             if t.dump else None
 
 

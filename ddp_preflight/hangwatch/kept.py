@@ -36,11 +36,16 @@ def evidence(state: State, t: Track, now: float, unformed: str | None = None) ->
 
 
 def show(state: State, t: Track, e: Evidence) -> None:
-    """evidence.shown, only when the evidence shown differs from the last shown."""
-    if state.kept.get((_process(t), "shown")) is e:
-        return
+    """evidence.shown, only when what it shows from differs from the last time: the evidence (the
+    same, or equal: rebuilt after a sample that changed nothing in it), the stack in hand, the
+    node's status."""
+    held = state.kept.get((_process(t), "shown"))
+    status, v = state.nodes[t.view.node].status, t.view
+    if held is not None and held[1] is t.dump and held[2] is status and (held[0] is e or held[0] == e) \
+            and (v.state, v.op, v.frame, v.function) == (e.state, e.op, e.frame, e.function):
+        return          # the view shows it still (a sample may have marked it running since: shown again)
     shown(state, t, e)
-    state.kept[(_process(t), "shown")] = e
+    state.kept[(_process(t), "shown")] = (e, t.dump, status)
 
 
 def moved(state: State, node: str | None) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ddp_preflight.node import protocol
 
 from . import stall
-from .classify import BACKWARD_FILES, classify, frames_of
+from .classify import BACKWARD_FILES, classify
 from .model import HISTORY, NodeStatus, RankStatus
 from .state import State, Track
 
@@ -163,10 +163,10 @@ def _wait_place(t: Track) -> tuple | None:
     shows no wait."""
     if t.dump is None:
         return None
-    found = classify(t.dump, None, t.view.wchan)
+    found = classify(t.dump, None, t.view.wchan, frames=t.frames())
     if found.state not in (S.COLLECTIVE, S.GPU_WAIT):
         return None
-    seen = frames_of(t.dump)
+    seen = t.frames()
     if seen and seen[0].file.startswith(BACKWARD_FILES) and not any(f.native for f in seen):
         # Python frames alone in backward(): a wait there is inferred from no CPU, never seen; a
         # busy rank found twice in its backward (most of a step) computes its gradients.

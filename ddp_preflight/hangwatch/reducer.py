@@ -17,6 +17,7 @@ it):
 - verdicts.py    what a stalled run shows (stalled.Stall), handed to the one pipeline that decides
                  (diagnose.py); saying each verdict once
 - kept.py        each rank's evidence kept until an input about its node (counted here) arrives
+- due.py         when the tick must judge again: at an input, or once time passes a bound a verdict reads
 No words are written here: the events carry the verdicts, and the shell (watch.py) renders their
 lines at the edge (render.py, text.py)."""
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from ddp_preflight.node import protocol
 
-from . import agents, alone, ended, kept, progress, runs, stall, verdicts
+from . import agents, alone, due, ended, kept, progress, runs, stall, verdicts
 from .alone import ALONE_AFTER
 from .diagnose import Hold
 from .events import Event, EventKind
@@ -74,6 +75,8 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     about = event.node if isinstance(event, (AgentClosed, AgentFailed, RankEnded, RankError, RankStepped)) or \
         isinstance(event, FromAgent) and isinstance(event.message, (protocol.Sample, protocol.Stacks)) else None
     moves = not isinstance(event, (Tick, Notice, BundleWritten, BundleAsked, BundleFailed, TakeStacks, Stopping))
+    if not isinstance(event, Tick):
+        state.changes += 1          # the tick judges again after any input (_tick)
     if moves:
         kept.moved(state, about)
     _take(state, event, now, wall, out)
@@ -122,13 +125,42 @@ def _take(state: State, event: Input, now: float, wall: float, out: list[Effect]
 
 
 def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
-    for node, quiet in agents.silent(state, now):
+    lost = agents.silent(state, now)
+    for node, quiet in lost:
         agents.lose(state, node, agents.SILENT, f"{node} lost: its agent has sent nothing for {quiet:.0f} s (the "
                     "link or the node is down); its ranks are unknown until it reports again; the other nodes "
                     "are still watched", out)
+    if lost:
+        state.changes += 1          # its ranks are unknown now: judged again
     agents.clocks_due(state, now, wall, out)
     for t in state.live():
         t.view.idle_for = round(now - t.idle_since, 1) if t.idle_since is not None else 0.0
+    # Judged only when something changed: an input since the last judging, or a bound a verdict
+    # reads passed (due.py). Between them the judging would decide what it decided (issue 36).
+    if state.judged == state.changes and (state.due is None or now < state.due - due.SLACK):
+        return
+    before = _judged_marks(state, out)
+    state.judgements += 1
+    _judge(state, now, wall, out)
+    state.judged = state.changes
+    # What the judging itself changed (an ask, a verdict said or restated with its time, a held
+    # rank remembered) is read by the next: judged again at the next tick, until nothing moves.
+    after = _judged_marks(state, out)
+    moved = after[0] != before[0] or any(a is not b for a, b in zip(after[1:], before[1:], strict=True))
+    state.due = now if moved else due.next_due(state, now)
+
+
+def _judged_marks(state: State, out: list[Effect]) -> tuple:
+    """What the judging writes that the next judging reads: counts and times, then objects compared
+    by identity (a verdict restated with a later `waited` is a new one, whatever it holds)."""
+    return ((len(out), state.exit_check_at, state.spin_asked_at, state.asked_at, state.diagnosis_run,
+             len(state.reported), len(state.held), len(state.paused), state.alone, len(state.bundles_due)),
+            state.diagnosis, state.wires_at_hang)
+
+
+def _judge(state: State, now: float, wall: float, out: list[Effect]) -> None:
+    """Every run judged: its ends once settled, its ranks that spin on a GPU, its torchruns that
+    wait, ranks alone, its stall."""
     if state.exit_check_at is not None and now >= state.exit_check_at and not ended.awaited(state, now):
         state.exit_check_at = None
         found = ended.judge(state, now, wall)

@@ -10,6 +10,7 @@ from ddp_preflight.node import protocol
 from ddp_preflight.node.protocol import ExitStatus
 
 from . import stall
+from .classify import Frame, frames_of
 from .events import Event, EventKind
 from .inputs import Effect, Say
 from .model import Diagnosis, Kind, NodeNote, NodeView, RankStatus, RankView, Seen, Snapshot, Unnumbered, Who, Word
@@ -82,6 +83,8 @@ class Track:
     talked: bool = False              # it has had a connection: it joined a process group
     torch: bool = False               # torch's library is mapped in it: it imported torch
     training: str | None = None       # a training step its stacks showed since alone_since ("backward at x.py:9")
+    read: tuple[list, list[Frame]] | None = field(default=None, repr=False, compare=False)   # (dump, its frames):
+                                      # frames_of read once per stack (frames())
 
     @property
     def key(self) -> Who:
@@ -103,6 +106,16 @@ class Track:
     @property
     def launcher(self) -> int | None:
         return self.info.ppid if self.info is not None else None
+
+    def frames(self) -> list[Frame]:
+        """frames_of(its stack in hand), read once per stack: a stack is replaced, never changed in
+        place (agents.py), and reading it builds every frame (most of a stall's judging at 4,096
+        ranks). Shared: never to be changed by the caller."""
+        if self.dump is None:
+            return []
+        if self.read is None or self.read[0] is not self.dump:
+            self.read = (self.dump, frames_of(self.dump))
+        return self.read[1]
 
     def held_since_read(self) -> bool:
         """Our py-spy read it and it has had no sample of its own since: its CPU is unknown."""
@@ -233,6 +246,11 @@ class State:
     per_node: dict[str, int] = field(default_factory=dict)   # node -> its tracks
     indexed: int = -1                                         # len(ranks) when indexed
     run_keys: dict[tuple, tuple[str, int]] = field(default_factory=dict)  # (user, store, world) -> a live track's key
+    # When the tick judges (reducer._tick, due.py): after an input, or once a bound a verdict reads passed.
+    changes: int = 0                          # inputs taken other than ticks
+    judged: int | None = None                 # `changes` when the tick last judged (None: never)
+    due: float | None = None                  # when it must judge again with no input (None: only at one)
+    judgements: int = 0                       # how often it judged (tests, bench/hangwatch_scale.py)
 
     def index(self) -> None:
         """Index the tracks again, when they changed behind the indexes' back."""

@@ -81,7 +81,7 @@ def _left_rendezvous_unseen(t: Track) -> bool:
     verdict waits for it, within RECHECK past the threshold (a bound: then it is said as it is)."""
     return not t.ended and t.idle_since is None and t.dump is not None and t.busy_at is not None \
         and t.stack_at is not None and t.busy_at > t.stack_at \
-        and classify(t.dump, None, t.view.wchan).state is S.RENDEZVOUS
+        and classify(t.dump, None, t.view.wchan, frames=t.frames()).state is S.RENDEZVOUS
 
 
 def _unformed(store: protocol.StoreAnswer | None) -> str | None:

@@ -1,0 +1,141 @@
+"""The tick judges only when something changed (issue 36): an input since it last judged, or a bound
+a verdict reads that time has passed (hangwatch/due.py). A stall that stands cost every rank's
+evidence, each run's pipeline and every bound on every tick (4 Hz) before.
+
+Each recording of tests/unit/artifacts/agent is replayed twice through the real Watcher on a driven
+clock: as it is, and with the tick made to judge every time (what it did before); what is said, when,
+and what the dashboard's snapshot shows between ticks must be the same. Options move the bounds
+(a shorter threshold, a held bound and an endless bound that pass between samples)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from ddp_preflight.hangwatch import due, reducer
+
+from .test_hangwatch_watch import AGENT, replay
+
+RECORDINGS = sorted(p.stem for p in AGENT.glob("*.jsonl"))
+OPTIONS = {
+    "default": {},
+    "threshold-5.3": {"threshold": 5.3},               # bounds that fall between the samples' seconds
+    "held-3.1": {"held_after": 3.1},                    # a held rank's bound (sleep, cascade)
+    "endless-6.7": {"endless_after": 6.7},              # a straggler that never arrives (straggle)
+}
+
+
+def _length(name: str) -> float:
+    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()[1:]
+    return max(json.loads(line)["at"] for line in lines)
+
+
+def _played(name, tmp_path, folder, **options):
+    """What was said (kind, when, its line, its verdict) and what snapshots showed every half second."""
+    shown = []
+
+    def look(watcher):
+        snap = watcher.snapshot()
+        shown.append((snap.diagnosis, [(v.rank, v.pid, v.state, v.idle_for, v.frame, v.stack) for v in snap.ranks]))
+
+    looks = [(k * 0.5 + 0.1, look) for k in range(int(_length(name) * 2) + 4)]
+    _, watcher, events = replay(name, tmp_path / folder, then=looks, **options)
+    said = [(e.kind, e.data.get("at"), e.text if e.kind != "incident" else None,
+             e.snapshot.diagnosis if e.snapshot is not None else None) for e in events]
+    return said, shown, watcher
+
+
+@pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_judging_on_change_says_what_judging_every_tick_said_at_the_same_ticks(name, options, tmp_path, monkeypatch):
+    said, shown, watcher = _played(name, tmp_path, "on-change", **OPTIONS[options])
+    with monkeypatch.context() as m:
+        m.setattr(due, "next_due", lambda state, now: now)      # every tick judges, as before issue 36
+        said_before, shown_before, before = _played(name, tmp_path, "every-tick", **OPTIONS[options])
+    assert said == said_before
+    assert shown == shown_before
+    assert watcher.state.judgements <= before.state.judgements
+
+
+def test_a_skipped_tick_is_one_whose_judging_would_have_changed_nothing(tmp_path, monkeypatch):
+    # Stronger than the same events: at every tick that skips, a copy of the state judged anyway
+    # says nothing, asks nothing, and leaves what the next judging reads as it was.
+    real = reducer._tick
+    skipped = []
+
+    def checked(state, now, wall, out):
+        shadow = copy.deepcopy(state)
+        judged = state.judgements
+        real(state, now, wall, out)
+        if state.judgements != judged:
+            return
+        shadow_out: list = []
+        real(shadow, now, wall, shadow_out)               # skips too: the same time-keeping parts
+        before = reducer._judged_marks(shadow, shadow_out)
+        reducer._judge(shadow, now, wall, shadow_out)
+        after = reducer._judged_marks(shadow, shadow_out)
+        assert after[0] == before[0] and all(a is b for a, b in zip(after[1:], before[1:], strict=True)), \
+            (now, shadow_out[len(out):])
+        skipped.append(now)
+
+    monkeypatch.setattr(reducer, "_tick", checked)
+    for name in ("leave", "sleep", "cascade", "quit", "straggle"):
+        replay(name, tmp_path / name, held_after=20.0)
+    assert len(skipped) > 100
+
+
+def test_a_standing_hang_is_not_judged_again_while_nothing_comes(tmp_path, monkeypatch):
+    # The recorded deadlock, named; then 4 s with no message (under the silent bound: no node is
+    # lost). Before, every one of those 16 ticks judged the run again over every rank.
+    header = json.loads((AGENT / "leave.jsonl").read_text().splitlines()[0])
+    header, watcher, events = replay("leave", tmp_path, until=header["fault_at"] + 12.0)
+    assert [e.kind for e in events].count("diagnosis") == 1
+    watcher.tick()                  # the last message taken
+    stalls = []
+    real = reducer.verdicts.stalled
+    monkeypatch.setattr(reducer.verdicts, "stalled", lambda *a, **k: stalls.append(a[2]) or real(*a, **k))
+    clock = watcher.clock()
+    judged = watcher.state.judgements
+    now = [clock]
+    watcher.clock = lambda: now[0]
+    for _ in range(16):
+        now[0] += 0.25
+        watcher.tick()
+    # Only at the bounds that fall within those 4 s: the stall's ask's timeout, then its stacks'
+    # recheck, which asks again (an effect: judged at the next tick too). Before: 16 of 16.
+    assert len(stalls) <= 3 and watcher.state.judgements - judged <= 3, stalls
+    assert [e.kind for e in events].count("diagnosis") == 1
+
+
+def _named_at(tmp_path, **options) -> float:
+    _, _, events = replay("leave", tmp_path, **options)
+    return next(e.data["at"] for e in events if e.kind == "diagnosis")
+
+
+def test_a_bound_between_samples_is_judged_at_the_first_tick_past_it(tmp_path, monkeypatch):
+    # Rank 3 leaves the loop; the others wait in all_reduce. With a threshold of 6.1 s the stall's
+    # bound passes between two samples (11.781 and 12.781 s, each a second after the last): the
+    # tick past it (12.031) names the deadlock, as judging every tick did, not the next sample.
+    at = _named_at(tmp_path / "on-change", threshold=6.1)
+    assert at == pytest.approx(12.031)
+    with monkeypatch.context() as m:
+        m.setattr(due, "next_due", lambda state, now: now)
+        assert _named_at(tmp_path / "every-tick", threshold=6.1) == at
+    with monkeypatch.context() as m:
+        m.setattr(due, "next_due", lambda state, now: None)     # inputs alone: a sample later
+        assert _named_at(tmp_path / "inputs-only", threshold=6.1) == pytest.approx(12.781)
+
+
+def test_next_due_is_the_earliest_bound_still_ahead():
+    state = reducer.new_state(["a"], reducer.Config(threshold=8.0))
+    assert due.next_due(state, 10.0) is None                       # nothing reads the clock
+    state.asked_at = 3.0
+    assert due.next_due(state, 10.0) == 3.0 + reducer.stall.ASK_TIMEOUT
+    state.exit_check_at = 12.0
+    assert due.next_due(state, 10.0) == 12.0
+    assert due.next_due(state, 12.5) == 12.5                       # ends awaited: every tick until judged
+    state.exit_check_at = None
+    assert due.next_due(state, 18.0) == 18.0                       # a bound just now is due now
+    assert due.next_due(state, 18.5) is None                       # passed: judged already
