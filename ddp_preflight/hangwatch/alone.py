@@ -105,6 +105,12 @@ def judge(state: State, now: float, wall: float, out: list[Effect]) -> bool:
              and t.busy_at >= t.alone_since]
     if len(quiet) < len(world):
         return False
+    # A rank of that world that already finished its own training (exit 0, never a connection) is
+    # one of them still: a fast rank's end does not take it out (lab, quiet box: two of four ranks
+    # done in 12 s, and the others were said to be the world).
+    size = max(t.view.world_size or 0 for t in world)
+    done = [t for t in state.ranks.values() if t.ended and t.view.world_size == size and t.torch
+            and t.alone_since is not None and not t.talked and t.exit_status is not None and t.exit_status.ok]
     seconds = min(now - (t.alone_since or now) for t in quiet)
     threshold = state.config.threshold
     if seconds < threshold:
@@ -113,9 +119,13 @@ def judge(state: State, now: float, wall: float, out: list[Effect]) -> bool:
         if t.training is None and t.dump is not None and t.stack_at is not None and \
                 t.stack_at >= (t.alone_since or now):
             t.training = training_step(t.frames())
-    stepping = all(t.training is not None for t in quiet)
+    # Every rank of the world seen, each in its own step: said within the threshold. Ranks of it
+    # not seen (a node not watched, a rank not found yet): only after ALONE_AFTER, of those seen.
+    whole = len(quiet) + len(done) >= size
+    stepping = whole and all(t.training is not None for t in quiet)
     if stepping or seconds >= ALONE_AFTER:
-        _say(state, quiet, seconds, now, wall, out, stepping)
+        _say(state, sorted(quiet + done, key=lambda t: (t.view.rank is None, t.view.rank or 0)), seconds, now,
+             wall, out, stepping)
         return False
     # Stacks taken anew each threshold until ALONE_AFTER: one may catch each rank in its step.
     return state.asked_at is None and \
@@ -128,7 +138,8 @@ def _say(state: State, quiet: list[Track], seconds: float, now: float, wall: flo
     for t in quiet:
         e = evidence_of(state, t, now)
         shown(state, t, e)
-        notes = [f"no TCP connection for {now - (t.alone_since or now):.0f} s", f"CPU {t.view.cpu:.0f}%",
+        until = t.gone_at if t.ended and t.gone_at is not None else now
+        notes = [f"no TCP connection for {until - (t.alone_since or until):.0f} s", f"CPU {t.view.cpu:.0f}%",
                  "torch imported"]
         if t.training is not None:
             notes.append(f"in {t.training}")

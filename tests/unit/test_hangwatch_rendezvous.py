@@ -177,6 +177,25 @@ def test_without_a_training_step_in_the_stacks_it_waits_for_alone_after_and_with
     assert watcher.snapshot().diagnosis is None
 
 
+def test_ranks_that_finished_alone_before_it_was_said_are_still_of_the_world_and_unseen_ones_wait(tmp_path):
+    # worker1's ranks finish their training (exit 0) 9 s in, before the threshold (a quiet box runs
+    # them fast): they are still two of the four that each trained alone. Said for all four, once.
+    def lost(record):
+        return record["node"] == "worker1" and record["at"] >= 9.0 and record["msg"]["type"] in ("sample", "stacks")
+    ends = [(9.0, lambda w, pid=pid: w.receive("worker1", {"type": "exit", "pid": pid, "t": 9.0, "code": 0}))
+            for pid in (18376, 18377)]
+    header, watcher, events = replay("alone", tmp_path / "done", lost=lost, then=ends)
+    said = [e for e in events if "alone" in e.data]
+    assert [e.text.split(" used CPU")[0] for e in said] == ["ranks 0,1,2,3 (world 4)"], [e.text for e in events]
+    assert said[0].snapshot.diagnosis.reason == "training"
+    # worker1 never watched at all (its ranks never seen): ranks 0 and 1 are half the world, said
+    # only after ALONE_AFTER, of those seen.
+    header, watcher, events = replay("alone", tmp_path / "half", lost=lambda record: record["node"] == "worker1")
+    said = [e for e in events if "alone" in e.data]
+    assert [e.text.split(" used CPU")[0] for e in said] == ["ranks 0,1 (world 4)"], [e.text for e in events]
+    assert said[0].data["at"] - _first_count("alone") >= ALONE_AFTER
+
+
 def _tcp(node: str, after: float, count: int):
     """Every count of `node`'s ranks from `after` on says `count` connections."""
     def change(record):
