@@ -71,4 +71,7 @@ def main(spec: dict, work) -> int:
     except BaseException:
         signed_store.stop_if_interfered("torchrun")     # its own reads of the store, before any rank's
         raise
+    # torchrun's exit barrier logs what fails in it and goes on: a stranger's value it met there
+    # (a counter) ends the job as interfered all the same.
+    signed_store.stop_if_interfered("torchrun")
     return 0

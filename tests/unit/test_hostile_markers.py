@@ -362,3 +362,36 @@ def test_a_real_node_program_announces_its_long_facts_line_and_its_reader_takes_
     facts = local().collect({"sections": ["shards"], "data_dir": str(data), "master_port": 29500})
     files = facts["shards"]["files"]
     assert len(files) == 3000 and len(protocol.line(protocol.FACTS, facts)) > 4 * 64 * 1024
+
+
+COUNTER = """\
+import datetime, socket, sys
+import torch.distributed as dist
+from ddp_preflight.node.jobs import signed_store as ss
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+second = datetime.timedelta(seconds=10)
+server = dist.TCPStore("127.0.0.1", port, None, True, second, wait_for_workers=False)
+client = ss.SignedStore(dist.TCPStore("127.0.0.1", port, None, False, second, wait_for_workers=False), b"k" * 16)
+print("counted", client.add("counter", 1), client.add("counter", 2))
+if sys.argv[1] == "stranger":
+    dist.TCPStore("127.0.0.1", port, None, False, second, wait_for_workers=False).set("barrier", "stranger")
+else:
+    del server                       # the store itself goes away: no stranger in it
+try:
+    client.add("barrier", 1)
+    print("added")
+except ss.Interfered:
+    print("interfered", ss.interference())
+except Exception as e:
+    print("failed", ss.interference())
+"""
+
+
+def test_a_strangers_text_in_a_counter_is_interference_and_a_store_gone_is_not():
+    # CI: a second user's overwrite of torchrun's exit-barrier counter made the store close the
+    # agent's connection ("Failed to recv"), and the other node's agent waited out the barrier to
+    # the job's bound: no "interfered", a probe that failed. The counter is read from a fresh
+    # connection: no number there is the stranger's.
+    said = [subprocess.run([sys.executable, "-c", COUNTER, case], capture_output=True, text=True, timeout=60,
+                           cwd=ROOT).stdout.split("\n")[:2] for case in ("stranger", "gone")]
+    assert said == [["counted 1 3", "interfered barrier"], ["counted 1 3", "failed None"]], said

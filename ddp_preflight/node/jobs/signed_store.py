@@ -107,7 +107,28 @@ class SignedStore(dist.Store):
         return self._open(key, raw)
 
     def add(self, key, amount):
-        return self._synced().add(key, amount)
+        # A counter is a number the store adds to, unsigned. A stranger's text there makes the
+        # store fail the add and close the connection (torchrun's exit barrier: "Failed to recv",
+        # its peer's agent then waiting out the barrier). Read from a fresh connection, a value
+        # that is no number is the stranger's: said as one, never as the network.
+        try:
+            return self._synced().add(key, amount)
+        except Exception:
+            if self._not_a_counter(key):
+                if not _found:
+                    _found.append(key)
+                raise Interfered("the probe's store holds a value of %r that no process of this run wrote" % key) \
+                    from None
+            raise
+
+    def _not_a_counter(self, key) -> bool:
+        try:
+            fresh = dist.TCPStore(self.inner.host, self.inner.port, None, False, datetime.timedelta(seconds=5),
+                                  wait_for_workers=False)
+            raw = bytes(fresh.get(key)) if fresh.check([key]) else b""
+        except Exception:
+            return False           # the store itself is gone: not known to be a stranger's
+        return bool(raw) and not raw.strip().lstrip(b"-").isdigit()
 
     def wait(self, keys, timeout=None):
         return self._synced().wait(keys, self.timeout if timeout is None else timeout)
