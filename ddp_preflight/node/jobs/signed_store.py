@@ -9,8 +9,9 @@ value that fails is a stranger's: the process that read it says so on one marked
 measured on a stranger's numbers.
 
 What it cannot see: a stranger who deletes a key (the process waiting for it times out, as for a
-peer that never came) or adds to a counter (torch's own exit barrier does; the probes' own
-agreement uses signed keys instead).
+peer that never came) or adds a number to a counter (torch's own exit barrier adds; the probes'
+own agreement uses signed keys instead). Text written over a counter is seen: the add fails, and
+the counter read from a fresh connection is no number.
 
 Runs in torch processes only: the torchjob program (torchrun's agent) and the jobs' ranks."""
 
