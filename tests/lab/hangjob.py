@@ -71,6 +71,15 @@ class Job:
         raise AssertionError(f"the fault never started (exit codes {[p.poll() for p in self.procs]}): "
                              f"{self.lines[-20:]}")
 
+    def said(self) -> list[tuple[str, str]]:
+        """What a failed job said that explains it: every traceback and error line its ranks
+        printed, then its last lines (torchrun's summary alone names no cause)."""
+        lines = list(self.lines)
+        start = [i for i, (_, line) in enumerate(lines) if "Traceback" in line]
+        cause = lines[start[0]:start[0] + 60] if start else \
+            [x for x in lines if re.search(r"Error|error:|exception", x[1])][:40]
+        return cause + [("...", "...")] + lines[-20:]
+
     def wait(self, timeout: float) -> list[int | None]:
         deadline = time.monotonic() + timeout
         for p in self.procs:
