@@ -24,7 +24,7 @@ def _verdicts(watch) -> list[dict]:
 def test_a_rank_that_sleeps_4_s_a_step_is_never_a_hang(watched):
     # Rank 1 sleeps 4 s in every step; ranks 0,2,3 wait for it in all_reduce at ~0% CPU, and
     # each step's all_reduce moves bytes on every rank's connections: progress, not a stall.
-    watch, job = watched("--steps", "14", "--straggler", "1", "--straggle", "4", port=29731, script=SOAK)
+    watch, job = watched("--steps", "14", "--straggler", "1", "--straggle", "4", port=29761, script=SOAK)
     codes = job.wait(STARTUP + 14 * 4 + 60)
     assert codes == [0, 0], job.said()
     found = [(d["kind"], d["culprits"], d["certainty"]) for d in _verdicts(watch)]
@@ -33,7 +33,7 @@ def test_a_rank_that_sleeps_4_s_a_step_is_never_a_hang(watched):
 
 
 def test_a_rank_reading_its_stdin_is_named_reading_stdin_and_held(watched):
-    watch, job = watched("--steps", "400", "--stdin-rank", "3", "--stdin-at", "3", port=29732, script=SOAK)
+    watch, job = watched("--steps", "400", "--stdin-rank", "3", "--stdin-at", "3", port=29762, script=SOAK)
     began = job.fault_time()
     e = watch.wait_for("notice", 40, where=lambda e: ((e.get("snapshot") or {}).get("diagnosis") or {})
                        .get("kind") == "held")

@@ -35,7 +35,7 @@ def test_no_ptrace_permission_gives_the_fix_and_still_names_the_stall():
     os.chmod(tmp_path, 0o777)
     os.chmod(incidents, 0o777)
     job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                            "--master-addr", "127.0.0.1", "--master-port", "29641", str(SCRIPT),
+                            "--master-addr", "127.0.0.1", "--master-port", "29661", str(SCRIPT),
                             "--steps", "500", "--fault", "leave", "--rank", "1", "--at", "5"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     # This job's ranks: torchrun's children (root's, as every other root run on this machine).
@@ -120,7 +120,7 @@ def test_a_py_spy_path_another_user_placed_first_is_never_written_or_run(clean_l
         # /usr/bin/python3 has no py-spy beside it on the nodes: the watch has to bring one.
         watch = hangwatch(clean_lab, "--python", "/usr/bin/python3", "--incident-dir", str(tmp_path / "incidents"))
         job = start_job(clean_lab, "--steps", "500", "--fault", "leave", "--rank", "3", "--at", "5",
-                        port=29643 if planted == "file" else 29644)
+                        port=29663 if planted == "file" else 29664)
         try:
             copied = watch.wait_for("notice", 60, lambda e: e["text"].startswith("worker1: py-spy was missing"))
             diagnosis = watch.wait_for("diagnosis", 60)["snapshot"]["diagnosis"]
