@@ -62,5 +62,16 @@ def clean_lab(lab):
     while time.monotonic() < deadline and any(set(lab.processes(n.name)) - lab.own_processes[n.name]
                                               for n in lab.nodes):
         time.sleep(0.2)
+    for n in lab.nodes:
+        # Still there after QUIET_SECONDS: an earlier test's processes that its own stop missed.
+        # Named (pytest shows it with this test's failure) and ended, so that a stale torchrun
+        # agent cannot join this test's run, nor a stale rank be counted in it.
+        for pid in sorted(set(lab.processes(n.name)) - lab.own_processes[n.name]):
+            try:
+                line = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+                print(f"clean_lab: {n.name}: an earlier test left pid {pid}: {line[:300]}; killing it")
+                os.kill(pid, 9)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
     yield lab
     lab.clear_faults()
