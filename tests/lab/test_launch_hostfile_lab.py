@@ -30,3 +30,23 @@ def test_a_hostfile_of_two_slots_and_one_launches_three_ranks_numbered_node_afte
     assert "all 3 ranks exited with code 0" in done.stderr, said(done)
     assert json.loads((tmp_path / "run" / "result.json").read_text())["ok"] is True
     assert_nothing_left(clean_lab, before)
+
+
+def test_the_probes_of_a_hostfile_with_two_slots_and_one_run_each_nodes_own_ranks(clean_lab, tmp_path):
+    # The collectives run 2 + 1 ranks, as training will (they ran the fewest any node has: 1 + 1,
+    # which never tried the master's two ranks between themselves); bandwidth rides on the same
+    # job with one rank per node.
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("master slots=2\nworker1 slots=1\n")
+    before = counts(clean_lab)
+    done = subprocess.run([*CLI, "--hostfile", str(hostfile), "--ssh-config", str(clean_lab.ssh_config),
+                           "--only", "collectives,bandwidth", "--json", "--", str(TRAIN)],
+                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0, said(done)
+    results = json.loads(done.stdout)["results"]
+    collectives = {(r["details"]["world"], tuple(r["details"]["nodes"])) for r in results if r["check"] == "collectives"}
+    assert collectives == {(3, ("master", "worker1"))}, results
+    [bandwidth] = [r for r in results if r["check"] == "bandwidth"]
+    assert (bandwidth["status"], bandwidth["details"]["world_size"]) == ("pass", 2), bandwidth
+    assert_nothing_left(clean_lab, before)

@@ -30,12 +30,14 @@ class NoJobs:
         pytest.fail("a job was started over a path the network probe found blocked")
 
 
-def _blocked_first(name: str, nproc: int) -> list[tuple[str, str, str, str]]:
+def _blocked_first(name: str, nproc: int | dict) -> list[tuple[str, str, str, str]]:
+    """nproc: every node's ranks, or each node's own ({node: ranks})."""
     art = load(name)
     nodes = ctx_of(art).nodes
     seen = NetworkSeen.from_json(art["probes"]["network"])
+    ranks = nproc if isinstance(nproc, dict) else {n.node: nproc for n in nodes}
     return sorted({(d.src, d.dst, d.sent.get("address"), d.kind.value)
-                   for d in seen.blocking(_binds(nodes, list(range(len(nodes)))), nproc)})
+                   for d in seen.blocking(_binds(nodes, list(range(len(nodes)))), ranks)})
 
 
 def test_as_set_up_the_ranks_bind_what_the_hostname_resolves_to_and_only_its_blocked_paths_count():
@@ -53,6 +55,10 @@ def test_a_nodes_own_blocked_port_counts_only_when_its_ranks_connect_to_each_oth
     with_one = _blocked_first("lab_probe_self_firewall", 1)
     assert own in with_two and own not in with_one
     assert ("worker1", "master", "10.213.4.200", "listener") in with_one
+    # Each node by its own count (a hostfile's slots): the master's own path counts where the
+    # master runs two ranks, whatever worker1 runs, and not where it runs one.
+    assert own in _blocked_first("lab_probe_self_firewall", {"master": 2, "worker1": 1})
+    assert own not in _blocked_first("lab_probe_self_firewall", {"master": 1, "worker1": 3})
 
 
 @pytest.mark.parametrize("name, nproc, summary", [
@@ -93,7 +99,7 @@ def test_one_direction_blocked_that_gloo_never_takes_does_not_stop_the_job():
     ctx = ctx_of(art)
     seen = NetworkSeen.from_json(art["probes"]["network"])
     binds = _binds(ctx.nodes, [0, 1])
-    assert seen.blocking(binds, 1) == []
+    assert seen.blocking(binds, {"master": 1, "worker1": 1}) == []
     started = []
 
     class Started(NoJobs):
@@ -111,7 +117,7 @@ def test_one_direction_blocked_that_gloo_never_takes_does_not_stop_the_job():
 def test_one_direction_blocked_stops_a_job_whose_backend_dials_both_ways_or_does_not_say(backend):
     art = _one_way(backend)
     seen = NetworkSeen.from_json(art["probes"]["network"])
-    blocked = seen.blocking(_binds(ctx_of(art).nodes, [0, 1]), 1)
+    blocked = seen.blocking(_binds(ctx_of(art).nodes, [0, 1]), {"master": 1, "worker1": 1})
     assert sorted({(d.src, d.dst, d.kind.value) for d in blocked}) == [
         ("worker1", "master", "closed"), ("worker1", "master", "listener")]
 
@@ -120,6 +126,6 @@ def test_both_directions_blocked_gloo_counts_the_one_its_higher_address_dials():
     art = load("lab_probe_firewalls")
     art["probes"]["network"]["backend"] = "gloo"
     seen = NetworkSeen.from_json(art["probes"]["network"])
-    blocked = seen.blocking(_binds(ctx_of(art).nodes, [0, 1]), 1)
+    blocked = seen.blocking(_binds(ctx_of(art).nodes, [0, 1]), {"master": 1, "worker1": 1})
     assert sorted({(d.src, d.dst, d.kind.value) for d in blocked}) == [
         ("master", "worker1", "closed"), ("master", "worker1", "listener")]

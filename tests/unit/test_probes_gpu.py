@@ -55,15 +55,15 @@ def test_two_gpus_run_one_rank_each():
     two = g.second_gpu(g.h100())        # DERIVED: a second H100, both seen by torch
     for nproc in (1, 2):
         collectives, bandwidth_plan, compute = decide(g.context(("h100", two), nproc_per_node=nproc))
-        assert (collectives.ranks_per_node, collectives.skipped) == (2, None)
-        assert (bandwidth_plan.ranks_per_node, bandwidth_plan.skipped) == (2, None)
+        assert (collectives.counts, collectives.skipped) == ((2,), None)
+        assert (bandwidth_plan.counts, bandwidth_plan.skipped) == ((2,), None)
         assert compute is None
 
 
 def test_two_one_gpu_nodes_run_one_rank_per_node():
     # DERIVED: a second host like the recorded one, as worker1.
     collectives, bandwidth_plan, compute = decide(g.context(("master", g.h100()), ("worker1", g.h100())))
-    assert (collectives.ranks_per_node, bandwidth_plan.ranks_per_node, compute) == (1, 1, None)
+    assert (collectives.counts, bandwidth_plan.counts, compute) == ((1, 1), (1, 1), None)
 
 
 def test_a_cuda_run_on_the_labs_cpu_nodes_starts_nothing_and_points_at_device_dtype():
@@ -83,9 +83,9 @@ def test_a_node_without_cuda_beside_a_gpu_node_is_device_dtypes():
 def test_cpu_runs_are_decided_as_before():
     ctx = ff.context(ff.clean())
     collectives, bandwidth_plan, compute = decide(ctx)
-    assert (collectives.ranks_per_node, bandwidth_plan.ranks_per_node, compute) == (1, 1, None)
+    assert (collectives.counts, bandwidth_plan.counts, compute) == ((1, 1), (1, 1), None)
     one = ctx.nodes[:1]
-    assert gpus.collective_plan(one, ctx.options, [0]).ranks_per_node == 2     # two ranks show what Gloo does
+    assert gpus.collective_plan(one, ctx.options, [0]).counts == (2,)     # two ranks show what Gloo does
     assert bandwidth.plan(one, ctx.options, [0]).skipped == "needs the master and at least one more reachable node"
 
 
@@ -128,3 +128,11 @@ def test_the_benchmark_is_asked_for_each_gpu_the_nodes_ranks_use():
         ctx = g.context(("h100", two), nproc_per_node=nproc)
         assert compute.benchmark_spec(ctx.nodes[0], ctx.options, 0.5) == (
             {"program": "compute", "seconds": 0.5, "device": "cuda", "gpus": nproc}, None)
+
+
+def test_a_hostfiles_own_counts_are_each_nodes_ranks_in_the_collectives_job():
+    # master slots=1, worker1 slots=3 (a DeepSpeed hostfile): the collectives run 1 + 3 ranks, as
+    # training will; bandwidth measures between the nodes, one rank each.
+    ctx = ff.context(ff.clean(), nproc_per_node=1, nprocs={"master": 1, "worker1": 3})
+    collectives, bandwidth_plan, _ = decide(ctx)
+    assert (collectives.counts, collectives.world, bandwidth_plan.counts) == ((1, 3), 4, (1, 1))

@@ -13,7 +13,8 @@ In order, each part only when its option is given:
 3. bandwidth (--bandwidth JSON: that job's options): node/jobs/bandwidth.py in a process group of
    its own (keys under "bandwidth/" in the store), with torchrun's environment as it was before the
    collectives changed the interface; with --bandwidth-per-node one rank per node (each node's
-   local rank 0, as the bandwidth probe measures the links between nodes).
+   local rank 0, as the bandwidth probe measures the links between nodes). Nodes may run
+   different counts of ranks (a hostfile's slots): each runs as many as training will there.
 
 Each part prints its own marked lines, as its own job does; the master reads them per probe."""
 
@@ -85,7 +86,7 @@ def main() -> None:
     if args.bandwidth and (local_rank == 0 or not args.bandwidth_per_node):
         from ddp_preflight.node.jobs import bandwidth
         if args.bandwidth_per_node:
-            nodes = world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            nodes = int(os.environ["GROUP_WORLD_SIZE"])      # torchrun's nodes (they may run different counts)
             bandwidth.main(json.loads(args.bandwidth), rank=node_rank, world=nodes, prefix="bandwidth/")
         else:
             bandwidth.main(json.loads(args.bandwidth), rank=rank, world=world, prefix="bandwidth/")

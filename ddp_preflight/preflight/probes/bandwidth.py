@@ -34,7 +34,7 @@ def plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list[int]) -> P
     if blocked:
         return Plan(skipped=blocked)
     if len(usable) >= 2:
-        return Plan(1)
+        return Plan((1,) * len(usable))
     if options.device != "cuda":
         return Plan(skipped="needs the master and at least one more reachable node")
     return collective_plan(nodes, options, usable)
@@ -59,13 +59,13 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
     # The job pins preflight's interface: the paths into each node's pinned address (its own, when
     # its ranks connect to each other: more than one per node).
     seen_net = NetworkSeen.from_json(network or {})
-    blocked = seen_net.blocking(seen_net.pinned_binds(names), ranks.ranks_per_node)
+    blocked = seen_net.blocking(seen_net.pinned_binds(names), _on(nodes, usable, ranks.counts))
     if blocked:
         # Its ranks could not connect there: the job would wait out its bound. Say what blocks it.
         return {"skipped": not_run_over(blocked[0]), "blocked": [b.to_json() for b in blocked]}
     job = torchjob.TorchJob(job="bandwidth", args=("--backend", options.backend, "--device", options.device),
-                            nproc_per_node=ranks.ranks_per_node, timeout=TIMEOUT)
-    results = together.run("bandwidth", Part(tuple(usable), job.nproc_per_node, job.args, job.timeout)) \
+                            counts=ranks.counts, timeout=TIMEOUT)
+    results = together.run("bandwidth", Part(tuple(usable), job.counts, job.args, job.timeout)) \
         if together is not None else None
     if results is None:
         with serial(together):
@@ -85,3 +85,8 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, seen: dict | 
                            "error": torchjob.job_error(failed) + (load_words(node) if unfinished else ""),
                            "load_per_cpu": load_per_cpu(node)}}
     return {"nodes": [nodes[i].node for i in usable], "job_seconds": max(r.seconds for r in results), **lines[-1]}
+
+
+def _on(nodes: tuple[NodeFacts, ...], usable: list[int], counts: tuple[int, ...]) -> dict[str, int]:
+    """Each node's name -> the ranks the job starts there."""
+    return {nodes[i].node: n for i, n in zip(usable, counts, strict=True)}

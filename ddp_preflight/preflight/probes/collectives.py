@@ -58,7 +58,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
     plan = collective_plan(nodes, options, usable)
     if plan.skipped:
         return {"skipped": plan.skipped, **scanned}
-    nproc = plan.ranks_per_node
+    counts = plan.counts
     names = [nodes[i].node for i in usable]
     var = "NCCL_SOCKET_IFNAME" if options.backend == "nccl" else "GLOO_SOCKET_IFNAME"
     # As training gets it: the node's own environment with the training's variables (--env, the
@@ -69,9 +69,10 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
               for n, i in enumerate(usable)]
     started = time.monotonic()
     seen = NetworkSeen.from_json(network or {})
-    blocked = seen.blocking(_binds(nodes, usable), nproc)
+    ranks = {nodes[i].node: n for i, n in zip(usable, counts, strict=True)}
+    blocked = seen.blocking(_binds(nodes, usable), ranks)
     if blocked:
-        pinned_blocked = seen.blocking(seen.pinned_binds(names), nproc)
+        pinned_blocked = seen.blocking(seen.pinned_binds(names), ranks)
         if configured == chosen or pinned_blocked:
             return {"skipped": not_run_over((pinned_blocked or blocked)[0]),
                     "blocked": [d.to_json() for d in pinned_blocked or blocked], **scanned}
@@ -80,7 +81,7 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
     # the matrix is then measured as training will run once the interface is pinned. Where the
     # network probe found the paths as set up blocked, that first is not started: pinned, alone.
     first_env = chosen if blocked else configured
-    first = _attempt(cluster, nodes, options, usable, nproc, None if configured == chosen else first_env, together)
+    first = _attempt(cluster, nodes, options, usable, counts, None if configured == chosen else first_env, together)
     stranger = first.pop("interfered")
     if stranger:            # a process of the job read a stranger's value: no matrix of this run's
         return {"error": stranger, **scanned}
@@ -90,14 +91,14 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options, network: dict
     if first_env != chosen and first["init_failed"] is not None and first["init_failed"] < 0.8 * INIT_BOUND:
         # On purpose over the training's own setting (an --env GLOO_SOCKET_IFNAME included): the
         # job pins preflight's choice per node, to measure the matrix as the fix would run it.
-        second = _attempt(cluster, nodes, options, usable, nproc, chosen, together)
+        second = _attempt(cluster, nodes, options, usable, counts, chosen, together)
         stranger = second.pop("interfered")
         if stranger:
             return {"error": stranger, **scanned}
         out["pinned"] = {"env": {n: {var: v or None} for n, v in zip(names, chosen, strict=True)},
                          "init": second["init"], "jobs": second["jobs"], "init_failed": second["init_failed"]}
         out.update(matrix=second["matrix"], broken=second["broken"], stopped=second["stopped"])
-    out.update(backend=options.backend, device=options.device, world=len(usable) * nproc, nodes=names,
+    out.update(backend=options.backend, device=options.device, world=sum(counts), nodes=names,
                port=options.master_port, bound=INIT_BOUND, seconds=round(time.monotonic() - started, 2))
     out.update(scanned)
     return out
@@ -114,24 +115,24 @@ def _binds(nodes: tuple[NodeFacts, ...], usable: list[int]) -> dict[str, str | N
     return out
 
 
-def _attempt(cluster, nodes, options, usable, nproc, ifnames: list[str] | None,
+def _attempt(cluster, nodes, options, usable, counts: tuple[int, ...], ifnames: list[str] | None,
              together: Together | None = None) -> dict:
     args = ["--backend", options.backend, "--device", options.device, "--timeout", str(OP_TIMEOUT),
             "--bound", str(INIT_BOUND)]
     if ifnames is not None:
         args += ["--ifnames", json.dumps(ifnames)]
-    job = torchjob.TorchJob(job="collectives", nproc_per_node=nproc, timeout=JOB_TIMEOUT, args=tuple(args))
+    job = torchjob.TorchJob(job="collectives", counts=counts, timeout=JOB_TIMEOUT, args=tuple(args))
     # torchrun's own rendezvous waits 600 s for missing nodes by default: bound it like the rest
     # (set on purpose over any PET_RDZV_CONF of the training's).
     extra_env = {"PET_RDZV_CONF": f"timeout={int(INIT_BOUND)}"}
-    results = together.run("collectives", Part(tuple(usable), nproc, job.args, job.timeout, extra_env)) \
+    results = together.run("collectives", Part(tuple(usable), counts, job.args, job.timeout, extra_env)) \
         if together is not None else None
     if results is None:
         with serial(together):
             results = torchjob.run(cluster, nodes, options, job, indexes=usable, extra_env=extra_env)
     out = assemble([(r.node, r.json_lines(MARKER)) for r in results], {r.node: _job_outcome(r) for r in results})
     out["interfered"] = torchjob.interfered(results, options.master_port)
-    ok = len(out["init"]) == len(usable) * nproc and all(r["ok"] for r in out["init"])
+    ok = len(out["init"]) == sum(counts) and all(r["ok"] for r in out["init"])
     # How long the failed creation took (the longest rank, or the jobs when no rank reported).
     out["init_failed"] = None if ok else max([r["seconds"] for r in out["init"]] or
                                              [j["seconds"] for j in out["jobs"].values()] or [0.0])

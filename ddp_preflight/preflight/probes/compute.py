@@ -82,7 +82,8 @@ def _all_at_once(together: Together | None, nodes, options, indexes: list[int]) 
     if together is None:
         return None
     specs = [benchmark_spec(nodes[i], options, FIRST_SECONDS) for i in indexes]
-    results = together.run("compute", Part(tuple(indexes), 1, timeout=TIMEOUT, specs=tuple(s for s, _ in specs)))
+    results = together.run("compute", Part(tuple(indexes), (1,) * len(indexes), timeout=TIMEOUT,
+                                           specs=tuple(s for s, _ in specs)))
     if results is None:
         return None
     return {i: _figures(result, source) for i, (_, source), result in zip(indexes, specs, results, strict=True)}

@@ -17,9 +17,14 @@ from ..model import Context, NodeFacts, Options, Status
 
 @dataclass(frozen=True)
 class Plan:
-    """How many ranks a probe's job starts on each node, or why it does not start."""
-    ranks_per_node: int = 0
+    """How many ranks a probe's job starts on each node (in the order of the nodes it runs on), or
+    why it does not start."""
+    counts: tuple[int, ...] = ()
     skipped: str | None = None      # the reason, for "not probed: ..."
+
+    @property
+    def world(self) -> int:
+        return sum(self.counts)
 
 
 def has_cuda(node: NodeFacts) -> bool:
@@ -57,16 +62,16 @@ def collective_plan(nodes: tuple[NodeFacts, ...], options: Options, usable: list
     blocked = cuda_blocked(nodes, options, usable)
     if blocked:
         return Plan(skipped=blocked)
-    # The fewest any node runs (a hostfile may give each host its own): never more than a node will.
-    nproc = min((options.nproc_on(nodes[i].node) for i in usable), default=options.nproc_per_node)
-    if len(usable) * nproc >= 2:
-        return Plan(nproc)
+    # Each node runs as many as training will start there (a hostfile may give each host its own).
+    counts = tuple(options.nproc_on(nodes[i].node) for i in usable)
+    if sum(counts) >= 2:
+        return Plan(counts)
     if options.device != "cuda":
-        return Plan(2)         # one CPU node: two ranks still show what the backend implements
+        return Plan((2,))      # one CPU node: two ranks still show what the backend implements
     node = nodes[usable[0]]
     seen = sight(node)
     if (seen.count or 0) >= 2:
-        return Plan(2)         # one node, two of its GPUs: what the backend does between them
+        return Plan((2,))      # one node, two of its GPUs: what the backend does between them
     reason = f"one GPU in the run ({node.node}'s): nothing to exchange within it"
     if options.backend == "nccl":
         device = nccl_device(seen.devices[0].pci_bus_id) if seen.devices else "…"

@@ -141,16 +141,16 @@ class NetworkSeen:
         """The address each node's ranks bind once preflight pins their interface: its listener's."""
         return {name: self.listeners[name].address if name in self.listeners else None for name in names}
 
-    def blocking(self, binds: Mapping[str, str | None], ranks_per_node: int) -> list[Dial]:
+    def blocking(self, binds: Mapping[str, str | None], ranks: Mapping[str, int]) -> list[Dial]:
         """The dials that found blocked a path a job's ranks will use when each node's ranks bind
-        `binds[node]`: into that address (from another node; from the node itself when it has
-        more than one rank), and the master port. A node whose address was not probed (None, or
+        `binds[node]`: into that address (from another node; from the node itself when it runs
+        more than one rank: `ranks[node]`), and the master port. A node whose address was not probed (None, or
         another than any listener's) is judged by nothing here."""
         names = set(binds)
         return [d for d in (*self.dials, *self.unpinned_dials) if d.src in names and d.dst in names and
                 ((d.kind is DialKind.MASTER and d.outcome not in ("open", "open-unverified")) or
                  (d.kind is not DialKind.MASTER and d.blocks and binds[d.dst] is not None
-                  and d.sent.get("address") == binds[d.dst] and (d.src != d.dst or ranks_per_node > 1)
+                  and d.sent.get("address") == binds[d.dst] and (d.src != d.dst or ranks.get(d.dst, 1) > 1)
                   and self.used(d, binds)))]
 
     def used(self, d: Dial, binds: Mapping[str, str | None]) -> bool:

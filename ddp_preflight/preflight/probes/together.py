@@ -32,7 +32,7 @@ MARKERS = {"compute": protocol.COMPUTE, "collectives": protocol.COLLECTIVES, "ba
 class Part:
     """What one probe asks of the shared job."""
     indexes: tuple[int, ...]                   # the nodes, in node-rank order
-    nproc_per_node: int = 1                    # ranks per node it needs (compute: one, local rank 0)
+    counts: tuple[int, ...] = ()               # ranks it needs on each of those nodes (compute: one, local rank 0)
     args: tuple[str, ...] = ()                 # its job's options (collectives, bandwidth)
     timeout: float = 60.0
     extra_env: dict = field(default_factory=dict)
@@ -86,24 +86,32 @@ class Together:
 
     def _shared(self, asked: dict[str, Part]) -> dict[str, list[JobResult] | None]:
         carried = fitting(asked)
-        torch_parts = [m for m in carried if m != "compute"]
-        if not torch_parts:          # compute alone: its own program is a torch job already
+        job = shared_job(asked, carried)
+        if job is None:              # compute alone: its own program is a torch job already
             return {}
-        nproc = max(asked[m].nproc_per_node for m in torch_parts)
-        args: list[str] = []
-        if "compute" in carried:
-            args += ["--compute", json.dumps(list(asked["compute"].specs))]
-        for member in ("collectives", "bandwidth"):
-            if member in carried:
-                args += [f"--{member}", json.dumps(list(asked[member].args))]
-        if "bandwidth" in carried and asked["bandwidth"].nproc_per_node < nproc:
-            args.append("--bandwidth-per-node")
-        indexes = list(asked[torch_parts[0]].indexes)
         env = {k: v for m in carried for k, v in asked[m].extra_env.items()}
-        job = torchjob.TorchJob(job="probes", args=tuple(args), nproc_per_node=nproc,
-                                timeout=sum(asked[m].timeout for m in carried))
+        indexes = list(asked[next(m for m in carried if m != "compute")].indexes)
         results = torchjob.run(self.cluster, self.nodes, self.options, job, indexes=indexes, extra_env=env)
         return {m: results if printed(results, m) else None for m in carried}
+
+
+def shared_job(asked: dict[str, Part], carried: list[str]) -> torchjob.TorchJob | None:
+    """The one job that carries these parts (fitting's), or None where no part needs torch's
+    ranks: on each node as many ranks as the most any part needs there."""
+    torch_parts = [m for m in carried if m != "compute"]
+    if not torch_parts:
+        return None
+    counts = tuple(max(per_node) for per_node in zip(*(asked[m].counts for m in torch_parts), strict=True))
+    args: list[str] = []
+    if "compute" in carried:
+        args += ["--compute", json.dumps(list(asked["compute"].specs))]
+    for member in ("collectives", "bandwidth"):
+        if member in carried:
+            args += [f"--{member}", json.dumps(list(asked[member].args))]
+    if "bandwidth" in carried and asked["bandwidth"].counts != counts:
+        args.append("--bandwidth-per-node")
+    return torchjob.TorchJob(job="probes", args=tuple(args), counts=counts,
+                             timeout=sum(asked[m].timeout for m in carried))
 
 
 def fitting(asked: dict[str, Part]) -> list[str]:
@@ -115,12 +123,17 @@ def fitting(asked: dict[str, Part]) -> list[str]:
     first = asked[torch_parts[0]]
     carried: list[str] = [m for m in torch_parts if asked[m].indexes == first.indexes]
     if "collectives" in carried and "bandwidth" in carried and \
-            asked["bandwidth"].nproc_per_node not in (1, asked["collectives"].nproc_per_node):
+            asked["bandwidth"].counts not in (ones(asked["bandwidth"].counts), asked["collectives"].counts):
         carried.remove("bandwidth")
     compute = asked.get("compute")
     if compute is not None and compute.indexes == first.indexes and all(compute.specs):
         carried.insert(0, "compute")
     return carried
+
+
+def ones(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """One rank on each of these nodes (bandwidth between nodes: each node's local rank 0)."""
+    return (1,) * len(counts)
 
 
 def printed(results: list[JobResult], member: str) -> bool:

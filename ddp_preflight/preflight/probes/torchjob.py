@@ -27,7 +27,7 @@ from .job_end import ended_by_us_or_outside, slowdown, why_ended
 class TorchJob:
     job: str                      # one of node/jobs: it prints its own marked JSON lines
     args: tuple[str, ...] = ()    # the job's options
-    nproc_per_node: int = 1
+    counts: tuple[int, ...] = ()  # ranks on each node it runs on, in their order (default: one each)
     timeout: float = 60.0         # the whole job, per node
     port: int | None = None       # default: the run's master port
 
@@ -60,7 +60,7 @@ def run(cluster, nodes: tuple[NodeFacts, ...], options: Options, job: TorchJob,
     token = secrets.token_hex(16)      # this job's alone: every value in its store is signed with it
     running = []
     for rank, i in enumerate(indexes):
-        torchrun = ["--nnodes", str(len(indexes)), "--nproc-per-node", str(job.nproc_per_node),
+        torchrun = ["--nnodes", str(len(indexes)), "--nproc-per-node", str(job.counts[rank] if job.counts else 1),
                     "--node-rank", str(rank), "--master-addr", str(master_ip),
                     "--master-port", str(job.port or options.master_port), "--max-restarts", "0"]
         spec = {"program": "torchjob", "job": job.job, "torchrun": torchrun, "args": list(job.args),
