@@ -99,9 +99,9 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     details: dict[str, Any] = {"latency_us": dict(seen.latency_us), "busbw_bytes_per_s": busbw,
                "algbw_bytes_per_s": seen.algbw, "bytes": seen.message_bytes, "seconds": seen.seconds,
                "world_size": world, "links": found, "slowest_link": slow[0] if slow else None}
-    measured = {f"{link.src}->{link.dst}": {"bytes_per_s": round(link.rate or 0), "sent": link.sent, "busy_us": link.busy_us,
-                                            "rtt_us": link.rtt_us, "retrans": link.retrans, "segs": link.segs,
-                                            "lost": link.lost} for link in _carrying(seen)}
+    measured = {f"{link.src}->{link.dst}": {
+        "bytes_per_s": round(link.least_rate or 0), "sent": link.sent, "busy_us": link.busy_us, "rtt_us": link.rtt_us,
+        "retrans": link.retrans, "segs": link.segs, "lost": link.lost} for link in _carrying(seen)}
     if measured:
         details["measured_links"] = measured      # each link on its own: bytes over the time it had data to send
 
@@ -148,7 +148,7 @@ def _carrying(seen: BandwidthSeen) -> list[LinkSent]:
     """The links that carried the all_reduce's data, at least one of its large messages: the
     others sent the algorithm's few control bytes, whose time says nothing of the link (2448 bytes
     over 144 ms, waiting on a slow peer, on the lab's ring)."""
-    return [link for link in seen.links if link.rate and link.sent >= seen.message_bytes]
+    return [link for link in seen.links if link.least_rate and link.sent >= seen.message_bytes]
 
 
 def _slow_node(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
@@ -156,14 +156,20 @@ def _slow_node(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
     to send (TCP_INFO: bytes sent over busy time, each link on its own), than STRAGGLER_RATIO of the
     slowest link between the other nodes. Needs a link that does not touch it (three nodes or
     more); with or without --params: every step's all_reduce waits for that node's links."""
-    rates = {(link.src, link.dst): link.rate for link in _carrying(seen) if link.rate}
+    # A link whose busy time read 0 counts at the least it carried: the rule fires only where the
+    # node's own links are slow against what the others carried at least, never on a tick's rounding.
+    carrying = {(link.src, link.dst): link for link in _carrying(seen)}
+    rates = {pair: r for pair, link in carrying.items() if (r := link.least_rate)}
+
+    def said(a: str, b: str, r: float) -> str:
+        return f"{a} -> {b} {'at least ' if not carrying[a, b].busy_us else ''}{rate(r)}"
     for name in seen.nodes:
         own = {pair: r for pair, r in rates.items() if name in pair}
         others = {pair: r for pair, r in rates.items() if name not in pair}
         if not own or not others or max(own.values()) >= STRAGGLER_RATIO * min(others.values()):
             continue
-        words = ", ".join(f"{a} -> {b} {rate(r)}" for (a, b), r in sorted(own.items()))
-        fast = ", ".join(f"{a} -> {b} {rate(r)}" for (a, b), r in sorted(others.items()))
+        words = ", ".join(said(a, b, r) for (a, b), r in sorted(own.items()))
+        fast = ", ".join(said(a, b, r) for (a, b), r in sorted(others.items()))
         link = links(ctx, [name]).get(name)
         fix = _by_wire(ctx, name) if link and link["kind"] == "wireless" else None
         where = f" ({_describe(name, link)})" if link else ""
