@@ -10,7 +10,8 @@ import socket
 import sys
 from pathlib import Path
 
-from .args import Parser, nproc
+from . import examples
+from .args import SCRIPT_OPTIONS, TORCHRUN_WORDS, Parser, host, nproc
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
 from .folders import code_dir_of, data_dir_of_each, python_of, pythons_given
@@ -27,12 +28,11 @@ def _parser() -> argparse.ArgumentParser:
               "       ddp-preflight explain PATH ... [--json]",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
-        epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
-               "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
+        epilog=examples.PREFLIGHT, known=TORCHRUN_WORDS, otherwise=SCRIPT_OPTIONS)
     p.add_argument("--version", action="version", version=f"ddp-preflight {version()}")
     p.add_argument("--completion", choices=["bash"], action=Completion,
                    help='print a bash completion script and exit: eval "$(ddp-preflight --completion bash)"')
-    p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
+    p.add_argument("hosts", nargs="*", type=host, metavar="HOST", help="ssh aliases or addresses; the first is the master")
     p.add_argument("--hostfile", metavar="FILE", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
     p.add_argument("--slurm", action="store_true",
                    help="hosts from $SLURM_JOB_NODELIST; inside an allocation ($SLURM_JOB_ID) reached through srun")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import examples
 from .args import Parser
 from .exit import Exit, internal_error, reader_gone
 
@@ -14,8 +15,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="ddp-preflight explain",
         description="Name the cause of a failed or stuck run from what it left: a launch's log folder, torchrun "
                     "output, torchelastic error files, Flight Recorder dumps, incident bundles, a Slurm job's output.",
-        epilog="exit codes: 0 no failure found, 1 a failure explained (or found and not explained), "
-               "2 usage error or unreadable input")
+        epilog=examples.EXPLAIN)
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; - reads stdin")
     p.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
     return p

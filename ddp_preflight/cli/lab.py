@@ -14,6 +14,7 @@ from ddp_preflight.lab.faults import FAULTS
 from ddp_preflight.lab.lab import Lab
 from ddp_preflight.lab.state import DEFAULT_LAB_NAME
 
+from . import examples
 from .args import Parser
 from .exit import Exit
 
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         description="A LAN of several machines on this box (network namespaces, each with its own addresses, "
                     "hostname, sshd and firewall), with the faults that break multi-node training on demand. "
                     "Needs root.",
-        epilog="exit codes: 0 done, 1 'down' could not remove everything, 2 usage error or the lab refused")
+        epilog=examples.LAB)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_name = os.environ.get("DDP_PREFLIGHT_LAB", DEFAULT_LAB_NAME)
 
