@@ -40,7 +40,7 @@ step
 echo; echo "== now what breaks real runs: a Tailscale IPv6 address on worker1, Wi-Fi, uneven data shards,"
 echo "== a leftover process on port 29500, and the script's options placed where torchrun takes them =="
 cli lab fault add vpn-ipv6@worker1 wifi@worker1 shards@worker1 port-busy@master
-cli master worker1 --data-dir "$DATA" -- -m scripts.base_train --run=demo || echo "(preflight exit code $?: not ready)"
+cli master worker1 --data-dir "$DATA" -- -m examples.train_ddp --run=demo || echo "(preflight exit code $?: not ready)"
 
 echo; echo "== what training would have hit: the IPv6 fault alone =="
 cli lab fault clear
