@@ -17,6 +17,9 @@ def nproc(text: str) -> int | str:
     """--nproc-per-node: a whole number, or auto (torchrun's)."""
     if text == "auto":
         return text
+    if text in ("gpu", "cpu"):     # torchrun's; here one word for both, as the run's device says
+        raise argparse.ArgumentTypeError(f"{text!r} is torchrun's spelling: give auto (each node's GPUs on a CUDA "
+                                         "run, its CPUs on a CPU run) or a number")
     try:
         return int(text)
     except ValueError:
@@ -84,8 +87,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def _nearest(word: str, spellings: list[str], quote: str = "") -> str:
-    close = difflib.get_close_matches(word, spellings, n=1, cutoff=0.75)
-    return f": did you mean {quote}{close[0]}{quote}?" if close else ""
+    by_lower = {s.lower(): s for s in spellings}          # --backend NCCL means nccl
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.75)
+    return f": did you mean {quote}{by_lower[close[0]]}{quote}?" if close else ""
 
 
 # torchrun's options that ddp-preflight decides itself, and where its own way of saying them is.

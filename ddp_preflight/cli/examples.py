@@ -39,6 +39,6 @@ HANGWATCH = """examples:
   hangwatch attach master --pid 4242 --exit-on-hang --json
   hangwatch attach --slurm-job 1234
 
-exit codes: 0 the run finished, or no hang until stopped (or --for ran out); 1 a hang was named, or a rank of \
-the run did not exit 0; 2 usage error, no node could be watched, no rank found, or hangwatch's own error; 130 \
-interrupted (Ctrl-C)"""
+exit codes: 0 the run finished, or no hang was named before Ctrl-C or --for stopped the watch; 1 a hang was \
+named, or a rank of the run did not exit 0; 2 usage error, no node could be watched, no rank found, or \
+hangwatch's own error"""

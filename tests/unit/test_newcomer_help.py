@@ -120,6 +120,18 @@ def test_a_mistyped_command_names_the_one_meant(capsys):
         "hangwatch: error: the following arguments are required: COMMAND (see hangwatch --help)")
 
 
+def test_a_choice_in_capitals_is_the_one_meant(capsys):
+    assert usage_line(ddp_preflight._parser(), ["--backend", "NCCL"], capsys) == (
+        "ddp-preflight: error: argument --backend: invalid choice: 'NCCL' (choose from 'gloo', 'nccl'): did you mean "
+        "'nccl'? (see ddp-preflight --help)")
+
+
+def test_torchruns_gpu_and_cpu_process_counts_say_auto(capsys):
+    assert usage_line(ddp_preflight._parser(), ["--nproc-per-node", "gpu"], capsys) == (
+        "ddp-preflight: error: argument --nproc-per-node/--nproc_per_node: 'gpu' is torchrun's spelling: give auto "
+        "(each node's GPUs on a CUDA run, its CPUs on a CPU run) or a number (see ddp-preflight --help)")
+
+
 def test_nothing_near_is_no_guess(capsys):
     # --steps is nearest --strict of all, and far from it: no "did you mean" that would mislead
     assert usage_line(explain._parser(), ["--steps", "x.log"], capsys) == (
