@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import re
 import sys
 from typing import NoReturn
 
@@ -52,24 +51,32 @@ class Parser(argparse.ArgumentParser):
         self.otherwise = otherwise     # said of an unknown option with no near spelling
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message}{self._instead(message)} (see {self.prog} --help)", file=sys.stderr)
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(Exit.USAGE)
 
-    def _instead(self, message: str) -> str:
-        unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
-        if unknown:
-            for word in unknown.group(1).split():
-                name = word.split("=", 1)[0]
-                if self.otherwise and _script_here(word):      # `HOST --launch train.py ...`
-                    return f": {_script_here(word)}"
-                if name in self.known:
-                    return f": {self.known[name]}"
-                if name.startswith("-"):
-                    return _nearest(name, self._spellings()) or self.otherwise
-            return ""
-        choice = re.fullmatch(r"argument .*: invalid choice: '(.*)' \(choose from (.*)\)", message)
-        if choice:
-            return _nearest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)), quote="'")
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with what an unknown word was probably meant to be (from the words themselves)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._instead(extras)}")
+        return parsed
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            meant = _nearest(str(value), choices, quote="'")
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from "
+                                                 f"{', '.join(map(repr, choices))}){meant}")
+
+    def _instead(self, extras: list[str]) -> str:
+        for word in extras:
+            name = word.split("=", 1)[0]
+            if self.otherwise and _script_here(word):      # `HOST --launch train.py ...`
+                return f": {_script_here(word)}"
+            if name in self.known:
+                return f": {self.known[name]}"
+            if name.startswith("-"):
+                return _nearest(name, self._spellings()) or self.otherwise
         return ""
 
     def _spellings(self) -> list[str]:
@@ -121,3 +128,21 @@ def _script_here(word: str) -> str:
         return (f"{word} is a file here, not a host: the training command goes after --: "
                 f"ddp-preflight HOST ... [--launch] -- {word} [ARGS]")
     return ""
+
+
+def nearest_checks(only: str | None) -> str:
+    """--only's ids that are no check, each with the id meant where one is near."""
+    from ddp_preflight.preflight.checks import BY_ID
+    near = (difflib.get_close_matches(c, list(BY_ID), n=1, cutoff=0.75) for c in (only or "").split(",")
+            if c not in BY_ID)
+    meant = [found[0] for found in near if found]
+    return f" (did you mean {', '.join(meant)}?)" if meant else ""
+
+
+def ssh_config_missing(path: str, given: bool) -> str:
+    """An ssh config that is no file: what it is, and where the name came from when not typed."""
+    import os
+    where = "" if given else " (from $DDP_PREFLIGHT_SSH_CONFIG)"
+    what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+    return f"ssh config {path}{where} {what}: give an OpenSSH client config file (as ssh -F takes)"
+

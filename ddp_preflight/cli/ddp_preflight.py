@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import examples
-from .args import SCRIPT_OPTIONS, TORCHRUN_WORDS, Parser, host, nproc
+from .args import SCRIPT_OPTIONS, TORCHRUN_WORDS, Parser, host, nearest_checks, nproc, ssh_config_missing
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
 from .folders import code_dir_of, data_dir_of_each, python_of, pythons_given
@@ -173,8 +173,10 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     try:
         config = load(args.config)
         checks = select(args.only.split(",") if args.only else None)
-    except (ConfigError, UnknownCheck) as exc:
+    except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    except UnknownCheck as exc:
+        raise UsageError(f"{exc}{nearest_checks(args.only)}") from None
 
     slurm_job = _slurm_job(args)
     hosts, slots, host_slots = _hosts(args, config, slurm_job)
@@ -229,7 +231,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if ssh_config and not Path(ssh_config).is_file():
         if hosts or pick("ssh_config", None):
-            raise UsageError(f"ssh config {ssh_config} does not exist")
+            raise UsageError(ssh_config_missing(ssh_config, given=bool(pick("ssh_config", None))))
         ssh_config = None      # no host: a purely local run, which no ssh config the environment names concerns
     if hosts and slurm_job is None:
         from ddp_preflight.transport.ssh import ssh_config_problem

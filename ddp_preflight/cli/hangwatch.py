@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from ddp_preflight.hangwatch import stall
 
 from . import examples
-from .args import Parser
+from .args import Parser, ssh_config_missing
 from .exit import Exit, internal_error
 from .version import version
 
@@ -144,7 +144,7 @@ def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
     ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if args.hosts and slurm_job is None:
         if ssh_config and not os.path.isfile(ssh_config):
-            raise UsageError(f"ssh config {ssh_config} does not exist")
+            raise UsageError(ssh_config_missing(ssh_config, given=bool(args.ssh_config)))
         problem = ssh_config_problem(ssh_config)
         if problem:
             raise UsageError(problem)

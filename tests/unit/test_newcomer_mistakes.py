@@ -1,0 +1,64 @@
+"""More of a newcomer's mistakes, each one line naming what is wrong and what to give, exit 2,
+decided before any node is contacted: the commands' own main(), in this process."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_preflight.cli import ddp_preflight, explain, hangwatch
+
+
+def said(main, argv: list[str], capsys, monkeypatch, env: dict[str, str] | None = None) -> str:
+    monkeypatch.delenv("DDP_PREFLIGHT_SSH_CONFIG", raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out, err.count("\n")) == (2, "", 1), (code, out, err)
+    assert "Traceback" not in err
+    return err.strip()
+
+
+def test_a_mistyped_check_id_names_the_ones_meant(capsys, monkeypatch):
+    assert said(ddp_preflight.main, ["--only", "node-reachble,ptrace,clockskew"], capsys, monkeypatch) == (
+        "ddp-preflight: error: unknown check node-reachble, clockskew: see --list (did you mean node-reachable, "
+        "clock-skew?)")
+    assert said(ddp_preflight.main, ["--only", "bogus"], capsys, monkeypatch) == (
+        "ddp-preflight: error: unknown check bogus: see --list")
+
+
+def test_an_ssh_config_that_is_a_folder_is_said_so(tmp_path, capsys, monkeypatch):
+    assert said(ddp_preflight.main, ["master", "--ssh-config", str(tmp_path)], capsys, monkeypatch) == (
+        f"ddp-preflight: error: ssh config {tmp_path} is a folder, not a file: give an OpenSSH client config file "
+        "(as ssh -F takes)")
+    assert said(hangwatch.main, ["attach", "master"], capsys, monkeypatch,
+                env={"DDP_PREFLIGHT_SSH_CONFIG": str(tmp_path)}) == (
+        f"hangwatch: error: ssh config {tmp_path} (from $DDP_PREFLIGHT_SSH_CONFIG) is a folder, not a file: give an "
+        "OpenSSH client config file (as ssh -F takes)")
+
+
+@pytest.mark.parametrize("contents", ["nothing", "binaries"])
+def test_explain_of_folders_with_no_log_is_unreadable_input_not_no_failure(contents, tmp_path, capsys, monkeypatch):
+    # Was "no failure found in 0 inputs", exit 0: nothing was read, so nothing can be said.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    if contents == "binaries":
+        (folder / "model.bin").write_bytes(bytes(range(256)) * 64)
+        (other / "optimizer.bin").write_bytes(bytes(range(256)) * 64)
+
+    line = said(explain.main, [str(folder), str(other)], capsys, monkeypatch)
+
+    why = {"nothing": "",
+           "binaries": f" (2 not read: {folder}/model.bin: binary, ...)"}[contents]
+    assert line == (f"ddp-preflight explain: error: nothing to read in {folder}, {other}{why}: give a run's log folder, "
+                    "a log file, an error file, a Flight Recorder dump or an incident bundle")
+
+
+def test_a_folder_with_one_log_is_read(tmp_path, capsys):
+    (tmp_path / "model.bin").write_bytes(bytes(range(256)) * 64)
+    (tmp_path / "train.log").write_text("[worker1 r1] step 1 loss 3.2\n")
+
+    assert explain.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("no failure found in 1 input: ")
