@@ -16,7 +16,7 @@ from ddp_preflight.lab.state import DEFAULT_LAB_NAME
 
 from . import examples
 from .args import Parser
-from .exit import Exit
+from .exit import Exit, internal_error, reader_gone
 
 
 def render_status(status: dict) -> str:
@@ -97,8 +97,14 @@ def main(argv: list[str]) -> int:
     except LabError as exc:
         print(f"ddp-preflight lab: error: {exc}", file=sys.stderr)
         return Exit.USAGE
+    except BrokenPipeError:        # `lab status | head -1`
+        return reader_gone()
     except KeyboardInterrupt:
+        print(f"ddp-preflight lab: interrupted (Ctrl-C): 'ddp-preflight lab down --name {args.name}' removes what "
+              "was made" if args.command == "up" else "ddp-preflight lab: interrupted (Ctrl-C)", file=sys.stderr)
         return Exit.INTERRUPTED
+    except Exception as exc:       # a bug: one line and exit 2, never a traceback
+        return internal_error("ddp-preflight lab", exc)
 
 
 def _run(args: argparse.Namespace) -> int:
