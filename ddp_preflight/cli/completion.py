@@ -66,5 +66,10 @@ class Completion(argparse.Action):
     """--completion SHELL: prints the script and exits, as --version does."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        sys.stdout.write(bash(parser))
+        try:
+            sys.stdout.write(bash(parser))
+            sys.stdout.flush()
+        except BrokenPipeError:        # `... --completion bash | head`
+            from .exit import reader_gone
+            parser.exit(reader_gone())
         parser.exit()

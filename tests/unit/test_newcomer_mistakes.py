@@ -64,11 +64,13 @@ def test_a_folder_with_one_log_is_read(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("no failure found in 1 input: ")
 
 
-def test_a_reader_that_goes_away_from_a_lab_listing_is_no_error():
-    # `ddp-preflight lab faults | head -1`, `lab status | head -1`: was BrokenPipeError's traceback
+@pytest.mark.parametrize("argv", [["lab", "faults"], ["--completion", "bash"]])
+def test_a_reader_that_goes_away_from_a_listing_is_no_error(argv):
+    # `ddp-preflight lab faults | head -1`, `lab status | head -1`, `--completion bash | head`: was
+    # BrokenPipeError's traceback
     import subprocess
     import sys
-    proc = subprocess.Popen([sys.executable, "-m", "ddp_preflight", "lab", "faults"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_preflight", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
