@@ -75,7 +75,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.endless_after is not None and args.endless_after < args.threshold:
-        print("hangwatch: error: --endless-after must be at least the threshold", file=sys.stderr)
+        print(f"hangwatch: error: --endless-after {args.endless_after:g} is shorter than the threshold "
+              f"({args.threshold:g} s): give {args.threshold:g} or more, or a lower --threshold", file=sys.stderr)
+        return Exit.USAGE
+    if args.duration is not None and args.duration <= 0:
+        print(f"hangwatch: error: --for {args.duration:g}: give the seconds to watch, more than 0", file=sys.stderr)
         return Exit.USAGE
     if args.threshold < 2 or args.interval <= 0 or args.interval > args.threshold / 4:
         print("hangwatch: error: --threshold must be at least 2 s, and --interval positive and at most "

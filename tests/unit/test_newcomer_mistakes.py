@@ -37,6 +37,16 @@ def test_an_ssh_config_that_is_a_folder_is_said_so(tmp_path, capsys, monkeypatch
         "OpenSSH client config file (as ssh -F takes)")
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["attach", "--endless-after", "3"], "hangwatch: error: --endless-after 3 is shorter than the threshold (8 s): "
+                                         "give 8 or more, or a lower --threshold"),
+    (["attach", "--for", "-5", "--keep-watching"], "hangwatch: error: --for -5: give the seconds to watch, more "
+                                                   "than 0"),     # was watched for no time, exit 0
+])
+def test_hangwatch_numbers_that_cannot_be_say_what_to_give(argv, line, capsys, monkeypatch):
+    assert said(hangwatch.main, argv, capsys, monkeypatch) == line
+
+
 @pytest.mark.parametrize("contents", ["nothing", "binaries"])
 def test_explain_of_folders_with_no_log_is_unreadable_input_not_no_failure(contents, tmp_path, capsys, monkeypatch):
     # Was "no failure found in 0 inputs", exit 0: nothing was read, so nothing can be said.
