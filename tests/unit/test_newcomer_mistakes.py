@@ -86,3 +86,21 @@ def test_a_reader_that_goes_away_from_a_listing_is_no_error(argv):
     proc.stdout.close()
     err = proc.stderr.read()
     assert (proc.wait(timeout=60), err) == (141, b"")
+
+
+@pytest.mark.parametrize("given, config, instead", [
+    ("master:22", "Host master / Port 22", "master"),
+    ("root@10.0.0.1:2222", "Host 10.0.0.1 / Port 2222", "root@10.0.0.1"),
+    ("[fd7a::11]:2222", "Host fd7a::11 / Port 2222", "[fd7a::11]"),
+])
+def test_a_host_with_a_port_says_where_ssh_takes_the_port_from(given, config, instead, capsys, monkeypatch):
+    # scp's and URLs' HOST:PORT: was "is not a host name", or for an IPv4 address taken as an address
+    assert said(ddp_preflight.main, [given, "--no-probes"], capsys, monkeypatch) == (
+        f"ddp-preflight: error: the command line: host name {given!r} names a port: ssh takes it from the ssh config "
+        f"({config}, as ssh -p does); give {instead}")
+
+
+@pytest.mark.parametrize("address", ["fe80::1", "fd7a:115c:a1e0::11", "::1"])
+def test_an_ipv6_address_is_no_host_with_a_port(address):
+    from ddp_preflight.transport.host_names import bad_host_reason
+    assert bad_host_reason(address) is None
