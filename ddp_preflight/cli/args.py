@@ -112,6 +112,14 @@ TORCHRUN_WORDS = {
     "--standalone": "with no HOST ddp-preflight checks (and --launch runs on) this machine alone",
     "-m": "the training command goes after --: ddp-preflight HOST ... -- -m MODULE [ARGS]",
 }
+# ssh's own options, which here come from the ssh config as ssh -F reads it.
+SSH_WORDS = {
+    "-F": "ssh's -F is --ssh-config FILE here",
+    "-p": "ssh takes a node's port from the ssh config (Host NAME / Port N); give --ssh-config FILE",
+    "-i": "ssh takes the key from the ssh config (Host NAME / IdentityFile PATH); give --ssh-config FILE",
+    "-l": "give the user with the host, as ssh does: USER@HOST",
+    "-J": "ssh takes a jump host from the ssh config (Host NAME / ProxyJump JUMP); give --ssh-config FILE",
+}
 SCRIPT_OPTIONS = ": if it is the training command's, put it after --: ddp-preflight HOST ... -- SCRIPT [ARGS]"
 
 

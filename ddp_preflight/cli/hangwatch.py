@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from ddp_preflight.hangwatch import stall
 
 from . import examples
-from .args import Parser, ssh_config_missing
+from .args import SSH_WORDS, Parser, ssh_config_missing
 from .exit import Exit, internal_error
 from .version import version
 
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
-                                "its rank and its line, within seconds.", epilog=examples.HANGWATCH)
+                                "its rank and its line, within seconds.", epilog=examples.HANGWATCH,
+               known=SSH_WORDS)
     p.add_argument("--version", action="version", version=f"hangwatch (ddp-preflight) {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     a = sub.add_parser("attach", help="watch the ranks on these nodes (default: this machine)",

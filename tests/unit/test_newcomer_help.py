@@ -156,6 +156,20 @@ def test_torchruns_options_and_the_scripts_say_what_to_type_instead(argv, instea
         f"ddp-preflight: error: unrecognized arguments: {instead} (see ddp-preflight --help)")
 
 
+@pytest.mark.parametrize("parser, argv, instead", [
+    ("ddp-preflight", ["-F", "cluster.ssh", "master"], "-F: ssh's -F is --ssh-config FILE here"),
+    ("ddp-preflight", ["master", "-p", "2222"], "-p 2222: ssh takes a node's port from the ssh config (Host NAME / "
+                                                "Port N); give --ssh-config FILE"),
+    ("hangwatch", ["attach", "-i", "~/.ssh/lab", "master"], "-i: ssh takes the key from the ssh config (Host NAME / "
+                                                           "IdentityFile PATH); give --ssh-config FILE"),
+    ("hangwatch", ["attach", "-l", "root", "master"], "-l: give the user with the host, as ssh does: USER@HOST"),
+])
+def test_sshs_options_say_where_they_go_here(parser, argv, instead, capsys):
+    main = {"ddp-preflight": ddp_preflight._parser, "hangwatch": hangwatch._parser}[parser]()
+    assert usage_line(main, argv, capsys) == (
+        f"{parser}: error: unrecognized arguments: {instead} (see {parser} --help)")
+
+
 def test_a_training_script_given_as_a_host_says_where_it_goes(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('training')\n")
