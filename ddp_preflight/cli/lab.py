@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     up = with_name(sub.add_parser("up", help="create the nodes (safe to run twice)",
-                                  description="Create the nodes: namespaces, a bridge, sshd, data folders."))
+                                  description="Create the nodes: namespaces, a bridge, sshd, data folders; e.g. "
+                                              "ddp-preflight lab up --nodes 3 --fault firewall@worker1"))
     up.add_argument("--nodes", type=int, default=2, metavar="N", help="how many nodes, 1-16 (default 2)")
     up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]",
                     help="add a fault, e.g. firewall@worker1 (see 'lab faults'); repeatable")
