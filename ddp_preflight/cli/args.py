@@ -123,6 +123,14 @@ SSH_WORDS = {
 SCRIPT_OPTIONS = ": if it is the training command's, put it after --: ddp-preflight HOST ... -- SCRIPT [ARGS]"
 
 
+class PreflightParser(Parser):
+    """ddp-preflight's: torchrun's and ssh's options say where they go here, an unknown one may be the
+    training command's."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, known={**TORCHRUN_WORDS, **SSH_WORDS}, otherwise=SCRIPT_OPTIONS, **kw)
+
+
 def host(text: str) -> str:
     """A HOST that is a Python file here is the training command put before its --."""
     said = _script_here(text)
@@ -154,3 +162,15 @@ def ssh_config_missing(path: str, given: bool) -> str:
     what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
     return f"ssh config {path}{where} {what}: give an OpenSSH client config file (as ssh -F takes)"
 
+
+
+def misspelt_command(argv: list[str]) -> None:
+    """`ddp-preflight explian run/`: a first word near a command's name, before a path that is here,
+    is that command misspelt, not a host (a host is never refused for its name alone); exit 2."""
+    commands = ("explain",)
+    if len(argv) > 1 and argv[0] not in commands and difflib.get_close_matches(argv[0], commands, n=1, cutoff=0.8) \
+            and any(os.path.exists(word) for word in argv[1:]):
+        meant = difflib.get_close_matches(argv[0], commands, n=1, cutoff=0.8)[0]
+        print(f"ddp-preflight: error: {argv[0]!r} is no command, and {argv[1:][0]!r} is a path here: did you mean "
+              f"ddp-preflight {meant} {' '.join(argv[1:])}? (see ddp-preflight --help)", file=sys.stderr)
+        sys.exit(Exit.USAGE)

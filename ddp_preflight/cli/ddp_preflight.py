@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import examples
-from .args import SCRIPT_OPTIONS, SSH_WORDS, TORCHRUN_WORDS, Parser, host, nearest_checks, nproc, ssh_config_missing
+from .args import PreflightParser, host, misspelt_command, nearest_checks, nproc, ssh_config_missing
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
 from .folders import code_dir_of, data_dir_of_each, python_of, pythons_given
@@ -20,7 +20,7 @@ from .version import version
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = PreflightParser(
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
               "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
               "       ddp-preflight explain PATH ... [--json]",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
-        epilog=examples.PREFLIGHT, known={**TORCHRUN_WORDS, **SSH_WORDS}, otherwise=SCRIPT_OPTIONS)
+        epilog=examples.PREFLIGHT)
     p.add_argument("--version", action="version", version=f"ddp-preflight {version()}")
     p.add_argument("--completion", choices=["bash"], action=Completion,
                    help='print a bash completion script and exit: eval "$(ddp-preflight --completion bash)"')
@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    misspelt_command(argv)
     if argv[:1] == ["lab"]:
         from .lab import main as lab_main
         return lab_main(argv[1:])

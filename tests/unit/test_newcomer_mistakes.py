@@ -104,3 +104,21 @@ def test_a_host_with_a_port_says_where_ssh_takes_the_port_from(given, config, in
 def test_an_ipv6_address_is_no_host_with_a_port(address):
     from ddp_preflight.transport.host_names import bad_host_reason
     assert bad_host_reason(address) is None
+
+
+def test_a_misspelt_explain_before_a_path_here_is_that_command(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text("[worker1 r1] step 1 loss 3.2\n")
+    with pytest.raises(SystemExit) as stopped:
+        ddp_preflight.main(["explian", str(log)])     # was two hosts that do not resolve, exit 1
+    out, err = capsys.readouterr()
+
+    assert (stopped.value.code, out) == (2, "")
+    assert err == (f"ddp-preflight: error: 'explian' is no command, and {str(log)!r} is a path here: did you mean "
+                   f"ddp-preflight explain {log}? (see ddp-preflight --help)\n")
+
+
+@pytest.mark.parametrize("argv", [["explian", "/no/such/log"], ["explain-node", "worker1"], ["lab1", "lab2"]])
+def test_a_host_is_never_refused_for_its_name_alone(argv):
+    from ddp_preflight.cli.args import misspelt_command
+    assert misspelt_command(argv) is None
