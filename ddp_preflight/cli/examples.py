@@ -10,6 +10,9 @@ PREFLIGHT = """examples:
   ddp-preflight explain ddp-preflight-runs/            # why a run failed, from what it left
   ddp-preflight lab up --nodes 3 --fault firewall@worker1   # a LAN on this box to try it on
 
+environment: DDP_PREFLIGHT_SSH_CONFIG the ssh config when no --ssh-config is given; NO_COLOR plain text, \
+as --no-color; DDP_PREFLIGHT_DEBUG=1 shows an internal error's traceback
+
 exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error, 130 \
 interrupted (Ctrl-C); with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight \
 refused"""
@@ -31,6 +34,8 @@ LAB = """examples:
   ddp-preflight lab fault clear
   ddp-preflight lab down
 
+environment: DDP_PREFLIGHT_LAB the lab's name when no --name is given (default lab)
+
 exit codes: 0 done, 1 'down' could not remove everything, 2 usage error or the lab refused"""
 
 HANGWATCH = """examples:
@@ -38,6 +43,9 @@ HANGWATCH = """examples:
   hangwatch attach master worker1 --tui                # over ssh, on the dashboard
   hangwatch attach master --pid 4242 --exit-on-hang --json
   hangwatch attach --slurm-job 1234
+
+environment: DDP_PREFLIGHT_SSH_CONFIG the ssh config when no --ssh-config is given; NO_COLOR a dashboard \
+in greys; DDP_PREFLIGHT_DEBUG=1 shows an internal error's traceback
 
 exit codes: 0 the run finished, or no hang was named before Ctrl-C or --for stopped the watch; 1 a hang was \
 named, or a rank of the run did not exit 0; 2 usage error, no node could be watched, no rank found, or \

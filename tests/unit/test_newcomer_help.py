@@ -65,6 +65,14 @@ def test_the_top_commands_help_ends_with_examples_and_exit_codes(name):
     assert all(line.startswith("  ") for line in examples_block.splitlines())   # kept as written, not re-wrapped
 
 
+@pytest.mark.parametrize("text", [examples.PREFLIGHT, examples.EXPLAIN, examples.LAB, examples.HANGWATCH])
+def test_every_variable_a_help_names_is_one_the_code_reads(text):
+    import re
+    source = "\n".join(p.read_text() for p in (ROOT / "ddp_preflight").rglob("*.py") if p.name != "examples.py")
+    for name in re.findall(r"\b(DDP_PREFLIGHT_[A-Z_]+|NO_COLOR)\b", text):
+        assert f'"{name}"' in source, name
+
+
 def help_examples() -> list[str]:
     return [line.strip() for text in (examples.PREFLIGHT, examples.EXPLAIN, examples.LAB, examples.HANGWATCH)
             for line in text.splitlines() if line.startswith("  ")]
