@@ -201,3 +201,23 @@ def test_the_real_command_says_it_in_one_line():
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.endswith("did you mean 'status'? (see ddp-preflight lab --help)\n")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_bash_completes_the_labs_options_and_hangwatch(tmp_path):
+    script = tmp_path / "completion.sh"
+    done = subprocess.run([sys.executable, "-m", "ddp_preflight", "--completion", "bash"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    script.write_text(done.stdout)
+
+    def complete(function: str, line: str) -> list[str]:
+        program = ('source "$0"; read -ra COMP_WORDS <<< "$1"; [[ $1 == *" " ]] && COMP_WORDS+=(""); '
+                   f'COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); {function}; printf "%s\\n" "${{COMPREPLY[@]}}"')
+        done = subprocess.run(["bash", "-c", program, str(script), line], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("_ddp_preflight", "ddp-preflight lab up --n") == ["--name", "--nodes"]
+    assert complete("_ddp_preflight", "ddp-preflight lab status --j") == ["--json"]
+    assert complete("_hangwatch", "hangwatch at") == ["attach"]
+    assert complete("_hangwatch", "hangwatch attach --thr") == ["--threshold"]
+    assert complete("_hangwatch", "hangwatch attach --exit") == ["--exit-on-hang"]
