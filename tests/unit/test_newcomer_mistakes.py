@@ -122,3 +122,20 @@ def test_a_misspelt_explain_before_a_path_here_is_that_command(tmp_path, capsys)
 def test_a_host_is_never_refused_for_its_name_alone(argv):
     from ddp_preflight.cli.args import misspelt_command
     assert misspelt_command(argv) is None
+
+
+def test_a_log_dir_that_cannot_be_made_is_said_before_preflight(capsys, monkeypatch):
+    import os
+    # root may write anywhere os.access can tell, but no folder can be made in /proc: was said after
+    # the whole preflight, when the launch began
+    why = "No such file or directory" if os.geteuid() == 0 else "Permission denied"
+    assert said(ddp_preflight.main, ["--launch", "--log-dir", "/proc/nope/run", "--", "train.py"], capsys,
+                monkeypatch) == (f"ddp-preflight: error: cannot write the logs in /proc/nope/run ({why}): give "
+                                 "--log-dir a folder this user can write to")
+
+
+def test_asking_whether_a_log_dir_can_be_made_leaves_nothing_behind(tmp_path):
+    from ddp_preflight.cli.launch import log_dir_problem
+
+    assert log_dir_problem(str(tmp_path / "runs" / "first")) is None
+    assert list(tmp_path.iterdir()) == []
