@@ -97,11 +97,17 @@ def _try_making(folder: Path, existing: Path) -> None:
     try:
         for part in reversed([folder, *folder.parents]):
             if part != existing and existing in part.parents and not part.exists():
-                part.mkdir()
+                try:
+                    part.mkdir()
+                except FileExistsError:      # another launch from here made it meanwhile
+                    continue
                 made.append(part)
     finally:
         for part in reversed(made):
-            part.rmdir()
+            try:
+                part.rmdir()
+            except OSError:                  # another launch from here writes in it already
+                break
 
 
 def launch_training(args, cluster, done: Preflight, targets, command: Command) -> int:
