@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
                                   description="Create the nodes: namespaces, a bridge, sshd, data folders; e.g. "
                                               "ddp-preflight lab up --nodes 3 --fault firewall@worker1"))
     up.add_argument("--nodes", type=int, default=2, metavar="N", help="how many nodes, 1-16 (default 2)")
-    up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]",
+    up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]", type=_fault,
                     help="add a fault, e.g. firewall@worker1 (see 'lab faults'); repeatable")
     up.add_argument("--subnet", metavar="A.B.C.0/24", help="IPv4 /24 to use (default: a free one under 10.213.0.0/16)")
     up.add_argument("--shards", type=int, default=8, metavar="N", help="data shards per node (default 8)")
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     add = with_name(fault_sub.add_parser("add", help="add faults, e.g. vpn-ipv6@worker1",
                                          description="Add faults to a running lab, e.g. vpn-ipv6@worker1 "
                                                      "port-busy@master:29500."))
-    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]", help="a fault, its node and its parameter")
+    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]", type=_fault, help="a fault, its node and its parameter")
     clear = with_name(fault_sub.add_parser("clear", help="clear faults (all by default)",
                                            description="Clear faults from a running lab: those named, or all."))
     clear.add_argument("faults", nargs="*", metavar="FAULT@NODE", help="the faults to clear (default: all)")
@@ -106,6 +106,21 @@ def main(argv: list[str]) -> int:
         return Exit.INTERRUPTED
     except Exception as exc:       # a bug: one line and exit 2, never a traceback
         return internal_error("ddp-preflight lab", exc)
+
+
+def _fault(text: str) -> str:
+    """A fault as 'up --fault' and 'fault add' take it, judged as the lab will (FaultSpec.parse)
+    before anything else, with the fault meant when its name is near one."""
+    import difflib
+
+    from ddp_preflight.lab.faults import FaultSpec
+    try:
+        FaultSpec.parse(text)
+    except LabError as exc:
+        kind = text.split("@", 1)[0]
+        near = difflib.get_close_matches(kind, list(FAULTS), n=1, cutoff=0.75) if kind not in FAULTS else []
+        raise argparse.ArgumentTypeError(f"{exc}{f' (did you mean {near[0]}?)' if near else ''}") from None
+    return text
 
 
 def _run(args: argparse.Namespace) -> int:

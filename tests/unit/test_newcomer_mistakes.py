@@ -139,3 +139,27 @@ def test_asking_whether_a_log_dir_can_be_made_leaves_nothing_behind(tmp_path):
 
     assert log_dir_problem(str(tmp_path / "runs" / "first")) is None
     assert list(tmp_path.iterdir()) == []
+
+
+FAULT_NAMES = ("firewall, firewall-part, firewall-self, vpn-ipv6, wifi, dead-route, rp-filter, wrong-route, lossy, "
+               "lossy-out, loopback-host, ipv6-host, ipv6-off, stale-hosts, port-busy, mtu-blackhole, shards")
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["fault", "add", "--name", "nolab43", "firewal@worker1"],
+     "ddp-preflight lab fault add: error: argument FAULT@NODE[:PARAM]: unknown fault 'firewal': choose from "
+     f"{FAULT_NAMES} (did you mean firewall?) (see ddp-preflight lab fault add --help)"),
+    (["up", "--name", "nolab43", "--fault", "vpn-ipv7@worker1"],
+     "ddp-preflight lab up: error: argument --fault: unknown fault 'vpn-ipv7': choose from "
+     f"{FAULT_NAMES} (did you mean vpn-ipv6?) (see ddp-preflight lab up --help)"),
+    (["fault", "add", "--name", "nolab43", "firewall"],
+     "ddp-preflight lab fault add: error: argument FAULT@NODE[:PARAM]: fault 'firewall' is not FAULT@NODE[:PARAM], "
+     "e.g. firewall@worker1 or wifi@worker1:100mbit (see ddp-preflight lab fault add --help)"),
+])
+def test_a_mistyped_fault_is_said_before_the_lab_is_looked_at(argv, line, capsys):
+    # Was "no lab named ... is up" first, then, with the lab up, the unknown fault without the one meant
+    from ddp_preflight.cli import lab
+    with pytest.raises(SystemExit) as stopped:
+        lab.main(argv)
+    out, err = capsys.readouterr()
+    assert (stopped.value.code, out, err) == (2, "", line + "\n")
