@@ -2,13 +2,13 @@
 (tests/unit/test_newcomer_help.py puts every example through its command's parser)."""
 
 PREFLIGHT = """examples:
-  ddp-preflight                                        # this machine alone
+  ddp-preflight                               # this machine alone
   ddp-preflight master worker1 --data-dir /data/shards -- train.py --steps 20
-  ddp-preflight master worker1 --nproc-per-node 2 --launch --tui -- train.py --steps 20
+  ddp-preflight master worker1 --nproc-per-node 2 --launch --tui -- train.py
   ddp-preflight --hostfile hostfile --json > report.json
-  ddp-preflight --list                                 # the checks, one line each
-  ddp-preflight explain ddp-preflight-runs/            # why a run failed, from what it left
-  ddp-preflight lab up --nodes 3 --fault firewall@worker1   # a LAN on this box to try it on
+  ddp-preflight --list                        # the checks, one line each
+  ddp-preflight explain ddp-preflight-runs/   # why a run failed, from its logs
+  ddp-preflight lab up --fault firewall@worker1   # a LAN here to try it on
 
 environment: DDP_PREFLIGHT_SSH_CONFIG the ssh config when no --ssh-config is given; NO_COLOR plain text, \
 as --no-color; DDP_PREFLIGHT_DEBUG=1 shows an internal error's traceback
@@ -18,9 +18,9 @@ interrupted (Ctrl-C); with --launch: 0 every rank exited 0, 1 a rank failed, the
 refused"""
 
 EXPLAIN = """examples:
-  ddp-preflight explain ddp-preflight-runs/20261125-062250/    # a launch's log folder
+  ddp-preflight explain ddp-preflight-runs/20261125-062250/  # a launch's logs
   ddp-preflight explain slurm-4242.out torchelastic_error.json
-  ddp-preflight explain - < train.log                          # a log, or what you paste
+  ddp-preflight explain - < train.log        # a log, or what you paste
   ddp-preflight explain hangwatch-incidents/ --json
 
 exit codes: 0 no failure found, 1 a failure explained (or found and not explained), 2 usage error or \
@@ -39,8 +39,8 @@ environment: DDP_PREFLIGHT_LAB the lab's name when no --name is given (default l
 exit codes: 0 done, 1 'down' could not remove everything, 2 usage error or the lab refused"""
 
 HANGWATCH = """examples:
-  hangwatch attach                                     # the ranks on this machine
-  hangwatch attach master worker1 --tui                # over ssh, on the dashboard
+  hangwatch attach                           # the ranks on this machine
+  hangwatch attach master worker1 --tui      # over ssh, on the dashboard
   hangwatch attach master --pid 4242 --exit-on-hang --json
   hangwatch attach --slurm-job 1234
 
