@@ -112,6 +112,13 @@ TORCHRUN_WORDS = {
     "--standalone": "with no HOST ddp-preflight checks (and --launch runs on) this machine alone",
     "-m": "the training command goes after --: ddp-preflight HOST ... -- -m MODULE [ARGS]",
 }
+# torchrun's that --launch sets itself (launch/plan.py): what it does instead.
+_RESTARTS = "--launch runs torchrun with --max-restarts 0: a failed rank stops the run and is explained, not restarted"
+_RDZV = "--launch runs torchrun with a static rendezvous at the master (--master-addr, --master-port)"
+_OUTPUT = "--launch brings every rank's output here, each line prefixed, and keeps a log per node (--log-dir DIR)"
+TORCHRUN_WORDS.update({"--max-restarts": _RESTARTS, "--max_restarts": _RESTARTS, "--rdzv-backend": _RDZV,
+                       "--rdzv_backend": _RDZV, "--rdzv-id": _RDZV, "--rdzv_id": _RDZV, "--tee": _OUTPUT,
+                       "--redirects": _OUTPUT})
 # ssh's own options, which here come from the ssh config as ssh -F reads it.
 SSH_WORDS = {
     "-F": "ssh's -F is --ssh-config FILE here",

@@ -158,6 +158,12 @@ def test_nothing_near_is_no_guess(capsys):
                                   "master, rank 0's node)"),
     (["--rdzv-endpoint", "10.0.0.1:29500"], "--rdzv-endpoint: the master is the first host; give its address and "
                                             "port with --master-addr and --master-port"),
+    (["--max-restarts", "3"], "--max-restarts: --launch runs torchrun with --max-restarts 0: a failed rank stops "
+                              "the run and is explained, not restarted"),
+    (["--rdzv_backend=c10d"], "--rdzv_backend=c10d: --launch runs torchrun with a static rendezvous at the master "
+                              "(--master-addr, --master-port)"),
+    (["--tee", "3"], "--tee: --launch brings every rank's output here, each line prefixed, and keeps a log per node "
+                     "(--log-dir DIR)"),
     (["--standalone"], "--standalone: with no HOST ddp-preflight checks (and --launch runs on) this machine alone"),
     (["master", "-m", "scripts.base_train"], "-m scripts.base_train: the training command goes after --: "
                                              "ddp-preflight HOST ... -- -m MODULE [ARGS]"),
