@@ -2,8 +2,9 @@
 # The main job on the lab: bring up two "machines", preflight them, train a step across them
 # over SSH with torchrun and Gloo, then break them the way real multi-node runs break and let
 # preflight say what is wrong and how to fix it; then launch a 2-node x 2-rank training from the
-# master whose rank 3 leaves the loop early, and let hangwatch name it. Tears everything down at
-# the end, whatever happens, and leaves nothing behind (its run folder is removed too).
+# master whose rank 3 leaves the loop early, let hangwatch name it and explain say it again from the
+# run's logs. Tears everything down at the end, whatever happens, and leaves nothing behind (its
+# run folder is removed too).
 # DDP_PREFLIGHT_LAB names the lab (default: demo), so it can run beside another.
 set -euo pipefail
 PY=${1:-python3}
@@ -40,7 +41,7 @@ step
 echo; echo "== now what breaks real runs: a Tailscale IPv6 address on worker1, Wi-Fi, uneven data shards,"
 echo "== a leftover process on port 29500, and the script's options placed where torchrun takes them =="
 cli lab fault add vpn-ipv6@worker1 wifi@worker1 shards@worker1 port-busy@master
-cli master worker1 --data-dir "$DATA" -- -m scripts.base_train --run=demo || echo "(preflight exit code $?: not ready)"
+cli master worker1 --data-dir "$DATA" -- -m examples.train_ddp --run=demo || echo "(preflight exit code $?: not ready)"
 
 echo; echo "== what training would have hit: the IPv6 fault alone =="
 cli lab fault clear
@@ -53,3 +54,7 @@ echo "== while the others wait in their next all_reduce. hangwatch names it; --s
 cli master worker1 --no-probes --nproc-per-node 2 --launch --stop-on-hang --log-dir "$RUNS/run" \
   -- examples/hang_train.py --steps 300 --fault leave --rank 3 --at 5 2>&1 \
   | grep -v -e "^\[.*\] \(W\|E\|I\)[0-9]\{4\} " -e "socket.cpp" -e NumPy -e _conversion_method || true
+
+echo; echo "== after the fact, from what the run left (its logs, Flight Recorder dumps, the bundle): explain =="
+cli explain "$RUNS/run" || true
+echo "(the demo removes its run folder with the lab; a run of your own keeps it: ddp-preflight explain FOLDER)"

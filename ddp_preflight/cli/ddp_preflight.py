@@ -10,7 +10,8 @@ import socket
 import sys
 from pathlib import Path
 
-from .args import Parser, nproc
+from . import examples
+from .args import PreflightParser, host, misspelt_command, nearest_checks, nproc, ssh_config_missing
 from .completion import Completion
 from .exit import Exit, internal_error, reader_gone
 from .folders import code_dir_of, data_dir_of_each, python_of, pythons_given
@@ -19,7 +20,7 @@ from .version import version
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = PreflightParser(
         prog="ddp-preflight",
         usage="ddp-preflight [HOST ...] [options] [-- TRAINING COMMAND]\n"
               "       ddp-preflight HOST ... --launch [--nproc-per-node N] [--env [NODE:]K=V ...] -- SCRIPT|-m MODULE [ARGS]\n"
@@ -27,12 +28,11 @@ def _parser() -> argparse.ArgumentParser:
               "       ddp-preflight explain PATH ... [--json]",
         description="Check every node before PyTorch distributed training. The first host is the "
                     "master (rank 0's node); no host checks this machine alone.",
-        epilog="exit codes: 0 no failure, 1 a check failed (or warned, with --strict), 2 usage or internal error; "
-               "with --launch: 0 every rank exited 0, 1 a rank failed, the run was stopped, or preflight refused")
+        epilog=examples.PREFLIGHT)
     p.add_argument("--version", action="version", version=f"ddp-preflight {version()}")
     p.add_argument("--completion", choices=["bash"], action=Completion,
                    help='print a bash completion script and exit: eval "$(ddp-preflight --completion bash)"')
-    p.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; the first is the master")
+    p.add_argument("hosts", nargs="*", type=host, metavar="HOST", help="ssh aliases or addresses; the first is the master")
     p.add_argument("--hostfile", metavar="FILE", help="hosts from a DeepSpeed/MPI hostfile ('host slots=N')")
     p.add_argument("--slurm", action="store_true",
                    help="hosts from $SLURM_JOB_NODELIST; inside an allocation ($SLURM_JOB_ID) reached through srun")
@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    misspelt_command(argv)
     if argv[:1] == ["lab"]:
         from .lab import main as lab_main
         return lab_main(argv[1:])
@@ -173,8 +174,10 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     try:
         config = load(args.config)
         checks = select(args.only.split(",") if args.only else None)
-    except (ConfigError, UnknownCheck) as exc:
+    except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    except UnknownCheck as exc:
+        raise UsageError(f"{exc}{nearest_checks(args.only)}") from None
 
     slurm_job = _slurm_job(args)
     hosts, slots, host_slots = _hosts(args, config, slurm_job)
@@ -229,7 +232,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     ssh_config = pick("ssh_config", None) or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if ssh_config and not Path(ssh_config).is_file():
         if hosts or pick("ssh_config", None):
-            raise UsageError(f"ssh config {ssh_config} does not exist")
+            raise UsageError(ssh_config_missing(ssh_config, given=bool(pick("ssh_config", None))))
         ssh_config = None      # no host: a purely local run, which no ssh config the environment names concerns
     if hosts and slurm_job is None:
         from ddp_preflight.transport.ssh import ssh_config_problem

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import examples
 from .args import Parser
 from .exit import Exit, internal_error, reader_gone
 
@@ -14,8 +15,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="ddp-preflight explain",
         description="Name the cause of a failed or stuck run from what it left: a launch's log folder, torchrun "
                     "output, torchelastic error files, Flight Recorder dumps, incident bundles, a Slurm job's output.",
-        epilog="exit codes: 0 no failure found, 1 a failure explained (or found and not explained), "
-               "2 usage error or unreadable input")
+        epilog=examples.EXPLAIN)
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; - reads stdin")
     p.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
     return p
@@ -59,5 +59,13 @@ def _explain(args: argparse.Namespace) -> int:
         return Exit.USAGE
     except Exception as exc:   # a bug: one line and exit 2, never a traceback that looks like a finding
         return internal_error("ddp-preflight explain", exc)
+    if not explanation.read and stdin is None:
+        # Folders with no file that is a log (empty, or binaries only): nothing was explained, so no
+        # "no failure found"; unreadable input, as a binary file named alone is.
+        why = f" ({len(explanation.skipped)} not read: {shown(explanation.skipped[0])}" + \
+              (", ...)" if len(explanation.skipped) > 1 else ")") if explanation.skipped else ""
+        print(f"ddp-preflight explain: error: nothing to read in {shown(', '.join(args.paths))}{why}: give a run's "
+              "log folder, a log file, an error file, a Flight Recorder dump or an incident bundle", file=sys.stderr)
+        return Exit.USAGE
     sys.stdout.write(as_json(explanation) + "\n" if args.json else as_text(explanation))
     return Exit.OK if explanation.ok else Exit.FOUND

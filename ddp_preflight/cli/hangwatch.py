@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from ddp_preflight.hangwatch import stall
 
-from .args import Parser
+from . import examples
+from .args import SSH_WORDS, Parser, ssh_config_missing
 from .exit import Exit, internal_error
 from .version import version
 
@@ -33,22 +34,28 @@ if TYPE_CHECKING:
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="hangwatch", description="Watch PyTorch distributed ranks; name a hang, "
-                                "its rank and its line, within seconds.")
+                                "its rank and its line, within seconds.", epilog=examples.HANGWATCH,
+               known=SSH_WORDS)
     p.add_argument("--version", action="version", version=f"hangwatch (ddp-preflight) {version()}")
-    sub = p.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("attach", help="watch the ranks on these nodes (default: this machine)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    a = sub.add_parser("attach", help="watch the ranks on these nodes (default: this machine)",
+                       description="Find the ranks of a PyTorch distributed run on these nodes (over ssh; "
+                                   "none: this machine) and watch them: a hang is named with its rank, its "
+                                   "line and why, and an incident bundle is written.", epilog=examples.HANGWATCH)
     a.add_argument("hosts", nargs="*", metavar="HOST", help="ssh aliases or addresses; none: this machine")
     a.add_argument("--pid", action="append", default=[], metavar="[HOST:]PID",
                    help="watch this process as a rank whatever it looks like, on HOST (default: the first "
                         "host, or this machine); repeatable, on any host")
-    a.add_argument("--ssh-config", help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
-    a.add_argument("--python", help="the training environment's Python on the nodes (default: this interpreter's path)")
+    a.add_argument("--ssh-config", metavar="FILE",
+                   help="OpenSSH client config (default: $DDP_PREFLIGHT_SSH_CONFIG, else ~/.ssh/config)")
+    a.add_argument("--python", metavar="PATH",
+                   help="the training environment's Python on the nodes (default: this interpreter's path)")
     a.add_argument("--slurm-job", metavar="ID",
                    help="watch the ranks on this Slurm job's nodes (default: all of them), "
                         "through one srun --overlap step instead of ssh; a job still pending is waited for")
-    a.add_argument("--threshold", type=float, default=stall.DEFAULT_THRESHOLD,
+    a.add_argument("--threshold", type=float, default=stall.DEFAULT_THRESHOLD, metavar="SECONDS",
                    help=f"seconds without progress before a hang is named (default {stall.DEFAULT_THRESHOLD:g})")
-    a.add_argument("--interval", type=float, default=1.0, help="CPU sampling interval, seconds (default 1)")
+    a.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="CPU sampling interval, seconds (default 1)")
     a.add_argument("--endless-after", type=float, metavar="SECONDS",
                    help="a rank that computes this long while the others wait for it is named as a hang "
                         "(default 5x the threshold; a straggler that arrives before is never a hang)")
@@ -56,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     a.add_argument("--tui", action="store_true", help="the dashboard instead of the event stream")
     a.add_argument("--on-hang", metavar="CMD", help="run CMD with the incident bundle's path as its last argument")
-    a.add_argument("--incident-dir", default="hangwatch-incidents", help="where bundles go (default ./hangwatch-incidents)")
-    a.add_argument("--for", dest="duration", type=float, help="stop watching after this many seconds")
+    a.add_argument("--incident-dir", default="hangwatch-incidents", metavar="DIR",
+                   help="where bundles go (default ./hangwatch-incidents)")
+    a.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="stop watching after this many seconds")
     a.add_argument("--exit-on-hang", action="store_true",
                    help="stop at the first hang named as certain (exit 1): for CI and scripts")
     a.add_argument("--keep-watching", action="store_true",
@@ -68,7 +76,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.endless_after is not None and args.endless_after < args.threshold:
-        print("hangwatch: error: --endless-after must be at least the threshold", file=sys.stderr)
+        print(f"hangwatch: error: --endless-after {args.endless_after:g} is shorter than the threshold "
+              f"({args.threshold:g} s): give {args.threshold:g} or more, or a lower --threshold", file=sys.stderr)
+        return Exit.USAGE
+    if args.duration is not None and args.duration <= 0:
+        print(f"hangwatch: error: --for {args.duration:g}: give the seconds to watch, more than 0", file=sys.stderr)
         return Exit.USAGE
     if args.threshold < 2 or args.interval <= 0 or args.interval > args.threshold / 4:
         print("hangwatch: error: --threshold must be at least 2 s, and --interval positive and at most "
@@ -137,7 +149,7 @@ def _checked_input(args) -> tuple[str | None, SlurmJob | None]:
     ssh_config = args.ssh_config or os.environ.get("DDP_PREFLIGHT_SSH_CONFIG")
     if args.hosts and slurm_job is None:
         if ssh_config and not os.path.isfile(ssh_config):
-            raise UsageError(f"ssh config {ssh_config} does not exist")
+            raise UsageError(ssh_config_missing(ssh_config, given=bool(args.ssh_config)))
         problem = ssh_config_problem(ssh_config)
         if problem:
             raise UsageError(problem)

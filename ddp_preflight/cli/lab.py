@@ -14,8 +14,9 @@ from ddp_preflight.lab.faults import FAULTS
 from ddp_preflight.lab.lab import Lab
 from ddp_preflight.lab.state import DEFAULT_LAB_NAME
 
+from . import examples
 from .args import Parser
-from .exit import Exit
+from .exit import Exit, internal_error, reader_gone
 
 
 def render_status(status: dict) -> str:
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         description="A LAN of several machines on this box (network namespaces, each with its own addresses, "
                     "hostname, sshd and firewall), with the faults that break multi-node training on demand. "
                     "Needs root.",
-        epilog="exit codes: 0 done, 1 'down' could not remove everything, 2 usage error or the lab refused")
+        epilog=examples.LAB)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_name = os.environ.get("DDP_PREFLIGHT_LAB", DEFAULT_LAB_NAME)
 
@@ -52,9 +53,10 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     up = with_name(sub.add_parser("up", help="create the nodes (safe to run twice)",
-                                  description="Create the nodes: namespaces, a bridge, sshd, data folders."))
+                                  description="Create the nodes: namespaces, a bridge, sshd, data folders; e.g. "
+                                              "ddp-preflight lab up --nodes 3 --fault firewall@worker1"))
     up.add_argument("--nodes", type=int, default=2, metavar="N", help="how many nodes, 1-16 (default 2)")
-    up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]",
+    up.add_argument("--fault", action="append", default=[], metavar="FAULT@NODE[:PARAM]", type=_fault,
                     help="add a fault, e.g. firewall@worker1 (see 'lab faults'); repeatable")
     up.add_argument("--subnet", metavar="A.B.C.0/24", help="IPv4 /24 to use (default: a free one under 10.213.0.0/16)")
     up.add_argument("--shards", type=int, default=8, metavar="N", help="data shards per node (default 8)")
@@ -80,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     add = with_name(fault_sub.add_parser("add", help="add faults, e.g. vpn-ipv6@worker1",
                                          description="Add faults to a running lab, e.g. vpn-ipv6@worker1 "
                                                      "port-busy@master:29500."))
-    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]", help="a fault, its node and its parameter")
+    add.add_argument("faults", nargs="+", metavar="FAULT@NODE[:PARAM]", type=_fault, help="a fault, its node and its parameter")
     clear = with_name(fault_sub.add_parser("clear", help="clear faults (all by default)",
                                            description="Clear faults from a running lab: those named, or all."))
     clear.add_argument("faults", nargs="*", metavar="FAULT@NODE", help="the faults to clear (default: all)")
@@ -96,8 +98,29 @@ def main(argv: list[str]) -> int:
     except LabError as exc:
         print(f"ddp-preflight lab: error: {exc}", file=sys.stderr)
         return Exit.USAGE
+    except BrokenPipeError:        # `lab status | head -1`
+        return reader_gone()
     except KeyboardInterrupt:
+        print(f"ddp-preflight lab: interrupted (Ctrl-C): 'ddp-preflight lab down --name {args.name}' removes what "
+              "was made" if args.command == "up" else "ddp-preflight lab: interrupted (Ctrl-C)", file=sys.stderr)
         return Exit.INTERRUPTED
+    except Exception as exc:       # a bug: one line and exit 2, never a traceback
+        return internal_error("ddp-preflight lab", exc)
+
+
+def _fault(text: str) -> str:
+    """A fault as 'up --fault' and 'fault add' take it, judged as the lab will (FaultSpec.parse)
+    before anything else, with the fault meant when its name is near one."""
+    import difflib
+
+    from ddp_preflight.lab.faults import FaultSpec
+    try:
+        FaultSpec.parse(text)
+    except LabError as exc:
+        kind = text.split("@", 1)[0]
+        near = difflib.get_close_matches(kind, list(FAULTS), n=1, cutoff=0.75) if kind not in FAULTS else []
+        raise argparse.ArgumentTypeError(f"{exc}{f' (did you mean {near[0]}?)' if near else ''}") from None
+    return text
 
 
 def _run(args: argparse.Namespace) -> int:

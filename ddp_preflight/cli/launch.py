@@ -79,6 +79,7 @@ def log_dir_problem(log_dir: str | None) -> str | None:
         if not existing.is_dir():
             why = f"{existing} is not a folder"
         elif os.access(existing, os.W_OK | os.X_OK):
+            _try_making(folder, existing)    # root may write anywhere, but not in /proc or /sys
             return None
         else:
             why = os.strerror(errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES)
@@ -87,6 +88,26 @@ def log_dir_problem(log_dir: str | None) -> str | None:
     if log_dir:
         return f"cannot write the logs in {folder} ({why}): give --log-dir a folder this user can write to"
     return f"cannot write the logs in {folder}/ ({why}): run from a folder you can write to, or give --log-dir DIR"
+
+
+def _try_making(folder: Path, existing: Path) -> None:
+    """Make the folders missing between `existing` and `folder`, then remove them again: nothing is
+    left behind when preflight then refuses the launch. OSError when they cannot be made."""
+    made: list[Path] = []
+    try:
+        for part in reversed([folder, *folder.parents]):
+            if part != existing and existing in part.parents and not part.exists():
+                try:
+                    part.mkdir()
+                except FileExistsError:      # another launch from here made it meanwhile
+                    continue
+                made.append(part)
+    finally:
+        for part in reversed(made):
+            try:
+                part.rmdir()
+            except OSError:                  # another launch from here writes in it already
+                break
 
 
 def launch_training(args, cluster, done: Preflight, targets, command: Command) -> int:

@@ -25,6 +25,7 @@ MAX_NAME = 255
 
 _NAME = r"[A-Za-z0-9._-]+"
 _DESTINATION = re.compile(rf"(?:{_NAME}@)?(?:{_NAME}|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:.]+)")
+_WITH_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]+)")
 _ALLOWED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-@[]:")
 _FIX = "give an ssh alias, a DNS name or an address"
 
@@ -55,6 +56,11 @@ def bad_host_reason(host: str) -> str | None:
         listed = ", ".join(repr(c) for c in odd)
         return f"host name {shown_host(host)} has characters that are not part of a host name ({listed}); {_FIX}"
     name = host.rsplit("@", 1)[-1]
+    with_port = _WITH_PORT.fullmatch(name)     # scp's and URLs' NAME:PORT, [ADDRESS]:PORT (one colon: never IPv6)
+    if with_port:
+        bare = with_port.group(1).strip("[]")
+        return (f"host name {shown_host(host)} names a port: ssh takes it from the ssh config (Host {bare} / "
+                f"Port {with_port.group(2)}, as ssh -p does); give {host[:-len(with_port.group(2)) - 1]}")
     if not _DESTINATION.fullmatch(host) or name.startswith("-"):
         return f"host name {shown_host(host)} is not a host name, an address or user@host; {_FIX}"
     return None

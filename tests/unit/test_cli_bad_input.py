@@ -222,7 +222,10 @@ def test_a_stale_ssh_config_in_the_environment_does_not_stop_a_purely_local_run(
     assert done.returncode == 0, (done.stdout[-500:], done.stderr)
     assert [r["check"] for r in json.loads(done.stdout)["results"]] == ["python-parity"]
     # Named on the command line, or with hosts to reach, it is still the one-line error.
+    # The variable's file is said to come from the variable: a newcomer did not type that path.
     assert usage_error("--only", "python-parity", "--ssh-config", str(tmp_path / "gone")) == \
-        f"ddp-preflight: error: ssh config {tmp_path / 'gone'} does not exist"
+        f"ddp-preflight: error: ssh config {tmp_path / 'gone'} does not exist: give an OpenSSH client config file " \
+        "(as ssh -F takes)"
     assert usage_error("master", "--only", "python-parity", env=stale) == \
-        f"ddp-preflight: error: ssh config {tmp_path / 'gone'} does not exist"
+        f"ddp-preflight: error: ssh config {tmp_path / 'gone'} (from $DDP_PREFLIGHT_SSH_CONFIG) does not exist: " \
+        "give an OpenSSH client config file (as ssh -F takes)"

@@ -73,10 +73,13 @@ def test_explain_of_a_binary_file_is_unreadable_input(tmp_path):
 
 def test_a_binary_file_inside_a_folder_is_a_note_not_an_error(tmp_path):
     (tmp_path / "model.bin").write_bytes(bytes(range(256)) * 64)
+    # With a log beside it: a folder holding nothing but binaries is unreadable input (test_newcomer_mistakes.py)
+    (tmp_path / "train.log").write_text("[worker1 r1] step 1 loss 3.2\n")
 
     done = run("explain", str(tmp_path))
 
     assert done.returncode == 0, done.stderr
+    assert f"not read: {tmp_path}/model.bin: binary" in done.stdout
 
 
 def test_scan_of_a_path_that_is_not_there_is_a_usage_error():
