@@ -15,7 +15,7 @@ from ddp_preflight.rules.fix import Fix, change, run
 from .messages import Shown
 
 # The catalogue's fixes that turn NCCL's debug lines on, to learn what NCCL's error was
-NCCL_DEBUG = {BY_ID[id].fix for id in ("nccl-error", "nccl-system-error", "nccl-result-system")}
+NCCL_DEBUG = {BY_ID[id].fix for id in ("nccl-error", "nccl-system-error", "nccl-result-system", "nccl-result")}
 ALREADY_DEBUG = run("grep -n 'NCCL WARN' <every rank's log>",
                     note="NCCL_DEBUG=INFO was on: its WARN line before the error names the call and the interface")
 # torchrun's way of keeping each rank's own output, and what DeepSpeed's launcher already prints
@@ -24,6 +24,9 @@ DEEPSPEED_OUTPUT = run("grep -n -B40 'Killing subprocess' <the log>",
                        note="DeepSpeed's launcher prints its ranks' own output: the first one's error is above its lines")
 TEED_OUTPUT = run("grep -n 'Traceback\\|Error' <the log>",
                   note="torchrun's --tee was on: each rank's own lines are in it, after [defaultN]:")
+SPAWN_OUTPUT = run("grep -n 'Traceback\\|Error\\|terminated with' <the log>",
+                   note="mp.spawn's processes print to this log: the failed one's own traceback follows mp.spawn's "
+                        "'-- Process N terminated with the following error:', or is above its word on that process")
 # NCCL's Flight Recorder variables, where no line shows NCCL (a Gloo run, or a silent one): hangwatch's
 # fetch records the Flight Recorder of any backend
 FLIGHT = BY_ID["watchdog"].fix
@@ -40,6 +43,8 @@ def fit(fix: Fix | None, shown: set[Shown]) -> Fix | None:
         return DEEPSPEED_OUTPUT
     if fix == KEEP_OUTPUT and Shown.TEE in shown:
         return TEED_OUTPUT
+    if fix == KEEP_OUTPUT and Shown.SPAWN in shown:
+        return SPAWN_OUTPUT
     if fix == FLIGHT and Shown.NCCL not in shown:
         return ANY_FLIGHT
     return fix

@@ -47,7 +47,7 @@ def lines_of(text: str) -> Iterator[tuple[int, str]]:
         if following is not None:
             joint = "" if width is not None and len(line) == width else \
                 said_across(pending + line, following) if len(line) >= NARROWEST else None
-            if joint is not None and starts_a_line(following):
+            if joint is not None and starts_a_line(following, quoted=line.startswith(">")):
                 joint = None
         if joint is None:
             yield first, pending + line
@@ -79,15 +79,26 @@ EXIT_LINES = (("failed-line", FAILED_LINE), ("deepspeed", DEEPSPEED_EXIT), ("spa
 
 
 def _said(text: str) -> set[str]:
-    """The catalogued messages in a line, and the launchers' exit lines."""
-    return {f.message.id for f in find(text)} | {name for name, exit in EXIT_LINES if exit.search(text)}
+    """The catalogued messages in a line, and the launchers' exit lines (mp.spawn's cut after "terminated
+    with" is not its whole line: the next one may say how)."""
+    said = {f.message.id for f in find(text)}
+    for name, exit in EXIT_LINES:
+        found = exit.search(text)
+        if found is not None:
+            cut = name == "spawn" and found["signal"] is None and found["code"] is None
+            said.add(name + "-cut" if cut else name)
+    return said
 
 
-def starts_a_line(line: str) -> bool:
+def starts_a_line(line: str, quoted: bool = True) -> bool:
     """A line a writer began (a prefix, a traceback's line, a separator), never the rest of a cut
-    one: whose prefixes a reader strips, or that begins as a traceback or torchrun's table does."""
+    one: whose prefixes a reader strips, or that begins as a traceback or torchrun's table does. A
+    markdown quote's ">" starts a line only in a quote (`quoted`: the line before it was one): after an
+    unquoted line it is the rest of a line cut before its ">" (NCCL's "10.0.35.1<49189>")."""
     if not line or line.startswith(LINE_STARTS) or SEPARATOR.match(line):
         return True
+    if not quoted and line.startswith(">"):
+        line = line[1:]
     return normalize(line).text != line
 
 

@@ -1,0 +1,25 @@
+"""Messages as a paste leaves them (rules/failures.py joins them to its CATALOGUE, after its own):
+a message cut or retyped without the part that says its cause, read for what it still says, and
+with what to collect in place of a fix for a cause it does not show. Each has its own id, so that a
+line wrapped in two is joined back where the whole message says more (explain/paste.py). Pure,
+standard library only; every wording is in a log users pasted (tests/unit/artifacts/pasted/index.json
+says where from)."""
+
+from __future__ import annotations
+
+from .failure_kinds import Cause, FailureKind, Message, Part, Sure, _m
+from .fix import run
+
+K, C, P = FailureKind, Cause, Part
+
+PARTIAL: tuple[Message, ...] = (
+    # init_process_group's store barrier timed out (torch < 2.0), its "(world_size=N, worker_count=M)" cut or
+    # not retyped: fewer or more processes than the world, the counts alone say (rules/failures.py's store-barrier)
+    _m("store-barrier-uncounted", ("store based barrier",),
+       r"Timed out initializing process group in store based barrier(?![^\n]*?world_size=)",
+       K.STORE_TIMEOUT, C.UNKNOWN, P.ROOT,
+       "init_process_group's store barrier timed out: the processes it counted were not the world size",
+       run("grep -n 'store based barrier' <every rank's log>", note="its (world_size=N, worker_count=M): fewer than "
+           "the world never joined (a node not started, or not reaching the master); more: the job was launched twice"),
+       Sure.LIKELY),
+)
