@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from ddp_preflight.hangwatch.prefixes import normalize
 from ddp_preflight.rules.failures import ANY_WORD, DEEPSPEED_EXIT, FAILED_LINE, find
-from ddp_preflight.rules.message_parts import EXIT_HINT, LAUNCH_EXIT, LAUNCH_EXIT_ANY, SPAWN_EXIT
+from ddp_preflight.rules.message_parts import EXIT_HINT, LAUNCH_EXIT, LAUNCH_EXIT_ANY, SPAWN_EXIT, TABLE_LINE_ENTRY
 
 COLOURS = re.compile(r"\x1b\[[0-9;]*m")       # a terminal's colours (SGR): any other escape stays for the renderer to neutralize
 SEPARATOR = re.compile(r"^\s*([=*#~-])\1{9,}\s*$")      # torchrun's table's rules, a logger's
@@ -95,8 +95,8 @@ def starts_a_line(line: str, quoted: bool = True) -> bool:
     one: whose prefixes a reader strips, or that begins as a traceback or torchrun's table does. A
     markdown quote's ">" starts a line only in a quote (`quoted`: the line before it was one): after an
     unquoted line it is the rest of a line cut before its ">" (NCCL's "10.0.35.1<49189>")."""
-    if not line or line.startswith(LINE_STARTS) or SEPARATOR.match(line):
-        return True
+    if not line or line.startswith(LINE_STARTS) or SEPARATOR.match(line) or TABLE_LINE_ENTRY.match(line):
+        return True       # torchrun's table's "[2]:" after a field of one length in every entry, too
     if not quoted and line.startswith(">"):
         line = line[1:]
     return normalize(line).text != line

@@ -195,3 +195,13 @@ def test_a_line_cut_just_before_a_quote_sign_is_joined_back(tmp_path):
     text = ("node2:251:258 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion from peer 10.0.35.1<49189\n"
             "> with error 4, opcode 5327, len 5327, vendor err 81 (Send)\n")
     assert answer(tmp_path, text) == ("nccl-error", [], "likely", "nccl-ib-completion-error")
+
+
+def test_lines_a_table_prints_alike_are_no_terminals_wrap(tmp_path):
+    # every entry's traceback line is the same line: of one length, yet no wrap joins it to the next entry
+    ranks = [entry(1, "10:00:05", 1, 1, 1), entry(2, "10:00:05", 2, 2, 1)]
+    path = tmp_path / "paste.log"
+    path.write_text(table(ranks, entry(0, "10:00:05", 0, 0, 1)) + "=" * 60 + "\n")
+    d = explain([str(path)]).diagnosis
+    assert d is not None and sorted(e.rank for e in d.evidence) == [0, 1, 2]
+    assert answer(tmp_path, path.read_text()) == ("exited", [], "unknown", "unknown")
