@@ -1,7 +1,8 @@
 """A fix that fits what the paste shows: never what it already did, and for its launcher and
 backend. The catalogue's fixes are for a run nothing is known of; a paste with NCCL's INFO lines
 already had NCCL_DEBUG=INFO, one with torchrun's [default0]: prefixes already had --tee, a DeepSpeed
-launch has no torchrun --tee, a run that shows no NCCL gets no NCCL Flight Recorder variables. Pure:
+launch has no torchrun --tee (nor has mp.spawn; accelerate launch names it its own way), a run that
+shows no NCCL gets no NCCL Flight Recorder variables. Pure:
 a catalogue fix (data, compared as data) to the one for this run."""
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ TEED_OUTPUT = run("grep -n 'Traceback\\|Error' <the log>",
 SPAWN_OUTPUT = run("grep -n 'Traceback\\|Error\\|terminated with' <the log>",
                    note="mp.spawn's processes print to this log: the failed one's own traceback follows mp.spawn's "
                         "'-- Process N terminated with the following error:', or is above its word on that process")
+# accelerate launch takes torchrun's --tee and --log-dir as its own -t/--tee and --log_dir (accelerate's launch.py)
+ACCELERATE_OUTPUT = run("accelerate launch --log_dir LOGS --tee 3 ...",
+                        note="keeps each rank's own output (accelerate hands both to torchrun): it says why it exited")
 # NCCL's Flight Recorder variables, where no line shows NCCL (a Gloo run, or a silent one): hangwatch's
 # fetch records the Flight Recorder of any backend
 FLIGHT = BY_ID["watchdog"].fix
@@ -45,6 +49,8 @@ def fit(fix: Fix | None, shown: set[Shown]) -> Fix | None:
         return TEED_OUTPUT
     if fix == KEEP_OUTPUT and Shown.SPAWN in shown:
         return SPAWN_OUTPUT
+    if fix == KEEP_OUTPUT and Shown.ACCELERATE in shown:
+        return ACCELERATE_OUTPUT
     if fix == FLIGHT and Shown.NCCL not in shown:
         return ANY_FLIGHT
     return fix

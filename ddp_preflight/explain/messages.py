@@ -72,11 +72,13 @@ class Shown(str, enum.Enum):
     DEEPSPEED = "deepspeed"                 # DeepSpeed's launcher (its runner's and launch.py's lines)
     TEE = "tee"                             # torchrun's --tee: each rank's own lines, "[default0]:" before them
     SPAWN = "spawn"                         # torch.multiprocessing.spawn: its processes print to this one log
+    ACCELERATE = "accelerate"               # accelerate launch (torchrun underneath, its own options)
 
 
 SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
             (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)),
-            (Shown.SPAWN, ("multiprocessing/spawn.py", "ProcessRaisedException", "ProcessExitedException")))
+            (Shown.SPAWN, ("multiprocessing/spawn.py", "ProcessRaisedException", "ProcessExitedException")),
+            (Shown.ACCELERATE, ("accelerate/commands/", "bin/accelerate", "accelerate-launch")))
 
 
 @dataclass

@@ -205,3 +205,12 @@ def test_lines_a_table_prints_alike_are_no_terminals_wrap(tmp_path):
     d = explain([str(path)]).diagnosis
     assert d is not None and sorted(e.rank for e in d.evidence) == [0, 1, 2]
     assert answer(tmp_path, path.read_text()) == ("exited", [], "unknown", "unknown")
+
+
+def test_an_accelerate_launch_gets_accelerates_own_options_never_torchruns(tmp_path):
+    text = ('  File "/usr/lib/python3.10/site-packages/accelerate/commands/launch.py", line 793, in multi_gpu_launcher\n'
+            "    distrib_run.run(args)\n" + table([], entry(0, "10:00:05", 0, 0, 1)))
+    assert answer(tmp_path, text) == ("exited", [0], "likely", "unknown")
+    assert fix(tmp_path, text).startswith("accelerate launch --log_dir LOGS --tee 3 ")
+    # the same table under torchrun keeps torchrun's options
+    assert fix(tmp_path, table([], entry(0, "10:00:05", 0, 0, 1))).startswith("torchrun --log-dir=LOGS --tee=3")
