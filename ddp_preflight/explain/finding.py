@@ -71,8 +71,8 @@ def find(m: Messages) -> Finding | None:
     if timeouts:
         return _timeouts(timeouts)
     if "nccl-remote" not in by:
-        for id in ("nccl-timed-out", "gloo-timeout", "nccl-failed-or-timed-out"):
-            if id in by:       # no watchdog line: not which collective, nor who
+        for id in ("nccl-timed-out", "gloo-timeout", "nccl-failed-or-timed-out", "watchdog-cut"):
+            if id in by:       # no whole watchdog line: not which collective, nor who
                 return _plain(by[id], m)
     ended = _ended(m.exits)
     if ended is not None:

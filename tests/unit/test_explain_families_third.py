@@ -214,3 +214,26 @@ def test_an_accelerate_launch_gets_accelerates_own_options_never_torchruns(tmp_p
     assert fix(tmp_path, text).startswith("accelerate launch --log_dir LOGS --tee 3 ")
     # the same table under torchrun keeps torchrun's options
     assert fix(tmp_path, table([], entry(0, "10:00:05", 0, 0, 1))).startswith("torchrun --log-dir=LOGS --tee=3")
+
+
+@pytest.mark.parametrize("text", [
+    "[1763]   1%|          | 24/1752 [01:08<1:22:56,  2.88s/it][rank5]:[E602 11:17:52.185053341 "
+    "ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog caught collective operati\n",
+    "[rank3]:[E0102 10:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective\n",
+    "[E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught collective operation time\n",
+    "[E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught \n",
+])
+def test_a_watchdog_line_cut_inside_its_words_is_still_a_timeout(tmp_path, text):
+    assert answer(tmp_path, text) == ("timeout-unknown-root", [], "unknown", "unknown-collect-flight-recorder")
+
+
+def test_prose_about_the_watchdog_is_no_timeout(tmp_path):
+    assert answer(tmp_path, "we saw the Watchdog caught collective operation timeout error happen twice\n") is None
+
+
+def test_a_watchdog_line_wrapped_at_a_space_is_joined_back_whole():
+    from ddp_preflight.explain.paste import lines_of
+    text = ("[rank1]:[E1206 10:00:00.000 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation\n"
+            "timeout: WorkNCCL(SeqNum=6, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+            "milliseconds before timing out.\n")
+    assert [line for _, line in lines_of(text)] == [text.replace("operation\n", "operation ").rstrip("\n")]
