@@ -31,6 +31,8 @@ def answer(path: Path) -> dict | None:
 
 
 def grade(expected: dict, got: dict | None) -> str:
+    if expected["kind"] == "no-failure":           # a healthy part of a run: any finding is a false alarm
+        return "right" if got is None else "wrong"
     if got is None:
         return "no failure found"
     same = [got.get(k) == expected[k] for k in ("kind", "culprits", "certainty", "cause")]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ddp_preflight.rules.failures import BY_ID, ENDED_FIXES, Cause, FailureKind, Sure
+from ddp_preflight.rules.failures_nccl import RESULT_CAUSES, RESULT_NAMES
 from ddp_preflight.rules.fix import Fix, run
 
 from .messages import Hit, LauncherExit, Messages
@@ -50,12 +51,13 @@ ROOTS = ("node-ssh-unreachable", "libuv-not-built", "local-rank-option", "gloo-p
          "unused-parameters", "gloo-unsupported", "mismatch-report", "gloo-size-mismatch", "nccl-mismatched-collective",
          "cuda-oom",
          "host-oom", "dataloader-bus-error", "dataloader-killed", "dataloader-segfault", "dataloader-abort", "store-barrier",
+         "store-barrier-uncounted",
          "nccl-rank-twice", "nccl-id-wait", "store-client-timeout", "store-connect-timeout", "gloo-connect", "nccl-connect",
          "store-wait-timeout", "nccl-system-error")
 # ... and those that are the cause only when nothing above is in the logs: NCCL's return codes in its
 # INFO lines, Gloo's loopback warning (harmless on one node), a victim's word on NCCL, monitored_barrier's
-LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-ib-completion", "nccl-error", "monitored-barrier",
-        "segfault", "abort", "fatal-signal")
+LATE = ("nccl-result-system", "gloo-loopback", "nccl-remote", "nccl-ib-completion", "nccl-cuda-failure", "nccl-error",
+        "nccl-result", "monitored-barrier", "segfault", "abort", "fatal-signal")
 
 
 def find(m: Messages) -> Finding | None:
@@ -69,8 +71,8 @@ def find(m: Messages) -> Finding | None:
     if timeouts:
         return _timeouts(timeouts)
     if "nccl-remote" not in by:
-        for id in ("nccl-timed-out", "gloo-timeout", "nccl-failed-or-timed-out"):
-            if id in by:       # no watchdog line: not which collective, nor who
+        for id in ("nccl-timed-out", "gloo-timeout", "nccl-failed-or-timed-out", "watchdog-cut"):
+            if id in by:       # no whole watchdog line: not which collective, nor who
                 return _plain(by[id], m)
     ended = _ended(m.exits)
     if ended is not None:
@@ -95,6 +97,9 @@ def find(m: Messages) -> Finding | None:
     for id in ("stopped-by-hand", "scheduler-stopped", "launcher-killing", "launcher-stopping", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
+    if m.child_failed:       # torchrun's ChildFailedError, its table cut before any rank: a rank failed, not which
+        return Finding(FailureKind.EXITED, Cause.UNKNOWN, (), Sure.UNKNOWN, ROOT_NOT_PASTED, None,
+                       tuple(m.child_failed[:1]), {})
     return None
 
 
@@ -167,6 +172,17 @@ def _barrier(hits: list[Hit], m: Messages) -> Finding:
     return Finding(f.kind, cause, f.culprits, f.sure, f.fix, f.message, f.quotes, f.detail)
 
 
+def _result(hits: list[Hit], m: Messages) -> Finding:
+    """The code NCCL's calls returned (ncclResult_t): its cause, and the fix the catalogue has for that cause
+    (a system error's, a remote peer's, an invalid usage's); one code of several: the first returned."""
+    code = int(hits[0].found.groups.get("code") or hits[0].found.groups.get("code2") or 3)
+    cause = RESULT_CAUSES.get(code, Cause.UNKNOWN)
+    same = next((msg for msg in BY_ID.values() if msg.cause is cause and msg.kind is FailureKind.NCCL_ERROR), None)
+    f = _plain(hits, m, cause=cause, detail={"result": RESULT_NAMES.get(code, str(code))})
+    return Finding(f.kind, cause, f.culprits, f.sure, same.fix if same and cause is not Cause.UNKNOWN else f.fix or
+                   hits[0].message.fix, f.message, f.quotes, f.detail)
+
+
 def _prefixed(hits: list[Hit], m: Messages) -> Finding:
     """A message every rank may print: the ranks its prefixes name, when one alone said it (likely:
     the others' logs are not here)."""
@@ -224,7 +240,7 @@ def _ssh(hits: list[Hit], m: Messages) -> Finding:
 RULES: dict[str, Callable[[list[Hit], Messages], Finding]] = {
     "cuda-oom": _oom, "address-family": _family, "store-barrier": _barrier, "nccl-system-error": _system,
     "monitored-barrier": _monitored, "gloo-connect": _connect, "nccl-id-wait": _id_wait, "fatal-signal": _fatal,
-    "node-ssh-unreachable": _ssh,
+    "node-ssh-unreachable": _ssh, "nccl-result": _result,
 }
 
 
@@ -255,31 +271,46 @@ SIGNALS = {int(signal.SIGKILL): (FailureKind.SIGNAL_KILLED, Cause.SIGKILL),
 CRASHES = tuple(-n for n, (kind, _) in SIGNALS.items() if kind is FailureKind.CRASHED)
 
 
+# torchrun's table was pasted without its "Root Cause" part: the ranks it lists failed after the first one
+ROOT_NOT_PASTED = run("grep -n -A8 'Root Cause (first observed failure)' <the log>",
+                      note="torchrun's table names the rank that failed first there; its own error is above the table")
+
+
 def _ended(exits: list[LauncherExit]) -> Finding | None:
     """How the launchers say the ranks ended: torchrun's first observed failure (its table's root,
-    else its line), a signal by its name. A table whose ranks all ended in one second names no
-    one. A SIGKILL with no exception of its own: likely the host's OOM killer or a scheduler."""
-    failed = [e for e in exits if e.code not in (None, 0)]
+    else its line), a signal by its name. A rank that ended in the root's second may have ended first
+    (torchrun dates failures to the second): none is named. The table's "Failures:" list without its
+    root names no one either. A SIGKILL with no exception of its own: likely the host's OOM killer or
+    a scheduler."""
+    table = [e for e in exits if e.source == "table"]
+    root = next((e for e in table if e.root), None)       # torchrun's first failure, its exit code cut or not
+    failed = [e for e in exits if e.code not in (None, 0) or e.source == "spawn" or e is root]
+    if root is None and table and all(e.listed for e in table) and all(e.source == "table" for e in failed):
+        ranks = sorted({e.rank for e in table if e.rank is not None})
+        return Finding(FailureKind.EXITED, Cause.UNKNOWN, (), Sure.UNKNOWN, ROOT_NOT_PASTED, None,
+                       tuple(q for e in table for q in e.quotes)[:QUOTES], {"failed_after_the_first": ranks})
     if not failed:
         return None
     table = [e for e in failed if e.source == "table"]
-    root = next((e for e in table if e.root), None)
     if root is None and table:
         dated = [e for e in table if e.time]
         root = min(dated, key=lambda e: e.time or "") if dated else table[0]
     if root is None:
         root = failed[0]
-    code = root.code or 0
+    rank = root.rank if root.rank is not None else root.local_rank
+    # the ranks torchrun itself stopped after the first failure (SIGTERM, torch 2.13 lists them) are victims
+    peers = [e for e in table if e is not root and e.time and (e.code or 0) not in STOPS]
+    same_time = root.time is not None and any(e.time == root.time for e in peers)
+    # a root whose exit code the paste cut: how the ranks of its second ended is how the first may have
+    code = root.code if root.code is not None else next((e.code for e in peers if e.time == root.time), None) or 0
     kind, cause = SIGNALS.get(-code, (FailureKind.EXITED, Cause.UNKNOWN)) if code < 0 else \
         (FailureKind.EXITED, Cause.UNKNOWN)
     if code < 0 and -code not in SIGNALS:
         kind, cause = FailureKind.EXITED, Cause.UNKNOWN
-    rank = root.rank if root.rank is not None else root.local_rank
-    # the ranks torchrun itself stopped after the first failure (SIGTERM, torch 2.13 lists them) are victims
-    peers = [e for e in table if e is not root and e.time and (e.code or 0) not in STOPS]
-    same_time = bool(peers) and root.time is not None and all(e.time == root.time for e in peers)
     quotes = tuple(q for q in root.quotes)[:QUOTES]
-    detail = {"exitcode": code, "signal": root.signal, "pid": root.pid, "local_rank": root.local_rank}
+    detail: dict = {"exitcode": code, "signal": root.signal, "pid": root.pid, "local_rank": root.local_rank}
+    if same_time:
+        detail["candidates"] = sorted({e.rank for e in (root, *peers) if e.time == root.time and e.rank is not None})
     fix = ENDED_FIXES.get(cause)
     if same_time or rank is None:
         sure = Sure.UNKNOWN if same_time else Sure.LIKELY

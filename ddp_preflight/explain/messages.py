@@ -50,6 +50,8 @@ class LauncherExit:
     time: str | None = None           # the table's time, to the second
     host: str | None = None
     root: bool = False                # torchrun's "Root Cause (first observed failure)"
+    listed: bool = False              # under the table's "Failures:": torchrun puts its first failure under
+                                      # "Root Cause", so a rank listed there is never the one that failed first
     quotes: list[Quote] = field(default_factory=list)
 
 
@@ -69,10 +71,14 @@ class Shown(str, enum.Enum):
     GLOO = "gloo"                           # the Gloo backend
     DEEPSPEED = "deepspeed"                 # DeepSpeed's launcher (its runner's and launch.py's lines)
     TEE = "tee"                             # torchrun's --tee: each rank's own lines, "[default0]:" before them
+    SPAWN = "spawn"                         # torch.multiprocessing.spawn: its processes print to this one log
+    ACCELERATE = "accelerate"               # accelerate launch (torchrun underneath, its own options)
 
 
 SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
-            (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)))
+            (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)),
+            (Shown.SPAWN, ("multiprocessing/spawn.py", "ProcessRaisedException", "ProcessExitedException")),
+            (Shown.ACCELERATE, ("accelerate/commands/", "bin/accelerate", "accelerate-launch")))
 
 
 @dataclass
@@ -85,6 +91,7 @@ class Messages:
     worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
     shown: set[Shown] = field(default_factory=set)           # what the logs show of the run's set-up
     stacks: list[Dumped] = field(default_factory=list)       # py-spy dumps pasted as text (stacks.py)
+    child_failed: list[Quote] = field(default_factory=list)  # torchrun's ChildFailedError: a rank failed, whoever
 
 
 # A traceback's last line: the exception's type (a launcher's own and a stop by hand are not a rank's failure)
@@ -101,6 +108,7 @@ class MessageReader:
         self.messages, self.path = messages, path
         self.entry: LauncherExit | None = None     # the table entry being read
         self.root_next = False
+        self.listing = False                       # inside the table's "Failures:" section
         self.tracing: set[tuple] = set()           # the writers (rank, local rank, host) inside a traceback
         self.spawned: int | None = None            # mp.spawn named the process whose exception comes next
         self.in_launch = False                     # the traceback being read is torch.distributed.launch's own
@@ -169,7 +177,11 @@ class MessageReader:
     def _exits(self, line: Line, quote: Quote) -> None:
         text = line.text
         if failures.TABLE_ROOT in text:
-            self.root_next, self.entry = True, None
+            self.root_next, self.entry, self.listing = True, None, False
+        if text.strip().startswith(parts.TABLE_FAILURES):
+            self.listing, self.entry = True, None
+        if parts.TABLE_START in text and len(self.messages.child_failed) < EXITS:
+            self.messages.child_failed.append(quote)
         if failures.TABLE_ENTRY.match(text.strip()):
             self.entry = None          # the next fields are the next entry's
         if parts.FAILED_LINE_WORD in text:
@@ -193,7 +205,8 @@ class MessageReader:
                 self._add(LauncherExit("spawn", local_rank=self.spawned, code=1, host=line.host, time=line.time,
                                        quotes=[quote]))
             if found:
-                code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else int(found["code"])
+                code = -int(getattr(signal, found["signal"], 0)) if found["signal"] else \
+                    int(found["code"]) if found["code"] else None
                 self._add(LauncherExit("spawn", local_rank=int(found["index"]), code=code or None,
                                        signal=found["signal"], host=line.host, time=line.time, quotes=[quote]))
         if any(w in text for w in parts.LAUNCH_EXIT_WORDS):
@@ -233,7 +246,7 @@ class MessageReader:
             entry.host = said["host"]
 
     def _new(self) -> LauncherExit:
-        self.entry = LauncherExit("table", root=self.root_next)
+        self.entry = LauncherExit("table", root=self.root_next, listed=self.listing and not self.root_next)
         self.root_next = False
         self._add(self.entry)
         return self.entry

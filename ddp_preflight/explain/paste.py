@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from ddp_preflight.hangwatch.prefixes import normalize
 from ddp_preflight.rules.failures import ANY_WORD, DEEPSPEED_EXIT, FAILED_LINE, find
-from ddp_preflight.rules.message_parts import EXIT_HINT, LAUNCH_EXIT, LAUNCH_EXIT_ANY, SPAWN_EXIT
+from ddp_preflight.rules.message_parts import EXIT_HINT, LAUNCH_EXIT, LAUNCH_EXIT_ANY, SPAWN_EXIT, TABLE_LINE_ENTRY
 
 COLOURS = re.compile(r"\x1b\[[0-9;]*m")       # a terminal's colours (SGR): any other escape stays for the renderer to neutralize
 SEPARATOR = re.compile(r"^\s*([=*#~-])\1{9,}\s*$")      # torchrun's table's rules, a logger's
@@ -47,7 +47,7 @@ def lines_of(text: str) -> Iterator[tuple[int, str]]:
         if following is not None:
             joint = "" if width is not None and len(line) == width else \
                 said_across(pending + line, following) if len(line) >= NARROWEST else None
-            if joint is not None and starts_a_line(following):
+            if joint is not None and starts_a_line(following, quoted=line.startswith(">")):
                 joint = None
         if joint is None:
             yield first, pending + line
@@ -79,15 +79,26 @@ EXIT_LINES = (("failed-line", FAILED_LINE), ("deepspeed", DEEPSPEED_EXIT), ("spa
 
 
 def _said(text: str) -> set[str]:
-    """The catalogued messages in a line, and the launchers' exit lines."""
-    return {f.message.id for f in find(text)} | {name for name, exit in EXIT_LINES if exit.search(text)}
+    """The catalogued messages in a line, and the launchers' exit lines (mp.spawn's cut after "terminated
+    with" is not its whole line: the next one may say how)."""
+    said = {f.message.id for f in find(text)}
+    for name, exit in EXIT_LINES:
+        found = exit.search(text)
+        if found is not None:
+            cut = name == "spawn" and found["signal"] is None and found["code"] is None
+            said.add(name + "-cut" if cut else name)
+    return said
 
 
-def starts_a_line(line: str) -> bool:
+def starts_a_line(line: str, quoted: bool = True) -> bool:
     """A line a writer began (a prefix, a traceback's line, a separator), never the rest of a cut
-    one: whose prefixes a reader strips, or that begins as a traceback or torchrun's table does."""
-    if not line or line.startswith(LINE_STARTS) or SEPARATOR.match(line):
-        return True
+    one: whose prefixes a reader strips, or that begins as a traceback or torchrun's table does. A
+    markdown quote's ">" starts a line only in a quote (`quoted`: the line before it was one): after an
+    unquoted line it is the rest of a line cut before its ">" (NCCL's "10.0.35.1<49189>")."""
+    if not line or line.startswith(LINE_STARTS) or SEPARATOR.match(line) or TABLE_LINE_ENTRY.match(line):
+        return True       # torchrun's table's "[2]:" after a field of one length in every entry, too
+    if not quoted and line.startswith(">"):
+        line = line[1:]
     return normalize(line).text != line
 
 

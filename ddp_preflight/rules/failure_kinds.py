@@ -69,6 +69,7 @@ class Cause(str, enum.Enum):
     BUS_ERROR = "bus-error"                            # SIGBUS: memory behind a mapping could not be backed (/dev/shm)
     LIBUV_NOT_BUILT = "libuv-not-built"                # torchrun's store asked for libuv on a build without it (Windows)
     GLOO_INTERFACE = "gloo-interface-missing"          # GLOO_SOCKET_IFNAME names an interface with no address here
+    NCCL_CUDA = "nccl-cuda-failure"                    # a CUDA call of NCCL's failed (a driver older than its CUDA)
 
 
 class Sure(str, enum.Enum):

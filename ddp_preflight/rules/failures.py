@@ -39,6 +39,8 @@ from .failure_lines import (  # noqa: F401  (also read as rules.failures.X)
     WATCHDOG_CAUGHT,
     WATCHDOG_CAUGHT_WORD,
 )
+from .failures_nccl import NCCL_WORDS
+from .failures_partial import PARTIAL
 from .failures_setup import SETUP
 from .fix import change, run
 from .message_parts import DEEPSPEED_EXIT_WORD
@@ -136,11 +138,6 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        "a port down or flapping, or the peer's process died",
        run("ibstat; ibv_devinfo | grep -i state", note="on both nodes; a peer that died first says so in its own log"),
        Sure.LIKELY),
-    _m("nccl-result-system", ("NCCL INFO", "NCCL WARN"), r"NCCL (?:INFO|WARN) \S+:\d+ -> 2\b",
-       K.NCCL_ERROR, C.NCCL_SYSTEM_ERROR, P.ROOT,
-       "NCCL's calls returned 2 (ncclSystemError): a system call failed, often a connect on a wrong interface",
-       run("export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", note="and rerun: NCCL names the call and interface"),
-       Sure.LIKELY),
     _m("nccl-error", ("NCCL error", "ncclInternalError"), r"NCCL error in: \S+, (?P<what>[^,\n]+)|ncclInternalError: "
        r"Internal check failed", K.NCCL_ERROR, C.UNKNOWN, P.ROOT,
        "NCCL returned an error", run("export NCCL_DEBUG=INFO", note="and rerun: NCCL says why"), Sure.LIKELY),
@@ -206,8 +203,10 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        "a DataLoader worker was killed by SIGKILL: likely the host's OOM killer (each worker holds its own copy of "
        "what the dataset keeps in memory)", run("dmesg -T | grep -iE 'out of memory|killed process'",
                                                 note="then fewer DataLoader workers or ranks per node"), Sure.LIKELY),
-    _m("dataloader-segfault", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: "
-       r"Segmentation fault", K.CRASHED, C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV", _WORKER_CRASHED),
+    # ... in torch's words, or the worker's own (its SIGSEGV handler prints "ERROR: Unexpected segmentation fault ...")
+    _m("dataloader-segfault", ("is killed by signal", "Unexpected segmentation fault"), r"DataLoader worker \(pid:? ?\d+\) "
+       r"is killed by signal: Segmentation fault|Unexpected segmentation fault encountered in worker", K.CRASHED,
+       C.SEGFAULT, P.ROOT, "a DataLoader worker crashed with SIGSEGV", _WORKER_CRASHED),
     _m("dataloader-abort", ("is killed by signal",), r"DataLoader worker \(pid:? ?\d+\) is killed by signal: Abort",
        K.CRASHED, C.ABORT, P.ROOT, "a DataLoader worker aborted (SIGABRT)", _WORKER_CRASHED),
     _m("local-rank-option", ("unrecognized arguments",), r"error: unrecognized arguments:[^\n]*?--local[-_]rank",
@@ -314,7 +313,7 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        "this rank lost its peer: the peer ended first, or the link failed",
        run("ddp-preflight explain <every node's log>", note="the peer that ended first is in another rank's output"),
        Sure.UNKNOWN),
-)
+) + NCCL_WORDS + PARTIAL
 
 BY_ID = {m.id: m for m in CATALOGUE}
 # Every message's words in one search: most lines of a log hold none (about 2 us a line, where

@@ -27,6 +27,7 @@ NCCL_PEER = re.compile(r"(?P<host>[0-9A-Za-z.:%_-]+)<(?P<port>\d+)>")          #
 # as explain reads them, are rules/failures.py's TABLE_*): the line it starts after, the script's
 # "... FAILED", an entry's "[0]:", its fields and their values.
 TABLE_START = "ChildFailedError:"
+TABLE_FAILURES = "Failures:"          # the entries after it are the failures after the first (under "Root Cause")
 TABLE_TITLE = re.compile(r"^(?P<script>.+) FAILED$")
 TABLE_LINE_ENTRY = re.compile(r"^\[(?P<index>\d+)\]:$")
 TABLE_FIELD = re.compile(r"^  (?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*)$")
@@ -37,13 +38,16 @@ TABLE_NOT_AVAILABLE = "<N/A>"
 # A line that may be one of the lines of how a launcher says a rank ended (rules/failures.py's
 # FAILED_LINE, DEEPSPEED_EXIT, TABLE_*): a cheap test before them all; one of TABLE_FIELDS_WORDS is in
 # every line TABLE_FIELDS reads.
-EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|local[_ ]rank|received by PID|terminated with"
+EXIT_HINT = re.compile(r"exitcode|exits with return code|Root Cause|Failures:|ChildFailedError:|local[_ ]rank"
+                       r"|received by PID|terminated with"
                        r"|died with <Signals|non-zero exit status"
                        r"|\b(?:time|host|rank)\s*:|^\s*\[\d+\]:\s*$")
 TABLE_FIELDS_WORDS = ("rank", "exitcode", "PID", "time", "host")
 # torch.multiprocessing.spawn's word on a process it started (its index: the local rank): "process 0
-# terminated with signal SIGKILL" (ProcessExitedException; a plain Exception before 1.8), "... with exit code 1"
-SPAWN_EXIT = re.compile(r"process (?P<index>\d+) terminated with (?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
+# terminated with signal SIGKILL" (ProcessExitedException; a plain Exception before 1.8), "... with exit code 1", or a
+# paste that cut the line there (the process failed; how, it no longer says)
+SPAWN_EXIT = re.compile(r"process (?P<index>\d+) terminated with(?: signal (?P<signal>SIG[A-Z]+)| exit code (?P<code>-?\d+)"
+                        r"|\s*$)")
 SPAWN_EXIT_WORD = "terminated with"
 # ... and its ProcessRaisedException's header: the exception after it (its frames, or the user's "...") is that process's
 SPAWN_RAISED = re.compile(r"-- Process (?P<index>\d+) terminated with the following error:")
