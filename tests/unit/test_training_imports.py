@@ -122,6 +122,19 @@ def test_an_entry_that_is_not_there_is_said(tmp_path, args, error):
     assert found["entry_error"] == error.format(root=tmp_path)
 
 
+@pytest.mark.parametrize("args, fix", [
+    (["nowhere.py"], "correct the training command's script name, or run ddp-preflight from the folder "
+                     "that holds it, or give that folder: --code-dir PATH"),
+    (["-m", "nosuch.train"], "correct the training command's module name, or run ddp-preflight from the "
+                             "folder that holds it, or give that folder: --code-dir PATH"),
+])
+def test_an_entry_missing_on_the_master_itself_is_the_commands_never_a_copy_to_make(tmp_path, args, fix):
+    # The master is where the code is read from: no node to copy it from, no "same path" to copy to.
+    result = run(("master", collect(args, tmp_path)), launch_args=args)["master"]
+    assert (result.status, result.summary) == (Status.FAIL, "master: " + collect(args, tmp_path)["entry_error"])
+    assert result.fix == fix
+
+
 def test_torchruns_own_options_before_the_script_are_not_taken_for_it(tmp_path):
     root = write(tmp_path, {"train.py": "import os\n"})
     found = collect(["--standalone", "train.py", "--x"], root)

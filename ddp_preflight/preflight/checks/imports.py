@@ -104,11 +104,16 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
 
 def _copy_code(ctx: Context, name: str, found: TrainingImports) -> Fix:
     """The entry is not where this node's launch starts: copy the master's code into this node's
-    own folder (its --code-dir NODE:PATH, where it has one), or name the folder it is in."""
+    own folder (its --code-dir NODE:PATH, where it has one), or name the folder it is in. Not on
+    the master itself, where the code is read from: there the command names what is not there
+    (a name mistyped, or run from another folder), and there is no copy to make."""
     master = ctx.master.parsed.imports
     elsewhere = f"or give {name}'s own folder: --code-dir {name}:PATH"
-    if name == ctx.master.node or not isinstance(master, TrainingImports) or master.entry_error \
-            or not master.root or not found.root:
+    if name == ctx.master.node:
+        what = "module" if found.module else "script"
+        return change(f"correct the training command's {what} name, or run ddp-preflight from the "
+                      "folder that holds it, or give that folder: --code-dir PATH", name)
+    if not isinstance(master, TrainingImports) or master.entry_error or not master.root or not found.root:
         return change("copy the training code to the same path, " + elsewhere, name)
     source = f"{ctx.master.node}:{master.root.rstrip('/') or '/'}/"
     return Fix(Action.RUN, (f"copy the training code to {name}: run on {name}: rsync -a {shlex.quote(source)} "
