@@ -17,7 +17,8 @@ it):
 - verdicts.py    what a stalled run shows (stalled.Stall), handed to the one pipeline that decides
                  (diagnose.py); saying each verdict once
 - kept.py        each rank's evidence kept until an input about its node (counted here) arrives
-- due.py         when the tick must judge again: at an input, or once time passes a bound a verdict reads
+- due.py         when the tick must judge again: at an input that moved what it reads (a sample only
+                 where it did), or once time passes a bound a verdict reads
 No words are written here: the events carry the verdicts, and the shell (watch.py) renders their
 lines at the edge (render.py, text.py)."""
 
@@ -74,6 +75,17 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     # and bundles change no rank's inputs; a tick can lose a node (its status is in the key).
     about = event.node if isinstance(event, (AgentClosed, AgentFailed, RankEnded, RankError, RankStepped)) or \
         isinstance(event, FromAgent) and isinstance(event.message, (protocol.Sample, protocol.Stacks)) else None
+    if isinstance(event, FromAgent) and isinstance(event.message, protocol.Sample):
+        # A sample is a change only where it moved what the judging reads (due.sample_reads); no
+        # judging reads kept evidence while one is taken, so it is counted after it alone.
+        before = due.sample_reads(state, event.node, event.message)
+        _take(state, event, now, wall, out)
+        judged, evidence = due.sample_moved(before, due.sample_reads(state, event.node, event.message))
+        if judged or out:
+            state.changes += 1
+        if evidence or out:
+            kept.moved(state, about)
+        return out
     moves = not isinstance(event, (Tick, Notice, BundleWritten, BundleAsked, BundleFailed, TakeStacks, Stopping))
     if not isinstance(event, Tick):
         state.changes += 1          # the tick judges again after any input (_tick)

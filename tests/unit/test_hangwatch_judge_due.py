@@ -14,7 +14,8 @@ import json
 
 import pytest
 
-from ddp_preflight.hangwatch import due, reducer
+from ddp_preflight.hangwatch import due, kept, reducer
+from ddp_preflight.hangwatch.evidence import evidence_of
 
 from .test_hangwatch_watch import AGENT, replay
 
@@ -27,12 +28,12 @@ OPTIONS = {
 }
 
 
-def _length(name: str) -> float:
-    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()[1:]
+def _length(name: str, source=AGENT) -> float:
+    lines = (source / f"{name}.jsonl").read_text().splitlines()[1:]
     return max(json.loads(line)["at"] for line in lines)
 
 
-def _played(name, tmp_path, folder, **options):
+def _played(name, tmp_path, folder, source=AGENT, **options):
     """What was said (kind, when, its line, its verdict) and what snapshots showed every half second."""
     shown = []
 
@@ -40,8 +41,8 @@ def _played(name, tmp_path, folder, **options):
         snap = watcher.snapshot()
         shown.append((snap.diagnosis, [(v.rank, v.pid, v.state, v.idle_for, v.frame, v.stack) for v in snap.ranks]))
 
-    looks = [(k * 0.5 + 0.1, look) for k in range(int(_length(name) * 2) + 4)]
-    _, watcher, events = replay(name, tmp_path / folder, then=looks, **options)
+    looks = [(k * 0.5 + 0.1, look) for k in range(int(_length(name, source) * 2) + 4)]
+    _, watcher, events = replay(name, tmp_path / folder, then=looks, folder=source, **options)
     said = [(e.kind, e.data.get("at"), e.text if e.kind != "incident" else None,
              e.snapshot.diagnosis if e.snapshot is not None else None) for e in events]
     return said, shown, watcher
@@ -57,6 +58,107 @@ def test_judging_on_change_says_what_judging_every_tick_said_at_the_same_ticks(n
     assert said == said_before
     assert shown == shown_before
     assert watcher.state.judgements <= before.state.judgements
+
+
+def _varied(name: str, folder, vary) -> None:
+    """The recording NAME with each rank's sample passed through vary(at, fault_at, sample), in folder."""
+    lines = (AGENT / f"{name}.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    out = [lines[0]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        if record["msg"].get("type") == "sample":
+            record["msg"]["ranks"] = [vary(record["at"], header["fault_at"], dict(r)) for r in record["msg"]["ranks"]]
+        out.append(json.dumps(record))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.jsonl").write_text("\n".join(out) + "\n")
+
+
+def _flicker(at, fault_at, sample):
+    """A quiet rank's CPU figure and its helpers' as a loaded box shows them, each second another
+    (0% to 4%, all under IDLE_CPU), and a rank running or asleep as the kernel caught it: what no
+    rule decides by."""
+    figures = (0.0, 0.4, 1.0, 2.6, 4.4)
+    for key in ("cpu", "children_cpu"):
+        if isinstance(sample.get(key), (int, float)) and sample[key] < reducer.stall.IDLE_CPU:
+            sample[key] = figures[(sample["pid"] + int(at) + len(key)) % len(figures)]
+    if sample.get("state") in ("R", "S"):
+        sample["state"] = "RS"[(sample["pid"] + int(at)) % 2]
+    return sample
+
+
+def _blip(at, fault_at, sample):
+    """After the fault, every rank busy for one sample in six (a timer, a retry, a log flush): each
+    such sample ends a quiet time, which the judging reads."""
+    if at > fault_at and int(at - fault_at) % 6 == 3 and sample.get("cpu") is not None:
+        sample["cpu"] = 40.0
+    return sample
+
+
+@pytest.mark.parametrize("vary", [_flicker, _blip], ids=["flicker", "blip"])
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_samples_nobody_recorded_are_judged_on_change_as_every_tick(name, vary, tmp_path, monkeypatch):
+    # Variants of every recording: figures that flicker (no judging for them), and samples that end
+    # a quiet time between the bounds (judged at the next tick, as judging every tick would).
+    _varied(name, tmp_path / "varied", vary)
+    said, shown, watcher = _played(name, tmp_path, "on-change", source=tmp_path / "varied")
+    with monkeypatch.context() as m:
+        m.setattr(due, "next_due", lambda state, now: now)
+        said_before, shown_before, before = _played(name, tmp_path, "every-tick", source=tmp_path / "varied")
+    assert said == said_before
+    assert shown == shown_before
+    if vary is _flicker:      # figures alone: judged exactly as often as the recording as it is
+        assert watcher.state.judgements == _played(name, tmp_path, "recorded")[2].state.judgements
+
+
+def test_a_rank_kept_evidence_is_its_evidence_read_afresh(tmp_path, monkeypatch):
+    # kept.evidence is built again only after an input that moved what it reads (a sample's figures
+    # included): at every judging of every recording, and of its flickering variant, it is what
+    # evidence_of reads from the state then.
+    real, checked = kept.evidence, []
+
+    def compared(state, t, now, unformed=None):
+        found = real(state, t, now, unformed)
+        assert found == evidence_of(state, t, now, unformed), (t.key, now)
+        checked.append(now)
+        return found
+
+    monkeypatch.setattr(kept, "evidence", compared)
+    for name in RECORDINGS:
+        replay(name, tmp_path / name)
+        _varied(name, tmp_path / "varied", _flicker)
+        replay(name, tmp_path / f"{name}-varied", folder=tmp_path / "varied")
+    assert len(checked) > 1000
+
+
+def test_a_sample_that_moves_a_figure_alone_is_no_change_but_its_evidence_shows_it(tmp_path):
+    # The recorded deadlock, named; then worker1's last sample again, then with rank 2's CPU figure
+    # moved (0% to 3%, still quiet): no judging, yet its evidence read next says 3%. Then busy (40%):
+    # its quiet time ended, a change.
+    header, watcher, events = replay("leave", tmp_path, until=header_of("leave")["fault_at"] + 12.0)
+    watcher.tick()
+    state, now = watcher.state, watcher.clock()
+    last = [json.loads(line) for line in (AGENT / "leave.jsonl").read_text().splitlines()[1:]]
+    sample = [r for r in last if r["at"] <= now and r["node"] == "worker1" and r["msg"]["type"] == "sample"][-1]["msg"]
+    watcher.receive("worker1", sample)
+    rank2 = next(t for t in state.live() if t.view.rank == 2)
+    kept.evidence(state, rank2, now)
+    changes = state.changes
+    watcher.receive("worker1", sample)
+    assert state.changes == changes
+    assert "CPU 3%" not in kept.evidence(state, rank2, now).notes
+    moved = {**sample, "ranks": [{**r, "cpu": 3.0} if r["pid"] == rank2.view.pid else r for r in sample["ranks"]]}
+    watcher.receive("worker1", moved)
+    assert state.changes == changes
+    assert kept.evidence(state, rank2, now) == evidence_of(state, rank2, now)
+    assert "CPU 3%" in kept.evidence(state, rank2, now).notes
+    busy = {**sample, "ranks": [{**r, "cpu": 40.0} if r["pid"] == rank2.view.pid else r for r in sample["ranks"]]}
+    watcher.receive("worker1", busy)
+    assert state.changes == changes + 1 and rank2.idle_since is None
+
+
+def header_of(name: str) -> dict:
+    return json.loads((AGENT / f"{name}.jsonl").read_text().splitlines()[0])
 
 
 def test_a_skipped_tick_is_one_whose_judging_would_have_changed_nothing(tmp_path, monkeypatch):
@@ -124,8 +226,10 @@ def test_a_bound_between_samples_is_judged_at_the_first_tick_past_it(tmp_path, m
         m.setattr(due, "next_due", lambda state, now: now)
         assert _named_at(tmp_path / "every-tick", threshold=6.1) == at
     with monkeypatch.context() as m:
-        m.setattr(due, "next_due", lambda state, now: None)     # inputs alone: a sample later
-        assert _named_at(tmp_path / "inputs-only", threshold=6.1) == pytest.approx(12.781)
+        # Inputs alone: the samples of ranks that go on waiting move nothing the judging reads
+        # (due.sample_reads), so it waits for the next that does: the stacks answered at 20.872 s.
+        m.setattr(due, "next_due", lambda state, now: None)
+        assert _named_at(tmp_path / "inputs-only", threshold=6.1) == pytest.approx(21.122)
 
 
 def test_next_due_is_the_earliest_bound_still_ahead():
