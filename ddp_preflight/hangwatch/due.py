@@ -77,10 +77,12 @@ def _bounds(state: State, now: float) -> Iterator[float]:
             started[t.run] = min(started.get(t.run, t.idle_since), t.idle_since)
         if t.stack_at is not None:
             newest[t.run] = max(newest.get(t.run, t.stack_at), t.stack_at)
-            yield t.stack_at + threshold                         # alone.judge: stacks again each threshold
         if t.alone_since is not None:
             yield t.alone_since + threshold                      # alone.judge
             yield t.alone_since + ALONE_AFTER
+            if t.stack_at is not None:
+                yield t.stack_at + threshold                     # alone.judge: its stack again each threshold
+                                                                 # (read of ranks alone only)
     for run, quiet_since in started.items():
         # progress.stalled: the stall began when its first rank went quiet, or its first rank left.
         began = min(quiet_since, gone[run]) if run in gone else quiet_since

@@ -243,3 +243,20 @@ def test_next_due_is_the_earliest_bound_still_ahead():
     state.exit_check_at = None
     assert due.next_due(state, 18.0) == 18.0                       # a bound just now is due now
     assert due.next_due(state, 18.5) is None                       # passed: judged already
+
+
+def test_a_ranks_stack_age_is_a_bound_only_while_it_is_alone():
+    # alone.judge asks a rank's stack again each threshold, of ranks alone only (no TCP connection):
+    # a rank that has one gives no bound by its stack's age (each one did before: a judging of every
+    # rank each threshold after each stack, in every stall).
+    from ddp_preflight.hangwatch.model import RankView
+    from ddp_preflight.hangwatch.state import Track
+
+    state = reducer.new_state(["a"], reducer.Config(threshold=8.0))
+    t = Track(RankView("a", 100, rank=0, world_size=2), stack_at=3.0)
+    state.ranks[("a", 100)] = t
+    assert due.next_due(state, 10.0) is None
+    t.alone_since = 1.0
+    assert due.next_due(state, 10.0) == 3.0 + 8.0                                  # before 1 + ALONE_AFTER
+    t.stack_at = None
+    assert due.next_due(state, 10.0) == 1.0 + reducer.ALONE_AFTER                   # alone, no stack yet
