@@ -81,7 +81,8 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
         before = due.sample_reads(state, event.node, event.message)
         _take(state, event, now, wall, out)
         judged, evidence = due.sample_moved(before, due.sample_reads(state, event.node, event.message))
-        if judged or out:
+        # A verdict said again at the last judging shows its ranks' figures: they moved (verdicts._restate).
+        if judged or out or state.restated is not None and state.restated == state.judgements:
             state.changes += 1
         if evidence or out:
             kept.moved(state, about)
@@ -158,16 +159,21 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
     # What the judging itself changed (an ask, a verdict said or restated with its time, a held
     # rank remembered) is read by the next: judged again at the next tick, until nothing moves.
     after = _judged_marks(state, out)
-    moved = after[0] != before[0] or any(a is not b for a, b in zip(after[1:], before[1:], strict=True))
+    moved = after != before
     state.due = now if moved else due.next_due(state, now)
 
 
 def _judged_marks(state: State, out: list[Effect]) -> tuple:
-    """What the judging writes that the next judging reads: counts and times, then objects compared
-    by identity (a verdict restated with a later `waited` is a new one, whatever it holds)."""
+    """What the judging writes that the next judging reads: counts, times and values. Of the verdict
+    standing, what a judging decides by (consequence, report's standing hang, alone, resumed, a
+    bundle's hang): whether there is one, its kind, how sure, whom it names;
+    what it shows besides (its ranks' figures, how long they waited) the next judging reads only to
+    say it again the same (verdicts._restate), from the same inputs. The wires at a hang, by value."""
+    d = state.diagnosis
+    said = None if d is None else (d.kind, d.certainty, tuple(d.culprits), tuple(d.candidates), d.reason)
     return ((len(out), state.exit_check_at, state.spin_asked_at, state.asked_at, state.diagnosis_run,
-             len(state.reported), len(state.held), len(state.paused), state.alone, len(state.bundles_due)),
-            state.diagnosis, state.wires_at_hang)
+             len(state.reported), len(state.held), len(state.paused), state.alone, len(state.bundles_due), said,
+             state.wires_at_hang),)
 
 
 def _judge(state: State, now: float, wall: float, out: list[Effect]) -> None:

@@ -179,7 +179,7 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
         state.held.setdefault(run, reported)
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
-        state.diagnosis, state.diagnosis_run = reported, run
+        _restate(state, reported, run, wall - waiting)
     if found.kind.is_hang:
         state.wires_at_hang = {t.key: t.wire for t in state.live() if run is None or t.run == run}
     if said in state.reported:
@@ -195,6 +195,21 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     else:
         kind = EventKind.STRAGGLER if found.kind is Kind.STRAGGLER else EventKind.NOTICE
         out.append(Say(Event(kind, snapshot=snap, verdict=reported)))
+
+
+def _restate(state: State, reported: Diagnosis, run: int | None, began: float) -> None:
+    """The verdict stands as `reported`. The same one said again, its wait alone longer (a held
+    rank, torchruns that wait) or nothing new (a straggler between samples), stays the object it
+    was: its `waited` is read at each snapshot from when the wait began (state.snapshot), and a
+    tick with no new input judges it no more (reducer._judged_marks: a verdict that names anew is a
+    move, one said again is not). Its figures (a rank's CPU, the idle share) move at samples: each
+    sample is a change while it stands (reducer.step)."""
+    d, state.restated = state.diagnosis, state.judgements
+    if d is None or state.diagnosis_run != run or replace(reported, waited=d.waited) != d:
+        d = state.diagnosis = reported
+        state.diagnosis_run = run
+    if d.waited is not None and (state.counting is None or state.counting[0] is not d):
+        state.counting = (d, began)
 
 
 def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis | None:

@@ -16,6 +16,7 @@ import pytest
 
 from ddp_preflight.hangwatch import due, kept, reducer
 from ddp_preflight.hangwatch.evidence import evidence_of
+from ddp_preflight.hangwatch.model import Kind
 
 from .test_hangwatch_watch import AGENT, replay
 
@@ -107,8 +108,14 @@ def test_samples_nobody_recorded_are_judged_on_change_as_every_tick(name, vary, 
         said_before, shown_before, before = _played(name, tmp_path, "every-tick", source=tmp_path / "varied")
     assert said == said_before
     assert shown == shown_before
-    if vary is _flicker:      # figures alone: judged exactly as often as the recording as it is
-        assert watcher.state.judgements == _played(name, tmp_path, "recorded")[2].state.judgements
+    if vary is _flicker:
+        recorded = _played(name, tmp_path, "recorded")[2].state.judgements
+        if all(d is None or Kind(d.kind).is_hang for *_, d in said):
+            assert watcher.state.judgements == recorded     # figures alone: judged exactly as often
+        else:
+            # A verdict that is no hang is said again at each judging, with its ranks' figures: a
+            # sample that moves them is judged (verdicts._restate), and no tick between samples.
+            assert recorded <= watcher.state.judgements < before.state.judgements
 
 
 def test_a_rank_kept_evidence_is_its_evidence_read_afresh(tmp_path, monkeypatch):
@@ -260,3 +267,24 @@ def test_a_ranks_stack_age_is_a_bound_only_while_it_is_alone():
     assert due.next_due(state, 10.0) == 3.0 + 8.0                                  # before 1 + ALONE_AFTER
     t.stack_at = None
     assert due.next_due(state, 10.0) == 1.0 + reducer.ALONE_AFTER                   # alone, no stack yet
+
+
+def test_a_held_verdict_that_stands_is_judged_at_its_samples_and_its_wait_grows_between(tmp_path):
+    # sleep: rank 2 sleeps in its own code while the others wait in all_reduce, said held at 18.2 s.
+    # Replayed to worker1's sample at 21.244 s, then five ticks an eighth of a second apart with no
+    # input: the sample is judged (the verdict shows its ranks' CPU), no tick after it is (each was,
+    # to restate how long they waited), and the dashboard's wait still grows with the clock, from
+    # when it began (the verdict's since).
+    _, watcher, events = replay("sleep", tmp_path, until=21.3)
+    clock = watcher.clock()
+    offset = watcher.wall() - clock
+    now = [clock]
+    watcher.clock, watcher.wall = (lambda: now[0]), (lambda: offset + now[0])
+    judged, seen = watcher.state.judgements, []
+    for _ in range(5):
+        now[0] += 0.125
+        watcher.tick()
+        snap = watcher.snapshot()
+        assert snap.diagnosis.kind == "held" and snap.diagnosis.waited == round(snap.time - snap.diagnosis.since, 1)
+        seen.append((watcher.state.judgements - judged, snap.diagnosis.waited))
+    assert seen == [(1, 11.2), (1, 11.3), (1, 11.5), (1, 11.6), (1, 11.7)]
