@@ -288,3 +288,16 @@ def test_a_held_verdict_that_stands_is_judged_at_its_samples_and_its_wait_grows_
         assert snap.diagnosis.kind == "held" and snap.diagnosis.waited == round(snap.time - snap.diagnosis.since, 1)
         seen.append((watcher.state.judgements - judged, snap.diagnosis.waited))
     assert seen == [(1, 11.2), (1, 11.3), (1, 11.5), (1, 11.6), (1, 11.7)]
+
+
+def test_a_hang_named_keeps_the_wait_it_was_named_after(tmp_path):
+    # straggle with --endless-after 6.7: rank 0 named computing for ever after 8.3 s of the others'
+    # wait. A hang stands as said (no verdict of its run after it): each snapshot after shows 8.3 s,
+    # not a wait that counts on as a held rank's does.
+    seen = []
+    looks = [(k * 0.5 + 0.1, lambda w: seen.append(w.snapshot().diagnosis)) for k in range(int(_length("straggle") * 2))]
+    _, watcher, events = replay("straggle", tmp_path, endless_after=6.7, then=looks)
+    named = next(e for e in events if e.kind == "diagnosis").snapshot.diagnosis
+    assert (named.kind, named.culprits, named.waited) == ("endless", [0], 8.3)
+    after = [d.waited for d in seen if d is not None and d.kind == "endless"]
+    assert len(after) > 10 and set(after) == {8.3}
