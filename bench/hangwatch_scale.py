@@ -4,12 +4,15 @@ threads, a driven clock). Printed: the watcher's CPU per second of watched time 
 core; goal: under one core at 4,096 ranks), the CPU per rank against 8 ranks' (goal: flat, at most
 1.2x at 4,096) and the time to name the hang (goal: the same at every size).
 
-    .venv/bin/python bench/hangwatch_scale.py [--sizes 8,1024,4096,16384] [--seconds 60]
+    .venv/bin/python bench/hangwatch_scale.py [--sizes 8,1024,4096,16384] [--seconds 60] [--recording leave]
 
 The messages are what real agents sent during a lab run (tests/unit/artifacts/agent/leave.jsonl:
-2 nodes x 2 ranks, rank 3 leaves the loop at 14.6 s): every simulated rank follows the recorded
-rank 2 (it trains, then waits in all_reduce), and one follows rank 3 (it leaves); the stacks the
-watcher asks for are answered with the recorded ones."""
+2 nodes x 2 ranks, rank 3 leaves the loop): every simulated rank follows the recorded rank 2 (it
+trains, then waits in all_reduce), and one follows rank 3 (it leaves); the stacks the watcher asks
+for are answered with the recorded ones. --recording straggle plays straggle.jsonl the same way (its
+rank 0 computes for long while the others wait: a straggler notice that stands, said again at each
+judging); any recording of that folder: its faulty rank (its header's), and the lowest other rank
+for the rest."""
 
 from __future__ import annotations
 
@@ -26,9 +29,10 @@ sys.path.insert(0, str(ROOT))
 from ddp_preflight.hangwatch.watch import Watcher, WatchTarget  # noqa: E402
 from ddp_preflight.transport import LocalNode  # noqa: E402
 
-RECORDING = ROOT / "tests" / "unit" / "artifacts" / "agent" / "leave.jsonl"
+AGENT = ROOT / "tests" / "unit" / "artifacts" / "agent"
+RECORDING = AGENT / "leave.jsonl"
 SECONDS = 60.0            # watched time per run
-GUILTY = 3                # the recorded rank that leaves
+VERDICTS = ("diagnosis", "straggler")      # the events that say a verdict on the fault
 
 
 def recording():
@@ -50,6 +54,11 @@ def recording():
     return header, cpu, stacks
 
 
+def roles(header: dict, cpu: dict) -> tuple[int, int]:
+    """(the recorded rank at fault, the recorded rank every other simulated rank follows)."""
+    return header["rank"], min(r for r in cpu if r != header["rank"])
+
+
 def cpu_at(series: list[tuple[float, float]], at: float) -> float:
     value = series[0][1]
     for when, c in series:
@@ -64,6 +73,7 @@ class Simulated:
 
     def __init__(self, nodes: int, tmp: str):
         self.header, self.cpu, self.stacks = recording()
+        self.guilty, self.others = roles(self.header, self.cpu)
         self.names = [f"n{i:03d}" for i in range(nodes)]
         self.now = [0.0]
         self.events: list = []
@@ -81,7 +91,7 @@ class Simulated:
         return True
 
     def pattern(self, pid: int) -> int:
-        return GUILTY if pid == self.guilty_pid else 2
+        return self.guilty if pid == self.guilty_pid else self.others
 
     def run(self) -> tuple[float, float | None]:
         """(CPU seconds the watcher used, watched seconds from the fault to the diagnosis)."""
@@ -107,7 +117,7 @@ class Simulated:
                     self.watcher.receive(n, {"type": "stacks", "id": 1, "t": 1.8e9 + self.now[0],
                                              "stacks": {str(pid): self.stacks[self.pattern(pid)] for pid in self.pids[n]}})
             self.watcher.tick()
-            if named is None and any(e.kind == "diagnosis" for e in self.events):
+            if named is None and any(e.kind in VERDICTS for e in self.events):
                 named = self.now[0] - self.header["fault_at"]
         return time.process_time() - started, named
 
@@ -118,17 +128,18 @@ def measure(nodes: int) -> tuple[float, float | None, list, int]:
     with tempfile.TemporaryDirectory() as tmp:
         sim = Simulated(nodes, tmp)
         used, named = sim.run()
-        said = [e for e in sim.events if e.kind == "diagnosis"]
+        said = [e for e in sim.events if e.kind in VERDICTS]
         return used / SECONDS, named, said, sim.watcher.state.judgements
 
 
 def main() -> int:
-    global SECONDS
+    global SECONDS, RECORDING
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="8,1024,4096,16384", help="ranks, multiples of 8")
-    parser.add_argument("--seconds", type=float, default=SECONDS, help="watched seconds per size (the fault is at 14.6)")
+    parser.add_argument("--seconds", type=float, default=SECONDS, help="watched seconds per size (leave's fault is at 6.1 s)")
+    parser.add_argument("--recording", default="leave", help="a recording of tests/unit/artifacts/agent (its name)")
     args = parser.parse_args()
-    SECONDS = args.seconds
+    SECONDS, RECORDING = args.seconds, AGENT / f"{args.recording}.jsonl"
     sizes = [int(s) for s in args.sizes.split(",")]
     measured = {}
     for ranks in sizes:
@@ -137,7 +148,8 @@ def main() -> int:
         who = said[0].snapshot.diagnosis if said else None
         right = who is not None and who.culprits == [ranks - 1]
         print(f"{ranks:6} ranks: the watcher used {cpu * 100:7.2f}% of a core per second watched "
-              f"({cpu / ranks * 1e6:6.1f} us per rank per second); hang named "
+              f"({cpu / ranks * 1e6:6.1f} us per rank per second); "
+              + ("hang named " if not said or said[0].kind == "diagnosis" else "verdict said ")
               + (f"{named:.2f} s after the fault" if named is not None else "never")
               + (f" ({who.kind.value}, culprits {who.culprits}{'' if right else ': WRONG'})" if who else " (nothing named)")
               + f"; judged at {judged} of {int(SECONDS * 4)} ticks", flush=True)

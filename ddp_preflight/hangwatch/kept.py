@@ -5,7 +5,8 @@ dashboard view redrawn) cost 67% of the watcher's CPU at 1,024 ranks and grew wi
 A rank's evidence (evidence.evidence_of) is a function of what the watcher holds of it and of its
 node; what it holds changes only with an input the reducer takes: a message of the node's agent
 (a sample, a stack, an exit), a rank's end from a launcher, the node lost. The reducer counts those
-per node (`State.inputs`), and every node's at once for the inputs about all of them
+per node (`State.inputs`; a sample only where it moved what a rank's evidence reads: due.py), and
+every node's at once for the inputs about all of them
 (`State.inputs_all`: a launcher stopping, stacks asked, a node's status changed on a tick). The
 evidence is kept under those counts, the node's status and the store's answer it was read with,
 and rebuilt only when one of them moved."""

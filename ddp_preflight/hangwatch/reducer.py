@@ -17,7 +17,8 @@ it):
 - verdicts.py    what a stalled run shows (stalled.Stall), handed to the one pipeline that decides
                  (diagnose.py); saying each verdict once
 - kept.py        each rank's evidence kept until an input about its node (counted here) arrives
-- due.py         when the tick must judge again: at an input, or once time passes a bound a verdict reads
+- due.py         when the tick must judge again: at an input that moved what it reads (a sample only
+                 where it did), or once time passes a bound a verdict reads
 No words are written here: the events carry the verdicts, and the shell (watch.py) renders their
 lines at the edge (render.py, text.py)."""
 
@@ -74,6 +75,18 @@ def step(state: State, event: Input, now: float, wall: float) -> list[Effect]:
     # and bundles change no rank's inputs; a tick can lose a node (its status is in the key).
     about = event.node if isinstance(event, (AgentClosed, AgentFailed, RankEnded, RankError, RankStepped)) or \
         isinstance(event, FromAgent) and isinstance(event.message, (protocol.Sample, protocol.Stacks)) else None
+    if isinstance(event, FromAgent) and isinstance(event.message, protocol.Sample):
+        # A sample is a change only where it moved what the judging reads (due.sample_reads); no
+        # judging reads kept evidence while one is taken, so it is counted after it alone.
+        before = due.sample_reads(state, event.node, event.message)
+        _take(state, event, now, wall, out)
+        judged, evidence = due.sample_moved(before, due.sample_reads(state, event.node, event.message))
+        # A verdict said again at the last judging shows its ranks' figures: they moved (verdicts._restate).
+        if judged or out or state.restated is not None and state.restated == state.judgements:
+            state.changes += 1
+        if evidence or out:
+            kept.moved(state, about)
+        return out
     moves = not isinstance(event, (Tick, Notice, BundleWritten, BundleAsked, BundleFailed, TakeStacks, Stopping))
     if not isinstance(event, Tick):
         state.changes += 1          # the tick judges again after any input (_tick)
@@ -146,16 +159,21 @@ def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:
     # What the judging itself changed (an ask, a verdict said or restated with its time, a held
     # rank remembered) is read by the next: judged again at the next tick, until nothing moves.
     after = _judged_marks(state, out)
-    moved = after[0] != before[0] or any(a is not b for a, b in zip(after[1:], before[1:], strict=True))
+    moved = after != before
     state.due = now if moved else due.next_due(state, now)
 
 
 def _judged_marks(state: State, out: list[Effect]) -> tuple:
-    """What the judging writes that the next judging reads: counts and times, then objects compared
-    by identity (a verdict restated with a later `waited` is a new one, whatever it holds)."""
+    """What the judging writes that the next judging reads: counts, times and values. Of the verdict
+    standing, what a judging decides by (consequence, report's standing hang, alone, resumed, a
+    bundle's hang): whether there is one, its kind, how sure, whom it names;
+    what it shows besides (its ranks' figures, how long they waited) the next judging reads only to
+    say it again the same (verdicts._restate), from the same inputs. The wires at a hang, by value."""
+    d = state.diagnosis
+    said = None if d is None else (d.kind, d.certainty, tuple(d.culprits), tuple(d.candidates), d.reason)
     return ((len(out), state.exit_check_at, state.spin_asked_at, state.asked_at, state.diagnosis_run,
-             len(state.reported), len(state.held), len(state.paused), state.alone, len(state.bundles_due)),
-            state.diagnosis, state.wires_at_hang)
+             len(state.reported), len(state.held), len(state.paused), state.alone, len(state.bundles_due), said,
+             state.wires_at_hang),)
 
 
 def _judge(state: State, now: float, wall: float, out: list[Effect]) -> None:

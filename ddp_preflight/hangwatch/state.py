@@ -251,6 +251,9 @@ class State:
     judged: int | None = None                 # `changes` when the tick last judged (None: never)
     due: float | None = None                  # when it must judge again with no input (None: only at one)
     judgements: int = 0                       # how often it judged (tests, bench/hangwatch_scale.py)
+    restated: int | None = None               # the judging that last said a standing verdict again (verdicts._restate)
+    counting: tuple[Diagnosis, float] | None = None   # (the standing verdict, when its wait began: epoch s): its
+                                              # `waited` as each snapshot shows it, while that one stands
 
     def index(self) -> None:
         """Index the tracks again, when they changed behind the indexes' back."""
@@ -304,8 +307,11 @@ def snapshot(state: State, wall: float) -> Snapshot:
     """A copy of what the watcher knows, as the dashboard and --json show it."""
     ranks = sorted((replace(t.view, history=list(t.view.history)) for t in state.ranks.values()),
                    key=lambda v: (v.rank is None, v.rank if v.rank is not None else 0, v.node, v.pid))
+    d = state.diagnosis
+    if d is not None and d.waited is not None and state.counting is not None and state.counting[0] is d:
+        d = replace(d, waited=round(wall - state.counting[1], 1))     # a wait that goes on, as long as it is now
     return Snapshot(time=wall, threshold=state.config.threshold, nodes=[replace(n) for n in state.nodes.values()],
-                    ranks=ranks, diagnosis=state.diagnosis, incidents=list(state.incidents),
+                    ranks=ranks, diagnosis=d, incidents=list(state.incidents),
                     messages=list(state.messages[-20:]))
 
 

@@ -179,7 +179,10 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
         state.held.setdefault(run, reported)
     standing = state.diagnosis is not None and state.diagnosis.kind.is_hang and state.diagnosis_run != run
     if found.kind.is_hang or not standing:
-        state.diagnosis, state.diagnosis_run = reported, run
+        # A hang of a run stands as said (consequence): its wait is the one it was named after. One
+        # said again counts on, where its `waited` is how long it has waited (not every rank's quiet).
+        goes_on = not (found.kind.is_hang and run is not None) and reported.waited == round(waiting, 1)
+        _restate(state, reported, run, wall - waiting if goes_on else None)
     if found.kind.is_hang:
         state.wires_at_hang = {t.key: t.wire for t in state.live() if run is None or t.run == run}
     if said in state.reported:
@@ -195,6 +198,23 @@ def report(state: State, found: Diagnosis, waiting: float, wall: float, out: lis
     else:
         kind = EventKind.STRAGGLER if found.kind is Kind.STRAGGLER else EventKind.NOTICE
         out.append(Say(Event(kind, snapshot=snap, verdict=reported)))
+
+
+def _restate(state: State, reported: Diagnosis, run: int | None, began: float | None) -> None:
+    """The verdict stands as `reported`. The same one said again, its wait alone longer (a held
+    rank, torchruns that wait) or nothing new (a straggler between samples), stays the object it
+    was: its `waited` is read at each snapshot from when the wait began (`began`: state.snapshot;
+    None where the verdict stands as said, its `waited` with it), and a tick with no new input
+    judges it no more (reducer._judged_marks: a verdict that names anew is a move, one said again
+    is not). Its figures (a rank's CPU, the idle share) move at samples: each sample is a change
+    while it stands (reducer.step)."""
+    d, state.restated = state.diagnosis, state.judgements
+    if d is None or state.diagnosis_run != run or (replace(reported, waited=d.waited) if began is not None
+                                                   else reported) != d:
+        d = state.diagnosis = reported
+        state.diagnosis_run = run
+    if began is not None and d.waited is not None and (state.counting is None or state.counting[0] is not d):
+        state.counting = (d, began)
 
 
 def bound_passed(state: State, found: Diagnosis, run: int | None) -> Diagnosis | None:

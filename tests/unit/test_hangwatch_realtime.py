@@ -179,11 +179,16 @@ def test_a_stalled_ranks_evidence_is_kept_until_its_node_sends_something(tmp_pat
         now[0] += 0.25                  # nothing read again
         watcher.tick()
     assert read == [] and all(n.status.value == "watching" for n in watcher.state.nodes.values())
-    one = agents.names[1]               # one node's sample: its 8 ranks are read again, no other
-    watcher.receive(one, {"type": "sample", "t": 1.8e9 + now[0], "gone": [], "net": 0.0,
-                          "ranks": [{"pid": pid, "cpu": 0.0, "state": "S", "wchan": "futex_do_wait"}
-                                    for pid in agents.pids[one]]})
-    with watcher.lock:
-        for t in watcher.state.live():
-            kept.evidence(watcher.state, t, now[0])
+    one = agents.names[1]
+
+    def sampled(cpu: float) -> None:
+        watcher.receive(one, {"type": "sample", "t": 1.8e9 + now[0], "gone": [], "net": 0.0,
+                              "ranks": [{"pid": pid, "cpu": cpu, "state": "S", "wchan": "futex_do_wait"}
+                                        for pid in agents.pids[one]]})
+        with watcher.lock:
+            for t in watcher.state.live():
+                kept.evidence(watcher.state, t, now[0])
+    sampled(cpu_at(CPU[2], now[0]))     # one node's sample that moves nothing its ranks' evidence reads
+    assert read == []
+    sampled(3.0)                        # one whose CPU figure moved (quiet still): its 8 ranks read again, no other
     assert sorted(pid for _, pid in read) == agents.pids[one]
