@@ -41,8 +41,12 @@ def reading_stdin(pid: int) -> bool:
 
 
 def test_ctrl_c_while_explain_reads_stdin_is_one_line_and_exit_130():
+    # Ctrl-C as a terminal sends it. A run started in the background by a shell without job control
+    # (nohup make test &) ignores SIGINT, its children inherit that, and Python then installs no
+    # handler of its own: explain read on to its end and exited 0. Its child starts as a terminal's.
     proc = subprocess.Popen([*CLI, "explain", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT, text=True)
+                            stderr=subprocess.PIPE, cwd=ROOT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdin is not None
         proc.stdin.write("[worker1 r1] step 1 loss 3.2\n" * 1000)
