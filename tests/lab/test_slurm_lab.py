@@ -10,6 +10,7 @@ import secrets
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,19 +62,26 @@ def in_allocation(lab, tmp_path: Path, *args: str, before: str = "", report_json
     return done.returncode, report, stderr, steps.read_text().split("\n") if steps.exists() else []
 
 
-def leftovers(lab) -> dict:
-    """What a preflight could leave in the nodes: its programs, and ports other than the lab's own
-    (sshd; slurmd; slurmctld on the master)."""
+def leftovers(lab, settle: float = 20.0) -> dict:
+    """What a preflight could leave in the nodes: its programs, and listening ports other than the
+    lab's own (sshd; slurmd; slurmctld on the master), each with the process that holds it. A
+    cancelled step's processes end after scancel returns (slurmstepd kills them, and their
+    listeners close as they exit): what is still there after `settle` seconds is left."""
     own = {22, lab.state.slurm["slurmd_port"], lab.state.slurm["ctld_port"]}
-    found = {}
-    for node in lab.nodes:
-        programs = [p for p in lab.processes(node.name) if _is_ours(p)]
-        ports = lab.exec(node.name, ["ss", "-Htln"]).stdout.split("\n")
-        extra = sorted({line.split()[3].rsplit(":", 1)[1] for line in ports if line.strip()}
-                       - {str(p) for p in own})
-        if programs or extra:
-            found[node.name] = {"programs": programs, "ports": extra}
-    return found
+    deadline = time.monotonic() + settle
+    while True:
+        found = {}
+        for node in lab.nodes:
+            programs = [p for p in lab.processes(node.name) if _is_ours(p)]
+            ports = lab.exec(node.name, ["ss", "-Htlnp"]).stdout.split("\n")
+            extra = sorted({f"{line.split()[3].rsplit(':', 1)[1]} {' '.join(line.split()[5:])}".strip()
+                            for line in ports if line.strip()
+                            and line.split()[3].rsplit(":", 1)[1] not in {str(p) for p in own}})
+            if programs or extra:
+                found[node.name] = {"programs": programs, "ports": extra}
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def _is_ours(pid: int) -> bool:
