@@ -86,7 +86,8 @@ def main() -> None:
     if args.bandwidth and (local_rank == 0 or not args.bandwidth_per_node):
         from ddp_preflight.node.jobs import bandwidth
         if args.bandwidth_per_node:
-            nodes = int(os.environ["GROUP_WORLD_SIZE"])      # torchrun's nodes (they may run different counts)
+            # torchrun's nodes (they may run different counts); a torchrun that does not say: even counts
+            nodes = int(os.environ.get("GROUP_WORLD_SIZE") or world // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
             bandwidth.main(json.loads(args.bandwidth), rank=node_rank, world=nodes, prefix="bandwidth/")
         else:
             bandwidth.main(json.loads(args.bandwidth), rank=rank, world=world, prefix="bandwidth/")
