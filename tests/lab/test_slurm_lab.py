@@ -67,7 +67,7 @@ def leftovers(lab, settle: float = 20.0) -> dict:
     lab's own (sshd; slurmd; slurmctld on the master), each with the process that holds it. A
     cancelled step's processes end after scancel returns (slurmstepd kills them, and their
     listeners close as they exit): what is still there after `settle` seconds is left."""
-    own = {22, lab.state.slurm["slurmd_port"], lab.state.slurm["ctld_port"]}
+    own = {str(p) for p in (22, lab.state.slurm["slurmd_port"], lab.state.slurm["ctld_port"])}
     deadline = time.monotonic() + settle
     while True:
         found = {}
@@ -76,7 +76,7 @@ def leftovers(lab, settle: float = 20.0) -> dict:
             ports = lab.exec(node.name, ["ss", "-Htlnp"]).stdout.split("\n")
             extra = sorted({f"{line.split()[3].rsplit(':', 1)[1]} {' '.join(line.split()[5:])}".strip()
                             for line in ports if line.strip()
-                            and line.split()[3].rsplit(":", 1)[1] not in {str(p) for p in own}})
+                            and line.split()[3].rsplit(":", 1)[1] not in own})
             if programs or extra:
                 found[node.name] = {"programs": programs, "ports": extra}
         if not found or time.monotonic() > deadline:
