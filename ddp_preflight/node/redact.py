@@ -123,8 +123,24 @@ SSHPASS_IN_TEXT = re.compile(r"\b(sshpass(?:\s+-[^p\s]\S*)*\s+-p)(\s*)(\S+)")
 MYSQL_IN_TEXT = re.compile(r"\b((?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p)(?=\S)(\S+)")
 
 
+KEPT_LENGTH = 256         # a text this short or shorter keeps its answer: a bundle of 4,096 ranks
+KEPT_MAX = 65536          # holds the same frames and words thousands of times (issue 36)
+_kept: dict[str, str] = {}
+
+
 def redact_text(text: str) -> str:
     """The credentials inside a value or a line, whatever the variable holding it is called."""
+    if len(text) > KEPT_LENGTH:
+        return _redact_text(text)
+    found = _kept.get(text)
+    if found is None:
+        if len(_kept) >= KEPT_MAX:
+            _kept.clear()
+        found = _kept[text] = _redact_text(text)
+    return found
+
+
+def _redact_text(text: str) -> str:
     text = PRIVATE_KEY.sub(REDACTED, text)
     text = TOKEN_SHAPES.sub(REDACTED, text)
     text = URL.sub(_url, text)

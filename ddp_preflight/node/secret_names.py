@@ -4,6 +4,7 @@ user's words). Pure, standard library only."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 # -- by name -------------------------------------------------------------------------------------
@@ -31,6 +32,7 @@ def secret_part(part: str) -> bool:
     return part in SECRET_PARTS or (part.endswith(SECRET_SUFFIXES) and part not in NOT_A_PASS)
 
 
+@functools.lru_cache(maxsize=4096)      # a bundle asks of the same few keys for every rank (issue 36)
 def secret_name(name: str) -> bool:
     """Does this name say it holds a secret? (HF_TOKEN, MY_PASS, SSHPASS, GH_PAT, --api-key: yes.)"""
     if name == "PWD":                # the shell's current folder, not a password (--pwd, pwd= are)
