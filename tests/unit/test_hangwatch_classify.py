@@ -298,3 +298,31 @@ def test_a_rank_idle_inside_its_loop_with_its_wait_unread_has_not_left_the_loop(
     # After its loop, the same unread wait: it left the loop (certain), as before.
     after = _blocked("sleeps_after_loop")
     assert classify(after["dump"], 0.0, None, waits_in=None).reason == "left-loop"
+
+
+def test_a_kept_answer_is_the_answer_classified_afresh_for_every_recorded_stack_and_cpu():
+    # classify keeps its answers by what it reads (issue 36: a stall's ranks share a few stacks).
+    # Over every stack the lab's agents recorded, at CPU figures either side of busy and of a
+    # whole percent, with and without a kernel wait: the kept answer is the fresh one, and asking
+    # twice gives the same.
+    import json
+    from pathlib import Path
+
+    from ddp_preflight.hangwatch import classify as c
+
+    stacks = []
+    for recording in sorted((Path(__file__).parent / "artifacts" / "agent").glob("*.jsonl")):
+        for line in recording.read_text().splitlines()[1:]:
+            msg = json.loads(line)["msg"]
+            if msg["type"] == "stacks":
+                stacks += [d for d in msg["stacks"].values() if isinstance(d, list)]
+    assert len(stacks) > 20
+    c._kept.clear()
+    answers = set()
+    for dump in stacks:
+        for cpu in (None, 0.0, 4.4, 4.6, 5.0, 97.0):
+            for wchan in (None, "futex_do_wait"):
+                fresh = c._classify(dump, cpu, wchan)
+                assert c.classify(dump, cpu, wchan) == fresh == c.classify(dump, cpu, wchan, frames=c.frames_of(dump))
+                answers.add((fresh.state, fresh.evidence))
+    assert len(answers) > 10          # the stacks differ: the keys tell them apart
