@@ -143,3 +143,37 @@ def test_another_users_process_on_the_master_port_is_named_and_the_fix_is_anothe
     assert f"holds port {port}" in stale.details["processes"][0]["why"]
     # The real command says the same of the port (other runs on this box aside).
     assert "kill" not in (preflight(port)["master-port"]["fix"] or "")
+
+
+def test_a_rank_of_another_preflights_running_probe_job_is_named_as_that_and_never_offered_to_kill(started):
+    # Two preflights at once (s43's audit: the second offered `kill` for the first's root probe
+    # rank). A rank of a probe job runs `-m ddp_preflight.node.jobs.<job>` under a live node
+    # program (its boot line); the same command whose program is gone is a leftover like any other.
+    from ddp_preflight.node.boot import STAGE0
+
+    rank_code = f"{TORCH_SLEEPER}"
+    spawn = ("import subprocess, sys, time; "
+             f"c = subprocess.Popen([sys.executable, '-c', {rank_code!r}, 'ddp_preflight.node.jobs.probes']); "
+             "print(c.pid, flush=True); time.sleep(120)")
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2"}
+    program = subprocess.Popen([sys.executable, "-c", spawn, STAGE0], env=env, stdout=subprocess.PIPE, text=True,
+                               stderr=subprocess.DEVNULL)
+    started.append(program)
+    rank = int(program.stdout.readline())
+    started.append(type("Rank", (), {"pid": rank, "wait": lambda self: None})())
+    time.sleep(8)          # torch's import, loaded
+    stale = checked(free_port(), started)["stale-processes"]
+
+    assert [p["pid"] for p in stale.details["processes"]] == [rank]
+    assert (stale.status.value, stale.summary) == (
+        "warn", f"another ddp-preflight run's probes job is running on {HOST} now (1 rank: PID {rank}; its node "
+                f"program PID {program.pid} of root): not a leftover, it ends by itself")
+    assert stale.fix == (f"wait for that run's probes to end, then run preflight again: two preflights at once share "
+                         f"{HOST}'s CPUs and ports, and each one's figures")
+    # Its program gone (the rank orphaned): a leftover, offered to kill as any other.
+    os.kill(program.pid, signal.SIGKILL)
+    program.wait()
+    started.remove(program)
+    stale = checked(free_port(), started)["stale-processes"]
+    assert stale.summary.startswith(f"1 training process already on {HOST}"), stale.summary
+    assert stale.fix.startswith(f"kill {rank}   # on {HOST}"), stale.fix

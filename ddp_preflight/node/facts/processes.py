@@ -79,6 +79,30 @@ def _same_network(pid: int, own: int | None) -> bool:
         return True     # another user's process: we cannot tell, so keep it
 
 
+JOB_MODULE = "ddp_preflight.node.jobs."
+ANCESTORS = 8             # how far up a process's parents are looked at for a node program
+
+
+def preflight_job(pid: int, argv: list[str], mine: set[int]) -> dict:
+    """Whether the process is a rank of another ddp-preflight's probe job, running now: its own
+    command is one of the jobs' modules (node/torchjob.py starts each rank so), and a live
+    ddp-preflight node program (its boot line, node/boot.py) is among its parents, not this one's.
+    {"job": the job, "node_program": that program's pid}, or {} for any other process (an
+    orphaned probe rank, whose program is gone, is a leftover like any other)."""
+    job = next((a[len(JOB_MODULE):] for a in argv[1:4] if a.startswith(JOB_MODULE)), None)
+    if job is None:
+        return {}
+    parent = pid
+    for _ in range(ANCESTORS):
+        st = proc.stat(parent)
+        parent = st.ppid if st else 0
+        if parent <= 1 or parent in mine:
+            return {}
+        if STAGE0 in (proc.cmdline(parent) or []):
+            return {"job": job, "node_program": parent}
+    return {}
+
+
 def own_lineage() -> set[int]:
     """Our own process and its ancestors: never a leftover."""
     mine = set()
@@ -156,7 +180,8 @@ def training_processes(master_port: int) -> dict:
         # (sshd holds 22): master-port names such a holder.
         shown = evidence(pid, argv, launchers, holders, master_port)
         if shown:
-            found.append({**describe(pid), "why": reasons + [e for e in shown if e not in reasons]})
+            found.append({**describe(pid), "why": reasons + [e for e in shown if e not in reasons],
+                          **preflight_job(pid, argv, mine)})
     return {"processes": found, "scanned_at": time.time(), "euid": os.geteuid()}
 
 

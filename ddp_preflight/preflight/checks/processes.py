@@ -122,6 +122,17 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
             yield Verdict(Status.PASS, node.node, "no leftover training processes")
             continue
         details = {"processes": [p.to_json() for p in found]}
+        probing = [p for p in found if p.job is not None and p.node_program is not None]
+        also_probing = f"; {_probing(probing, node.node)}" if probing else ""
+        found = tuple(p for p in found if p not in probing)
+        if not found:
+            # Another ddp-preflight's probe job, running now: it ends by itself within its bound,
+            # and its ranks are never this run's to stop (nor a run at all).
+            yield Verdict(Status.WARN, node.node, _probing(probing, node.node),
+                          change(f"wait for that run's {probing[0].job} to end, then run preflight again: two "
+                                 f"preflights at once share {node.node}'s CPUs and ports, and each one's figures"),
+                          details)
+            continue
         others = _others(node, found)
         own = [p for p in found if p not in others]
         if not own:
@@ -129,13 +140,13 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
             # never failed on and never killed from here; its user is the one to ask.
             yield Verdict(Status.WARN, node.node,
                           f"{len(others)} training process{'es' if len(others) > 1 else ''} of another user on "
-                          f"{node.node}: {_listed(others)}: not this user's to stop",
+                          f"{node.node}: {_listed(others)}: not this user's to stop{also_probing}",
                           change(f"ask {_users(others)} whether {'they are' if len(others) > 1 else 'it is'} a "
                                  f"run of theirs on {node.node}; it shares the node's CPUs, GPUs and ports with yours"),
                           details)
             continue
         orphans = [p for p in own if p.orphan]
-        also = f"; of other users: {_listed(others)}" if others else ""
+        also = (f"; of other users: {_listed(others)}" if others else "") + also_probing
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
                       f"{len(own)} training process{'es' if len(own) > 1 else ''} already on {node.node}"
                       f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {_listed(own)}{also}",
@@ -143,6 +154,17 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
                                     holds_port=node is ctx.master and _hold_the_port(ctx, own),
                                     others=f"{_whose(others)} are not yours: ask {_users(others)}" if others else ""),
                       details)
+
+
+def _probing(processes: list[Process], node: str) -> str:
+    """What another ddp-preflight's running probe job is, in words: its ranks and who runs it."""
+    programs = sorted({p.node_program for p in processes if p.node_program is not None})
+    users = sorted({p.owner() for p in processes if p.uid is not None})
+    return (f"another ddp-preflight run's {processes[0].job} job is running on {node} now "
+            f"({len(processes)} rank{'s' if len(processes) > 1 else ''}: "
+            f"PID {', '.join(str(p.pid) for p in processes[:4])}{', ...' if len(processes) > 4 else ''}; "
+            f"its node program PID {', '.join(map(str, programs))}{' of ' + ', '.join(users) if users else ''}): "
+            "not a leftover, it ends by itself")
 
 
 def kill_training(node: str, pids: str, *, holds_port: bool, others: str = "") -> Fix:

@@ -21,12 +21,16 @@ class Process(Sent):
     # Its owner (None: not said, a recording from before) and that owner's name on the node.
     uid: int | None = field(default=None, kw_only=True)
     user_name: str | None = field(default=None, kw_only=True)
+    # A rank of another ddp-preflight's probe job running now: the job ("probes") and the pid of
+    # the node program it runs under (None: not one).
+    job: str | None = field(default=None, kw_only=True)
+    node_program: int | None = field(default=None, kw_only=True)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Process:
         return cls(required(whole(wire, "pid"), "pid"), texts(wire, "cmdline"), number(wire, "age_seconds"),
                    flag(wire, "orphan"), texts(wire, "why"), uid=whole(wire, "uid"), user_name=text(wire, "user"),
-                   sent=sent_of(wire))
+                   job=text(wire, "job"), node_program=whole(wire, "node_program"), sent=sent_of(wire))
 
     def owner(self) -> str:
         """Its owner as a person reads it: the name, else the uid."""
