@@ -384,17 +384,14 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _plain(value):
-    """As JSON holds it: a dataclass as an object of its fields, enums as their values (the JSON
-    contract holds plain strings), tuples as lists. One pass, nothing copied twice: asdict() then
-    a walk for the enums deep-copied every rank's stack, most of a 4,096-rank bundle's time (issue 36)."""
-    if isinstance(value, (str, int, float, type(None))) and not isinstance(value, enum.Enum):
-        return value
+    """As JSON holds it (dataclasses as objects, enums as their plain strings, tuples as lists), in one
+    pass: asdict()'s deep copy of every rank's stack was most of a 4,096-rank bundle (issue 36)."""
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, (str, int, float, type(None))):
+        return value
     if is_dataclass(value) and not isinstance(value, type):
-        names = _FIELDS.get(type(value))
-        if names is None:
-            names = _FIELDS[type(value)] = tuple(f.name for f in fields(value))
+        names = _FIELDS.get(type(value)) or _FIELDS.setdefault(type(value), tuple(f.name for f in fields(value)))
         return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
