@@ -29,6 +29,10 @@ COLLECTIVES = {
 RENDEZVOUS = {"init_process_group", "_new_process_group_helper", "new_group", "rendezvous",
               "_store_based_barrier", "_create_c10d_store", "next_rendezvous", "_rendezvous"}
 DISTRIBUTED_FILES = ("torch/distributed/",)
+# torch's code that calls c10d (the collectives, the store, DDP's reducer and buffer broadcasts): a
+# thread whose innermost Python frame is here and that uses no CPU is blocked in the C++ call its
+# line makes, whatever wraps it (DDP's forward, FSDP, a collective's logging wrapper).
+COLLECTIVE_CODE = DISTRIBUTED_FILES + ("torch/nn/parallel/distributed.py",)
 # Waits that happen in C++ under a Python frame of the user's own (work.wait() inside a wrapper,
 # a future's wait(), the store's get, a CUDA synchronisation): seen in native frames only. The
 # innermost match wins. (symbols, state, what it waits in)
@@ -171,6 +175,9 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
     if importing is not None:
         return RankState(S.IMPORTING, importing[1], user, tuple(evidence + [f"importing {importing[1]}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
+    inner = next((f for f in frames if not f.native), None)
+    if inner is not None and inner.file.startswith(COLLECTIVE_CODE) and not busy:
+        return RankState(S.COLLECTIVE, _called(frames), user, tuple(evidence + [f"in {inner.function} ({inner.where})"]))
     lock = _lock_wait(frames) or _own_lock(frames, waits_in)
     if lock is not None and not busy:
         return RankState(S.IDLE, frame=user or (frames[0] if frames else None),
@@ -190,6 +197,19 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
     inside = any(f.in_loop for f in frames if not f.in_library)
     return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence), reason=None if busy else Reason.IDLE_IN_LOOP if inside else Reason.LEFT_LOOP)
+
+
+def _called(frames: list[Frame]) -> str:
+    """The collective a chain of torch's distributed frames is in, by the name users know it by: the
+    innermost of them whose function names one ("_distributed_broadcast_coalesced": broadcast), else
+    the innermost's own name (DDP's join check)."""
+    chain = [f for f in frames if not f.native and f.file.startswith(COLLECTIVE_CODE)]
+    for frame in chain:
+        name = frame.function.rsplit(".", 1)[-1]
+        found = next((op for call, op in COLLECTIVES.items() if re.search(rf"(?:^|_){call}(?:_|$)", name)), None)
+        if found is not None:
+            return found
+    return chain[0].function
 
 
 def _importing(frames: list[Frame]) -> tuple[int, str] | None:
