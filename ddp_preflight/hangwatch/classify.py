@@ -102,6 +102,7 @@ class RankState:
     evidence: tuple[str, ...] = field(default_factory=tuple)
     reason: Reason | None = None  # what an idle rank waits on, when its stack shows it (a lock)
     exit: ExitStatus | None = None  # how it ended, when it did
+    unseen: str | None = None     # why nobody sees it, for UNKNOWN (Evidence.unseen)
 
     def __post_init__(self):
         object.__setattr__(self, "state", RankStatus(self.state))     # also when given its word
@@ -110,6 +111,8 @@ class RankState:
         """This rank's evidence, as a verdict reads it."""
         if self.state is S.EXITED and self.exit is not None:
             more.setdefault("exit", self.exit)
+        if self.state is S.UNKNOWN and self.unseen is not None:
+            more.setdefault("unseen", self.unseen)
         return Evidence(node, pid, rank, self.state, self.reason, self.op, self.frame.where if self.frame else None,
                         self.frame.function if self.frame else None, notes=self.evidence, **more)
 
@@ -141,7 +144,8 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
     if exit_code is not None:
         return RankState(S.EXITED, evidence=(f"exit code {exit_code}",), exit=ExitStatus(code=exit_code))
     if dump is None:
-        return RankState(S.UNKNOWN, evidence=("no stack: py-spy could not read this process",))
+        why = "no stack: py-spy could not read this process"
+        return RankState(S.UNKNOWN, evidence=(why,), unseen=why)
     frames = frames_of(dump) if frames is None else frames
     user = next((f for f in frames if not f.in_library), None)
     evidence = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown"]
