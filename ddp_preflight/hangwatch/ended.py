@@ -21,7 +21,7 @@ from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, Evidence, NodeNote, NodeStatus, RankStatus, RankView, Reason, Seen, Who
+from .model import Diagnosis, Evidence, NodeStatus, RankStatus, RankView, Seen, Who
 from .state import State, Track, say
 from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
 
@@ -276,7 +276,7 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
         return None
     apart = clocks_apart(state)
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
-                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named], found.reason))
+                    notes=notes.of_verdict(state.config.notes, found, {t.key: t.view.node for t in tracks}))
     return found
 
 
@@ -298,8 +298,3 @@ def context(state: State) -> named.Context:
     order = tuple(dict.fromkeys(planned[r] for r in sorted(planned))) or nodes
     return named.Context(master, order, bool(planned))
 
-
-def _notes(state: State, nodes: list[str], reason: Reason | None) -> tuple[NodeNote, ...]:
-    """What preflight said of these nodes (under --launch) that can cause the verdict's reason:
-    a data-shards warning beside a rank that left first (notes.py)."""
-    return notes.related(state.config.notes, nodes, reason)
