@@ -160,6 +160,9 @@ def classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | No
             for symbols, state, what in NATIVE_WAITS:
                 if any(symbol in frame.function for symbol in symbols):
                     name = frame.function.split("(")[0]
+                    if what in GENERIC_WAITS - {"store.get()"} and \
+                            any(f.file.startswith(COLLECTIVE_CODE) for f in frames if not f.native):
+                        what = _called(frames)      # torch's own code waits on it: the chain names the collective
                     return RankState(state, what or name, user, tuple(evidence + [f"in {name} (native frame)"]))
         if frame.file.startswith(DISTRIBUTED_FILES):
             if frame.function in RENDEZVOUS:

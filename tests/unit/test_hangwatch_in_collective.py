@@ -33,9 +33,11 @@ def test_a_rank_waiting_in_ddps_forward_buffer_broadcast_is_in_a_collective_not_
     # Its line read as inside the training loop (node/loops.py): still inside the collective.
     frames = [replace(f, in_loop=True) if not f.in_library else f for f in frames_of(_dump("python_ddp_forward.json"))]
     assert classify([], 0.0, frames=frames).state == "collective"
-    # With native frames: c10d's Work::wait under it, as before.
+    # With native frames: c10d's Work::wait under it, named by the same chain (was "Work.wait()"), so a
+    # rank read with native frames and one read without are in one collective, not two.
     native = classify(_dump("native_ddp_forward.json"), 0.0, "futex_do_wait")
-    assert (native.state, native.frame.where) == ("collective", "ddp_forward.py:18")
+    assert (native.state, native.op, native.frame.where) == ("collective", "broadcast", "ddp_forward.py:18")
+    assert "in c10d::Work::wait (native frame)" in native.evidence
 
 
 def test_the_rank_asleep_while_its_peer_waits_in_ddps_forward_is_the_one_named():
