@@ -6,7 +6,8 @@ Each ending is read by its mechanism, from the strongest evidence at hand:
    `--launch` or with `import ddp_preflight.hangwatch.flight`), written before Python's teardown: an uncaught
    exception (type, message, line), sys.exit's code, or a clean end, and when;
 2. an exception in its output (hangwatch/tracebacks.py): a Gloo or NCCL error that says a peer or
-   the link went away is a victim's; any other is the rank's own;
+   the link went away is a victim's; a stop's own (KeyboardInterrupt, elastic's SignalException)
+   is read as the stop signal in 3.; any other is the rank's own;
 3. its exit status: SIGKILL with its node's OOM-kill count risen is the OOM killer; SIGTERM,
    SIGINT or SIGHUP after a launcher began stopping its node (under `--launch`), or after a rank
    under the same launcher on its node ended (torchrun stops a node's ranks when one ends), is that
