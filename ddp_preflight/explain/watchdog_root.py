@@ -58,7 +58,8 @@ def _partial(g: Gathered, quotes: list) -> Root | None:
         return None
     of = f" of a world of {world}" if world is not None else ""
     shown_text = ("rank " if len(shown) == 1 else "ranks ") + ",".join(map(str, sorted(shown)))
-    extra = tuple(Evidence("", None, rank, RankStatus.UNKNOWN, notes=("not in the paste",)) for rank in missing)
+    extra = tuple(Evidence("", None, rank, RankStatus.UNKNOWN, notes=("not in the paste",),
+                           unseen="not in the paste") for rank in missing)
     return Root(Kind.UNSEEN, Reason.TIMED_OUT, candidates=list(missing) if world is not None else [],
                 certainty=Certainty.UNSURE, quotes=quotes, named_by_words=False, extra=extra,
                 unknown_why=f"the paste shows {shown_text}{of}, waiting: the rank {'it' if len(shown) == 1 else 'they'} "

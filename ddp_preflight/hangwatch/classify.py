@@ -29,6 +29,10 @@ COLLECTIVES = {
 RENDEZVOUS = {"init_process_group", "_new_process_group_helper", "new_group", "rendezvous",
               "_store_based_barrier", "_create_c10d_store", "next_rendezvous", "_rendezvous"}
 DISTRIBUTED_FILES = ("torch/distributed/",)
+# torch's code that calls c10d (the collectives, the store, DDP's reducer and buffer broadcasts): a
+# thread whose innermost Python frame is here and that uses no CPU is blocked in the C++ call its
+# line makes, whatever wraps it (DDP's forward, FSDP, a collective's logging wrapper).
+COLLECTIVE_CODE = DISTRIBUTED_FILES + ("torch/nn/parallel/distributed.py",)
 # Waits that happen in C++ under a Python frame of the user's own (work.wait() inside a wrapper,
 # a future's wait(), the store's get, a CUDA synchronisation): seen in native frames only. The
 # innermost match wins. (symbols, state, what it waits in)
@@ -98,6 +102,7 @@ class RankState:
     evidence: tuple[str, ...] = field(default_factory=tuple)
     reason: Reason | None = None  # what an idle rank waits on, when its stack shows it (a lock)
     exit: ExitStatus | None = None  # how it ended, when it did
+    unseen: str | None = None     # why nobody sees it, for UNKNOWN (Evidence.unseen)
 
     def __post_init__(self):
         object.__setattr__(self, "state", RankStatus(self.state))     # also when given its word
@@ -106,6 +111,8 @@ class RankState:
         """This rank's evidence, as a verdict reads it."""
         if self.state is S.EXITED and self.exit is not None:
             more.setdefault("exit", self.exit)
+        if self.state is S.UNKNOWN and self.unseen is not None:
+            more.setdefault("unseen", self.unseen)
         return Evidence(node, pid, rank, self.state, self.reason, self.op, self.frame.where if self.frame else None,
                         self.frame.function if self.frame else None, notes=self.evidence, **more)
 
@@ -166,7 +173,8 @@ def _classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | N
     if exit_code is not None:
         return RankState(S.EXITED, evidence=(f"exit code {exit_code}",), exit=ExitStatus(code=exit_code))
     if dump is None:
-        return RankState(S.UNKNOWN, evidence=("no stack: py-spy could not read this process",))
+        why = "no stack: py-spy could not read this process"
+        return RankState(S.UNKNOWN, evidence=(why,), unseen=why)
     frames = frames_of(dump) if frames is None else frames
     user = next((f for f in frames if not f.in_library), None)
     evidence = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown"]
@@ -181,6 +189,9 @@ def _classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | N
             for symbols, state, what in NATIVE_WAITS:
                 if any(symbol in frame.function for symbol in symbols):
                     name = frame.function.split("(")[0]
+                    if what in GENERIC_WAITS - {"store.get()"} and \
+                            any(f.file.startswith(COLLECTIVE_CODE) for f in frames if not f.native):
+                        what = _called(frames)      # torch's own code waits on it: the chain names the collective
                     return RankState(state, what or name, user, tuple(evidence + [f"in {name} (native frame)"]))
         if frame.file.startswith(DISTRIBUTED_FILES):
             if frame.function in RENDEZVOUS:
@@ -200,6 +211,9 @@ def _classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | N
     if importing is not None:
         return RankState(S.IMPORTING, importing[1], user, tuple(evidence + [f"importing {importing[1]}"]))
     busy = cpu_percent is not None and cpu_percent >= BUSY_CPU
+    inner = next((f for f in frames if not f.native), None)
+    if inner is not None and inner.file.startswith(COLLECTIVE_CODE) and not busy:
+        return RankState(S.COLLECTIVE, _called(frames), user, tuple(evidence + [f"in {inner.function} ({inner.where})"]))
     lock = _lock_wait(frames) or _own_lock(frames, waits_in)
     if lock is not None and not busy:
         return RankState(S.IDLE, frame=user or (frames[0] if frames else None),
@@ -219,6 +233,19 @@ def _classify(dump: list[dict] | None, cpu_percent: float | None, wchan: str | N
     inside = any(f.in_loop for f in frames if not f.in_library)
     return RankState(S.COMPUTING if busy else S.IDLE, frame=user or (frames[0] if frames else None),
                      evidence=tuple(evidence), reason=None if busy else Reason.IDLE_IN_LOOP if inside else Reason.LEFT_LOOP)
+
+
+def _called(frames: list[Frame]) -> str:
+    """The collective a chain of torch's distributed frames is in, by the name users know it by: the
+    innermost of them whose function names one ("_distributed_broadcast_coalesced": broadcast), else
+    the innermost's own name (DDP's join check)."""
+    chain = [f for f in frames if not f.native and f.file.startswith(COLLECTIVE_CODE)]
+    for frame in chain:
+        name = frame.function.rsplit(".", 1)[-1]
+        found = next((op for call, op in COLLECTIVES.items() if re.search(rf"(?:^|_){call}(?:_|$)", name)), None)
+        if found is not None:
+            return found
+    return chain[0].function
 
 
 def _importing(frames: list[Frame]) -> tuple[int, str] | None:

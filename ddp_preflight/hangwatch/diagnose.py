@@ -93,8 +93,7 @@ def decide(s: Stall, rules: Sequence[Rule] = RULES) -> Diagnosis | Hold:
             continue
         if isinstance(found, Hold):
             return found
-        nodes = [e.node for k, e in s.ranks.items() if k in found.named]
-        return replace(found, notes=notes.related(s.notes, nodes, found.reason))
+        return replace(found, notes=notes.of_verdict(s.notes, found, {k: e.node for k, e in s.ranks.items()}))
     return Hold.NOTHING
 
 

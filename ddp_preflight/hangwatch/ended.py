@@ -21,9 +21,9 @@ from .events import EventKind
 from .evidence import evidence_of
 from .exits import Ending
 from .inputs import Effect, LauncherStopping, RankEnded, RankError
-from .model import Diagnosis, Evidence, NodeNote, NodeStatus, RankStatus, RankView, Reason, Seen, Who
+from .model import Diagnosis, Evidence, NodeStatus, RankStatus, RankView, Seen, Who
 from .state import State, Track, say
-from .tracebacks import ExceptionInfo, exception_in, from_record, own_code, short_name
+from .tracebacks import ExceptionInfo, ExceptionKind, exception_in, from_record, own_code, short_name
 
 S = RankStatus
 EXIT_WAIT = 10.0     # s: the most a run's ends wait for an agent's exit message of a rank it saw go: a bound,
@@ -127,6 +127,15 @@ def rank_error(state: State, event: RankError) -> None:
     if t is not None:
         t.exception = as_seen(event.exception, "output")
         t.quote = event.exception.quote[0] if event.exception.quote else None
+        t.logged = event.exception.kind is ExceptionKind.LOGGED
+
+
+def went_on(state: State, node: str, rank: int) -> None:
+    """A launched rank printed a step after an error it only logged (NCCL's watchdog line): it went
+    on, so that line was not its end; how it ends is read from what comes next."""
+    t = _launched(state, node, rank, None)
+    if t is not None and t.logged and not t.ended:
+        t.exception, t.quote, t.logged = None, None, False
 
 
 def rank_ended(state: State, event: RankEnded, now: float, out: list[Effect]) -> None:
@@ -276,7 +285,7 @@ def judge(state: State, now: float, wall: float, run: int | None = None) -> Diag
         return None
     apart = clocks_apart(state)
     found = replace(found, clocks_apart=apart if apart > CLOCK_STEP else None,
-                    notes=_notes(state, [t.view.node for t in tracks if t.key in found.named], found.reason))
+                    notes=notes.of_verdict(state.config.notes, found, {t.key: t.view.node for t in tracks}))
     return found
 
 
@@ -298,8 +307,3 @@ def context(state: State) -> named.Context:
     order = tuple(dict.fromkeys(planned[r] for r in sorted(planned))) or nodes
     return named.Context(master, order, bool(planned))
 
-
-def _notes(state: State, nodes: list[str], reason: Reason | None) -> tuple[NodeNote, ...]:
-    """What preflight said of these nodes (under --launch) that can cause the verdict's reason:
-    a data-shards warning beside a rank that left first (notes.py)."""
-    return notes.related(state.config.notes, nodes, reason)

@@ -24,23 +24,25 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
                         function=v.function, exception=t.exception, quote=t.quote, **_flight(t))
     if state.nodes[v.node].status in (NodeStatus.LOST, NodeStatus.ERROR):
         # Its stack and CPU are from before the node was lost: they say nothing now.
-        return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN,
-                        notes=(f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}",))
+        lost = f"not watched: {v.node}'s agent {state.lost.get(v.node, GONE)}"
+        return Evidence(v.node, v.pid, _rank(t), S.UNKNOWN, notes=(lost,), unseen=lost)
     found = classify(t.dump, v.cpu, v.wchan, waits_in=v.waits_in, frames=t.frames())
     stale = _stale(t, found, state.config.interval) if not (unformed and found.state is S.RENDEZVOUS) else None
     if t.idle_since is None and t.dump is not None and t.held_since_read():
         # Working at its last sample of its own, held by our py-spy since (reading its stack): that
         # CPU is from before, so neither it nor a stack read with it says what the rank does now.
-        found = RankState(S.UNKNOWN, evidence=("held by hangwatch's py-spy since its stack was read: its CPU is "
-                                               "not its own meanwhile",))
+        held = "held by hangwatch's py-spy since its stack was read: its CPU is not its own meanwhile"
+        found = RankState(S.UNKNOWN, evidence=(held,), unseen=held)
     elif stale is not None:
         # Not quiet, and its stack no longer says where it is: it works, somewhere.
         found = RankState(S.COMPUTING if v.cpu >= BUSY_CPU else S.RUNNING, evidence=(f"CPU {v.cpu:.0f}%", stale))
     notes = list(found.evidence)
     if unformed and found.state is S.RENDEZVOUS and _stale(t, found, state.config.interval) is not None:
         notes.append(f"used CPU since its stack, and cannot have left: {unformed}")
+    unseen = found.unseen
     if t.dump is None and t.dump_error:
         notes = [f"no stack: {t.dump_error}"]
+        unseen = notes[0]
     state_, reason = found.state, found.reason
     if t.stopped:
         state_, reason = S.STOPPED, Reason.STOPPED
@@ -65,7 +67,8 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
     return Evidence(v.node, v.pid, _rank(t), state_, reason, found.op, found.frame.where if found.frame else None,
                     found.frame.function if found.frame else None,
                     moved=t.moved if t.io_known and t.idle_since is not None else None,
-                    unsent=t.sockets.unsent if t.sockets is not None else None, notes=tuple(notes), **_flight(t))
+                    unsent=t.sockets.unsent if t.sockets is not None else None, notes=tuple(notes),
+                    unseen=unseen if state_ is S.UNKNOWN else None, **_flight(t))
 
 
 def _stale(t: Track, found: RankState, interval: float) -> str | None:

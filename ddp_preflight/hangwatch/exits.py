@@ -6,7 +6,8 @@ Each ending is read by its mechanism, from the strongest evidence at hand:
    `--launch` or with `import ddp_preflight.hangwatch.flight`), written before Python's teardown: an uncaught
    exception (type, message, line), sys.exit's code, or a clean end, and when;
 2. an exception in its output (hangwatch/tracebacks.py): a Gloo or NCCL error that says a peer or
-   the link went away is a victim's; any other is the rank's own;
+   the link went away is a victim's; a stop's own (KeyboardInterrupt, elastic's SignalException)
+   is read as the stop signal in 3.; any other is the rank's own;
 3. its exit status: SIGKILL with its node's OOM-kill count risen is the OOM killer; SIGTERM,
    SIGINT or SIGHUP after a launcher began stopping its node (under `--launch`), or after a rank
    under the same launcher on its node ended (torchrun stops a node's ranks when one ends), is that
@@ -33,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ddp_preflight.node.protocol import ExitStatus
+from ddp_preflight.rules.message_parts import STOPPED_TYPES
 
 from .causes import CAUSES
 from .model import Certainty, Diagnosis, Evidence, Kind, RankStatus, Reason, Seen, Unnumbered, Who, Word, label
@@ -142,6 +144,8 @@ def _read(ending: Ending, endings: Sequence[Ending]) -> Read:
     if seen is None and how == "raised" and record.get("type"):
         seen = seen_in_record(record)
     if seen is not None and (how == "raised" or how is None):
+        if seen.type.rsplit(".", 1)[-1] in STOPPED_TYPES:
+            return _stopped(ending, endings, seen)      # Ctrl-C's KeyboardInterrupt, elastic's SignalException
         if seen.lost_peer:
             return Read(ending, Role.VICTIM, Reason.LOST_PEER, True, seen)
         return Read(ending, Role.OWN, Reason.RAISED, True, seen)
@@ -158,13 +162,13 @@ def _read(ending: Ending, endings: Sequence[Ending]) -> Read:
     if status.signal is not None:
         if status.signal == signal.SIGKILL and ending.oom:
             return Read(ending, Role.OWN, Reason.OOM_KILLED, True)
+        if status.stopped:
+            return _stopped(ending, endings)
         if ending.stopped_by is not None:
             return Read(ending, Role.VICTIM, Reason.STOPPED_BY_LAUNCHER, True)
-        if status.stopped or status.signal == signal.SIGKILL:
+        if status.signal == signal.SIGKILL:
             if _sibling_before(ending, endings):
                 return Read(ending, Role.VICTIM, Reason.STOPPED_BY_LAUNCHER, False)
-            if status.stopped:
-                return Read(ending, Role.STOPPED, Reason.TERMINATED, True)
             return Read(ending, Role.OWN, Reason.KILLED, True)
         if status.signal in KERNEL_ONLY:
             return Read(ending, Role.OWN, Reason.KILLED, True)
@@ -176,6 +180,17 @@ def _read(ending: Ending, endings: Sequence[Ending]) -> Read:
     if status.code == 1:
         return Read(ending, Role.EITHER, Reason.FAILED, False)
     return Read(ending, Role.OWN, Reason.EXIT_CODE, False)
+
+
+def _stopped(ending: Ending, endings: Sequence[Ending], seen: Seen | None = None) -> Read:
+    """A stop, by its signal (SIGTERM, SIGINT, SIGHUP) or by the exception a stop raises in the rank:
+    a launcher's that began stopping its node, or torchrun's after a sibling ended, is that
+    launcher's; with neither, someone stopped the run. Never the rank's own failure."""
+    if ending.stopped_by is not None:
+        return Read(ending, Role.VICTIM, Reason.STOPPED_BY_LAUNCHER, True, seen)
+    if _sibling_before(ending, endings):
+        return Read(ending, Role.VICTIM, Reason.STOPPED_BY_LAUNCHER, False, seen)
+    return Read(ending, Role.STOPPED, Reason.TERMINATED, True, seen)
 
 
 def seen_in_record(record: dict) -> Seen:

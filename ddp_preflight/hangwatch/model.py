@@ -241,6 +241,7 @@ class Evidence:
                                       # ("optimizer.step at train.py:88": alone.py)
 
     writer: str | None = None         # a rank whose number is unknown, as explain read it (Unnumbered.writer)
+    unseen: str | None = None         # why nobody sees it (state unknown): "not watched: worker1's agent is gone"
 
     @property
     def key(self) -> Who:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .model import NodeNote, Reason
+from .model import Diagnosis, NodeNote, Reason, Who
 
 R = Reason
 UNEVEN = (R.LEFT_FIRST, R.LEAVING, R.LEFT_LOOP, R.BEHIND, R.DIFFERENT_COLLECTIVE, R.SKIPPED_GROUP, R.SIZE_MISMATCH,
@@ -41,15 +41,25 @@ CAUSES: dict[str, tuple[Reason, ...]] = {
 }
 
 
+def of_verdict(notes: Mapping[str, Iterable[NodeNote | str]], d: Diagnosis, node_of: Mapping[Who, str]) \
+        -> tuple[NodeNote, ...]:
+    """What preflight said that bears on this verdict: of the nodes of the ranks it names, or of the
+    nodes it names itself (a busy master port, a launcher's parser), and that can cause its reason."""
+    nodes = [node_of[k] for k in d.named if k in node_of] + list(d.nodes)
+    return related(notes, nodes, d.reason)
+
+
 def related(notes: Mapping[str, Iterable[NodeNote | str]], nodes: Iterable[str], reason: Reason | None) \
         -> tuple[NodeNote, ...]:
-    """What preflight said of these nodes that can cause `reason`; a note that names no check (an
-    older caller's words) is kept: nothing says it cannot."""
+    """What preflight said of these nodes that can cause `reason`. A finding given as its words
+    ("data-shards: 1 shard here, 4 on worker1") is read by the check its words begin with; words
+    that name no check are no clue: nothing says they bear on the verdict."""
     out = []
     for node in dict.fromkeys(nodes):
         for note in notes.get(node, ()):
             if isinstance(note, str):
-                out.append(NodeNote(node, note))
-            elif note.check is None or (reason is not None and reason in CAUSES.get(note.check, ())):
+                check, _, said = note.partition(": ")
+                note = NodeNote(node, said, check) if check in CAUSES else NodeNote(node, note, None)
+            if note.check is not None and reason is not None and reason in CAUSES.get(note.check, ()):
                 out.append(NodeNote(node, note.said, note.check))
     return tuple(out)

@@ -135,6 +135,7 @@ def _take(state: State, event: Input, now: float, wall: float, out: list[Effect]
         ended.rank_ended(state, event, now, out)
     elif isinstance(event, RankStepped):
         progress.stepped(state, event.node, event.rank, event.step, now)
+        ended.went_on(state, event.node, event.rank)
 
 
 def _tick(state: State, now: float, wall: float, out: list[Effect]) -> None:

@@ -50,7 +50,8 @@ def never_checked_in(s: Stall) -> Diagnosis | None:
     if missing and all(r in busy for r in missing):
         return held_up_by(s, busy, evidence)
     if missing:
-        unfound = tuple(Evidence(s.planned.get(r, ""), None, r, S.UNKNOWN, notes=("no agent found it",))
+        unfound = tuple(Evidence(s.planned.get(r, ""), None, r, S.UNKNOWN, notes=("no agent found it",),
+                                 unseen="no agent found it")
                         for r in missing if r not in ranks)
         marked = tuple(replace(e, reason=Reason.CANNOT_REACH_STORE) if e.key in late else e for e in evidence)
         return Diagnosis(kind=Kind.RENDEZVOUS_STALL, culprits=tuple(missing), reason=Reason.NEVER_CHECKED_IN,
@@ -74,7 +75,8 @@ def _store_unanswered(ranks: Mapping[Who, Evidence], waiting: Sequence[Who], sto
     why = ("its store was not read" if store is None else
            f"no answer from its store at {where}" if store.silent else
            f"its store at {where} could not be read: {store.error}")
-    unknown = tuple(replace(e, state=S.UNKNOWN, reason=None, op=None, notes=(f"waits in init_process_group; {why}",))
+    said = f"waits in init_process_group; {why}"
+    unknown = tuple(replace(e, state=S.UNKNOWN, reason=None, op=None, notes=(said,), unseen=said)
                     if r in waiting else e for r, e in sorted(ranks.items()))
     return Diagnosis(kind=Kind.UNSEEN, evidence=unknown, certainty=Certainty.UNSURE,
                      unknown_why="who is missing cannot be told without the store's answer")

@@ -71,6 +71,8 @@ class Track:
     ending: dict | None = None        # its own record of how its script ended (PID.end)
     exception: Seen | None = None     # an exception it printed (its output) or recorded
     quote: str | None = None          # the output line the exception rests on
+    logged: bool = False              # that exception was only logged (NCCL's watchdog), not raised: a later
+                                      # step of the rank withdraws it (ended.went_on)
     oom: bool | None = None
     stopped_by: str | None = None     # the launcher that began stopping its node before it ended
     endpoints: frozenset[str] = frozenset()   # every local "ip:port" its TCP sockets had (kept after it ended)

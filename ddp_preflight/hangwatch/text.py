@@ -36,7 +36,7 @@ def _unknown(d: Diagnosis) -> str:
     why: dict[str, list[Who]] = {}
     for e in d.evidence:
         if e.state is S.UNKNOWN:
-            why.setdefault(e.notes[0] if e.notes else "no stack", []).append(e.key)
+            why.setdefault(e.unseen or "not seen", []).append(e.key)
     return "; ".join(f"{who(keys)} unknown ({reason})" for reason, keys in why.items())
 
 

@@ -13,7 +13,6 @@ from ddp_preflight.hangwatch import exits, named
 from ddp_preflight.hangwatch.ended import as_seen
 from ddp_preflight.hangwatch.model import Diagnosis
 from ddp_preflight.hangwatch.who import Who
-from ddp_preflight.node.protocol import ExitStatus
 
 from .launched import LaunchedRank, LaunchResult, NodeState
 
@@ -25,19 +24,13 @@ def stopped_by_us(rank: LaunchedRank, node: NodeState | None) -> bool:
 
 def stopped_by(rank: LaunchedRank, node: NodeState | None) -> exits.StoppedBy | None:
     """Who began stopping it before it ended: exits.stop_of over what the launch recorded of it."""
-    return exits.stop_of(_status(rank), node is not None and node.stopped, rank.error_after_stop, rank.failed_first,
+    return exits.stop_of(rank.status, node is not None and node.stopped, rank.error_after_stop, rank.failed_first,
                          rank.stopped_by is exits.StoppedBy.TORCHRUN)
 
 
-def _status(rank: LaunchedRank) -> ExitStatus | None:
-    return ExitStatus(signal=rank.signal) if rank.signal is not None else \
-        ExitStatus(code=rank.exit) if rank.exit is not None else None
-
-
 def ending_of(rank: LaunchedRank, node: NodeState | None) -> exits.Ending:
-    status = _status(rank)
     error = rank.error
-    return exits.Ending(rank.node, rank.pid, rank.rank, status=status,
+    return exits.Ending(rank.node, rank.pid, rank.rank, status=rank.status,
                         exception=as_seen(error, "output") if error is not None else None,
                         quote=error.quote[0] if error is not None and error.quote else None,
                         stopped_by=stopped_by(rank, node))

@@ -29,7 +29,7 @@ STOPPED_BY_US = Why.STOPPED_BY_US.value
 
 def stop_signal(rank: LaunchedRank) -> bool:
     """Ended by a signal someone sends to stop a process (SIGTERM, SIGINT, SIGHUP)."""
-    return rank.signal is not None and ExitStatus(signal=rank.signal).stopped
+    return rank.status is not None and rank.status.stopped
 
 
 def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
@@ -40,7 +40,7 @@ def explain(ranks: list[LaunchedRank], node: NodeState) -> None:
         if r.ended and r.ok:
             continue
         r.stopped_for, r.torchrun, r.node_error = (), None, None
-        if stopped_by_us(r, node) and r.signal is not None:
+        if stopped_by_us(r, node) and r.status is not None and r.status.signal is not None:
             r.why = Why.STOPPED_BY_US
         elif stop_signal(r) and (r.stopped_by == StoppedBy.TORCHRUN or failed):
             # The launch program saw torchrun begin to stop it; without its word (an older torch), a

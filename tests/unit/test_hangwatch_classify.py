@@ -84,7 +84,8 @@ def test_ranks_that_cannot_be_seen_are_not_blamed_when_a_seen_rank_left_the_loop
 def test_with_only_unseen_ranks_to_blame_there_is_no_culprit_and_no_hang():
     from ddp_preflight.hangwatch.classify import RankState
     waiting = classify(dump("deadlock_rank0_all_reduce.json"), 0.0)
-    lost = RankState("unknown", evidence=("not watched: worker1's agent is gone",))
+    lost = RankState("unknown", evidence=("not watched: worker1's agent is gone",),
+                     unseen="not watched: worker1's agent is gone")
     found = diagnose(seen({0: waiting, 2: waiting, 1: lost}))
     assert found.kind == "unseen" and found.culprits == ()
     assert summary(found) == ("ranks 0,2 wait in all_reduce; rank 1 unknown (not watched: worker1's agent is gone): "

@@ -45,7 +45,8 @@ def test_the_first_rule_that_decides_is_the_verdict_and_every_rule_is_pure():
     found = decide(s)
     assert (found.kind, found.culprits, found.reason) == (Kind.DEADLOCK, (1,), Reason.LEFT_LOOP)
     assert replace(found, notes=()) == first          # decide() adds only what preflight said of its nodes
-    assert [(n.node, n.said) for n in found.notes] == [("master", "data-shards: x")]
+    # given as words, the finding is read by the check its words begin with (notes.related)
+    assert [(n.node, n.check, n.said) for n in found.notes] == [("master", "data-shards", "x")]
     assert decisions(s) == said                        # pure: the same evidence, the same decisions
     # The rules after the first decide things of their own; none of them is heard.
     assert [d.kind for d in said[said.index(first) + 1:] if d is not None and not isinstance(d, Hold)] != []
