@@ -389,8 +389,6 @@ def _plain(value):
     pass: asdict()'s deep copy of every rank's stack was most of a 4,096-rank bundle (issue 36)."""
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, (str, int, float, type(None))):
-        return value
     if is_dataclass(value) and not isinstance(value, type):
         names = _FIELDS.get(type(value)) or _FIELDS.setdefault(type(value), tuple(f.name for f in fields(value)))
         return {name: _plain(getattr(value, name)) for name in names}
