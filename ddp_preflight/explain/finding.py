@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ddp_preflight.rules.failures import BY_ID, ENDED_FIXES, Cause, FailureKind, Sure
 from ddp_preflight.rules.failures_nccl import RESULT_CAUSES, RESULT_NAMES
+from ddp_preflight.rules.failures_stopped import REASONS
 from ddp_preflight.rules.fix import Fix, run
 
 from .messages import Hit, LauncherExit, Messages
@@ -94,7 +95,8 @@ def find(m: Messages) -> Finding | None:
     if stacks is not None:
         return Finding(stacks.kind, stacks.cause, stacks.culprits, stacks.sure, stacks.fix, "py-spy",
                        tuple(q for d in m.stacks for q in d.quotes[:1])[:QUOTES], stacks.detail)
-    for id in ("stopped-by-hand", "scheduler-stopped", "launcher-killing", "launcher-stopping", "lost-peer"):
+    for id in (*REASONS, "stopped-by-hand", "scheduler-stopped", "stopped-from-outside", "launcher-killing",
+               "launcher-stopping", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
     if m.child_failed:       # torchrun's ChildFailedError, its table cut before any rank: a rank failed, not which

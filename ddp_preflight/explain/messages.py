@@ -73,12 +73,14 @@ class Shown(str, enum.Enum):
     TEE = "tee"                             # torchrun's --tee: each rank's own lines, "[default0]:" before them
     SPAWN = "spawn"                         # torch.multiprocessing.spawn: its processes print to this one log
     ACCELERATE = "accelerate"               # accelerate launch (torchrun underneath, its own options)
+    SLURM = "slurm"                         # a Slurm job (slurmstepd's and srun's own lines): sacct has its record
 
 
 SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
             (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)),
             (Shown.SPAWN, ("multiprocessing/spawn.py", "ProcessRaisedException", "ProcessExitedException")),
-            (Shown.ACCELERATE, ("accelerate/commands/", "bin/accelerate", "accelerate-launch")))
+            (Shown.ACCELERATE, ("accelerate/commands/", "bin/accelerate", "accelerate-launch")),
+            (Shown.SLURM, ("slurmstepd", "srun: ")))
 
 
 @dataclass
