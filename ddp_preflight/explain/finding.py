@@ -17,6 +17,7 @@ from ddp_preflight.rules.failures_nccl import RESULT_CAUSES, RESULT_NAMES
 from ddp_preflight.rules.failures_stopped import REASONS
 from ddp_preflight.rules.fix import Fix, run
 
+from . import flight_text
 from .messages import Hit, LauncherExit, Messages
 from .quote import Quote
 from .stacks import judged
@@ -68,6 +69,11 @@ def find(m: Messages) -> Finding | None:
     for id in ROOTS:
         if id in by:
             return RULES.get(id, _plain)(by[id], m)
+    analyzed = flight_text.judged(m.analyzed)     # torch's Flight Recorder analyzer: who the timeouts waited for
+    if analyzed is not None:
+        id, a = analyzed
+        return Finding(a.kind, a.cause, a.culprits, a.sure, a.fix, id, tuple(q for b in m.analyzed for q in b.quotes)
+                       [:QUOTES], a.detail)
     timeouts = [h for h in m.hits if h.message.id in ("watchdog", "watchdog-status")]
     if timeouts:
         return _timeouts(timeouts)

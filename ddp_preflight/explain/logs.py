@@ -25,6 +25,7 @@ from ddp_preflight.hangwatch.tracebacks import ExceptionInfo, Reader
 from ddp_preflight.node.bounded import Skipped, open_regular, size_text
 from ddp_preflight.node.protocol import ExitStatus
 from ddp_preflight.rules.failures import FAILED_LINE
+from ddp_preflight.rules.failures_flight import ANALYZER_IDS
 from ddp_preflight.rules.message_parts import (  # noqa: E501
     FAILED_LINE_WORD,
     LAUNCHER_TYPES,
@@ -129,8 +130,9 @@ class LogReader:
         prefixed = any(o.local_rank is not None or o.rank is not None or o.marker is not None for o in self.writers)
         for origin, writer in self.writers.items():
             info = writer.exception
-            if info is not None and info.type.endswith(STOPPED_TYPES):
-                info = None          # a stop by hand (Ctrl-C) or a scheduler's: a consequence, never the rank's own failure
+            if info is not None and (info.type.endswith(STOPPED_TYPES) or info.failure in ANALYZER_IDS):
+                info = None          # a stop by hand (Ctrl-C) or a scheduler's: a consequence, never the rank's own failure;
+                                     # the Flight Recorder analyzer's own assert: the tool's
             node = origin.node or self.node
             launcher = (origin.node is not None and origin.rank is None) or \
                 (origin == Origin() and not from_name and (prefixed or _launcher_own(info)))

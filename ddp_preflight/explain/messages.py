@@ -17,6 +17,7 @@ from ddp_preflight.hangwatch.prefixes import Line, normalize
 from ddp_preflight.rules import failures
 from ddp_preflight.rules import message_parts as parts
 
+from .flight_text import Analyzed, AnalyzerReader
 from .quote import Quote
 from .stacks import Dumped, StackReader
 
@@ -93,6 +94,7 @@ class Messages:
     worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
     shown: set[Shown] = field(default_factory=set)           # what the logs show of the run's set-up
     stacks: list[Dumped] = field(default_factory=list)       # py-spy dumps pasted as text (stacks.py)
+    analyzed: list[Analyzed] = field(default_factory=list)   # torch's Flight Recorder analyzer's reports (flight_text.py)
     child_failed: list[Quote] = field(default_factory=list)  # torchrun's ChildFailedError: a rank failed, whoever
 
 
@@ -115,6 +117,7 @@ class MessageReader:
         self.spawned: int | None = None            # mp.spawn named the process whose exception comes next
         self.in_launch = False                     # the traceback being read is torch.distributed.launch's own
         self.stack = StackReader(messages.stacks)
+        self.analyzer = AnalyzerReader(messages.analyzed)
 
     def feed(self, number: int | None, raw: str) -> None:
         # what a line may be, told by one search each (prefixes do not hide a message's words): only
@@ -130,6 +133,8 @@ class MessageReader:
                     self.messages.shown.add(shown)
         if self.stack.thread is not None or StackReader.may_be(raw):
             self.stack.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
+        if self.analyzer.block is not None or AnalyzerReader.may_be(raw):
+            self.analyzer.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)

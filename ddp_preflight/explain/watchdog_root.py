@@ -11,6 +11,7 @@ from ddp_preflight.hangwatch.model import Certainty, Evidence, Kind, RankStatus,
 from ddp_preflight.rules.failures import FailureKind
 from ddp_preflight.rules.fix import change
 
+from . import flight_text
 from .finding import QUOTES, Finding
 from .join import join
 from .root import Root
@@ -37,6 +38,35 @@ def from_watchdog_lines(g: Gathered) -> Root | None:
     kind = FailureKind.MISMATCH if said.mismatch else FailureKind.RANK_BEHIND if said.behind else \
         FailureKind.TIMEOUT_UNKNOWN_ROOT
     return _read(g, kind, said.behind, said.detail, [h.quote for h in (said.hits or hits)][:QUOTES])
+
+
+def from_analyzer(g: Gathered) -> Root | None:
+    """torch's Flight Recorder analyzer's report pasted as text (flight_text.py): what it read from every rank's
+    dump decides as the dumps themselves would (join.py), over the watchdog lines of the ranks that waited."""
+    found = flight_text.judged(g.messages.analyzed)
+    if found is None:
+        return None
+    _, said = found
+    quotes = [q for b in g.messages.analyzed for q in b.quotes][:QUOTES]
+    seq, op, shown = said.detail.get("seq"), said.detail.get("op"), {r.rank for r in g.ranks}
+    expected = said.detail.get("expected") or []
+    if said.kind is FailureKind.RANK_BEHIND:
+        extra = [Evidence("", None, r, RankStatus.UNKNOWN, Reason.BEHIND, notes=(f"its dump holds no #{seq} {op}",))
+                 for r in said.culprits]
+        kind, reason, sure = Kind.DEADLOCK, Reason.BEHIND, Certainty.CERTAIN
+    elif said.kind is FailureKind.MISMATCH and said.culprits:
+        extra = [Evidence("", None, r, RankStatus.COLLECTIVE, op=said.detail.get("found", {}).get(str(r)) or f"{op} "
+                          "(other sizes or dtypes)", notes=(f"its dump: #{seq}", *(e for e in said.detail.get("errors", ())
+                                                                                  if e.startswith(f"rank {r}:"))))
+                 for r in said.culprits]
+        kind, reason, sure = Kind.MISMATCH, Reason.DIFFERENT_COLLECTIVE, Certainty.LIKELY
+    else:
+        return None
+    # the analyzer's word, not each dump's last collective: no sequence number of theirs is known beyond it
+    extra += [Evidence("", None, r, RankStatus.COLLECTIVE, op=op, notes=(f"its dump: #{seq} {op}",)) for r in expected
+              if r not in said.culprits]
+    return Root(kind, reason, culprits=list(said.culprits), certainty=sure, quotes=quotes, named_by_words=False,
+                extra=tuple(e for e in extra if e.rank not in shown))
 
 
 def _read(g: Gathered, kind: FailureKind, culprits: tuple[int, ...], detail: dict, quotes: list) -> Root | None:

@@ -39,6 +39,7 @@ from .failure_lines import (  # noqa: F401  (also read as rules.failures.X)
     WATCHDOG_CAUGHT,
     WATCHDOG_CAUGHT_WORD,
 )
+from .failures_flight import ANALYZER
 from .failures_nccl import NCCL_WORDS
 from .failures_partial import PARTIAL
 from .failures_setup import SETUP
@@ -270,8 +271,7 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        r"communicator was aborted|watchdog got stuck|ProcessGroupNCCL watchdog hang|Heartbeat monitor timed out",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective failed or timed out on this rank", _FLIGHT, Sure.UNKNOWN),
-    # torchrun's agent on a Ctrl-C (SIGINT), in its exception and its log line (torch 1.9+), a bare
-    # KeyboardInterrupt (mp.spawn's parent, or a rank): a person stopped a run that was stuck, never its root
+    # torchrun's agent on a Ctrl-C (SIGINT) (torch 1.9+), a bare KeyboardInterrupt: a person stopped a stuck run
     _m("stopped-by-hand", ("got signal: 2", "death signal", "KeyboardInterrupt"),
        r"SignalException: Process \d+ got signal: 2\b|Received (?:2|Signals\.SIGINT) death signal"
        r"|(?:^|\s)KeyboardInterrupt\s*$",
@@ -314,7 +314,7 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        "this rank lost its peer: the peer ended first, or the link failed",
        run("ddp-preflight explain <every node's log>", note="the peer that ended first is in another rank's output"),
        Sure.UNKNOWN),
-) + NCCL_WORDS + PARTIAL + STOPPED
+) + NCCL_WORDS + PARTIAL + STOPPED + ANALYZER
 
 BY_ID = {m.id: m for m in CATALOGUE}
 # Every message's words in one search: most lines of a log hold none (about 2 us a line, where
