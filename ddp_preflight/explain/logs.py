@@ -125,6 +125,10 @@ class LogReader:
 
     def close(self) -> None:
         """Each writer's last exception, to the rank it belongs to (or the node's launcher)."""
+        for dump in self.messages.dumps.dumps.values():      # Flight Recorder dumps pasted as text: as their files
+            seen = self.gathered.rank(self.node, dump.rank)
+            if seen.flight is None and any(isinstance(e.get("collective_seq_id"), int) for e in dump.entries):
+                seen.flight = {"entries": dump.entries, "path": self.path}
         from_name = TORCHRUN_LOGS.search(self.path.replace("\\", "/"))
         offsets = self._offsets()
         prefixed = any(o.local_rank is not None or o.rank is not None or o.marker is not None for o in self.writers)

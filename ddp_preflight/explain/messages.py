@@ -17,6 +17,7 @@ from ddp_preflight.hangwatch.prefixes import Line, normalize
 from ddp_preflight.rules import failures
 from ddp_preflight.rules import message_parts as parts
 
+from .flight_dump import DumpReader
 from .flight_text import Analyzed, AnalyzerReader
 from .quote import Quote
 from .stacks import Dumped, StackReader
@@ -118,6 +119,7 @@ class MessageReader:
         self.in_launch = False                     # the traceback being read is torch.distributed.launch's own
         self.stack = StackReader(messages.stacks)
         self.analyzer = AnalyzerReader(messages.analyzed)
+        self.dumps = DumpReader()                  # this file's Flight Recorder dumps pasted as text (flight_dump.py)
 
     def feed(self, number: int | None, raw: str) -> None:
         # what a line may be, told by one search each (prefixes do not hide a message's words): only
@@ -135,6 +137,8 @@ class MessageReader:
             self.stack.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
         if self.analyzer.block is not None or AnalyzerReader.may_be(raw):
             self.analyzer.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
+        if self.dumps.wants(raw):
+            self.dumps.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)
