@@ -1,11 +1,12 @@
-"""How a run was stopped from outside it (rules/failures.py joins these to its CATALOGUE): a SIGTERM or
-SIGHUP to torchrun's agent (a scheduler's cancel, a supervising process or platform that saw something
-else fail, kill, a closed shell) and Slurm ending a job for a reason it names (its time limit, a
-preemption, a node it lost). A consequence, never a rank's root: no rank is named. The run ended; none
-of these says it hung (a person's Ctrl-C, rules/failures.py's stopped-by-hand, is what a stuck run
-gets), so the fix is what the sender's own record says, or what the reason it names asks for. Pure,
-standard library only; every wording is in a log users pasted (tests/unit/artifacts/pasted/index.json
-says where from) or in torch's elastic/agent/server/api.py and Slurm's slurmstepd."""
+"""How a run was stopped from outside it (rules/failures.py joins these to its CATALOGUE): a SIGTERM to
+torchrun's agent (a scheduler's cancel, a supervising process or platform that saw something else fail,
+kill), a SIGHUP (its terminal or ssh session closed: nohup does not keep torchrun) and Slurm ending a
+job for a reason it names (its time limit, a preemption, a node it lost). A consequence, never a rank's
+root: no rank is named. The run ended; none of these says it hung (a person's Ctrl-C, rules/failures.py's
+stopped-by-hand, is what a stuck run gets), so the fix is what the sender's own record says, or what the
+reason it names asks for. Pure, standard library only; every wording is in a log users pasted
+(tests/unit/artifacts/pasted/index.json says where from) or in torch's elastic/agent/server/api.py and
+Slurm's slurmstepd."""
 
 from __future__ import annotations
 
@@ -39,13 +40,23 @@ STOPPED: tuple[Message, ...] = (
        K.EXITED, C.UNKNOWN, P.VICTIM, "Slurm lost a node of the job (NODE_FAIL): the ranks there died with it",
        run("sinfo -R; sacct -j JOBID -o JobID,State,NodeList", note="which node failed and why; resubmit without it "
            "(--exclude=NODE)"), Sure.CERTAIN),
-    # torchrun's agent on a SIGTERM or SIGHUP, in its exception and its log line (torch 1.9+)
-    _m("stopped-from-outside", ("got signal: 15", "got signal: 1", "death signal"),
-       r"SignalException: Process \d+ got signal: (?:15|1)\b|Received (?:15|1|Signals\.SIG(?:TERM|HUP)) death signal",
+    # torchrun's agent on a SIGHUP: its exception, its log line, and the SIGHUP it passes on to its ranks (it sends
+    # its ranks the signal it got; after a rank's failure, SIGTERM)
+    _m("stopped-by-hangup", ("got signal: 1", "death signal", "signal SIGHUP"),
+       r"SignalException: Process \d+ got signal: 1\b|Received (?:1|Signals\.SIGHUP) death signal"
+       r"|Sending process \d+ closing signal SIGHUP|via signal SIGHUP",
        K.EXITED, C.UNKNOWN, P.VICTIM,
-       "the launcher was stopped from outside (SIGTERM or SIGHUP: a scheduler's cancel or time limit, a supervising "
-       "process or platform, kill, a closed shell): a consequence, never the root; why the sender stopped it is not "
-       "in these lines", STOPPED_OUTSIDE, Sure.UNKNOWN),
+       "torchrun's agent got SIGHUP: the terminal or ssh session it ran in closed (nohup does not keep it: the agent "
+       "stops its ranks on SIGHUP itself); no rank failed",
+       change("run it in tmux or screen (or setsid nohup <the launch command> &), so that closing the terminal or the ssh "
+              "session sends it no SIGHUP"), Sure.CERTAIN),
+    # torchrun's agent on a SIGTERM, in its exception and its log line (torch 1.9+)
+    _m("stopped-from-outside", ("got signal: 15", "death signal"),
+       r"SignalException: Process \d+ got signal: 15\b|Received (?:15|Signals\.SIGTERM) death signal",
+       K.EXITED, C.UNKNOWN, P.VICTIM,
+       "the launcher was stopped from outside (SIGTERM: a scheduler's cancel or time limit, a supervising process or "
+       "platform, kill): a consequence, never the root; why the sender stopped it is not in these lines",
+       STOPPED_OUTSIDE, Sure.UNKNOWN),
 )
-# the order a finding takes them in when nothing else failed: Slurm's own reason before the bare signal
-REASONS = ("scheduler-time-limit", "scheduler-preempted", "scheduler-node-failure")
+# the order a finding takes them in when nothing else failed: the reason a line names before the bare signal
+REASONS = ("scheduler-time-limit", "scheduler-preempted", "scheduler-node-failure", "stopped-by-hangup")

@@ -32,12 +32,11 @@ def said(tmp_path: Path, text: str) -> tuple[tuple | None, str | None]:
     f"W0101 00:00:00.000000 1 {AGENT}:723] Received 15 death signal, shutting down workers",
     f"W0101 00:00:00.000000 1 {AGENT}:688] Received Signals.SIGTERM death signal, shutting down workers",
     "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
-    "[2024-02-27 21:35:32,106] torch.distributed.elastic.agent.server.api: [WARNING] Received 1 death signal, "
+    "[2024-02-27 21:35:32,106] torch.distributed.elastic.agent.server.api: [WARNING] Received 15 death signal, "
     "shutting down workers",
     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 3113 got signal: 15",
-    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 3113 got signal: 1",
 ])
-def test_a_sigterm_or_sighup_from_outside_is_an_end_never_a_hang(tmp_path, line):
+def test_a_sigterm_from_outside_is_an_end_never_a_hang(tmp_path, line):
     stop = "W0101 00:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 41 closing " \
            "signal SIGTERM\n"
     answer, fix = said(tmp_path, line + "\n" + stop)
@@ -96,3 +95,27 @@ def test_a_slurm_cancel_without_a_reason_is_not_taken_for_one(tmp_path):
     text = "slurmstepd: error: *** STEP 6053.0 ON DEL2212S020 CANCELLED AT 2024-04-23T12:18:08 ***\n"
     answer, _ = said(tmp_path, text)
     assert answer == ("timeout-unknown-root", [], "unknown", "unknown-collect-flight-recorder", "scheduler-stopped")
+
+
+# SIGHUP: the terminal or ssh session closed (corpus 344-350: nohup does not keep torchrun); every wording the
+# agent prints, and the SIGHUP it passes on to its ranks alone (corpus 346)
+@pytest.mark.parametrize("line", [
+    f"W0101 00:00:00.000000 1 {AGENT}:719] Received 1 death signal, shutting down workers",
+    "WARNING:torch.distributed.elastic.agent.server.api:Received Signals.SIGHUP death signal, shutting down workers",
+    "[16:21:34] WARNING  Received 1 death signal, shutting down workers    api.py:729",
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2890585 got signal: 1",
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 102241 closing signal SIGHUP",
+    "W0101 00:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py:766] Closing process 41 via signal SIGHUP",
+])
+def test_a_sighup_is_the_closed_terminal_and_its_fix_a_session_that_stays(tmp_path, line):
+    answer, fix = said(tmp_path, line + "\n")
+    assert answer == ("exited", [], "certain", "unknown", "stopped-by-hangup")
+    assert fix is not None and fix.startswith("run it in tmux or screen") and "Flight Recorder" not in fix
+
+
+def test_a_ranks_own_error_outranks_the_sighup(tmp_path):
+    text = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 9, in <module>\n"
+            "[rank0]: KeyError: 'labels'\n"
+            f"W0101 00:00:00.000000 1 {AGENT}:719] Received 1 death signal, shutting down workers\n")
+    answer, _ = said(tmp_path, text)
+    assert answer is not None and answer[:4] == ("exited", [0], "certain", "python-exception")
