@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ddp_preflight.hangwatch import exits, named
 from ddp_preflight.hangwatch.ended import as_seen
 from ddp_preflight.hangwatch.failures import Failure
-from ddp_preflight.hangwatch.model import Basis, Evidence, Reason
+from ddp_preflight.hangwatch.model import Basis, Certainty, Evidence, Reason
 from ddp_preflight.hangwatch.model import RankStatus as S
 from ddp_preflight.hangwatch.who import Unnumbered
 from ddp_preflight.hangwatch.words import who
@@ -78,6 +78,12 @@ def judged(g: Gathered) -> Root | None:
                 + [q for r in named if not r.quotes for q in r.exit_quotes[:1]],
                 named_by_words=found.reason in (Reason.LEFT_FIRST, Reason.LOST_PEER) and not named,
                 extra=tuple(e for e in found.evidence if e.key in found.named and e.key not in {r.key for r in done}))
+    if g.twice and root.certainty is Certainty.CERTAIN:
+        # the ends of two runs (or two attempts) in one paste: whose end came first is not one run's order
+        twice = ",".join(map(str, sorted(g.twice)))
+        root.candidates, root.culprits, root.certainty = [*root.culprits, *root.candidates], [], Certainty.UNSURE
+        root.unknown_why = f"the paste holds two ends of rank{'s' if len(g.twice) > 1 else ''} {twice} (another " \
+                           f"process each time): two runs or attempts, whose ends are not one run's order; paste one"
     if root.reason is Reason.LEFT_FIRST and not named:
         one = len(found.named) == 1
         root.quotes = quotes(lost[:2])

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 from ddp_preflight.rules.failures import BY_ID, ENDED_FIXES, Cause, FailureKind, Sure
 from ddp_preflight.rules.failures_nccl import RESULT_CAUSES, RESULT_NAMES
+from ddp_preflight.rules.failures_stopped import REASONS
 from ddp_preflight.rules.fix import Fix, run
 
+from . import flight_text
 from .messages import Hit, LauncherExit, Messages
 from .quote import Quote
 from .stacks import judged
@@ -67,6 +69,11 @@ def find(m: Messages) -> Finding | None:
     for id in ROOTS:
         if id in by:
             return RULES.get(id, _plain)(by[id], m)
+    analyzed = flight_text.judged(m.analyzed)     # torch's Flight Recorder analyzer: who the timeouts waited for
+    if analyzed is not None:
+        id, a = analyzed
+        return Finding(a.kind, a.cause, a.culprits, a.sure, a.fix, id, tuple(q for b in m.analyzed for q in b.quotes)
+                       [:QUOTES], a.detail)
     timeouts = [h for h in m.hits if h.message.id in ("watchdog", "watchdog-status")]
     if timeouts:
         return _timeouts(timeouts)
@@ -94,7 +101,8 @@ def find(m: Messages) -> Finding | None:
     if stacks is not None:
         return Finding(stacks.kind, stacks.cause, stacks.culprits, stacks.sure, stacks.fix, "py-spy",
                        tuple(q for d in m.stacks for q in d.quotes[:1])[:QUOTES], stacks.detail)
-    for id in ("stopped-by-hand", "scheduler-stopped", "launcher-killing", "launcher-stopping", "lost-peer"):
+    for id in (*REASONS, "stopped-by-hand", "scheduler-stopped", "stopped-from-outside", "launcher-killing",
+               "launcher-stopping", "lost-peer"):
         if id in by:
             return _plain(by[id], m)
     if m.child_failed:       # torchrun's ChildFailedError, its table cut before any rank: a rank failed, not which

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ddp_preflight.rules.failures import BY_ID, ENDED_FIXES, Cause
+from ddp_preflight.rules.failures_stopped import SLURM_RECORD, STOPPED_OUTSIDE
 from ddp_preflight.rules.fix import Fix, change, run
 
 from .messages import Shown
@@ -51,6 +52,8 @@ def fit(fix: Fix | None, shown: set[Shown]) -> Fix | None:
         return SPAWN_OUTPUT
     if fix == KEEP_OUTPUT and Shown.ACCELERATE in shown:
         return ACCELERATE_OUTPUT
+    if fix == STOPPED_OUTSIDE and Shown.SLURM in shown:
+        return SLURM_RECORD
     if fix == FLIGHT and Shown.NCCL not in shown:
         return ANY_FLIGHT
     return fix

@@ -38,12 +38,21 @@ def gather(found: list[inputs.Input]) -> Gathered:
 
 def exits_from_tables(gathered: Gathered) -> None:
     """torchrun's tables: each failed rank's exit code or signal (torch's exitcode, negative for a
-    signal, read into an ExitStatus here, once), and its global rank."""
+    signal, read into an ExitStatus here, once), and its global rank; a rank two tables say ended on another
+    node, in another process or with another code is said twice (Gathered.twice)."""
+    first: dict[int, tuple] = {}
     for node, table, quote in gathered.tables:
         for child in (*table.others, table):
             if child.rank is None:
                 continue
+            said = (child.host or node, child.pid, child.exitcode)
             seen = gathered.rank(node, child.rank, child.local_rank)
+            known = (None, seen.pid, None if seen.exit is None else
+                     -seen.exit.signal if seen.exit.signal is not None else seen.exit.code)
+            if any(a is not None and b is not None and a != b for k in (first.get(child.rank, said), known)
+                   for a, b in zip(said, k, strict=True)):
+                gathered.twice.add(child.rank)    # a process ends once, on one node: two runs' (or attempts') ends
+            first.setdefault(child.rank, said)
             if seen.pid is None:
                 seen.pid = child.pid
             if seen.exit is None and child.exitcode is not None:

@@ -25,6 +25,7 @@ from ddp_preflight.hangwatch.tracebacks import ExceptionInfo, Reader
 from ddp_preflight.node.bounded import Skipped, open_regular, size_text
 from ddp_preflight.node.protocol import ExitStatus
 from ddp_preflight.rules.failures import FAILED_LINE
+from ddp_preflight.rules.failures_flight import ANALYZER_IDS
 from ddp_preflight.rules.message_parts import (  # noqa: E501
     FAILED_LINE_WORD,
     LAUNCHER_TYPES,
@@ -124,13 +125,18 @@ class LogReader:
 
     def close(self) -> None:
         """Each writer's last exception, to the rank it belongs to (or the node's launcher)."""
+        for dump in self.messages.dumps.dumps.values():      # Flight Recorder dumps pasted as text: as their files
+            seen = self.gathered.rank(self.node, dump.rank)
+            if seen.flight is None and any(isinstance(e.get("collective_seq_id"), int) for e in dump.entries):
+                seen.flight = {"entries": dump.entries, "path": self.path}
         from_name = TORCHRUN_LOGS.search(self.path.replace("\\", "/"))
         offsets = self._offsets()
         prefixed = any(o.local_rank is not None or o.rank is not None or o.marker is not None for o in self.writers)
         for origin, writer in self.writers.items():
             info = writer.exception
-            if info is not None and info.type.endswith(STOPPED_TYPES):
-                info = None          # a stop by hand (Ctrl-C) or a scheduler's: a consequence, never the rank's own failure
+            if info is not None and (info.type.endswith(STOPPED_TYPES) or info.failure in ANALYZER_IDS):
+                info = None          # a stop by hand (Ctrl-C) or a scheduler's: a consequence, never the rank's own failure;
+                                     # the Flight Recorder analyzer's own assert: the tool's
             node = origin.node or self.node
             launcher = (origin.node is not None and origin.rank is None) or \
                 (origin == Origin() and not from_name and (prefixed or _launcher_own(info)))

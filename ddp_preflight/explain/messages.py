@@ -17,6 +17,8 @@ from ddp_preflight.hangwatch.prefixes import Line, normalize
 from ddp_preflight.rules import failures
 from ddp_preflight.rules import message_parts as parts
 
+from .flight_dump import DumpReader
+from .flight_text import Analyzed, AnalyzerReader
 from .quote import Quote
 from .stacks import Dumped, StackReader
 
@@ -73,12 +75,14 @@ class Shown(str, enum.Enum):
     TEE = "tee"                             # torchrun's --tee: each rank's own lines, "[default0]:" before them
     SPAWN = "spawn"                         # torch.multiprocessing.spawn: its processes print to this one log
     ACCELERATE = "accelerate"               # accelerate launch (torchrun underneath, its own options)
+    SLURM = "slurm"                         # a Slurm job (slurmstepd's and srun's own lines): sacct has its record
 
 
 SHOWN_BY = ((Shown.NCCL_DEBUG_INFO, ("NCCL INFO",)), (Shown.NCCL, ("NCCL",)), (Shown.GLOO, ("Gloo", "gloo")),
             (Shown.DEEPSPEED, ("sigkill_handler", "deepspeed.launcher", "deepspeed/launcher")), (Shown.TEE, ("[default",)),
             (Shown.SPAWN, ("multiprocessing/spawn.py", "ProcessRaisedException", "ProcessExitedException")),
-            (Shown.ACCELERATE, ("accelerate/commands/", "bin/accelerate", "accelerate-launch")))
+            (Shown.ACCELERATE, ("accelerate/commands/", "bin/accelerate", "accelerate-launch")),
+            (Shown.SLURM, ("slurmstepd", "srun: ")))
 
 
 @dataclass
@@ -91,6 +95,7 @@ class Messages:
     worlds: set[int] = field(default_factory=set)            # the world sizes lines stated (parts.WORLD_SIZE)
     shown: set[Shown] = field(default_factory=set)           # what the logs show of the run's set-up
     stacks: list[Dumped] = field(default_factory=list)       # py-spy dumps pasted as text (stacks.py)
+    analyzed: list[Analyzed] = field(default_factory=list)   # torch's Flight Recorder analyzer's reports (flight_text.py)
     child_failed: list[Quote] = field(default_factory=list)  # torchrun's ChildFailedError: a rank failed, whoever
 
 
@@ -113,6 +118,8 @@ class MessageReader:
         self.spawned: int | None = None            # mp.spawn named the process whose exception comes next
         self.in_launch = False                     # the traceback being read is torch.distributed.launch's own
         self.stack = StackReader(messages.stacks)
+        self.analyzer = AnalyzerReader(messages.analyzed)
+        self.dumps = DumpReader()                  # this file's Flight Recorder dumps pasted as text (flight_dump.py)
 
     def feed(self, number: int | None, raw: str) -> None:
         # what a line may be, told by one search each (prefixes do not hide a message's words): only
@@ -128,6 +135,10 @@ class MessageReader:
                     self.messages.shown.add(shown)
         if self.stack.thread is not None or StackReader.may_be(raw):
             self.stack.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
+        if self.analyzer.block is not None or AnalyzerReader.may_be(raw):
+            self.analyzer.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
+        if self.dumps.wants(raw):
+            self.dumps.feed(normalize(raw), Quote(self.path, number, raw.rstrip("\r\n")[:KEPT_CHARS]))
         if not (catalogued or exits or tracing):
             return
         line = normalize(raw)

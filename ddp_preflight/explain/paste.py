@@ -23,6 +23,7 @@ COLOURS = re.compile(r"\x1b\[[0-9;]*m")       # a terminal's colours (SGR): any 
 SEPARATOR = re.compile(r"^\s*([=*#~-])\1{9,}\s*$")      # torchrun's table's rules, a logger's
 LINE_STARTS = ("Traceback (most recent call last)", '  File "', "During handling of", "The above exception")
 FENCE = re.compile(r"^\s*(?:>\s*)?(?:```|~~~)[\w+-]*\s*$")
+PREFIX_TOKEN = re.compile(r"^\S.{0,40}?[:|\]>](?=\s)")    # a writer's tag: the line's start to a prefix's end
 NARROWEST = 60          # a terminal or a page narrower than this is not one a log is read in: a shorter
                         # line was not wrapped
 # The wrapped lines of a paste: the longest length is a terminal's width only when at least this
@@ -47,7 +48,8 @@ def lines_of(text: str) -> Iterator[tuple[int, str]]:
         if following is not None:
             joint = "" if width is not None and len(line) == width else \
                 said_across(pending + line, following) if len(line) >= NARROWEST else None
-            if joint is not None and starts_a_line(following, quoted=line.startswith(">")):
+            if joint is not None and (starts_a_line(following, quoted=line.startswith(">"))
+                                      or _same_prefix(pending or line, following)):
                 joint = None
         if joint is None:
             yield first, pending + line
@@ -100,6 +102,14 @@ def starts_a_line(line: str, quoted: bool = True) -> bool:
     if not quoted and line.startswith(">"):
         line = line[1:]
     return normalize(line).text != line
+
+
+def _same_prefix(line: str, following: str) -> bool:
+    """Both lines begin with one writer's prefix ("0:", "node1:", "[rank0]:", "host |"): two lines it wrote, never
+    one cut in two (a wrap's rest goes on mid-text), whatever prefix readers know (srun's label before an
+    indented frame, a host, a logger's own tag; several ranks' identical frames are the longest lines alike)."""
+    said = PREFIX_TOKEN.match(line)
+    return said is not None and following.startswith(said.group())
 
 
 def wrap_width(lines: list[str]) -> int | None:

@@ -103,6 +103,8 @@ class Gathered:
     watched: bool = False                                    # ... hangwatch watched its nodes (result.json)
     hang_bundled: bool = False                               # an incident bundle of a hang hangwatch named was read
     messages: Messages = field(default_factory=Messages)     # the catalogued messages of every log, in order
+    twice: set[int] = field(default_factory=set)             # ranks whose end is said twice, differently (two
+                                                             # tables: another pid, code or node): two runs' ends
     read: list[str] = field(default_factory=list)            # inputs read
     skipped: list[str] = field(default_factory=list)         # inputs not read, with why
 

@@ -22,6 +22,10 @@ from .quote import Quote
 PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
 THREAD = re.compile(r"^Thread (?P<id>0x[0-9A-Fa-f]+|\d+) \((?P<state>idle|active|gil)[^)]*\)(?:: \"(?P<name>[^\"]*)\")?")
 FRAME = re.compile(r"^[ \t]+(?P<name>\S[^(]*?) \((?P<file>[^()]+?):(?P<line>\d+)\)\s*$")
+# A prefix the normalizer left before a dump's own words (a host, "rank 1 |", srun's label before an indented
+# frame): whatever ends in ":", "|", "]" or ">" before py-spy's first word; its lines then all carry it
+PREFIXED = re.compile(r"^(?P<prefix>[^\t]{1,80}?[:|\]>] ?)(?=Process \d+: |Thread (?:0x[0-9A-Fa-f]+|\d+) \()")
+PREFIX_RANK = re.compile(r"^\s*(?P<task>\d+):\s*$|\brank\s*[:=]?\s*(?P<rank>\d+)\b", re.IGNORECASE)
 STACKS = 64            # processes kept (a paste of a whole node's dumps)
 FRAMES = 200           # frames kept per thread
 
@@ -49,6 +53,7 @@ class StackReader:
         self.dumps = dumps
         self.process: Dumped | None = None
         self.thread: dict | None = None
+        self.prefix = ""       # what every line of the dump being read starts with, the normalizer left or not
 
     @staticmethod
     def may_be(raw: str) -> bool:
@@ -56,16 +61,25 @@ class StackReader:
 
     def feed(self, line: Line, quote: Quote) -> None:
         """`line`: as ddp_preflight/hangwatch/prefixes.py's normalize read it."""
-        text = line.text
+        text, rank = line.text, line.rank
+        if PROCESS.match(text) or THREAD.match(text.lstrip()):
+            # the normalizer took a prefix off the dump's words: its frames' lines may keep it (srun's "0: "
+            # before an indented line)
+            self.prefix = quote.text[:len(quote.text) - len(text)] if quote.text.endswith(text) else ""
+        elif (prefixed := PREFIXED.match(text)) is not None:     # a prefix the normalizer left (a host's, "rank 1 |")
+            text, self.prefix = text[prefixed.end():], prefixed["prefix"]
+            rank = rank if rank is not None else _rank(self.prefix)
+        elif self.thread is not None and self.prefix and not FRAME.match(text):
+            text = next((t[len(self.prefix):] for t in (text, quote.text) if t.startswith(self.prefix)), text)
         process = PROCESS.match(text)
         if process is not None:
-            self._new(int(process["pid"]), line.rank, quote)
+            self._new(int(process["pid"]), rank, quote)
             return
         thread = THREAD.match(text.lstrip())
         if thread is not None:
             if self.process is None or self.process.threads and self.process.pid is None and _main(thread) \
-                    or line.rank is not None and line.rank != self.process.rank:
-                self._new(None, line.rank, quote)   # no Process line: a second MainThread, another rank's prefix
+                    or rank is not None and rank != self.process.rank:
+                self._new(None, rank, quote)   # no Process line: a second MainThread, another rank's prefix
             assert self.process is not None
             tid = thread["id"]
             self.thread = {"thread_id": int(tid, 16) if tid.startswith("0x") else int(tid),
@@ -90,6 +104,12 @@ class StackReader:
             self.dumps.append(self.process)
         else:
             self.process = Dumped(pid, rank)        # read, not kept
+
+
+def _rank(prefix: str) -> int | None:
+    """The rank a prefix says: srun's task label ("3: ", one task a rank), or its word ("rank 3 |")."""
+    said = PREFIX_RANK.search(prefix)
+    return None if said is None else int(said["task"] or said["rank"])
 
 
 def _main(thread: re.Match) -> bool:

@@ -14,6 +14,7 @@ from .ended import context, ended, ending_of, from_named, judged, ooms_of
 from .join import Joined, join
 from .root import Root
 from .seen import Gathered
+from .watchdog_root import from_analyzer, from_watchdog_lines
 
 
 def named_by_words(g: Gathered) -> Root | None:
@@ -33,6 +34,9 @@ def said(g: Gathered) -> Root | None:
         return words
     if any(e.oom for e in endings):
         return judged(g)     # the kernel's OOM killer ended ranks: the one judge of ends reads them (exits.read)
+    analyzed = from_analyzer(g)
+    if analyzed is not None:
+        return analyzed      # torch's Flight Recorder analyzer read every rank's dump: it says who the others waited for
     if _behind_ranks(g):
         return None
     watched = [r for r in g.ranks if r.watchdog is not None]
@@ -58,6 +62,8 @@ def behind(g: Gathered) -> Root | None:
     joined = _behind_ranks(g)
     if joined is None:
         return None
+    if not any(r.flight for r in g.ranks):
+        return from_watchdog_lines(g)     # NCCL's watchdog lines alone: by process group, never a certain rank
     lines = [e.quote for e in joined.entered if e.rank in joined.behind] + \
         [e.quote for e in joined.entered if e.rank in joined.ahead][:3]
     return Root(Kind.DEADLOCK, Reason.BEHIND, culprits=list(joined.behind), quotes=lines, named_by_words=False)

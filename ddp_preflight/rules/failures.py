@@ -39,9 +39,11 @@ from .failure_lines import (  # noqa: F401  (also read as rules.failures.X)
     WATCHDOG_CAUGHT,
     WATCHDOG_CAUGHT_WORD,
 )
+from .failures_flight import ANALYZER
 from .failures_nccl import NCCL_WORDS
 from .failures_partial import PARTIAL
 from .failures_setup import SETUP
+from .failures_stopped import STOPPED
 from .fix import change, run
 from .message_parts import DEEPSPEED_EXIT_WORD
 
@@ -269,16 +271,15 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        r"communicator was aborted|watchdog got stuck|ProcessGroupNCCL watchdog hang|Heartbeat monitor timed out",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective failed or timed out on this rank", _FLIGHT, Sure.UNKNOWN),
-    # torchrun's agent on a Ctrl-C or a scheduler's SIGTERM, in its exception and its log line (torch 1.9+), a bare
-    # KeyboardInterrupt (mp.spawn's parent, or a rank), Slurm's stopped step and srun's tasks: consequences, never root
-    _m("stopped-by-hand", ("got signal: 2", "got signal: 15", "death signal", "KeyboardInterrupt"),
-       r"SignalException: Process \d+ got signal: (?:2|15)|Received (?:2|15|Signals\.SIG(?:INT|TERM)) death signal"
+    # torchrun's agent on a Ctrl-C (SIGINT) (torch 1.9+), a bare KeyboardInterrupt: a person stopped a stuck run
+    _m("stopped-by-hand", ("got signal: 2", "death signal", "KeyboardInterrupt"),
+       r"SignalException: Process \d+ got signal: 2\b|Received (?:2|Signals\.SIGINT) death signal"
        r"|(?:^|\s)KeyboardInterrupt\s*$",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
-       "the run was stopped by hand (Ctrl-C) or by its scheduler: if it hung, no line here says who it waited for",
+       "the run was stopped by hand (Ctrl-C): if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
-    _m("scheduler-stopped", ("CANCELLED AT", ": Terminated"), r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+"
-       r"(?P<limit> DUE TO TIME LIMIT)?|srun: error: \S+: tasks? [\d,-]+: Terminated", K.TIMEOUT_UNKNOWN_ROOT,
+    _m("scheduler-stopped", ("CANCELLED AT", ": Terminated"), r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+ "
+       r"(?!DUE TO (?:TIME LIMIT|PREEMPTION|NODE FAILURE))|srun: error: \S+: tasks? [\d,-]+: Terminated", K.TIMEOUT_UNKNOWN_ROOT,
        C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT, "Slurm stopped the step: if it hung, no line here says who it waited for",
        _FLIGHT, Sure.UNKNOWN),
     # c10's fatal signal handler (torch's own, per thread: "SIGABRT(6), PID: 18613, Thread 18613:"), and
@@ -313,7 +314,7 @@ CATALOGUE: tuple[Message, ...] = SETUP + (
        "this rank lost its peer: the peer ended first, or the link failed",
        run("ddp-preflight explain <every node's log>", note="the peer that ended first is in another rank's output"),
        Sure.UNKNOWN),
-) + NCCL_WORDS + PARTIAL
+) + NCCL_WORDS + PARTIAL + STOPPED + ANALYZER
 
 BY_ID = {m.id: m for m in CATALOGUE}
 # Every message's words in one search: most lines of a log hold none (about 2 us a line, where

@@ -22,10 +22,12 @@ PARTIAL: tuple[Message, ...] = (
        run("grep -n 'store based barrier' <every rank's log>", note="its (world_size=N, worker_count=M): fewer than "
            "the world never joined (a node not started, or not reaching the master); more: the job was launched twice"),
        Sure.LIKELY),
-    # NCCL's watchdog line cut inside "collective operation timeout" (a paste's end, a progress bar run into it): only
+    # NCCL's watchdog line cut inside "collective operation timeout" or before its WorkNCCL's fields (a paste's end, a
+    # wrap; corpus 362), a progress bar run into it: only
     # the watchdog prints "Watchdog caught", and only when a collective timed out (rules/failures.py's watchdog)
     _m("watchdog-cut", ("Watchdog caught",),
-       r"Watchdog caught (?:collective operation t\w*|collective o\w*|c\w*)?\s*$",
+       r"Watchdog caught (?:collective operation timeout: (?:W\w*(?:\(\w*)?)?|collective operation t\w*|collective o\w*"
+       r"|c\w*)?\s*$",
        K.TIMEOUT_UNKNOWN_ROOT, C.COLLECT_FLIGHT_RECORDER, P.TIMEOUT,
        "a collective waited past the process group's timeout (the rest of the watchdog's line is cut): some rank never "
        "entered it",

@@ -136,11 +136,15 @@ def test_a_launcher_stopping_ranks_is_never_a_root(tmp_path, stop):
     assert answer(tmp_path, stop + "\n" + failed) == ("signal-killed", [3], "likely", "sigkill-oom-or-scheduler")
 
 
-@pytest.mark.parametrize("death", ["Received Signals.SIGTERM death signal", "Received Signals.SIGINT death signal",
-                                   "Received 15 death signal"])
-def test_the_agent_stopped_from_outside_is_never_a_root(tmp_path, death):
+# a Ctrl-C (SIGINT) is a person stopping a stuck run; a SIGTERM is a sender outside the run, and says it ended,
+# not that it hung (issue 37: a scheduler's SIGTERM was read as a Ctrl-C and given the Flight Recorder's fix)
+@pytest.mark.parametrize("death,said", [
+    ("Received Signals.SIGTERM death signal", ("exited", [], "unknown", "unknown")),
+    ("Received Signals.SIGINT death signal", ("timeout-unknown-root", [], "unknown", "unknown-collect-flight-recorder")),
+    ("Received 15 death signal", ("exited", [], "unknown", "unknown"))])
+def test_the_agent_stopped_from_outside_is_never_a_root(tmp_path, death, said):
     text = f"W0101 00:00:00.000000 1 torch/distributed/elastic/agent/server/api.py:688] {death}, shutting down workers\n"
-    assert answer(tmp_path, text) == ("timeout-unknown-root", [], "unknown", "unknown-collect-flight-recorder")
+    assert answer(tmp_path, text) == said
 
 
 def test_nccls_system_error_over_an_ib_completion_error_is_the_ib_error(tmp_path):

@@ -222,6 +222,11 @@ def test_an_accelerate_launch_gets_accelerates_own_options_never_torchruns(tmp_p
     "[rank3]:[E0102 10:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective\n",
     "[E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught collective operation time\n",
     "[E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught \n",
+    # cut before its WorkNCCL's fields (corpus 362's own wrap, re-wrapped at another width)
+    "[rank2]:[E1212 17:21:29.139598465 ProcessGroupNCCL.cpp:1515] [PG 0 (default_pg) Rank 2] Process group watchdog "
+    "thread terminated with exception: [Rank 2] Watchdog caught collective operation timeout: Work\n",
+    "[Rank 2] Watchdog caught collective operation timeout: WorkNCCL(\n",
+    "[Rank 2] Watchdog caught collective operation timeout: \n",
 ])
 def test_a_watchdog_line_cut_inside_its_words_is_still_a_timeout(tmp_path, text):
     assert answer(tmp_path, text) == ("timeout-unknown-root", [], "unknown", "unknown-collect-flight-recorder")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ddp_preflight.explain import explain
 from ddp_preflight.explain.fits import ALREADY_DEBUG, ANY_FLIGHT, DEEPSPEED_OUTPUT
+from ddp_preflight.rules.failures_stopped import STOPPED_OUTSIDE
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 PASTED = ARTIFACTS / "pasted"
@@ -30,9 +31,17 @@ def test_a_deepspeed_launch_is_not_told_to_use_torchrun():
 
 
 def test_a_run_that_shows_no_nccl_gets_no_nccl_variables():
-    # a Gloo run of the lab that hung and was stopped (SIGTERM): before, TORCH_NCCL_TRACE_BUFFER_SIZE
-    fix, _ = fixes(ARTIFACTS / "explain" / "uneven")
+    # a Gloo run stopped by Ctrl-C (Windows, corpus 159): before, TORCH_NCCL_TRACE_BUFFER_SIZE
+    fix, _ = fixes(PASTED / "159-ultralytics-windows-keyboardinterrupt-sync-buffers.log")
     assert fix == ANY_FLIGHT.text() and "NCCL" not in fix
+
+
+def test_a_run_stopped_by_sigterm_gets_the_senders_record_not_a_hangs_fix():
+    # a Gloo run of the lab that hung and was stopped by SIGTERM: its files show every rank's last step alike
+    # and the agents' 'Received 15 death signal', no hang; the SIGTERM's sender is what they point to (issue
+    # 37: it had the Ctrl-C reading and the Flight Recorder's fix; before that, TORCH_NCCL_TRACE_BUFFER_SIZE)
+    fix, _ = fixes(ARTIFACTS / "explain" / "uneven")
+    assert fix == STOPPED_OUTSIDE.text() and "NCCL" not in fix
 
 
 def test_an_nccl_run_keeps_ncclss_own_fix():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ddp_preflight.explain import explain
 from ddp_preflight.explain.finding_text import finding_line
 
@@ -82,3 +84,37 @@ def test_a_ranks_own_error_outranks_the_stacks(tmp_path):
 
 def test_words_that_look_like_a_dump_in_a_log_are_no_dump(tmp_path):
     assert _explain(tmp_path, "Thread pool started with 8 workers\nProcess group ready\nstep 10: loss 2.0\n").ok
+
+
+def _prefixed(prefix: str, rank: int, frames: list[str]) -> str:
+    """_dump's lines under a writer's prefix instead of torch's: {r} is the rank's number in it."""
+    return "".join(prefix.format(r=rank) + line[len(f"[rank{rank}]:"):] if line.strip() else prefix.format(r=rank)
+                   + "\n" for line in _dump(rank, frames).splitlines(keepends=True))
+
+
+# issue 37: srun's "0: " label before an indented frame is one the normalizer does not strip, and the ranks'
+# identical frame lines, the paste's longest, were taken for a terminal's wrap and joined: the frames were
+# lost. Any per-line prefix, read as the dump's own lines carry it; a rank only where the prefix says one.
+@pytest.mark.parametrize("prefix,ranked", [
+    ("{r}: ", True), ("{r}:", True), ("[1,{r}]<stdout>:", True), ("2024-05-01 10:00:00 | rank {r} | ", True),
+    ("node{r}: ", False), ("gpu-0{r} | ", False), ("[default{r}]:", False),
+])
+def test_py_spy_dumps_under_any_per_line_prefix_keep_their_frames(tmp_path, prefix, ranked):
+    f = _explain(tmp_path, "".join(_prefixed(prefix, r, ELSEWHERE if r == 2 else ALL_REDUCE) for r in range(3))).finding
+    assert f is not None and f.message == "py-spy"
+    assert [(s["state"], s["op"], s["line"]) for s in f.detail["stacks"]] == \
+        [("collective", "all_reduce", "train.py:88")] * 2 + [("idle", None, "data.py:41")]
+    if ranked:
+        assert (f.kind.value, f.culprits, f.sure.value) == ("rank-behind", (2,), "likely")
+    else:       # a host's or a local index's prefix names no global rank: no culprit
+        assert (f.kind.value, f.culprits, f.sure.value) == ("timeout-unknown-root", (), "unknown")
+
+
+def test_the_recorded_dump_under_srun_labels_reads_as_it_does_bare(tmp_path):
+    recorded = (Path(__file__).parent / "artifacts" / "pasted" / "217-deepspeed-py-spy-dump-one-rank-backward.log")
+    bare = _explain(tmp_path, recorded.read_text()).finding
+    labelled = _explain(tmp_path, "".join(f"3: {line}" for line in recorded.read_text().splitlines(keepends=True))).finding
+    assert bare is not None and labelled is not None
+    assert [(s["state"], s["op"], s["line"]) for s in labelled.detail["stacks"]] == \
+        [(s["state"], s["op"], s["line"]) for s in bare.detail["stacks"]]
+    assert [s["rank"] for s in labelled.detail["stacks"]] == [3] * len(bare.detail["stacks"])

@@ -32,18 +32,18 @@ def test_each_wording_of_a_store_nobody_reached_is_the_store_unreachable(line, s
     assert said == store
 
 
-@pytest.mark.parametrize("line,limit", [
-    ("slurmstepd: error: *** STEP 6053.0 ON DEL2212S020 CANCELLED AT 2024-04-23T12:18:08 ***", None),
+# a step Slurm stopped for a reason it names is that reason's (rules/failures_stopped.py), not "stopped: if it hung"
+@pytest.mark.parametrize("line,id,part", [
+    ("slurmstepd: error: *** STEP 6053.0 ON DEL2212S020 CANCELLED AT 2024-04-23T12:18:08 ***", "scheduler-stopped",
+     failures.Part.TIMEOUT),
     ("slurmstepd: error: *** JOB 494583 ON gpu-07 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",
-     " DUE TO TIME LIMIT"),
-    ("srun: error: node12: tasks 0-3: Terminated", None),
-    ("srun: error: DEL2212S020: task 0: Terminated", None),
+     "scheduler-time-limit", failures.Part.VICTIM),
+    ("srun: error: node12: tasks 0-3: Terminated", "scheduler-stopped", failures.Part.TIMEOUT),
+    ("srun: error: DEL2212S020: task 0: Terminated", "scheduler-stopped", failures.Part.TIMEOUT),
 ])
-def test_slurm_stopping_a_step_is_read_as_a_consequence(line, limit):
+def test_slurm_stopping_a_step_is_read_as_a_consequence(line, id, part):
     [found] = failures.find(line)
-    assert (found.message.id, found.message.part, found.message.sure) == \
-        ("scheduler-stopped", failures.Part.TIMEOUT, failures.Sure.UNKNOWN)
-    assert found.groups.get("limit") == limit
+    assert (found.message.id, found.message.part) == (id, part)
 
 
 def test_a_users_own_terminated_word_is_not_slurms():
@@ -63,11 +63,12 @@ def test_a_ranks_own_error_outranks_slurm_terminating_the_others(tmp_path: Path)
     assert (f.kind.value, f.cause.value, f.culprits) == ("exited", "python-exception", (1,))
 
 
-def test_a_step_slurm_stopped_alone_names_no_one_and_says_what_to_collect(tmp_path: Path):
+def test_a_job_slurm_ended_at_its_time_limit_names_no_one_and_gives_the_limits_fix(tmp_path: Path):
     log = tmp_path / "slurm-82.out"
     log.write_text("epoch 3 step 1200 loss 2.31\n"
                    "slurmstepd: error: *** JOB 82 ON gpu-07 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***\n")
     f = explain([str(log)]).finding
     assert f is not None
-    assert (f.kind.value, f.cause.value, f.culprits, f.sure.value) == \
-        ("timeout-unknown-root", "unknown-collect-flight-recorder", (), "unknown")
+    # a time limit ends a run, it does not say it hung (issue 37: it had the Flight Recorder's fix): the reason's fix
+    assert (f.kind.value, f.cause.value, f.culprits, f.message) == ("exited", "unknown", (), "scheduler-time-limit")
+    assert f.fix is not None and "#SBATCH --time" in f.fix.text()
