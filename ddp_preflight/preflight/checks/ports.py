@@ -124,8 +124,8 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
         if own:            # more than one rank per node
             unpinned_own = seen.into(dst, own=True, unpinned=True) if other else []
             yield from _both_families(
-                [_own_path(dst, listener, own, seen.nproc_per_node, node)],
-                [_own_path(dst, other, unpinned_own, seen.nproc_per_node, node)] if other and unpinned_own else None,
+                [_own_path(dst, listener, own, seen.ranks_on(dst), node)],
+                [_own_path(dst, other, unpinned_own, seen.ranks_on(dst), node)] if other and unpinned_own else None,
                 listener, other)
 
 

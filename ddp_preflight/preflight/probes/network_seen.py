@@ -104,6 +104,7 @@ class NetworkSeen:
     unpinned: Mapping[str, Listener] = field(default_factory=dict)
     unpinned_dials: tuple[Dial, ...] = ()
     backend: str | None = None           # the run's backend (None: a recording that did not say)
+    ranks: Mapping[str, int] = field(default_factory=dict)   # node -> its own ranks (a hostfile's slots)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> NetworkSeen:
@@ -114,7 +115,13 @@ class NetworkSeen:
                    None if master is None else MasterListener.from_json(master),
                    dict(wire.get("errors", {})), int(wire.get("nproc_per_node", 2)),
                    {name: Listener.from_json(one) for name, one in wire.get("unpinned", {}).items()},
-                   tuple(d for d in dials if d.sent.get("unpinned")), wire.get("backend"))
+                   tuple(d for d in dials if d.sent.get("unpinned")), wire.get("backend"),
+                   {name: int(n) for name, n in wire.get("ranks", {}).items()})
+
+    def ranks_on(self, name: str) -> int:
+        """The ranks torchrun starts on `name`: its own count where the probe recorded one (a
+        hostfile gives each host its slots), else the one count for every node."""
+        return self.ranks.get(name, self.nproc_per_node)
 
     def blocked(self, names: set[str]) -> list[Dial]:
         """The dials between these nodes that found the path blocked: a listener's port (as Gloo's
