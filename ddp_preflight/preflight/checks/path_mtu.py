@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddp_preflight.rules.fix import Action, Fix
-from ddp_preflight.rules.routes import dead_route, drop_route
+from ddp_preflight.rules.routes import dead_route, detour, drop_route
 
 from ..model import Context, Status, Verdict
 from ..probes.network_seen import NetworkSeen
 from ..probes.path_mtu_seen import Direction, PathMtuSeen
 from .common import probed
-from .reverse_path import network_seen, route_toward
+from .reverse_path import network_seen, route_toward, unanswered
 
 PASSES = ("fits", "learned")     # full size passed, or a hop said so with ICMP (TCP adapts to that)
 
@@ -44,7 +44,8 @@ def lost_words(d: Direction) -> str:
 
 def _dead_route(ctx: Context, src: str, dst: str) -> tuple[str, str, Fix] | None:
     """Either end's route to the other out a dead link (down, no carrier), as the facts (to the
-    master) or the network probe's dials (to a peer) said it: that end, the words, the fix."""
+    master) or the network probe's dials (to a peer) said it; else either end's route to the
+    master through a second interface that takes over the LAN's: that end, the words, the fix."""
     seen = network_seen(ctx) or NetworkSeen((), {}, None, {}, 1)
     for end, other in ((src, dst), (dst, src)):
         node = next((n for n in ctx.nodes if n.node == end), None)
@@ -54,6 +55,17 @@ def _dead_route(ctx: Context, src: str, dst: str) -> tuple[str, str, Fix] | None
             picked, why = dead
             return (end, f"{end}'s route to {picked.address} goes out {picked.interface}, which {why}: what it "
                     f"sends {peer} (its probes and its answers) goes nowhere", drop_route(end, picked, peer))
+    for end in (src, dst):
+        # A live second interface's route to the master takes over the LAN's, and nothing the node
+        # sent the master there was answered (the network probe): its ranks bind that interface's
+        # address (the pin follows the route), which the others have no route to.
+        node = next((n for n in ctx.nodes if n.node == end), None)
+        taken = detour(node) if node is not None and node is not ctx.master else None
+        if taken is not None and unanswered(seen, end, ctx.master.node):
+            picked, why, lan = taken
+            return (end, f"{end}'s route to the master ({picked.address}) goes out {picked.interface}, which {why}: "
+                    f"its ranks bind {picked.interface}'s address, and what it sends the master goes nowhere",
+                    drop_route(end, picked, instead=lan))
     return None
 
 

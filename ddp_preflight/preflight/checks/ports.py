@@ -10,12 +10,13 @@ from collections.abc import Iterator, Mapping
 from ddp_preflight.rules.environment import env_fix
 from ddp_preflight.rules.facts import Missing
 from ddp_preflight.rules.fix import Fix, run
-from ddp_preflight.rules.routes import ipv6_off
+from ddp_preflight.rules.routes import detour, drop_route, ipv6_off
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen, gloo_listens
 from .common import probed
 from .name_cause import name_cause
+from .reverse_path import unanswered
 from .route_causes import RouteCause, route_cause
 
 MEANING = {
@@ -233,6 +234,16 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"{dst}'s ephemeral ports{at} cannot be reached {what}: unpinned, Gloo cannot connect "
                       "these nodes in either direction",
                       env_fix(ctx, dst, [(_PIN, listener.interface)]) if listener.interface else None, details)
+    elif broken and (moved := _bound_out_detour(ctx, seen, node, listener)) is not None:
+        # Its ranks bind the address of the interface its route to the master detours through (the
+        # interface preflight pins follows that route): the others have no route there. One
+        # cause, one fix: interface-choice and master-reachable name the same route.
+        route, why, lan = moved
+        yield Verdict(Status.FAIL, dst,
+                      f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: {dst}'s ranks bind "
+                      f"{listener.address} on {route.interface} because its route to the master ({route.address}) "
+                      f"goes out {route.interface}, which {why}", drop_route(dst, route, instead=lan),
+                      {**details, "route": dict(route.sent)})
     elif broken:
         # Already the address its ranks bind pinned: a pin changes nothing, and no cause was seen
         # that a fix could name (not a route of its own, not a firewall: no connection got there).
@@ -252,6 +263,18 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "
                       f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
                       "new addresses can need this direction", fix, details)
+
+
+def _bound_out_detour(ctx: Context, seen: NetworkSeen, node: NodeFacts | None, listener: Listener):
+    """The node's route to the master detours out a second interface (rules/routes.detour), the
+    one its listener (where its ranks bind) is on, and nothing the node sent the master out
+    there was answered: (route, why, the LAN interface), else None."""
+    if node is None or node is ctx.master or listener.interface is None:
+        return None
+    taken = detour(node)
+    if taken is None or taken[0].interface != listener.interface or not unanswered(seen, node.node, ctx.master.node):
+        return None
+    return taken
 
 
 def _part_open(into: list[Dial], src: str, span: tuple[int, int]) -> str:

@@ -48,6 +48,16 @@ def silent(seen: NetworkSeen, pair: set[str], dials: list[Dial]) -> bool:
     return all(d.outcome == "filtered" and {d.src, d.dst} == pair for d in dials) and not seen.answered(pair)
 
 
+def unanswered(seen: NetworkSeen, src: str, dst: str) -> bool:
+    """The evidence a detour of `src`'s own route to `dst` needs: `src` dialled `dst`, every one
+    of those dials silently dropped, and nothing either sent the other answered. How `dst`'s
+    dials the other way failed is not asked: where the detour also moved `src`'s own listener
+    (its ranks bind the address out the detour), `dst` has no route there ("unreachable"), a
+    consequence of the same route, not evidence against it."""
+    dials = [d for d in seen.dials if d.src == src and d.dst == dst]
+    return bool(dials) and all(d.outcome == "filtered" for d in dials) and not seen.answered({src, dst})
+
+
 def route_toward(ctx: Context, seen: NetworkSeen, name: str, other: str) -> tuple[Route | None, str]:
     """`name`'s own route to the other end of a path, and that end in words: to the master, the
     route its facts read (route_to_master); to a peer, the one its dials there reported."""
