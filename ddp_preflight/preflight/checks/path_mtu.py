@@ -89,6 +89,28 @@ def _fix(d: Direction, size: int, nodes: list[str]) -> Fix | None:
                f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
 
 
+def _too_large_here(ds: list[Direction], seconds: Any) -> Verdict:
+    """src's MTU alone is larger than what passes to these peers (theirs is smaller and holds TCP
+    under it): Gloo works, anything larger src sends them is lost. One fix on src."""
+    d, size = ds[0], ds[0].passed or 0
+    src, peers = d.src, ", ".join(x.dst for x in ds)
+    details: dict[str, Any] = {"pairs": [x.to_json() for x in ds], "probe_seconds": seconds, "fix_mtu": size}
+    if len(ds) == 1:
+        details.update(pair=d.to_json(), tcp_packet=d.tcp_packet)
+        return Verdict(Status.WARN, src, f"{lost_words(d)}: TCP to {d.dst} stays at {d.tcp_packet} bytes ({d.dst}'s "
+                       f"MTU), so Gloo works; anything larger {src} sends that way is lost", _fix(d, size, [src]), details)
+    theirs = ", ".join(_mtu(x.dst, x.dst_interface, x.dst_mtu) for x in ds)
+    largest = max((m for x in ds for m in (x.src_end_mtu, x.dst_mtu) if m), default=size)
+    fix = None if not d.src_interface else Fix(
+        Action.RUN, (f"on {src}: sudo ip link set dev {d.src_interface} mtu {size}",), src,
+        f"what passes between {src} and {peers}; or make every hop between them (switch port, VLAN, tunnel) carry "
+        f"{largest}-byte packets")
+    return Verdict(Status.WARN, src,
+                   f"{src} -> {peers}: packets over {size} bytes are lost without an ICMP reply "
+                   f"({_mtu(src, d.src_interface, d.src_end_mtu)}; {theirs}): TCP to each stays at its MTU, so Gloo "
+                   f"works; anything larger {src} sends them is lost", fix, details)
+
+
 def _blocked_here(d: Direction, details: dict[str, Any]) -> Verdict:
     """src's kernel refused to send a size with EPERM: a netfilter rule on src's own output
     dropped it (the kernel tells the sender so; a drop on the way, or at dst, is silent). The
@@ -115,6 +137,7 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.ERROR, name, f"{name}: the path-MTU probe did not run: {reason}")
     fine: dict[str, list[Direction]] = {}
     dead_ends: dict[tuple[str, str, Fix], list[Direction]] = {}
+    one_end: dict[tuple[str, str | None, int], list[Direction]] = {}
     for d in seen.directions:
         src, dst = d.src, d.dst
         details: dict[str, Any] = {"pair": d.to_json(), "probe_seconds": seen.seconds}
@@ -146,13 +169,10 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
                           _fix(d, size, [n for n in (src, dst) if (mtus[n] or size + 1) > size]), details)
         else:
             # Only this end's MTU is too large: the other end's smaller MTU holds TCP under the limit.
-            size = d.passed or 0
-            packet = d.tcp_packet
-            details.update(tcp_packet=packet, fix_mtu=size)
-            yield Verdict(Status.WARN, src,
-                          f"{lost_words(d)}: TCP to {dst} stays at {packet} bytes ({dst}'s MTU), so Gloo works; "
-                          f"anything larger {src} sends that way is lost",
-                          _fix(d, size, [src]), details)
+            # One cause on src for every peer it is too large for: one result, one fix.
+            one_end.setdefault((src, d.src_interface, d.passed or 0), []).append(d)
+    for ds in one_end.values():
+        yield _too_large_here(ds, seen.seconds)
     for (end, why, fix), stopped in dead_ends.items():
         paths = ", ".join(f"{d.src} -> {d.dst}" for d in stopped)
         yield Verdict(Status.FAIL, end, f"{paths}: not measured: {why}", fix,
