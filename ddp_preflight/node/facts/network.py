@@ -78,6 +78,7 @@ def interfaces() -> list[dict]:
     if done is None or done.returncode != 0:
         return _interfaces_from_sysfs()
     result = []
+    shaped = shapers()
     for link in json.loads(done.stdout or "[]"):
         name = link["ifname"]
         kind = (link.get("linkinfo") or {}).get("info_kind")
@@ -91,8 +92,29 @@ def interfaces() -> list[dict]:
                        "up": "UP" in flags and "NO-CARRIER" not in flags
                              and link.get("operstate") not in ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT"),
                        "operstate": link.get("operstate"), "mtu": link.get("mtu"),
-                       "speed_mbit": _speed(name), "rp_filter": rp_filter(name), "addresses": addrs})
+                       "speed_mbit": _speed(name), "rp_filter": rp_filter(name), "addresses": addrs,
+                       **({"shaper": shaped[name]} if name in shaped else {})})
     return result
+
+
+def shapers() -> dict[str, dict]:
+    """Each interface whose root queueing discipline caps what it sends at a rate (tbf's rate,
+    cake's bandwidth, in bytes/s as tc reports them): a node slower than its link's nominal speed
+    for that reason alone, whatever the wire. Empty without tc."""
+    done = command(["tc", "-j", "qdisc", "show"])
+    if done is None or done.returncode != 0:
+        return {}
+    try:
+        qdiscs = json.loads(done.stdout or "[]")
+    except ValueError:
+        return {}
+    out = {}
+    for q in qdiscs if isinstance(qdiscs, list) else []:
+        options = q.get("options") or {}
+        cap = options.get("rate") if q.get("kind") == "tbf" else options.get("bandwidth")
+        if q.get("root") and q.get("dev") and isinstance(cap, int) and cap > 0:
+            out[q["dev"]] = {"kind": q.get("kind"), "rate_bytes_per_s": cap}
+    return out
 
 
 def _interfaces_from_sysfs() -> list[dict]:

@@ -108,9 +108,11 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"
     # The node the links measured slow, where one was (its own warning names its links), else the
     # slowest by kind or nominal speed.
+    # The slow node's own cause, where its links' verdict saw one (a queue that caps it): one fix.
     yield Verdict(Status.WARN, slow_node.node if slow_node else slow[0] if slow else None,
                   f"{predicted}: the link, not compute, will bound the run{compute}"
                   f"{f'; the slow node: {slow_node.node}' if slow_node else where}. {figures}",
+                  slow_node.fix if slow_node and "shaper" in slow_node.details else
                   change(less_often if one_node else f"use a faster link between the nodes, or {less_often}"), details)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddp_preflight.rules.fix import Fix, change
+from ddp_preflight.rules.facts import Interface
+from ddp_preflight.rules.fix import Fix, change, run
 from ddp_preflight.rules.routes import toward_master
 
 from ..model import Context, NodeFacts, Status, Verdict
@@ -82,15 +83,37 @@ def slow_node_of(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
         words = ", ".join(said(a, b, r) for (a, b), r in sorted(own.items()))
         fast = ", ".join(said(a, b, r) for (a, b), r in sorted(others.items()))
         link = links(ctx, [name]).get(name)
-        fix = by_wire(ctx, name) if link and link["kind"] == "wireless" else None
+        capped = shaped(ctx, name, min(others.values()))
+        fix = unshape(name, capped) if capped else by_wire(ctx, name) if link and link["kind"] == "wireless" else None
         where = f" ({describe(name, link)})" if link else ""
+        cap = (f"; {name}'s {capped.name} sends through a {capped.shaper} queue capped at "
+               f"{rate(capped.shaper_rate or 0)} (tc qdisc), below what the others carried") if capped else ""
         return Verdict(Status.WARN, name,
                        f"{name}'s links are the slow ones{where}: {words}, against {fast} between the other nodes "
-                       "(each link's bytes over the time it had data to send, the kernel's TCP_INFO); every step's "
-                       f"all_reduce waits for {name}",
+                       f"(each link's bytes over the time it had data to send, the kernel's TCP_INFO){cap}; every "
+                       f"step's all_reduce waits for {name}",
                        fix, {"link_rates_bytes_per_s": {f"{a}->{b}": round(r) for (a, b), r in sorted(rates.items())},
-                             "slow_node": name})
+                             "slow_node": name, **({"shaper": {"interface": capped.name, "kind": capped.shaper,
+                                                              "rate_bytes_per_s": capped.shaper_rate}}
+                                                   if capped else {})})
     return None
+
+
+def shaped(ctx: Context, name: str, others: float) -> Interface | None:
+    """The node's interface toward the master, where its root queue caps what it sends (tbf, cake)
+    below what the links between the other nodes carried (`others`, bytes/s): that cap alone keeps
+    the node's links below theirs, whatever the wire."""
+    node = next((n for n in ctx.nodes if n.node == name), None)
+    iface = toward_master(ctx, node) if node is not None else None
+    if iface is None or not iface.shaper or not iface.shaper_rate or iface.shaper_rate >= STRAGGLER_RATIO * others:
+        return None
+    return iface
+
+
+def unshape(name: str, iface: Interface) -> Fix:
+    return run(f"on {name}: sudo tc qdisc del dev {iface.name} root", name,
+               f"its {iface.shaper} queue caps what {iface.name} sends at {rate(iface.shaper_rate or 0)}; the "
+               "kernel's default queue then serves")
 
 
 def lossy_paths(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:

@@ -33,12 +33,16 @@ class Interface:
     speed_mbit: int | None = None   # in Mbit/s; None: the link does not say (virtual, or down)
     rp_filter: int | None = None    # IPv4 reverse-path filter as applied, max(all, its own): 0 off, 1 strict,
                                     # 2 loose; None: not read (an older node, or unreadable)
+    shaper: str | None = None       # its root qdisc that caps what it sends ("tbf", "cake"); None: none seen
+    shaper_rate: int | None = None  # in bytes/s: that cap
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Interface:
+        found = wire.get("shaper")
+        shaper: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         return cls(required(text(wire, "name"), "name"), required(text(wire, "kind"), "kind"), flag(wire, "up"),
                    objects(wire, "addresses", Address.from_json), whole(wire, "speed_mbit"),
-                   whole(wire, "rp_filter"))
+                   whole(wire, "rp_filter"), text(shaper, "kind"), whole(shaper, "rate_bytes_per_s"))
 
 
 @dataclass(frozen=True)
