@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddp_preflight.rules.facts import Interface
+from ddp_preflight.rules.facts import Interface, Missing
+from ddp_preflight.rules.facts.network import RandomDrop
 from ddp_preflight.rules.fix import Fix, change, run
 from ddp_preflight.rules.routes import toward_master
 
@@ -137,7 +138,9 @@ def lossy_paths(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
                       f"{worst.src} drops what it sends to {worst.dst}: {worst.undelivered} of the {worst.segs} "
                       f"segments its ranks sent ({100 * worst.loss:.2f}%) were never acknowledged, and its kernel "
                       "counted no resend for them (TCP_INFO: sent less delivered, against retransmitted): they were "
-                      f"dropped on {worst.src} before they left{also}; every step's all_reduce crosses that path",
+                      f"dropped on {worst.src} before they left{also}{_by_rule(ctx, worst.src, OUTGOING)}; every "
+                      "step's all_reduce crosses that path",
+                      _drop_rule_fix(ctx, worst.src, OUTGOING) or
                       change(f"find what drops them on {worst.src}: ssh {worst.src} sudo nft list ruleset (its output "
                              f"rules), and ssh {worst.src} tc -s qdisc (drops)"), lost_links)
         return
@@ -147,10 +150,42 @@ def lossy_paths(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
                   f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.lost} of the {worst.segs} "
                   f"segments {worst.src}'s ranks sent ({100 * worst.loss:.2f}%, {size(worst.sent)}) had to be sent "
                   "again and were not duplicates (the kernel's TCP_INFO: retransmitted, less D-SACK), round trip "
-                  f"{worst.rtt_us / 1000:.2f} ms{also}; over TCP a lossy path carries far less than its rate, and "
-                  "every step's all_reduce crosses it",
+                  f"{worst.rtt_us / 1000:.2f} ms{also}{_by_rule(ctx, worst.dst, INCOMING)}; over TCP a lossy path "
+                  "carries far less than its rate, and every step's all_reduce crosses it",
+                  _drop_rule_fix(ctx, worst.dst, INCOMING) or
                   change(f"find where {worst.dst} drops them: ssh {worst.dst} {show} (RX errors and "
                          "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"), lost_links)
+
+
+OUTGOING = ("output", "postrouting")       # the hooks what a node sends passes
+INCOMING = ("input", "prerouting")         # and what it receives
+
+
+def _random_drop(ctx: Context, name: str, hooks: tuple[str, ...]) -> RandomDrop | None:
+    """The node's own rule that drops a random share of what passes one of these hooks, as its
+    ruleset (read as root) lists it: the loss is of its own making."""
+    node = next((n for n in ctx.nodes if n.node == name), None)
+    network = node.parsed.network if node is not None else None
+    if network is None or isinstance(network, Missing) or isinstance(network.firewall, Missing):
+        return None
+    return next((d for d in network.firewall.random_drops if d.hook in hooks), None)
+
+
+def _by_rule(ctx: Context, name: str, hooks: tuple[str, ...]) -> str:
+    found = _random_drop(ctx, name, hooks)
+    return f"; {name}'s own nftables rule drops a random share of them ({found.chain}: `{found.rule}`)" if found else ""
+
+
+def _drop_rule_fix(ctx: Context, name: str, hooks: tuple[str, ...]) -> Fix | None:
+    """Delete that rule: by its handle, looked up from its own text (the ruleset was read without
+    handles), so the command is whole."""
+    found = _random_drop(ctx, name, hooks)
+    if found is None or "'" in found.rule:
+        return None
+    return run(f"on {name}: sudo nft delete rule {found.chain} handle $(sudo nft -a list chain {found.chain} | "
+               f"grep -F '{found.rule} #' | sed 's/.*# handle //')", name,
+               f"the rule in {found.chain} that drops a random share of what {name} "
+               f"{'sends' if hooks is OUTGOING else 'receives'}")
 
 
 def by_wire(ctx: Context, name: str) -> Fix:

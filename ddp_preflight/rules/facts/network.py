@@ -93,11 +93,13 @@ class Firewall:
     input_policy_drop: bool = False
     input_chains: tuple[str, ...] = ()   # nftables' chains on the input hook ("inet filter input"), those that
                                          # drop or reject first
+    random_drops: tuple[RandomDrop, ...] = ()   # rules that drop a random share of what passes
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Firewall:
+        rules = text(wire, "rules") or ""
         return cls(flag(wire, "readable"), text(wire, "tool"), whole(wire, "input_drops") or 0,
-                   flag(wire, "input_policy_drop"), input_chains(text(wire, "rules") or ""))
+                   flag(wire, "input_policy_drop"), input_chains(rules), random_drops(rules))
 
     @property
     def input_chain(self) -> str:
@@ -105,6 +107,32 @@ class Firewall:
         that drops, as the ruleset names it; Debian's and most distributions' default when the
         ruleset was not read."""
         return self.input_chains[0] if self.input_chains else "inet filter input"
+
+
+@dataclass(frozen=True)
+class RandomDrop:
+    """An nftables rule that drops a random share of the packets it sees (`numgen random mod 100 <
+    5 drop`; iptables' `-m statistic --mode random` as iptables-nft lists it): a lossy path of the
+    node's own making, whatever the wire."""
+    chain: str                   # "family table chain", as `nft delete rule` takes it
+    hook: str | None             # "input", "output", "forward"...; None: a chain no hook calls directly
+    rule: str                    # the rule as `nft list ruleset` prints it
+
+
+def random_drops(rules: str) -> tuple[RandomDrop, ...]:
+    found: list[RandomDrop] = []
+    table = chain = hook = None
+    for line in rules.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "table" and words[-1] == "{":
+            table, chain = " ".join(words[1:3]) if len(words) == 4 else f"ip {words[1]}", None
+        elif len(words) == 3 and words[0] == "chain" and words[2] == "{":
+            chain, hook = words[1], None
+        elif chain is not None and (m := re.search(r"\bhook (\w+)", line)) and line.strip().startswith("type "):
+            hook = m.group(1)
+        elif table and chain and re.search(r"\b(numgen random|statistic)\b", line) and re.search(r"\bdrop\s*$", line):
+            found.append(RandomDrop(f"{table} {chain}", hook, line.strip()))
+    return tuple(found)
 
 
 def input_chains(rules: str) -> tuple[str, ...]:
