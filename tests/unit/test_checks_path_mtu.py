@@ -134,3 +134,14 @@ def test_one_end_too_large_for_two_peers_is_one_result_with_one_fix():
         "anything larger worker2 sends them is lost",
         "on worker2: sudo ip link set dev eth0 mtu 1500   # what passes between worker2 and master, worker1; or make "
         "every hop between them (switch port, VLAN, tunnel) carry 9000-byte packets")]
+
+
+def test_one_hop_too_small_for_three_jumbo_nodes_is_one_fix_for_every_direction():
+    # Recorded: eth0 at MTU 9000 on all three nodes of a 3-node lab whose switch carries 1500 (issue
+    # 38: three fixes, each pair's, the same commands printed twice each).
+    got = results(load("lab_path_mtu_blackhole_three"))
+    pairs = [(a, b) for a in ("master", "worker1", "worker2") for b in ("master", "worker1", "worker2") if a != b]
+    fix = ("on master: sudo ip link set dev eth0 mtu 1500; on worker1: sudo ip link set dev eth0 mtu 1500; on "
+           "worker2: sudo ip link set dev eth0 mtu 1500   # what passes between master, worker1 and worker2; or make "
+           "every hop between them (switch port, VLAN, tunnel) carry 9000-byte packets")
+    assert sorted(got) == sorted(("path-mtu", a, Status.FAIL, LOST.format(a=a, b=b), fix) for a, b in pairs)

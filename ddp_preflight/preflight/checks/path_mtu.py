@@ -89,6 +89,29 @@ def _fix(d: Direction, size: int, nodes: list[str]) -> Fix | None:
                f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
 
 
+def _fix_all(ds: list[Direction], size: int) -> Fix | None:
+    """The MTU lowered to `size` on every node of these directions whose MTU is larger and whose
+    interface the probe named; one pair's is _fix's, word for word."""
+    if len(ds) == 1 or len({frozenset((d.src, d.dst)) for d in ds}) == 1:
+        d = ds[0]
+        mtus = {d.src: d.src_end_mtu, d.dst: d.dst_mtu}
+        return _fix(d, size, [n for n in (d.src, d.dst) if (mtus[n] or size + 1) > size])
+    interfaces: dict[str, str] = {}
+    largest = size
+    for d in ds:
+        for node, iface, mtu in ((d.src, d.src_interface, d.src_end_mtu), (d.dst, d.dst_interface, d.dst_mtu)):
+            if iface and (mtu or size + 1) > size:
+                interfaces.setdefault(node, iface)
+            largest = max(largest, mtu or 0)
+    nodes = sorted(interfaces)
+    if not nodes:
+        return None
+    return Fix(Action.RUN, tuple(f"on {n}: sudo ip link set dev {interfaces[n]} mtu {size}" for n in nodes),
+               nodes[0] if len(nodes) == 1 else None,
+               f"what passes between {', '.join(nodes[:-1])} and {nodes[-1]}; or make every hop between them "
+               f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
+
+
 def _too_large_here(ds: list[Direction], seconds: Any) -> Verdict:
     """src's MTU alone is larger than what passes to these peers (theirs is smaller and holds TCP
     under it): Gloo works, anything larger src sends them is lost. One fix on src."""
@@ -138,6 +161,7 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
     fine: dict[str, list[Direction]] = {}
     dead_ends: dict[tuple[str, str, Fix], list[Direction]] = {}
     one_end: dict[tuple[str, str | None, int], list[Direction]] = {}
+    hanging: list[tuple[Direction, int, dict[str, Any]]] = []
     for d in seen.directions:
         src, dst = d.src, d.dst
         details: dict[str, Any] = {"pair": d.to_json(), "probe_seconds": seen.seconds}
@@ -160,19 +184,21 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
                           f"{d.address}:{d.port} gave {why}", None, details)
         elif d.hangs:
             size = _fix_mtu(d, seen)
-            packet = d.tcp_packet
-            details.update(tcp_packet=packet, fix_mtu=size)
-            mtus = {d.src: d.src_end_mtu, d.dst: d.dst_mtu}
-            yield Verdict(Status.FAIL, src,
-                          f"{lost_words(d)}: TCP sends {packet}-byte packets that way, so connections open "
-                          "and small collectives work but the first large one hangs",
-                          _fix(d, size, [n for n in (src, dst) if (mtus[n] or size + 1) > size]), details)
+            details.update(tcp_packet=d.tcp_packet, fix_mtu=size)
+            hanging.append((d, size, details))
         else:
             # Only this end's MTU is too large: the other end's smaller MTU holds TCP under the limit.
             # One cause on src for every peer it is too large for: one result, one fix.
             one_end.setdefault((src, d.src_interface, d.passed or 0), []).append(d)
     for ds in one_end.values():
         yield _too_large_here(ds, seen.seconds)
+    # One hop too small for the MTU several nodes share is one cause: each direction's result
+    # carries the one fix that lowers every such node's MTU to what passes (printed once).
+    fixes = {size: _fix_all([d for d, at, _ in hanging if at == size], size) for _, size, _ in hanging}
+    for d, size, details in hanging:
+        yield Verdict(Status.FAIL, d.src,
+                      f"{lost_words(d)}: TCP sends {d.tcp_packet}-byte packets that way, so connections open "
+                      "and small collectives work but the first large one hangs", fixes[size], details)
     for (end, why, fix), stopped in dead_ends.items():
         paths = ", ".join(f"{d.src} -> {d.dst}" for d in stopped)
         yield Verdict(Status.FAIL, end, f"{paths}: not measured: {why}", fix,
