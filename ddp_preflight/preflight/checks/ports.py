@@ -26,6 +26,20 @@ MEANING = {
     "unreachable": "unreachable (no route, or another address family)",
     "error": "failed",
 }
+# The ICMP "destination unreachable" codes a REJECT rule answers with ((family, code): words).
+ICMP_CODES = {(4, 3): "port unreachable", (4, 9): "net prohibited", (4, 10): "host prohibited",
+              (4, 13): "administratively prohibited", (6, 1): "administratively prohibited", (6, 4): "port unreachable"}
+
+
+def meaning(d: Dial) -> str:
+    """A dial's outcome in words; a refusal that came as an ICMP error (the node's REJECT rule
+    without `with tcp reset`; nothing else answers a SYN with one) says so, not a TCP reset."""
+    icmp = d.sent.get("icmp")
+    if d.outcome == "refused" and isinstance(icmp, dict):
+        code = ICMP_CODES.get((int(icmp.get("family", 4)), int(icmp.get("code", -1))),
+                              f"type {icmp.get('type')} code {icmp.get('code')}")
+        return f"refused although the probe listened there (a REJECT rule: it answered with ICMP {code})"
+    return MEANING.get(d.outcome, d.outcome)
 
 
 def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
@@ -48,7 +62,7 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
         if dial.outcome == "open":
             yield Verdict(Status.PASS, dial.src, f"opens a connection to the master at {where}", None, details)
             continue
-        said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
+        said = f"cannot reach the master at {where}: {meaning(dial)}" + \
             (f" ({dial.detail})" if dial.detail else "")
         worker = next((n for n in ctx.nodes if n.node == dial.src), None)
         off = None if worker is None else ipv6_off(worker, ctx.master, dial.sent.get("resolved") or master.ip)
@@ -221,7 +235,7 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     if not blocked:
         return
     gloo_uses, broken = [s for s in gloo_uses if s in blocked], [s for s in broken if s in blocked]
-    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}{_part_open(into, src, (low, high))}"
+    what = "; ".join(f"from {src}: {meaning(d)}{_part_open(into, src, (low, high))}"
                      for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
@@ -336,7 +350,7 @@ def _own_path(name: str, listener: Listener, dials: list[Dial], ranks: int, node
         return Verdict(Status.PASS, name, f"{path}: new connections open (its {ranks} ranks connect to each other "
                        "there)", None, details)
     first = blocked[0]
-    what = MEANING.get(first.outcome, first.outcome) + (f" ({first.detail})" if first.detail else "")
+    what = meaning(first) + (f" ({first.detail})" if first.detail else "")
     summary = (f"{path}: new connections are {what}; its {ranks} ranks connect to each other there, so Gloo's "
                f"process-group creation {_gloo_fails(first, mesh=True)}")
     if first.outcome not in ("filtered", "rejected", "refused"):
