@@ -93,6 +93,7 @@ def interfaces() -> list[dict]:
                              and link.get("operstate") not in ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT"),
                        "operstate": link.get("operstate"), "mtu": link.get("mtu"),
                        "speed_mbit": _speed(name), "rp_filter": rp_filter(name), "addresses": addrs,
+                       "disable_ipv6": disable_ipv6(name) if name != "lo" else None,
                        **({"shaper": shaped[name]} if name in shaped else {})})
     return result
 

@@ -35,6 +35,7 @@ class Interface:
                                     # 2 loose; None: not read (an older node, or unreadable)
     shaper: str | None = None       # its root qdisc that caps what it sends ("tbf", "cake"); None: none seen
     shaper_rate: int | None = None  # in bytes/s: that cap
+    disable_ipv6: int | None = None  # net.ipv6.conf.NAME.disable_ipv6 (1: IPv6 off on it); None: not read
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Interface:
@@ -42,7 +43,8 @@ class Interface:
         shaper: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         return cls(required(text(wire, "name"), "name"), required(text(wire, "kind"), "kind"), flag(wire, "up"),
                    objects(wire, "addresses", Address.from_json), whole(wire, "speed_mbit"),
-                   whole(wire, "rp_filter"), text(shaper, "kind"), whole(shaper, "rate_bytes_per_s"))
+                   whole(wire, "rp_filter"), text(shaper, "kind"), whole(shaper, "rate_bytes_per_s"),
+                   whole(wire, "disable_ipv6"))
 
 
 @dataclass(frozen=True)
