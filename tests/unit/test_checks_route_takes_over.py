@@ -58,3 +58,27 @@ def test_a_route_through_a_second_interface_that_works_is_no_cause_and_pinning_i
     assert all(f is None or "ip route del" not in f for _, _, _, f, _ in got)
     assert ("interface-choice", "worker1", "fail", "export GLOO_SOCKET_IFNAME=vA   # on worker1") in \
         [(c, n, s, f) for c, n, s, f, _ in got]
+
+
+def test_a_route_that_policy_routing_picks_from_another_table_is_deleted_there():
+    # Recorded: the same veth vA on worker1, the master's address routed out vA in table 100 by
+    # `ip rule add to 10.213.0.200 lookup 100` (issue 38 variant: the fix was words, "route the
+    # master's address through eth0", the route's prefix not read from its table).
+    fix = "on worker1: sudo ip route del 10.213.0.200 dev vA table 100   # the master is then reached via eth0"
+    got = found(json.loads(_recorded("lab_route_takes_over_table")))
+    assert [(c, n, s, f) for c, n, s, f, _ in got] == [
+        ("ephemeral-ports", "master", "warn", fix), ("ephemeral-ports", "worker1", "fail", fix),
+        ("interface-choice", "worker1", "fail", fix), ("master-reachable", "worker1", "fail", fix),
+        ("path-mtu", "worker1", "fail", fix)]
+
+
+def test_the_same_route_judged_alike_whether_its_dials_timed_out_or_the_neighbour_never_answered():
+    # The table recording's dials from worker1 ended in EHOSTUNREACH (its ARP entry for the master
+    # on vA had failed by then); the first recording's, seconds after the route was added, timed
+    # out ("filtered"). Derived: the first with worker1's dials to the master as the second's.
+    art = json.loads(_recorded("lab_route_takes_over"))
+    timed_out = [(c, n, s, f) for c, n, s, f, _ in found(art)]
+    for pair in art["probes"]["network"]["pairs"]:
+        if pair["src"] == "worker1" and pair["dst"] == "master":
+            pair.update(outcome="unreachable", detail="EHOSTUNREACH: No route to host")
+    assert [(c, n, s, f) for c, n, s, f, _ in found(art)] == timed_out

@@ -44,8 +44,8 @@ def reverse_path_drop(ctx: Context, seen: NetworkSeen, name: str, dials: Iterabl
 
 def silent(seen: NetworkSeen, pair: set[str], dials: list[Dial]) -> bool:
     """The evidence a cause in one end's routing needs: every one of these dials between the pair
-    silently dropped, and nothing either sent the other answered."""
-    return all(d.outcome == "filtered" and {d.src, d.dst} == pair for d in dials) and not seen.answered(pair)
+    went nowhere (Dial.went_nowhere), and nothing either sent the other answered."""
+    return all(d.went_nowhere and {d.src, d.dst} == pair for d in dials) and not seen.answered(pair)
 
 
 def unanswered(seen: NetworkSeen, src: str, dst: str) -> bool:
@@ -55,7 +55,7 @@ def unanswered(seen: NetworkSeen, src: str, dst: str) -> bool:
     (its ranks bind the address out the detour), `dst` has no route there ("unreachable"), a
     consequence of the same route, not evidence against it."""
     dials = [d for d in seen.dials if d.src == src and d.dst == dst]
-    return bool(dials) and all(d.outcome == "filtered" for d in dials) and not seen.answered({src, dst})
+    return bool(dials) and all(d.went_nowhere for d in dials) and not seen.answered({src, dst})
 
 
 def route_toward(ctx: Context, seen: NetworkSeen, name: str, other: str) -> tuple[Route | None, str]:

@@ -44,6 +44,15 @@ class Dial:
                    Route.from_json(route) if isinstance(route, Mapping) else None)
 
     @property
+    def went_nowhere(self) -> bool:
+        """Nothing it sent got an answer: dropped without a word (no SYN-ACK before the timeout), or
+        the kernel gave up on the next hop itself (EHOSTUNREACH: the neighbour on the link never
+        answered, which a route out a link that leads nowhere comes to once its ARP entry has
+        failed: the same dial, a few seconds later, that was "filtered")."""
+        return self.outcome == "filtered" or \
+            (self.outcome == "unreachable" and (self.detail or "").startswith("EHOSTUNREACH"))
+
+    @property
     def blocks(self) -> bool:
         """It shows the path blocked: a listening port not opened, or the free port dropped or
         rejected instead of refused."""
