@@ -48,3 +48,22 @@ def test_without_a_queue_that_caps_it_the_slow_node_gets_no_fix_it_did_not_see()
     worker2_eth0(fast)["shaper"]["rate_bytes_per_s"] = 10_000 * 125_000     # derived: a cap above the others' rates
     [slow] = verdicts(fast)
     assert (slow.node, slow.fix) == ("worker2", None)
+
+
+def test_on_two_nodes_a_link_held_at_its_senders_cap_below_its_nominal_speed_is_named():
+    # Recorded: the lab's master and worker1 alone, worker1's eth0 under tbf rate 5mbit (issue 38:
+    # with no third node to compare with, bandwidth passed while its own figures said a
+    # 100M-parameter model would take 666 s a step).
+    art = json.loads(_recorded("lab_bandwidth_shaped_two_nodes"))
+    [capped] = verdicts(art)
+    assert (capped.node, capped.fix) == ("worker1", FIX.replace("worker2", "worker1"))
+    assert capped.summary.startswith("worker1's eth0 sends through a tbf queue capped at 5.0 Mbit/s (tc qdisc), below "
+                                     "its link's 10000 Mbit/s nominal: worker1 -> master carried ")
+    assert capped.summary.endswith(" Mbit/s, about the cap (the kernel's TCP_INFO); every step's all_reduce "
+                                   "waits for that link")
+    # Derived: a cap far above what the link carried (something else held it), and none.
+    eth0 = next(i for i in art["nodes"][1]["facts"]["network"]["interfaces"] if i["name"] == "eth0")
+    eth0["shaper"]["rate_bytes_per_s"] = 1000 * 125_000        # 1 Gbit/s, far above the 5 Mbit/s it carried
+    assert verdicts(art) == []
+    del eth0["shaper"]
+    assert verdicts(art) == []

@@ -20,6 +20,7 @@ from .bandwidth_links import (
     SLOW_KINDS,
     STRAGGLER_RATIO,
     by_wire,
+    capped_link,
     describe,
     links,
     links_carrying,
@@ -63,7 +64,9 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     where = f"; slowest link: {describe(*slow)}" if slow else \
         f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
     yield from lossy_paths(ctx, seen)
-    slow_node = slow_node_of(ctx, seen)
+    # The node whose links are slow against the others' (three nodes or more), else a link its
+    # sender's own queue holds at a cap below its nominal speed (any number of nodes).
+    slow_node = slow_node_of(ctx, seen) or capped_link(ctx, seen)
     if slow_node is not None:
         yield slow_node
     details: dict[str, Any] = {"latency_us": dict(seen.latency_us), "busbw_bytes_per_s": busbw,

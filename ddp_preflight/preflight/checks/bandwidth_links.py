@@ -100,6 +100,32 @@ def slow_node_of(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
     return None
 
 
+def capped_link(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
+    """A link held at its sender's own queue cap (tbf, cake) where that cap is below its
+    interface's nominal speed: it carried about the cap (within STRAGGLER_RATIO either way: tc
+    counts the headers TCP_INFO's bytes leave out), so the cap, not the wire or a busy CPU, set
+    its rate. Needs no third node to compare with (slow_node_of does), only the node's facts."""
+    by_name = {n.node: n for n in ctx.nodes}
+    for link in links_carrying(seen):
+        node = by_name.get(link.src)
+        iface = toward_master(ctx, node) if node is not None else None
+        carried = link.least_rate
+        if iface is None or not iface.shaper_rate or not iface.speed_mbit or carried is None or \
+                iface.shaper_rate * 8 >= STRAGGLER_RATIO * iface.speed_mbit * 1e6 or \
+                not STRAGGLER_RATIO * iface.shaper_rate <= carried <= iface.shaper_rate / STRAGGLER_RATIO:
+            continue
+        return Verdict(Status.WARN, link.src,
+                       f"{link.src}'s {iface.name} sends through a {iface.shaper} queue capped at "
+                       f"{rate(iface.shaper_rate)} (tc qdisc), below its link's {iface.speed_mbit} Mbit/s nominal: "
+                       f"{link.src} -> {link.dst} carried {rate(carried)}, about the cap (the kernel's "
+                       f"TCP_INFO); every step's all_reduce waits for that link",
+                       unshape(link.src, iface), {"shaper": {"interface": iface.name, "kind": iface.shaper,
+                                                             "rate_bytes_per_s": iface.shaper_rate},
+                                                  "link": {"src": link.src, "dst": link.dst,
+                                                           "bytes_per_s": round(carried)}})
+    return None
+
+
 def shaped(ctx: Context, name: str, others: float) -> Interface | None:
     """The node's interface toward the master, where its root queue caps what it sends (tbf, cake)
     below what the links between the other nodes carried (`others`, bytes/s): that cap alone keeps
