@@ -22,6 +22,7 @@ import random
 import selectors
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -201,6 +202,11 @@ def try_connect(target, token, timeout):
     fam, _, _, _, sockaddr = infos[0]
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.settimeout(timeout)
+    try:          # queue the ICMP error a refusal may come as (a REJECT rule's), beside errno
+        s.setsockopt(*((socket.IPPROTO_IPV6, IPV6_RECVERR) if fam == socket.AF_INET6 else
+                       (socket.IPPROTO_IP, IP_RECVERR)), 1)
+    except OSError:
+        pass
     try:
         s.connect(sockaddr)
         s.sendall(token.encode())
@@ -210,6 +216,9 @@ def try_connect(target, token, timeout):
         outcome["outcome"] = "filtered"
     except ConnectionRefusedError:
         outcome["outcome"] = "refused"
+        icmp = icmp_error(s)
+        if icmp is not None:
+            outcome["icmp"] = icmp
     except OSError as exc:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
         if exc.errno in (errno.EHOSTUNREACH, errno.EACCES, errno.EPERM, errno.EHOSTDOWN):
@@ -226,6 +235,26 @@ def try_connect(target, token, timeout):
         outcome["hosts_line"] = hosts_line(target["address"], sockaddr[0])
     outcome["seconds"] = round(time.monotonic() - started, 3)
     return outcome
+
+
+IP_RECVERR, IPV6_RECVERR = 11, 25      # linux/in.h, linux/in6.h (Python names neither before 3.x)
+ICMP_ORIGINS = (2, 3)                  # SO_EE_ORIGIN_ICMP, SO_EE_ORIGIN_ICMP6
+
+
+def icmp_error(s):
+    """The ICMP message that refused a connection ({"type": T, "code": C}), read from the socket's
+    error queue; None where the refusal was a TCP reset (nothing queued: no listener, or a REJECT
+    rule `with tcp reset`) or the queue cannot be read."""
+    try:
+        _, ancillary, _, _ = s.recvmsg(0, 512, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+    except OSError:
+        return None
+    for level, kind, data in ancillary:
+        if (level, kind) in ((socket.IPPROTO_IP, IP_RECVERR), (socket.IPPROTO_IPV6, IPV6_RECVERR)) and len(data) >= 16:
+            _, origin, icmp_type, code, _, _, _ = struct.unpack("=IBBBBII", data[:16])
+            if origin in ICMP_ORIGINS:
+                return {"type": icmp_type, "code": code, "family": 6 if origin == 3 else 4}
+    return None
 
 
 def _literal(address):

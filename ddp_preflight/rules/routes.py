@@ -184,11 +184,24 @@ def ipv6_off(node: NodeFacts, master: NodeFacts, address: str | None) -> tuple[s
     on the interface that holds the IPv6 one, where it has one (nothing else to change on any
     node); else IPv6 turned back on there. None where that is not what the facts show."""
     network = node.parsed.network
-    if not address or ":" not in address or isinstance(network, Missing) or network.disable_ipv6 != 1:
+    if not address or ":" not in address or isinstance(network, Missing):
         return None
-    why = (f"IPv6 is disabled on {node.node} (net.ipv6.conf.all.disable_ipv6 = 1), and the master's address "
-           f"{address} is IPv6: {node.node} has no IPv6 route")
-    enable = f"on {node.node}: sudo sysctl -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0"
+    if network.disable_ipv6 == 1:
+        why = (f"IPv6 is disabled on {node.node} (net.ipv6.conf.all.disable_ipv6 = 1), and the master's address "
+               f"{address} is IPv6: {node.node} has no IPv6 route")
+        enable = f"on {node.node}: sudo sysctl -w net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0"
+    else:
+        # Off on its interfaces one by one (net.ipv6.conf.eth0.disable_ipv6 = 1), none left with a
+        # global IPv6 address: the same loss, turned back on where it was turned off.
+        off = [i for i in network.interfaces if i.up and i.kind != "loopback" and i.disable_ipv6 == 1]
+        if not off or any(a.family == 6 and a.scope == "global"
+                          for i in network.interfaces if i.kind != "loopback" for a in i.addresses):
+            return None
+        names = ", ".join(i.name for i in off)
+        why = (f"IPv6 is disabled on {node.node}'s {names} ("
+               + ", ".join(f"net.ipv6.conf.{i.name}.disable_ipv6 = 1" for i in off)
+               + f"), and the master's address {address} is IPv6: {node.node} has no IPv6 route")
+        enable = f"on {node.node}: sudo sysctl -w " + " ".join(f"net.ipv6.conf.{i.name}.disable_ipv6=0" for i in off)
     theirs = master.parsed.network
     holder = None if isinstance(theirs, Missing) else theirs.interface_with(address)
     ipv4 = next((a.address for a in (holder.addresses if holder else ()) if a.family == 4 and a.scope != "host"),

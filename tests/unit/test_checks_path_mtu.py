@@ -121,3 +121,27 @@ def test_the_destinations_that_pass_at_one_size_are_named_in_one_clause():
     pairs.append({**pairs[0], "dst": "worker2"})        # derived: a third node, reached the same way
     got = {r[1]: r for r in results(art, probes)}
     assert got["master"][3] == "don't-fragment packets from master's eth0 reach worker1, worker2 at full size (1500 bytes)"
+
+
+def test_one_end_too_large_for_two_peers_is_one_result_with_one_fix():
+    # Recorded: worker2's eth0 at MTU 9000 on a 3-node lab whose others are at 1500 (issue 38: one
+    # cause, one fix per peer, the same command printed twice).
+    got = results(load("lab_path_mtu_one_end_two_peers"))
+    assert [r for r in got if r[2] is not Status.PASS] == [(
+        "path-mtu", "worker2", Status.WARN,
+        "worker2 -> master, worker1: packets over 1500 bytes are lost without an ICMP reply (worker2's eth0 MTU "
+        "9000; master's eth0 MTU 1500, worker1's eth0 MTU 1500): TCP to each stays at its MTU, so Gloo works; "
+        "anything larger worker2 sends them is lost",
+        "on worker2: sudo ip link set dev eth0 mtu 1500   # what passes between worker2 and master, worker1; or make "
+        "every hop between them (switch port, VLAN, tunnel) carry 9000-byte packets")]
+
+
+def test_one_hop_too_small_for_three_jumbo_nodes_is_one_fix_for_every_direction():
+    # Recorded: eth0 at MTU 9000 on all three nodes of a 3-node lab whose switch carries 1500 (issue
+    # 38: three fixes, each pair's, the same commands printed twice each).
+    got = results(load("lab_path_mtu_blackhole_three"))
+    pairs = [(a, b) for a in ("master", "worker1", "worker2") for b in ("master", "worker1", "worker2") if a != b]
+    fix = ("on master: sudo ip link set dev eth0 mtu 1500; on worker1: sudo ip link set dev eth0 mtu 1500; on "
+           "worker2: sudo ip link set dev eth0 mtu 1500   # what passes between master, worker1 and worker2; or make "
+           "every hop between them (switch port, VLAN, tunnel) carry 9000-byte packets")
+    assert sorted(got) == sorted(("path-mtu", a, Status.FAIL, LOST.format(a=a, b=b), fix) for a, b in pairs)

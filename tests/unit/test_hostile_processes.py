@@ -110,7 +110,7 @@ def test_roots_own_rank_only_claim_is_no_proof_either_and_a_torch_rank_of_roots_
     assert stale.status.value == "warn" and stale.summary.startswith(f"1 training process already on {HOST}: "
                                                                      f"PID {real.pid} (")
     assert stale.summary.endswith(" of root") and "torch loaded" in stale.details["processes"][0]["why"]
-    assert stale.fix == f"kill {real.pid}   # on {HOST}, if they are not a run you want"
+    assert stale.fix == f"kill {real.pid}   # on {HOST} (owned by root), if they are not a run you want"
 
 
 def test_another_users_torch_rank_is_named_with_its_owner_and_never_killed(user, started):

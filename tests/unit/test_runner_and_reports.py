@@ -188,8 +188,9 @@ def test_text_says_not_ready_on_failure_and_shows_the_fix(faulted_report):
     # Fixes come below the table, numbered, one per line, so they paste whole.
     fixes = out.split("fixes:\n", 1)[1].splitlines()
     # The leftover holds the master port: master-port and stale-processes offer one kill, said once.
-    assert any(line.strip().endswith("kill 16882   # on master, if they are not a run you want; or choose another "
-                                     "port with --master-port; seen by master-port, stale-processes")
+    # It says whose they are (issue 38: a kill fix without its owner).
+    assert any(line.strip().endswith("kill 16882   # on master (owned by uid 0), if they are not a run you want; or "
+                                     "choose another port with --master-port; seen by master-port, stale-processes")
                and line.strip().split(".", 1)[0].isdigit() for line in fixes)
     assert sum("kill 16882" in line for line in fixes) == 1
     assert "\x1b[" not in out

@@ -78,6 +78,7 @@ def interfaces() -> list[dict]:
     if done is None or done.returncode != 0:
         return _interfaces_from_sysfs()
     result = []
+    shaped = shapers()
     for link in json.loads(done.stdout or "[]"):
         name = link["ifname"]
         kind = (link.get("linkinfo") or {}).get("info_kind")
@@ -91,8 +92,30 @@ def interfaces() -> list[dict]:
                        "up": "UP" in flags and "NO-CARRIER" not in flags
                              and link.get("operstate") not in ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT"),
                        "operstate": link.get("operstate"), "mtu": link.get("mtu"),
-                       "speed_mbit": _speed(name), "rp_filter": rp_filter(name), "addresses": addrs})
+                       "speed_mbit": _speed(name), "rp_filter": rp_filter(name), "addresses": addrs,
+                       "disable_ipv6": disable_ipv6(name) if name != "lo" else None,
+                       **({"shaper": shaped[name]} if name in shaped else {})})
     return result
+
+
+def shapers() -> dict[str, dict]:
+    """Each interface whose root queueing discipline caps what it sends at a rate (tbf's rate,
+    cake's bandwidth, in bytes/s as tc reports them): a node slower than its link's nominal speed
+    for that reason alone, whatever the wire. Empty without tc."""
+    done = command(["tc", "-j", "qdisc", "show"])
+    if done is None or done.returncode != 0:
+        return {}
+    try:
+        qdiscs = json.loads(done.stdout or "[]")
+    except ValueError:
+        return {}
+    out = {}
+    for q in qdiscs if isinstance(qdiscs, list) else []:
+        options = q.get("options") or {}
+        cap = options.get("rate") if q.get("kind") == "tbf" else options.get("bandwidth")
+        if q.get("root") and q.get("dev") and isinstance(cap, int) and cap > 0:
+            out[q["dev"]] = {"kind": q.get("kind"), "rate_bytes_per_s": cap}
+    return out
 
 
 def _interfaces_from_sysfs() -> list[dict]:
@@ -185,7 +208,12 @@ def route_to(address: str | None) -> dict | None:
     if done.returncode != 0:
         return {"target": address, "address": ip, "error": (done.stderr or "no route").strip()}
     route = (json.loads(done.stdout or "[]") or [{}])[0]
-    prefix, flags, then = _picked(ip, route.get("dev"))
+    table = str(route["table"]) if route.get("table") not in (None, "main") else None
+    prefix, flags, then = _picked(ip, route.get("dev"), table)
+    if table is not None:
+        # Once deleted there, the lookup falls through to the main table: its route then serves.
+        main = _main_route(ip)
+        then = main if main != route.get("dev") else then
     return {"target": address, "address": ip, "interface": route.get("dev"),
             "source": route.get("prefsrc"), "gateway": route.get("gateway"),
             "flags": sorted(set(route.get("flags") or []) | set(flags)), "prefix": prefix,
@@ -195,13 +223,35 @@ def route_to(address: str | None) -> dict | None:
             "then_interface": then}
 
 
-def _picked(ip: str, dev: str | None) -> tuple[str | None, list[str], str | None]:
-    """The route the kernel picked, as the main table holds it: its destination (the most specific
-    one through that interface that holds the address: "10.0.0.7", "10.0.0.0/24", "default"), as
-    `ip route del` takes it, its flags ("linkdown": its interface has no carrier, which `ip route
-    get` does not say), and the interface of the route that serves once it is deleted (the next
-    most specific one); (None, [], None) when it cannot be told."""
-    done = command(["ip", "-j", "route", "show", "match", ip])
+def _main_route(ip: str) -> str | None:
+    """The interface of the main table's route to `ip` (the most specific, then the lowest metric)."""
+    done = command(["ip", "-j", "route", "show", "table", "main", "match", ip])
+    if done is None or done.returncode != 0:
+        return None
+    try:
+        routes = [r for r in json.loads(done.stdout or "[]") if r.get("dst") and r.get("dev")]
+    except ValueError:
+        return None
+    best = max(routes, key=_order, default=None)
+    return best.get("dev") if best else None
+
+
+def _order(route: dict) -> tuple[int, int]:
+    """The kernel's order: the longest prefix, then the lowest metric."""
+    dst = route["dst"]
+    length = 0 if dst == "default" else int(dst.split("/", 1)[1]) if "/" in dst else (128 if ":" in dst else 32)
+    metric = route.get("metric")
+    return length, -(metric if isinstance(metric, int) else 0)
+
+
+def _picked(ip: str, dev: str | None, table: str | None = None) -> tuple[str | None, list[str], str | None]:
+    """The route the kernel picked, as its table holds it (the main one unless policy routing
+    picked another): its destination (the most specific one through that interface that holds
+    the address: "10.0.0.7", "10.0.0.0/24", "default"), as `ip route del` takes it, its flags
+    ("linkdown": its interface has no carrier, which `ip route get` does not say), and the
+    interface of the route that serves once it is deleted (the next most specific one); (None,
+    [], None) when it cannot be told."""
+    done = command(["ip", "-j", "route", "show", *(["table", table] if table else []), "match", ip])
     if done is None or done.returncode != 0 or not dev:
         return None, [], None
     try:
@@ -209,17 +259,10 @@ def _picked(ip: str, dev: str | None) -> tuple[str | None, list[str], str | None
     except ValueError:
         return None, [], None
 
-    def rank(route: dict) -> tuple[int, int]:
-        """The kernel's order: the longest prefix, then the lowest metric."""
-        dst = route["dst"]
-        length = 0 if dst == "default" else \
-            int(dst.split("/", 1)[1]) if "/" in dst else (128 if ":" in dst else 32)
-        metric = route.get("metric")
-        return length, -(metric if isinstance(metric, int) else 0)
-    best = max((r for r in routes if r.get("dev") == dev), key=rank, default=None)
+    best = max((r for r in routes if r.get("dev") == dev), key=_order, default=None)
     if best is None:
         return None, [], None
-    then = max((r for r in routes if r is not best), key=rank, default=None)
+    then = max((r for r in routes if r is not best), key=_order, default=None)
     return best["dst"], list(best.get("flags") or []), then.get("dev") if then else None
 
 

@@ -20,6 +20,7 @@ from .bandwidth_links import (
     SLOW_KINDS,
     STRAGGLER_RATIO,
     by_wire,
+    capped_link,
     describe,
     links,
     links_carrying,
@@ -63,7 +64,9 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     where = f"; slowest link: {describe(*slow)}" if slow else \
         f"; links {min(speeds)} Mbit/s nominal" if speeds else ""
     yield from lossy_paths(ctx, seen)
-    slow_node = slow_node_of(ctx, seen)
+    # The node whose links are slow against the others' (three nodes or more), else a link its
+    # sender's own queue holds at a cap below its nominal speed (any number of nodes).
+    slow_node = slow_node_of(ctx, seen) or capped_link(ctx, seen)
     if slow_node is not None:
         yield slow_node
     details: dict[str, Any] = {"latency_us": dict(seen.latency_us), "busbw_bytes_per_s": busbw,
@@ -108,9 +111,11 @@ def check_bandwidth(ctx: Context) -> Iterator[Verdict]:
     less_often = "all-reduce less often: accumulate gradients over several micro-batches inside model.no_sync()"
     # The node the links measured slow, where one was (its own warning names its links), else the
     # slowest by kind or nominal speed.
+    # The slow node's own cause, where its links' verdict saw one (a queue that caps it): one fix.
     yield Verdict(Status.WARN, slow_node.node if slow_node else slow[0] if slow else None,
                   f"{predicted}: the link, not compute, will bound the run{compute}"
                   f"{f'; the slow node: {slow_node.node}' if slow_node else where}. {figures}",
+                  slow_node.fix if slow_node and "shaper" in slow_node.details else
                   change(less_often if one_node else f"use a faster link between the nodes, or {less_often}"), details)
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddp_preflight.rules.fix import Fix, change
+from ddp_preflight.rules.facts import Interface, Missing
+from ddp_preflight.rules.facts.network import RandomDrop
+from ddp_preflight.rules.fix import Fix, change, run
 from ddp_preflight.rules.routes import toward_master
 
 from ..model import Context, NodeFacts, Status, Verdict
@@ -82,15 +84,63 @@ def slow_node_of(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
         words = ", ".join(said(a, b, r) for (a, b), r in sorted(own.items()))
         fast = ", ".join(said(a, b, r) for (a, b), r in sorted(others.items()))
         link = links(ctx, [name]).get(name)
-        fix = by_wire(ctx, name) if link and link["kind"] == "wireless" else None
+        capped = shaped(ctx, name, min(others.values()))
+        fix = unshape(name, capped) if capped else by_wire(ctx, name) if link and link["kind"] == "wireless" else None
         where = f" ({describe(name, link)})" if link else ""
+        cap = (f"; {name}'s {capped.name} sends through a {capped.shaper} queue capped at "
+               f"{rate(capped.shaper_rate or 0)} (tc qdisc), below what the others carried") if capped else ""
         return Verdict(Status.WARN, name,
                        f"{name}'s links are the slow ones{where}: {words}, against {fast} between the other nodes "
-                       "(each link's bytes over the time it had data to send, the kernel's TCP_INFO); every step's "
-                       f"all_reduce waits for {name}",
+                       f"(each link's bytes over the time it had data to send, the kernel's TCP_INFO){cap}; every "
+                       f"step's all_reduce waits for {name}",
                        fix, {"link_rates_bytes_per_s": {f"{a}->{b}": round(r) for (a, b), r in sorted(rates.items())},
-                             "slow_node": name})
+                             "slow_node": name, **({"shaper": {"interface": capped.name, "kind": capped.shaper,
+                                                              "rate_bytes_per_s": capped.shaper_rate}}
+                                                   if capped else {})})
     return None
+
+
+def capped_link(ctx: Context, seen: BandwidthSeen) -> Verdict | None:
+    """A link held at its sender's own queue cap (tbf, cake) where that cap is below its
+    interface's nominal speed: it carried about the cap (within STRAGGLER_RATIO either way: tc
+    counts the headers TCP_INFO's bytes leave out), so the cap, not the wire or a busy CPU, set
+    its rate. Needs no third node to compare with (slow_node_of does), only the node's facts."""
+    by_name = {n.node: n for n in ctx.nodes}
+    for link in links_carrying(seen):
+        node = by_name.get(link.src)
+        iface = toward_master(ctx, node) if node is not None else None
+        carried = link.least_rate
+        if iface is None or not iface.shaper_rate or not iface.speed_mbit or carried is None or \
+                iface.shaper_rate * 8 >= STRAGGLER_RATIO * iface.speed_mbit * 1e6 or \
+                not STRAGGLER_RATIO * iface.shaper_rate <= carried <= iface.shaper_rate / STRAGGLER_RATIO:
+            continue
+        return Verdict(Status.WARN, link.src,
+                       f"{link.src}'s {iface.name} sends through a {iface.shaper} queue capped at "
+                       f"{rate(iface.shaper_rate)} (tc qdisc), below its link's {iface.speed_mbit} Mbit/s nominal: "
+                       f"{link.src} -> {link.dst} carried {rate(carried)}, about the cap (the kernel's "
+                       f"TCP_INFO); every step's all_reduce waits for that link",
+                       unshape(link.src, iface), {"shaper": {"interface": iface.name, "kind": iface.shaper,
+                                                             "rate_bytes_per_s": iface.shaper_rate},
+                                                  "link": {"src": link.src, "dst": link.dst,
+                                                           "bytes_per_s": round(carried)}})
+    return None
+
+
+def shaped(ctx: Context, name: str, others: float) -> Interface | None:
+    """The node's interface toward the master, where its root queue caps what it sends (tbf, cake)
+    below what the links between the other nodes carried (`others`, bytes/s): that cap alone keeps
+    the node's links below theirs, whatever the wire."""
+    node = next((n for n in ctx.nodes if n.node == name), None)
+    iface = toward_master(ctx, node) if node is not None else None
+    if iface is None or not iface.shaper or not iface.shaper_rate or iface.shaper_rate >= STRAGGLER_RATIO * others:
+        return None
+    return iface
+
+
+def unshape(name: str, iface: Interface) -> Fix:
+    return run(f"on {name}: sudo tc qdisc del dev {iface.name} root", name,
+               f"its {iface.shaper} queue caps what {iface.name} sends at {rate(iface.shaper_rate or 0)}; the "
+               "kernel's default queue then serves")
 
 
 def lossy_paths(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
@@ -114,7 +164,9 @@ def lossy_paths(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
                       f"{worst.src} drops what it sends to {worst.dst}: {worst.undelivered} of the {worst.segs} "
                       f"segments its ranks sent ({100 * worst.loss:.2f}%) were never acknowledged, and its kernel "
                       "counted no resend for them (TCP_INFO: sent less delivered, against retransmitted): they were "
-                      f"dropped on {worst.src} before they left{also}; every step's all_reduce crosses that path",
+                      f"dropped on {worst.src} before they left{also}{_by_rule(ctx, worst.src, OUTGOING)}; every "
+                      "step's all_reduce crosses that path",
+                      _drop_rule_fix(ctx, worst.src, OUTGOING) or
                       change(f"find what drops them on {worst.src}: ssh {worst.src} sudo nft list ruleset (its output "
                              f"rules), and ssh {worst.src} tc -s qdisc (drops)"), lost_links)
         return
@@ -124,10 +176,42 @@ def lossy_paths(ctx: Context, seen: BandwidthSeen) -> Iterator[Verdict]:
                   f"packets are lost on the way from {worst.src} to {worst.dst}: {worst.lost} of the {worst.segs} "
                   f"segments {worst.src}'s ranks sent ({100 * worst.loss:.2f}%, {size(worst.sent)}) had to be sent "
                   "again and were not duplicates (the kernel's TCP_INFO: retransmitted, less D-SACK), round trip "
-                  f"{worst.rtt_us / 1000:.2f} ms{also}; over TCP a lossy path carries far less than its rate, and "
-                  "every step's all_reduce crosses it",
+                  f"{worst.rtt_us / 1000:.2f} ms{also}{_by_rule(ctx, worst.dst, INCOMING)}; over TCP a lossy path "
+                  "carries far less than its rate, and every step's all_reduce crosses it",
+                  _drop_rule_fix(ctx, worst.dst, INCOMING) or
                   change(f"find where {worst.dst} drops them: ssh {worst.dst} {show} (RX errors and "
                          "drops), then its cable, switch port or Wi-Fi; wire it if it is Wi-Fi"), lost_links)
+
+
+OUTGOING = ("output", "postrouting")       # the hooks what a node sends passes
+INCOMING = ("input", "prerouting")         # and what it receives
+
+
+def _random_drop(ctx: Context, name: str, hooks: tuple[str, ...]) -> RandomDrop | None:
+    """The node's own rule that drops a random share of what passes one of these hooks, as its
+    ruleset (read as root) lists it: the loss is of its own making."""
+    node = next((n for n in ctx.nodes if n.node == name), None)
+    network = node.parsed.network if node is not None else None
+    if network is None or isinstance(network, Missing) or isinstance(network.firewall, Missing):
+        return None
+    return next((d for d in network.firewall.random_drops if d.hook in hooks), None)
+
+
+def _by_rule(ctx: Context, name: str, hooks: tuple[str, ...]) -> str:
+    found = _random_drop(ctx, name, hooks)
+    return f"; {name}'s own nftables rule drops a random share of them ({found.chain}: `{found.rule}`)" if found else ""
+
+
+def _drop_rule_fix(ctx: Context, name: str, hooks: tuple[str, ...]) -> Fix | None:
+    """Delete that rule: by its handle, looked up from its own text (the ruleset was read without
+    handles), so the command is whole."""
+    found = _random_drop(ctx, name, hooks)
+    if found is None or "'" in found.rule:
+        return None
+    return run(f"on {name}: sudo nft delete rule {found.chain} handle $(sudo nft -a list chain {found.chain} | "
+               f"grep -F '{found.rule} #' | sed 's/.*# handle //')", name,
+               f"the rule in {found.chain} that drops a random share of what {name} "
+               f"{'sends' if hooks is OUTGOING else 'receives'}")
 
 
 def by_wire(ctx: Context, name: str) -> Fix:

@@ -21,7 +21,7 @@ from ddp_preflight.rules.routes import (
 )
 
 from ..model import Context, Status, Verdict
-from .reverse_path import counted, network_seen, reverse_path_drop, silent
+from .reverse_path import counted, network_seen, reverse_path_drop, unanswered
 
 FAMILY = {4: "IPv4", 6: "IPv6"}
 
@@ -176,10 +176,10 @@ def check_interface_choice(ctx: Context) -> Iterator[Verdict]:
                           loosen_or_drop(node.node, rp), {"route": _route_json(route)})
             continue
         taken = detour(node) if seen is not None and node is not ctx.master else None
-        quiet = seen.blocked({node.node, ctx.master.node}) if taken is not None and seen is not None else []
-        if taken is not None and seen is not None and quiet and silent(seen, {node.node, ctx.master.node}, quiet):
-            # A live second interface's route takes over the LAN's, and nothing sent between the
-            # two arrived: pinning either interface would not help (master-reachable, one fix).
+        if taken is not None and seen is not None and unanswered(seen, node.node, ctx.master.node):
+            # A live second interface's route takes over the LAN's, and nothing the node sent the
+            # master out there arrived: pinning either interface would not help (master-reachable,
+            # one fix).
             picked, why, lan = taken
             yield Verdict(Status.FAIL, node.node,
                           f"{node.node}'s route to the master ({picked.address}) goes out {picked.interface}, which "

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddp_preflight.rules.fix import Action, Fix
-from ddp_preflight.rules.routes import dead_route, drop_route
+from ddp_preflight.rules.routes import dead_route, detour, drop_route
 
 from ..model import Context, Status, Verdict
 from ..probes.network_seen import NetworkSeen
 from ..probes.path_mtu_seen import Direction, PathMtuSeen
 from .common import probed
-from .reverse_path import network_seen, route_toward
+from .reverse_path import network_seen, route_toward, unanswered
 
 PASSES = ("fits", "learned")     # full size passed, or a hop said so with ICMP (TCP adapts to that)
 
@@ -44,7 +44,8 @@ def lost_words(d: Direction) -> str:
 
 def _dead_route(ctx: Context, src: str, dst: str) -> tuple[str, str, Fix] | None:
     """Either end's route to the other out a dead link (down, no carrier), as the facts (to the
-    master) or the network probe's dials (to a peer) said it: that end, the words, the fix."""
+    master) or the network probe's dials (to a peer) said it; else either end's route to the
+    master through a second interface that takes over the LAN's: that end, the words, the fix."""
     seen = network_seen(ctx) or NetworkSeen((), {}, None, {}, 1)
     for end, other in ((src, dst), (dst, src)):
         node = next((n for n in ctx.nodes if n.node == end), None)
@@ -54,6 +55,17 @@ def _dead_route(ctx: Context, src: str, dst: str) -> tuple[str, str, Fix] | None
             picked, why = dead
             return (end, f"{end}'s route to {picked.address} goes out {picked.interface}, which {why}: what it "
                     f"sends {peer} (its probes and its answers) goes nowhere", drop_route(end, picked, peer))
+    for end in (src, dst):
+        # A live second interface's route to the master takes over the LAN's, and nothing the node
+        # sent the master there was answered (the network probe): its ranks bind that interface's
+        # address (the pin follows the route), which the others have no route to.
+        node = next((n for n in ctx.nodes if n.node == end), None)
+        taken = detour(node) if node is not None and node is not ctx.master else None
+        if taken is not None and unanswered(seen, end, ctx.master.node):
+            picked, why, lan = taken
+            return (end, f"{end}'s route to the master ({picked.address}) goes out {picked.interface}, which {why}: "
+                    f"its ranks bind {picked.interface}'s address, and what it sends the master goes nowhere",
+                    drop_route(end, picked, instead=lan))
     return None
 
 
@@ -75,6 +87,51 @@ def _fix(d: Direction, size: int, nodes: list[str]) -> Fix | None:
     return Fix(Action.RUN, lower, nodes[0] if len(nodes) == 1 else None,
                f"what passes between {' and '.join(sorted((d.src, d.dst)))}; or make every hop between them "
                f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
+
+
+def _fix_all(ds: list[Direction], size: int) -> Fix | None:
+    """The MTU lowered to `size` on every node of these directions whose MTU is larger and whose
+    interface the probe named; one pair's is _fix's, word for word."""
+    if len(ds) == 1 or len({frozenset((d.src, d.dst)) for d in ds}) == 1:
+        d = ds[0]
+        mtus = {d.src: d.src_end_mtu, d.dst: d.dst_mtu}
+        return _fix(d, size, [n for n in (d.src, d.dst) if (mtus[n] or size + 1) > size])
+    interfaces: dict[str, str] = {}
+    largest = size
+    for d in ds:
+        for node, iface, mtu in ((d.src, d.src_interface, d.src_end_mtu), (d.dst, d.dst_interface, d.dst_mtu)):
+            if iface and (mtu or size + 1) > size:
+                interfaces.setdefault(node, iface)
+            largest = max(largest, mtu or 0)
+    nodes = sorted(interfaces)
+    if not nodes:
+        return None
+    return Fix(Action.RUN, tuple(f"on {n}: sudo ip link set dev {interfaces[n]} mtu {size}" for n in nodes),
+               nodes[0] if len(nodes) == 1 else None,
+               f"what passes between {', '.join(nodes[:-1])} and {nodes[-1]}; or make every hop between them "
+               f"(switch port, VLAN, tunnel) carry {largest}-byte packets")
+
+
+def _too_large_here(ds: list[Direction], seconds: Any) -> Verdict:
+    """src's MTU alone is larger than what passes to these peers (theirs is smaller and holds TCP
+    under it): Gloo works, anything larger src sends them is lost. One fix on src."""
+    d, size = ds[0], ds[0].passed or 0
+    src, peers = d.src, ", ".join(x.dst for x in ds)
+    details: dict[str, Any] = {"pairs": [x.to_json() for x in ds], "probe_seconds": seconds, "fix_mtu": size}
+    if len(ds) == 1:
+        details.update(pair=d.to_json(), tcp_packet=d.tcp_packet)
+        return Verdict(Status.WARN, src, f"{lost_words(d)}: TCP to {d.dst} stays at {d.tcp_packet} bytes ({d.dst}'s "
+                       f"MTU), so Gloo works; anything larger {src} sends that way is lost", _fix(d, size, [src]), details)
+    theirs = ", ".join(_mtu(x.dst, x.dst_interface, x.dst_mtu) for x in ds)
+    largest = max((m for x in ds for m in (x.src_end_mtu, x.dst_mtu) if m), default=size)
+    fix = None if not d.src_interface else Fix(
+        Action.RUN, (f"on {src}: sudo ip link set dev {d.src_interface} mtu {size}",), src,
+        f"what passes between {src} and {peers}; or make every hop between them (switch port, VLAN, tunnel) carry "
+        f"{largest}-byte packets")
+    return Verdict(Status.WARN, src,
+                   f"{src} -> {peers}: packets over {size} bytes are lost without an ICMP reply "
+                   f"({_mtu(src, d.src_interface, d.src_end_mtu)}; {theirs}): TCP to each stays at its MTU, so Gloo "
+                   f"works; anything larger {src} sends them is lost", fix, details)
 
 
 def _blocked_here(d: Direction, details: dict[str, Any]) -> Verdict:
@@ -103,6 +160,8 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.ERROR, name, f"{name}: the path-MTU probe did not run: {reason}")
     fine: dict[str, list[Direction]] = {}
     dead_ends: dict[tuple[str, str, Fix], list[Direction]] = {}
+    one_end: dict[tuple[str, str | None, int], list[Direction]] = {}
+    hanging: list[tuple[Direction, int, dict[str, Any]]] = []
     for d in seen.directions:
         src, dst = d.src, d.dst
         details: dict[str, Any] = {"pair": d.to_json(), "probe_seconds": seen.seconds}
@@ -125,22 +184,21 @@ def check_path_mtu(ctx: Context) -> Iterator[Verdict]:
                           f"{d.address}:{d.port} gave {why}", None, details)
         elif d.hangs:
             size = _fix_mtu(d, seen)
-            packet = d.tcp_packet
-            details.update(tcp_packet=packet, fix_mtu=size)
-            mtus = {d.src: d.src_end_mtu, d.dst: d.dst_mtu}
-            yield Verdict(Status.FAIL, src,
-                          f"{lost_words(d)}: TCP sends {packet}-byte packets that way, so connections open "
-                          "and small collectives work but the first large one hangs",
-                          _fix(d, size, [n for n in (src, dst) if (mtus[n] or size + 1) > size]), details)
+            details.update(tcp_packet=d.tcp_packet, fix_mtu=size)
+            hanging.append((d, size, details))
         else:
             # Only this end's MTU is too large: the other end's smaller MTU holds TCP under the limit.
-            size = d.passed or 0
-            packet = d.tcp_packet
-            details.update(tcp_packet=packet, fix_mtu=size)
-            yield Verdict(Status.WARN, src,
-                          f"{lost_words(d)}: TCP to {dst} stays at {packet} bytes ({dst}'s MTU), so Gloo works; "
-                          f"anything larger {src} sends that way is lost",
-                          _fix(d, size, [src]), details)
+            # One cause on src for every peer it is too large for: one result, one fix.
+            one_end.setdefault((src, d.src_interface, d.passed or 0), []).append(d)
+    for ds in one_end.values():
+        yield _too_large_here(ds, seen.seconds)
+    # One hop too small for the MTU several nodes share is one cause: each direction's result
+    # carries the one fix that lowers every such node's MTU to what passes (printed once).
+    fixes = {size: _fix_all([d for d, at, _ in hanging if at == size], size) for _, size, _ in hanging}
+    for d, size, details in hanging:
+        yield Verdict(Status.FAIL, d.src,
+                      f"{lost_words(d)}: TCP sends {d.tcp_packet}-byte packets that way, so connections open "
+                      "and small collectives work but the first large one hangs", fixes[size], details)
     for (end, why, fix), stopped in dead_ends.items():
         paths = ", ".join(f"{d.src} -> {d.dst}" for d in stopped)
         yield Verdict(Status.FAIL, end, f"{paths}: not measured: {why}", fix,

@@ -10,12 +10,13 @@ from collections.abc import Iterator, Mapping
 from ddp_preflight.rules.environment import env_fix
 from ddp_preflight.rules.facts import Missing
 from ddp_preflight.rules.fix import Fix, run
-from ddp_preflight.rules.routes import ipv6_off
+from ddp_preflight.rules.routes import detour, drop_route, ipv6_off
 
 from ..model import Context, NodeFacts, Status, Verdict
 from ..probes.network_seen import Dial, DialKind, Listener, NetworkSeen, gloo_listens
 from .common import probed
 from .name_cause import name_cause
+from .reverse_path import unanswered
 from .route_causes import RouteCause, route_cause
 
 MEANING = {
@@ -25,6 +26,20 @@ MEANING = {
     "unreachable": "unreachable (no route, or another address family)",
     "error": "failed",
 }
+# The ICMP "destination unreachable" codes a REJECT rule answers with ((family, code): words).
+ICMP_CODES = {(4, 3): "port unreachable", (4, 9): "net prohibited", (4, 10): "host prohibited",
+              (4, 13): "administratively prohibited", (6, 1): "administratively prohibited", (6, 4): "port unreachable"}
+
+
+def meaning(d: Dial) -> str:
+    """A dial's outcome in words; a refusal that came as an ICMP error (the node's REJECT rule
+    without `with tcp reset`; nothing else answers a SYN with one) says so, not a TCP reset."""
+    icmp = d.sent.get("icmp")
+    if d.outcome == "refused" and isinstance(icmp, dict):
+        code = ICMP_CODES.get((int(icmp.get("family", 4)), int(icmp.get("code", -1))),
+                              f"type {icmp.get('type')} code {icmp.get('code')}")
+        return f"refused although the probe listened there (a REJECT rule: it answered with ICMP {code})"
+    return MEANING.get(d.outcome, d.outcome)
 
 
 def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
@@ -47,7 +62,7 @@ def check_master_reachable(ctx: Context) -> Iterator[Verdict]:
         if dial.outcome == "open":
             yield Verdict(Status.PASS, dial.src, f"opens a connection to the master at {where}", None, details)
             continue
-        said = f"cannot reach the master at {where}: {MEANING.get(dial.outcome, dial.outcome)}" + \
+        said = f"cannot reach the master at {where}: {meaning(dial)}" + \
             (f" ({dial.detail})" if dial.detail else "")
         worker = next((n for n in ctx.nodes if n.node == dial.src), None)
         off = None if worker is None else ipv6_off(worker, ctx.master, dial.sent.get("resolved") or master.ip)
@@ -124,8 +139,8 @@ def check_ephemeral_ports(ctx: Context) -> Iterator[Verdict]:
         if own:            # more than one rank per node
             unpinned_own = seen.into(dst, own=True, unpinned=True) if other else []
             yield from _both_families(
-                [_own_path(dst, listener, own, seen.nproc_per_node, node)],
-                [_own_path(dst, other, unpinned_own, seen.nproc_per_node, node)] if other and unpinned_own else None,
+                [_own_path(dst, listener, own, seen.ranks_on(dst), node)],
+                [_own_path(dst, other, unpinned_own, seen.ranks_on(dst), node)] if other and unpinned_own else None,
                 listener, other)
 
 
@@ -190,10 +205,11 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"from {', '.join(sources)}", None, details)
         return
     gloo_uses, broken = [], []
+    orders: dict[str, bool | None] = {}
     for src, dial in blocked.items():
         theirs = listeners.get(src)
         src_address = theirs.address if theirs else None
-        order = gloo_listens(listener.address, src_address)
+        order = orders[src] = gloo_listens(listener.address, src_address)
         if dial.outcome == "unreachable" or order is None:
             broken.append(src)       # no path, or two address families: Gloo fails either way
         elif order:
@@ -212,7 +228,9 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     for cause, sources in causes.items():
         # Not a firewall: one end's own routing loses what it sends the other (a route out a dead
         # link, a strict reverse-path filter on an asymmetric path). Named on the node that has it.
-        yield Verdict(Status.FAIL if set(sources) & {*gloo_uses, *broken} else Status.WARN, dst,
+        # Whether Gloo takes this direction decides, not how the dials went nowhere (dropped, or the
+        # neighbour on the route's link never answered: the same route, seconds apart).
+        yield Verdict(Status.FAIL if any(orders[s] is not False for s in sources) else Status.WARN, dst,
                       f"new connections to {dst}'s ephemeral ports from {', '.join(sources)} get nowhere: {cause.why}",
                       cause.fix, {**details, **cause.details})
         for src in sources:
@@ -220,7 +238,7 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
     if not blocked:
         return
     gloo_uses, broken = [s for s in gloo_uses if s in blocked], [s for s in broken if s in blocked]
-    what = "; ".join(f"from {src}: {MEANING.get(d.outcome, d.outcome)}{_part_open(into, src, (low, high))}"
+    what = "; ".join(f"from {src}: {meaning(d)}{_part_open(into, src, (low, high))}"
                      for src, d in sorted(blocked.items()))
     address = listener.address or "?"
     subnet = _subnet(node, address) if node else address
@@ -233,6 +251,16 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"{dst}'s ephemeral ports{at} cannot be reached {what}: unpinned, Gloo cannot connect "
                       "these nodes in either direction",
                       env_fix(ctx, dst, [(_PIN, listener.interface)]) if listener.interface else None, details)
+    elif broken and (moved := _bound_out_detour(ctx, seen, node, listener)) is not None:
+        # Its ranks bind the address of the interface its route to the master detours through (the
+        # interface preflight pins follows that route): the others have no route there. One
+        # cause, one fix: interface-choice and master-reachable name the same route.
+        route, why, lan = moved
+        yield Verdict(Status.FAIL, dst,
+                      f"{dst}'s ephemeral ports at {listener.address} cannot be reached {what}: {dst}'s ranks bind "
+                      f"{listener.address} on {route.interface} because its route to the master ({route.address}) "
+                      f"goes out {route.interface}, which {why}", drop_route(dst, route, instead=lan),
+                      {**details, "route": dict(route.sent)})
     elif broken:
         # Already the address its ranks bind pinned: a pin changes nothing, and no cause was seen
         # that a fix could name (not a route of its own, not a firewall: no connection got there).
@@ -252,6 +280,18 @@ def _from_others(ctx: Context, dst: str, listener: Listener, into: list[Dial], s
                       f"new connections to {dst}'s ephemeral ports{at} are blocked {what}. Gloo happens to connect "
                       f"the other way between these nodes (the lower address listens), but NCCL, more ranks or "
                       "new addresses can need this direction", fix, details)
+
+
+def _bound_out_detour(ctx: Context, seen: NetworkSeen, node: NodeFacts | None, listener: Listener):
+    """The node's route to the master detours out a second interface (rules/routes.detour), the
+    one its listener (where its ranks bind) is on, and nothing the node sent the master out
+    there was answered: (route, why, the LAN interface), else None."""
+    if node is None or node is ctx.master or listener.interface is None:
+        return None
+    taken = detour(node)
+    if taken is None or taken[0].interface != listener.interface or not unanswered(seen, node.node, ctx.master.node):
+        return None
+    return taken
 
 
 def _part_open(into: list[Dial], src: str, span: tuple[int, int]) -> str:
@@ -313,7 +353,7 @@ def _own_path(name: str, listener: Listener, dials: list[Dial], ranks: int, node
         return Verdict(Status.PASS, name, f"{path}: new connections open (its {ranks} ranks connect to each other "
                        "there)", None, details)
     first = blocked[0]
-    what = MEANING.get(first.outcome, first.outcome) + (f" ({first.detail})" if first.detail else "")
+    what = meaning(first) + (f" ({first.detail})" if first.detail else "")
     summary = (f"{path}: new connections are {what}; its {ranks} ranks connect to each other there, so Gloo's "
                f"process-group creation {_gloo_fails(first, mesh=True)}")
     if first.outcome not in ("filtered", "rejected", "refused"):

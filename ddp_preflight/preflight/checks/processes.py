@@ -45,11 +45,10 @@ def check_master_port(ctx: Context) -> Iterator[Verdict]:
                       change(f"--master-port {other}", note=f"another port for the run; {port} is held by "
                              f"{_whose(others)}: ask {_users(others)}, it is not yours to stop"), details)
     elif training is not None and all(h.pid in training for h in holders):
-        pids = " ".join(str(h.pid) for h in holders)
         yield Verdict(Status.FAIL, master.node,
                       f"port {port} on {master.node} is held by " + "; ".join(map(describe_process, holders))
                       + ": rendezvous fails with EADDRINUSE",
-                      kill_training(master.node, pids, holds_port=True), details)
+                      kill_training(master.node, holders, holds_port=True), details)
     else:
         others = [h for h in holders if training is None or h.pid not in training]
         yield _held_by_another_program(master.node, port, others, training is not None, details)
@@ -150,7 +149,7 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
         yield Verdict(Status.FAIL if orphans else Status.WARN, node.node,
                       f"{len(own)} training process{'es' if len(own) > 1 else ''} already on {node.node}"
                       f"{f' ({len(orphans)} orphaned)' if orphans else ''}: {_listed(own)}{also}",
-                      kill_training(node.node, " ".join(str(p.pid) for p in own),
+                      kill_training(node.node, own,
                                     holds_port=node is ctx.master and _hold_the_port(ctx, own),
                                     others=f"{_whose(others)} are not yours: ask {_users(others)}" if others else ""),
                       details)
@@ -167,11 +166,14 @@ def _probing(processes: list[Process], node: str) -> str:
             "not a leftover, it ends by itself")
 
 
-def kill_training(node: str, pids: str, *, holds_port: bool, others: str = "") -> Fix:
+def kill_training(node: str, processes: Sequence[Process], *, holds_port: bool, others: str = "") -> Fix:
     """The one fix for training processes left on a node: master-port and stale-processes offer the
-    same line when the leftovers are the port's holders, so the report says it once. `others`: what
-    to say of other users' processes there (never killed from here)."""
-    return run(f"kill {pids}", node, f"on {node}, if they are not a run you want"
+    same line when the leftovers are the port's holders, so the report says it once. It says whose
+    they are (the user who runs preflight there: a kill is theirs to give). `others`: what to say
+    of other users' processes there (never killed from here)."""
+    pids = " ".join(str(p.pid) for p in processes)
+    whose = f" (owned by {_users(processes)})" if all(p.uid is not None for p in processes) else ""
+    return run(f"kill {pids}", node, f"on {node}{whose}, if they are not a run you want"
                + ("; or choose another port with --master-port" if holds_port else "")
                + (f"; {others}" if others else ""))
 

@@ -44,8 +44,18 @@ def reverse_path_drop(ctx: Context, seen: NetworkSeen, name: str, dials: Iterabl
 
 def silent(seen: NetworkSeen, pair: set[str], dials: list[Dial]) -> bool:
     """The evidence a cause in one end's routing needs: every one of these dials between the pair
-    silently dropped, and nothing either sent the other answered."""
-    return all(d.outcome == "filtered" and {d.src, d.dst} == pair for d in dials) and not seen.answered(pair)
+    went nowhere (Dial.went_nowhere), and nothing either sent the other answered."""
+    return all(d.went_nowhere and {d.src, d.dst} == pair for d in dials) and not seen.answered(pair)
+
+
+def unanswered(seen: NetworkSeen, src: str, dst: str) -> bool:
+    """The evidence a detour of `src`'s own route to `dst` needs: `src` dialled `dst`, every one
+    of those dials silently dropped, and nothing either sent the other answered. How `dst`'s
+    dials the other way failed is not asked: where the detour also moved `src`'s own listener
+    (its ranks bind the address out the detour), `dst` has no route there ("unreachable"), a
+    consequence of the same route, not evidence against it."""
+    dials = [d for d in seen.dials if d.src == src and d.dst == dst]
+    return bool(dials) and all(d.went_nowhere for d in dials) and not seen.answered({src, dst})
 
 
 def route_toward(ctx: Context, seen: NetworkSeen, name: str, other: str) -> tuple[Route | None, str]:

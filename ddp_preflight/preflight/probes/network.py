@@ -102,17 +102,48 @@ class Ready:
             self.event.set()
 
 
+def dial_targets(src: str, out: dict, own: set[str], unpinned: dict[str, str], names: list[str],
+                 master_addr: str | None, master_port: int) -> list[dict]:
+    """What `src` dials: every other node's listener ports (a spread over its range, a closed
+    port), its own where it runs more than one rank (`own`: a node's own count, as a hostfile
+    gives each host its slots), the other family's listener as unpinned ranks would, and, from a
+    worker (`master_addr`), the master port as it will dial it."""
+    targets: list[dict] = []
+    for dst in names:
+        listener = out["listeners"][dst]
+        if (dst == src and src not in own) or "ports" not in listener:
+            continue
+        targets += [{"dst": dst, "address": listener["address"], "port": p, "kind": "listener"}
+                    for p in listener["ports"]]
+        targets += [{"dst": dst, "address": listener["address"], "port": p, "kind": "listener",
+                     "spread": True} for p in listener.get("spread", [])]
+        targets += [{"dst": dst, "address": listener["address"], "port": p, "kind": "closed"}
+                    for p in listener.get("closed", [])]
+        # The other family's listener, dialled as unpinned ranks would: from a node whose own
+        # unpinned ranks bind that family too (Gloo pairs one family), or from itself.
+        theirs = out.get("unpinned", {}).get(dst, {})
+        if "ports" in theirs and (dst == src or (src in unpinned and (":" in unpinned[src]) == (":" in unpinned[dst]))):
+            targets += [{"dst": dst, "address": theirs["address"], "port": p, "kind": kind, "unpinned": True}
+                        for kind, ports in (("listener", theirs["ports"]), ("closed", theirs.get("closed", [])))
+                        for p in ports]
+    if master_addr is not None and out["master"] and "error" not in out["master"]:
+        # As the worker will dial it: the name or address it is given, resolved there.
+        targets.append({"dst": names[0], "address": master_addr, "port": master_port, "kind": "master"})
+    return targets
+
+
 def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
     usable = [i for i in cluster.usable() if nodes[i].error is None]
-    # With more than one rank per node, the ranks of a node connect to each other on its own
-    # address: a path to probe even on one node.
-    own = options.nproc_per_node > 1
-    if 0 not in usable or (len(usable) < 2 and not own):
+    names = {i: nodes[i].node for i in usable}
+    # A node with more than one rank (its own count: a hostfile's slots, else nproc_per_node)
+    # has its ranks connect to each other on its own address: a path to probe even on one node.
+    ranks = {names[i]: options.nproc_on(names[i]) for i in usable}
+    own = {i for i in usable if ranks[names[i]] > 1}
+    if 0 not in usable or (len(usable) < 2 and 0 not in own):
         return {"skipped": "needs the master and at least one more reachable node"}
     token = secrets.token_hex(16)
-    names = {i: nodes[i].node for i in usable}
     out: dict = {"pairs": [], "listeners": {}, "master": {}, "errors": {}, "nproc_per_node": options.nproc_per_node,
-                 "backend": options.backend}
+                 "ranks": ranks, "backend": options.backend}
 
     # 1. Listeners: two kernel-chosen ephemeral ports (as Gloo's) and one closed port per node,
     #    and the master port on the master. A node whose unpinned ranks bind the other family on
@@ -151,32 +182,12 @@ def probe(cluster, nodes: tuple[NodeFacts, ...], options: Options) -> dict:
                              **(master_ready.data or {"error": "the listener did not start"})}
 
         # 2. Every node connects to every other node's ports (and to its own, when it runs more
-        #    than one rank), and workers to the master port: all of a node's dials at once.
+        #    than one rank there), and workers to the master port: all of a node's dials at once.
         connectors = {}
         for i in usable:
-            targets = []
-            for j in usable:
-                listener = out["listeners"][names[j]]
-                if (j == i and not own) or "ports" not in listener:
-                    continue
-                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener"}
-                            for p in listener["ports"]]
-                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "listener",
-                             "spread": True} for p in listener.get("spread", [])]
-                targets += [{"dst": names[j], "address": listener["address"], "port": p, "kind": "closed"}
-                            for p in listener.get("closed", [])]
-                # The other family's listener, dialled as unpinned ranks would: from a node whose own
-                # unpinned ranks bind that family too (Gloo pairs one family), or from itself.
-                theirs = out.get("unpinned", {}).get(names[j], {})
-                if "ports" in theirs and (j == i or (i in unpinned and (":" in unpinned[i]) == (":" in unpinned[j]))):
-                    targets += [{"dst": names[j], "address": theirs["address"], "port": p, "kind": kind,
-                                 "unpinned": True}
-                                for kind, ports in (("listener", theirs["ports"]), ("closed", theirs.get("closed", [])))
-                                for p in ports]
-            if i != 0 and out["master"] and "error" not in out["master"]:
-                # As the worker will dial it: the name or address it is given, resolved there.
-                targets.append({"dst": names[0], "address": options.master_addr or master_ip,
-                                "port": options.master_port, "kind": "master"})
+            targets = dial_targets(names[i], out, {names[j] for j in own},
+                                   {names[j]: a for j, a in unpinned.items()}, [names[j] for j in sorted(usable)],
+                                   options.master_addr or master_ip if i != 0 else None, options.master_port)
             if targets:
                 connectors[i] = _agent(cluster, i, {"mode": "connect", "targets": targets, "token": token,
                                                     "timeout": CONNECT_TIMEOUT}, 30)

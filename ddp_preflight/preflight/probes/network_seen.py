@@ -44,6 +44,15 @@ class Dial:
                    Route.from_json(route) if isinstance(route, Mapping) else None)
 
     @property
+    def went_nowhere(self) -> bool:
+        """Nothing it sent got an answer: dropped without a word (no SYN-ACK before the timeout), or
+        the kernel gave up on the next hop itself (EHOSTUNREACH: the neighbour on the link never
+        answered, which a route out a link that leads nowhere comes to once its ARP entry has
+        failed: the same dial, a few seconds later, that was "filtered")."""
+        return self.outcome == "filtered" or \
+            (self.outcome == "unreachable" and (self.detail or "").startswith("EHOSTUNREACH"))
+
+    @property
     def blocks(self) -> bool:
         """It shows the path blocked: a listening port not opened, or the free port dropped or
         rejected instead of refused."""
@@ -104,6 +113,7 @@ class NetworkSeen:
     unpinned: Mapping[str, Listener] = field(default_factory=dict)
     unpinned_dials: tuple[Dial, ...] = ()
     backend: str | None = None           # the run's backend (None: a recording that did not say)
+    ranks: Mapping[str, int] = field(default_factory=dict)   # node -> its own ranks (a hostfile's slots)
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> NetworkSeen:
@@ -114,7 +124,13 @@ class NetworkSeen:
                    None if master is None else MasterListener.from_json(master),
                    dict(wire.get("errors", {})), int(wire.get("nproc_per_node", 2)),
                    {name: Listener.from_json(one) for name, one in wire.get("unpinned", {}).items()},
-                   tuple(d for d in dials if d.sent.get("unpinned")), wire.get("backend"))
+                   tuple(d for d in dials if d.sent.get("unpinned")), wire.get("backend"),
+                   {name: int(n) for name, n in wire.get("ranks", {}).items()})
+
+    def ranks_on(self, name: str) -> int:
+        """The ranks torchrun starts on `name`: its own count where the probe recorded one (a
+        hostfile gives each host its slots), else the one count for every node."""
+        return self.ranks.get(name, self.nproc_per_node)
 
     def blocked(self, names: set[str]) -> list[Dial]:
         """The dials between these nodes that found the path blocked: a listener's port (as Gloo's

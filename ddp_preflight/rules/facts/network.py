@@ -33,12 +33,18 @@ class Interface:
     speed_mbit: int | None = None   # in Mbit/s; None: the link does not say (virtual, or down)
     rp_filter: int | None = None    # IPv4 reverse-path filter as applied, max(all, its own): 0 off, 1 strict,
                                     # 2 loose; None: not read (an older node, or unreadable)
+    shaper: str | None = None       # its root qdisc that caps what it sends ("tbf", "cake"); None: none seen
+    shaper_rate: int | None = None  # in bytes/s: that cap
+    disable_ipv6: int | None = None  # net.ipv6.conf.NAME.disable_ipv6 (1: IPv6 off on it); None: not read
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Interface:
+        found = wire.get("shaper")
+        shaper: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         return cls(required(text(wire, "name"), "name"), required(text(wire, "kind"), "kind"), flag(wire, "up"),
                    objects(wire, "addresses", Address.from_json), whole(wire, "speed_mbit"),
-                   whole(wire, "rp_filter"))
+                   whole(wire, "rp_filter"), text(shaper, "kind"), whole(shaper, "rate_bytes_per_s"),
+                   whole(wire, "disable_ipv6"))
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,13 @@ class Firewall:
     input_policy_drop: bool = False
     input_chains: tuple[str, ...] = ()   # nftables' chains on the input hook ("inet filter input"), those that
                                          # drop or reject first
+    random_drops: tuple[RandomDrop, ...] = ()   # rules that drop a random share of what passes
 
     @classmethod
     def from_json(cls, wire: Mapping[str, Any]) -> Firewall:
+        rules = text(wire, "rules") or ""
         return cls(flag(wire, "readable"), text(wire, "tool"), whole(wire, "input_drops") or 0,
-                   flag(wire, "input_policy_drop"), input_chains(text(wire, "rules") or ""))
+                   flag(wire, "input_policy_drop"), input_chains(rules), random_drops(rules))
 
     @property
     def input_chain(self) -> str:
@@ -101,6 +109,32 @@ class Firewall:
         that drops, as the ruleset names it; Debian's and most distributions' default when the
         ruleset was not read."""
         return self.input_chains[0] if self.input_chains else "inet filter input"
+
+
+@dataclass(frozen=True)
+class RandomDrop:
+    """An nftables rule that drops a random share of the packets it sees (`numgen random mod 100 <
+    5 drop`; iptables' `-m statistic --mode random` as iptables-nft lists it): a lossy path of the
+    node's own making, whatever the wire."""
+    chain: str                   # "family table chain", as `nft delete rule` takes it
+    hook: str | None             # "input", "output", "forward"...; None: a chain no hook calls directly
+    rule: str                    # the rule as `nft list ruleset` prints it
+
+
+def random_drops(rules: str) -> tuple[RandomDrop, ...]:
+    found: list[RandomDrop] = []
+    table = chain = hook = None
+    for line in rules.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "table" and words[-1] == "{":
+            table, chain = " ".join(words[1:3]) if len(words) == 4 else f"ip {words[1]}", None
+        elif len(words) == 3 and words[0] == "chain" and words[2] == "{":
+            chain, hook = words[1], None
+        elif chain is not None and (m := re.search(r"\bhook (\w+)", line)) and line.strip().startswith("type "):
+            hook = m.group(1)
+        elif table and chain and re.search(r"\b(numgen random|statistic)\b", line) and re.search(r"\bdrop\s*$", line):
+            found.append(RandomDrop(f"{table} {chain}", hook, line.strip()))
+    return tuple(found)
 
 
 def input_chains(rules: str) -> tuple[str, ...]:
