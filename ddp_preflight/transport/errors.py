@@ -189,7 +189,8 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
     so `python` is a Python."""
     verdict = next((line[len(PYTHON_VERDICT):] for line in stderr.splitlines() if line.startswith(PYTHON_VERDICT)), None)
     last = (stderr.strip().splitlines() or [""])[-1][:300]
-    pick = f"pass --python PATH, or set python under [nodes.{host}] in the config"
+    pick = (f"pass --python {host}:PATH (that node's own; PATH alone: every node), "
+            f"or set python under [nodes.{host}] in the config")
     if verdict and verdict.startswith("not-trusted "):
         return _not_trusted(host, python, verdict)
     if verdict and verdict.startswith("too-old "):
@@ -204,14 +205,14 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
     if verdict == "environment-folder":
         inside = f"{python.rstrip('/')}/bin/python"
         return NodeError(f"{host}: {python} is a folder, not a Python (it holds {inside})",
-                         f"--python {inside}   # or set python under [nodes.{host}] in the config")
+                         f"--python {host}:{inside}   # or set python under [nodes.{host}] in the config")
     if verdict == "folder":
         return NodeError(f"{host}: {python} is a folder, not a Python", f"give the interpreter's path: {pick}")
     if verdict == "not-a-program":
         return NodeError(f"{host}: {python} is a plain file (neither a binary nor a #! script), not a Python", pick)
     if verdict == "not-executable":
         return NodeError(f"{host}: {python} is not executable there",
-                         f"chmod +x {python} on {host}, or pass the right --python")
+                         f"chmod +x {python} on {host}, or pass the right one: --python {host}:PATH")
     if "SyntaxError: " in stderr and (ran or 'File "<string>"' in stderr):
         # An old Python 3 stopped at the node program's syntax (a Python's traceback, of `-c`'s code).
         return NodeError(f"{host}: {python} is too old to run the collector ({last}): ddp-preflight needs "
@@ -225,7 +226,8 @@ def explain_python(host: str, python: str, exit_code: int, stderr: str, ran: boo
 
 
 def _newer(host: str) -> str:
-    return f"give a Python {NODE_PYTHON}+ environment on {host}: --python PATH, or python under [nodes.{host}] in the config"
+    return (f"give a Python {NODE_PYTHON}+ environment on {host}: --python {host}:PATH, "
+            f"or python under [nodes.{host}] in the config")
 
 
 def _not_trusted(host: str, python: str, verdict: str) -> NodeError:
@@ -235,21 +237,21 @@ def _not_trusted(host: str, python: str, verdict: str) -> NodeError:
     parts = verdict.split(" ", 6)
     if len(parts) < 7:
         return NodeError(f"{host}: the training Python {python} is refused: another user can change it",
-                         "give a Python only root or this user can change: --python PATH")
+                         f"give a Python only root or this user can change: --python {host}:PATH")
     _, why, uid, owner, me, mode, path = parts
     who = "root" if me == "root" else f"root or {me}"
     if why == "owner":
         return NodeError(f"{host}: the training Python {python} is refused: {path} belongs to {owner} (uid {uid}), "
                          f"who could change what it runs as {me}",
-                         f"connect as {owner} to run {owner}'s Python, or give one only {who} can change: --python PATH")
+                         f"connect as {owner} to run {owner}'s Python, or give one only {who} can change: --python {host}:PATH")
     if why == "not-a-file":        # a .pth that is a FIFO (or a device): Python's site would wait on it
         return NodeError(f"{host}: the training Python {python} is refused: {path} is {mode.replace('-', ' ')}, "
                          "not a regular file, which Python's site would wait on forever",
-                         f"remove {path} once you have checked who made it, or give another Python: --python PATH")
+                         f"remove {path} once you have checked who made it, or give another Python: --python {host}:PATH")
     # "775+acl": a POSIX ACL lets others write (the mode's group bits are then its mask).
     acl = mode.endswith("+acl")
     undo = f"setfacl -b {path}" if acl else f"chmod go-w {path}"
     return NodeError(f"{host}: the training Python {python} is refused: {path} is writable by other users "
                      f"(mode {mode[:-4] + ', with an ACL' if acl else mode}), who could change what it runs as {me}",
-                     f"give a Python only {who} can change: --python PATH, or {undo} once you have "
+                     f"give a Python only {who} can change: --python {host}:PATH, or {undo} once you have "
                      "checked what it holds")

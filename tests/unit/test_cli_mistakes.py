@@ -114,7 +114,7 @@ def test_a_python_older_than_3_8_says_its_version_and_the_one_needed():
 
     assert why.summary == "worker1: /usr/bin/python3.6 is Python 3.6.15, too old: ddp-preflight needs Python 3.8 " \
                           "or newer on the nodes"
-    assert why.fix == ("give a Python 3.8+ environment on worker1: --python PATH, or python under [nodes.worker1] "
+    assert why.fix == ("give a Python 3.8+ environment on worker1: --python worker1:PATH, or python under [nodes.worker1] "
                        "in the config")
 
 

@@ -175,7 +175,7 @@ def test_a_venv_the_intruder_made_is_refused_and_its_pth_never_runs(user, intrud
         "error",
         f"{HOST}: the training Python {python} is refused: {python} belongs to ddpp-intruder (uid {user.uid}), "
         "who could change what it runs as root",
-        "connect as ddpp-intruder to run ddpp-intruder's Python, or give one only root can change: --python PATH")
+        f"connect as ddpp-intruder to run ddpp-intruder's Python, or give one only root can change: --python {HOST}:PATH")
 
 
 def test_hangwatch_attach_refuses_the_intruders_venv_with_the_same_line_and_fix(user, intruder_venv, markers, tmp_path):
@@ -190,7 +190,7 @@ def test_hangwatch_attach_refuses_the_intruders_venv_with_the_same_line_and_fix(
     assert lost[0].startswith(
         f"{HOST}: the agent stopped (the training Python {python} is refused: {python} belongs to ddpp-intruder "
         f"(uid {user.uid}), who could change what it runs as root; fix: connect as ddpp-intruder to run "
-        "ddpp-intruder's Python, or give one only root can change: --python PATH)"), lost
+        f"ddpp-intruder's Python, or give one only root can change: --python {HOST}:PATH)"), lost
 
 
 def test_a_python_reached_through_a_folder_anyone_may_write_is_refused(tmp_path):
@@ -205,7 +205,7 @@ def test_a_python_reached_through_a_folder_anyone_may_write_is_refused(tmp_path)
         "error",
         f"{HOST}: the training Python {drop}/python is refused: {drop} is writable by other users (mode 777), "
         "who could change what it runs as root",
-        f"give a Python only root can change: --python PATH, or chmod go-w {drop} once you have checked what it holds")
+        f"give a Python only root can change: --python {HOST}:PATH, or chmod go-w {drop} once you have checked what it holds")
 
 
 def test_group_write_counts_only_when_the_group_holds_another_user(user, tmp_path):
@@ -611,7 +611,7 @@ def test_a_python_in_a_folder_with_an_acl_for_the_intruder_is_refused(user, aren
         "error",
         f"{HOST}: the training Python {drop}/python is refused: {drop} is writable by other users (mode 775, with an "
         "ACL), who could change what it runs as root",
-        f"give a Python only root can change: --python PATH, or setfacl -b {drop} once you have checked what it holds")
+        f"give a Python only root can change: --python {HOST}:PATH, or setfacl -b {drop} once you have checked what it holds")
 
 
 @pytest.mark.parametrize("target", ["site-packages", "pth"])

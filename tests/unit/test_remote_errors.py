@@ -87,14 +87,14 @@ def test_a_folder_is_not_given_chmod_advice():
     why = explain_python("worker1", "/tmp", 126, "DDP_PREFLIGHT_PYTHON folder\n", ran=False)
 
     assert why.summary == "worker1: /tmp is a folder, not a Python"
-    assert "chmod" not in why.fix and "--python PATH" in why.fix
+    assert "chmod" not in why.fix and "--python worker1:PATH" in why.fix
 
 
 def test_a_python_environments_folder_names_its_interpreter():
     why = explain_python("worker1", "/home/me/venv/", 126, "DDP_PREFLIGHT_PYTHON environment-folder\n", ran=False)
 
     assert why.summary == "worker1: /home/me/venv/ is a folder, not a Python (it holds /home/me/venv/bin/python)"
-    assert why.fix.startswith("--python /home/me/venv/bin/python ")
+    assert why.fix.startswith("--python worker1:/home/me/venv/bin/python ")
 
 
 def test_a_plain_file_is_not_a_program():

@@ -182,7 +182,7 @@ def test_without_python_named_the_fix_offers_python_too_and_a_python_without_tor
     result = run(("master", scan))["master"]
 
     assert result.summary == f"{PYTHON} on master cannot import torch (torchrun runs in it)"
-    assert result.fix == (f"master: {PYTHON} -m pip install torch; or --python PATH if {PYTHON} "
+    assert result.fix == (f"master: {PYTHON} -m pip install torch; or --python master:PATH if {PYTHON} "
                           "(ddp-preflight's own) is not the training's")
 
 

@@ -80,7 +80,7 @@ def check_training_imports(ctx: Context) -> Iterator[Verdict]:
             fixes.append(f"{name}: {shlex.quote(found.python)} -m pip install {' '.join(names)}")
             if name not in ctx.options.pythons:
                 # Not named by --python or the config: ddp-preflight's own interpreter was used.
-                fixes.append(f"or --python PATH if {found.python} (ddp-preflight's own) is not the training's")
+                fixes.append(f"or --python {name}:PATH if {found.python} (ddp-preflight's own) is not the training's")
         in_tree = sorted({m.top for m in theirs if not own[m.top][1].startswith("/")})
         for top in in_tree:
             node, file, root = own[top]
