@@ -41,8 +41,8 @@ def evidence_of(state: State, t: Track, now: float, unformed: str | None = None)
         notes.append(f"used CPU since its stack, and cannot have left: {unformed}")
     unseen = found.unseen
     if t.dump is None and t.dump_error:
-        notes = [f"no stack: {t.dump_error}"]
-        unseen = notes[0]
+        unseen = f"no stack: {t.dump_error}"
+        notes = [unseen]
     state_, reason = found.state, found.reason
     if t.stopped:
         state_, reason = S.STOPPED, Reason.STOPPED

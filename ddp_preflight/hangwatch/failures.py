@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddp_preflight.rules.failure_kinds import Cause, FailureKind
 from ddp_preflight.rules.failures import (
     BACKEND_NAMED,
     BY_ID,
@@ -32,32 +33,18 @@ from ddp_preflight.rules.failures import (
 )
 from ddp_preflight.rules.message_parts import OPTION, PG_STATUS, PORT, RANK_IN_LOG
 
-from .model import Word
-
-
-class Failure(Word):
-    """A failure its message names the cause of (a closed set)."""
-    ADDRESS_FAMILY = "address-family"          # Gloo: the two ends of a pair bind different address families
-    CANNOT_CONNECT = "cannot-connect"          # Gloo's connectFullMesh: a pair never connected (timeout, refused)
-    PORT_IN_USE = "port-in-use"                # the store could not listen on the master port
-    RENDEZVOUS_TIMEOUT = "rendezvous-timeout"  # the store waited for ranks that never came, or was never reached
-    UNSUPPORTED = "unsupported"                # the backend does not implement the call
-    SCRIPT_OPTIONS = "script-options"          # torchrun's parser took the script's options for its own
-    DUPLICATE_GPU = "duplicate-gpu"            # NCCL: two ranks on one GPU
-    NCCL_INVALID_USAGE = "nccl-invalid-usage"  # NCCL: invalid usage (other than a duplicate GPU)
-    NCCL_SYSTEM_ERROR = "nccl-system-error"    # NCCL: unhandled system error (source)
-    NCCL_ERROR = "nccl-error"                  # NCCL: another error
-    CUDA_OUT_OF_MEMORY = "cuda-out-of-memory"  # torch.OutOfMemoryError (source)
-    COLLECTIVE_TIMEOUT = "collective-timeout"  # a collective waited past the process group's timeout
-    SIZE_MISMATCH = "size-mismatch"            # Gloo received more bytes than its collective expected
-    OOM_KILLED = "oom-killed"                  # the kernel's OOM killer (dmesg, Slurm)
+# What a failure's words name is said in the one vocabulary of failures (rules/failure_kinds.py): its
+# kind, and where one kind has several causes its words tell apart (NCCL's), the cause.
+Failure = FailureKind
+K = FailureKind
 
 
 @dataclass(frozen=True)
 class Said:
     """A failure as its message says it, with what the message names."""
-    failure: Failure
+    failure: FailureKind
     detail: dict                               # e.g. {"own": 10, "peer": 2}, {"port": 29500}, {"call": "Work::getFuture"}
+    cause: Cause | None = None                 # NCCL's: a duplicate GPU, invalid usage, a system error (else UNKNOWN)
 
 
 # Every message is read by a pattern of the one catalogue (rules/failures.py: its messages, and those
@@ -77,45 +64,46 @@ def said_by(type: str, message: str) -> Said | None:
     text = f"{type}: {message}"
     found = FAMILY.search(text)
     if found:
-        return Said(Failure.ADDRESS_FAMILY, {"own": int(found["own"]), "peer": int(found["peer"])})
+        return Said(K.ADDRESS_FAMILY, {"own": int(found["own"]), "peer": int(found["peer"])})
     found = SIZE_MISMATCH.search(text)
     if found:
-        return Said(Failure.SIZE_MISMATCH, {"got": int(found["got"]) if found["got"] else None,
+        return Said(K.MISMATCH, {"got": int(found["got"]) if found["got"] else None,
                                             "expected": int(found["expected"]) if found["expected"] else None})
     found = CONNECT.search(text)
     if found:
-        return Said(Failure.CANNOT_CONNECT, {"why": found["why"], "peer": _peer(found["peer"], found["port"])})
+        return Said(K.CANNOT_CONNECT, {"why": found["why"], "peer": _peer(found["peer"], found["port"])})
     if IN_USE.search(text) and not EPHEMERAL.search(text):     # Gloo's own pair socket: not the master port
         port = PORT.search(text)
-        return Said(Failure.PORT_IN_USE, {"port": int(port["port"]) if port else None})
+        return Said(K.PORT_IN_USE, {"port": int(port["port"]) if port else None})
     found = WAITING_CLIENTS.search(text)
     if found:
-        return Said(Failure.RENDEZVOUS_TIMEOUT, {"seconds": int(found["seconds"]), "joined": int(found["joined"]),
+        return Said(K.STORE_TIMEOUT, {"seconds": int(found["seconds"]), "joined": int(found["joined"]),
                                                  "world": int(found["world"]), "side": "store"})
     found = CLIENT_TIMEOUT.search(text)
     if found:
-        return Said(Failure.RENDEZVOUS_TIMEOUT, {"store": f"{found['host']}:{found['port']}", "side": "client",
+        return Said(K.STORE_TIMEOUT, {"store": f"{found['host']}:{found['port']}", "side": "client",
                                                  "said": found.group(0)})
     if RENDEZVOUS.search(text):
-        return Said(Failure.RENDEZVOUS_TIMEOUT, {})
+        return Said(K.STORE_TIMEOUT, {})
     found = DUPLICATE_GPU.search(text)
     if found:
-        return Said(Failure.DUPLICATE_GPU, {"ranks": [int(found["a"]), int(found["b"])], "device": found["device"]})
+        return Said(K.NCCL_ERROR, {"ranks": [int(found["a"]), int(found["b"])], "device": found["device"]},
+                    Cause.DUPLICATE_GPU)
     if NCCL.search(text):
         if NCCL_INVALID_USAGE.search(text):
-            return Said(Failure.NCCL_INVALID_USAGE, {})
+            return Said(K.NCCL_ERROR, {}, Cause.NCCL_INVALID_USAGE)
         if NCCL_SYSTEM_ERROR.search(text):
-            return Said(Failure.NCCL_SYSTEM_ERROR, {})
-        return Said(Failure.NCCL_ERROR, {})
+            return Said(K.NCCL_ERROR, {}, Cause.NCCL_SYSTEM_ERROR)
+        return Said(K.NCCL_ERROR, {}, Cause.UNKNOWN)
     found = CUDA_OOM.search(text)
     if found or type.endswith(CUDA_OOM_TYPE):
-        return Said(Failure.CUDA_OUT_OF_MEMORY, {"size": found["size"] if found else None})
+        return Said(K.OOM_CUDA, {"size": found["size"] if found else None})
     found = NOT_IMPLEMENTED.search(text)
     if found and BACKEND_NAMED.search(text):
-        return Said(Failure.UNSUPPORTED, {"call": found["call"] or found["what"] or found["op"]})
+        return Said(K.UNSUPPORTED, {"call": found["call"] or found["what"] or found["op"]})
     found = GLOO_TIMEOUT.search(text)
     if found:
-        return Said(Failure.COLLECTIVE_TIMEOUT, {"ms": int(found["ms"]), "op": found["op"]})
+        return Said(K.TIMEOUT_UNKNOWN_ROOT, {"ms": int(found["ms"]), "op": found["op"]})
     return None
 
 
@@ -126,7 +114,7 @@ def usage_error(text: str) -> Said | None:
     if found is None:
         return None
     option = OPTION.search(found["what"])
-    return Said(Failure.SCRIPT_OPTIONS, {"what": found["what"], "option": option["option"] if option else None})
+    return Said(K.SCRIPT_OPTIONS, {"what": found["what"], "option": option["option"] if option else None})
 
 
 def oom_kill(text: str) -> Said | None:
@@ -134,7 +122,7 @@ def oom_kill(text: str) -> Said | None:
     found = OOM_KILL.search(text)
     if found is None:
         return None
-    return Said(Failure.OOM_KILLED, {"pid": int(found["pid"]) if found["pid"] else None, "name": found["name"]})
+    return Said(K.OOM_HOST, {"pid": int(found["pid"]) if found["pid"] else None, "name": found["name"]})
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ddp_preflight.rules.collectives import workaround
+from ddp_preflight.rules.failure_kinds import Cause
+from ddp_preflight.rules.failure_kinds import FailureKind as K
 from ddp_preflight.rules.fix import Action, Fix, run
 from ddp_preflight.rules.launch_args import separate
 from ddp_preflight.rules.ports import who_holds
@@ -19,7 +21,7 @@ from ddp_preflight.rules.routes import ifname_var, pin_interface
 
 from . import causes, exits
 from .exits import Ending
-from .failures import Failure, Said, family_name, said_by, usage_error, watchdog
+from .failures import Said, family_name, said_by, usage_error, watchdog
 from .model import Basis, Certainty, Diagnosis, Evidence, Kind, Reason, Who
 from .tracebacks import ExceptionInfo
 from .who import who
@@ -52,7 +54,7 @@ class Context:
     launched: bool = False
 
 
-LAUNCHERS = (Failure.SCRIPT_OPTIONS, Failure.PORT_IN_USE, Failure.RENDEZVOUS_TIMEOUT)    # a launcher's own words
+LAUNCHERS = (K.SCRIPT_OPTIONS, K.PORT_IN_USE, K.STORE_TIMEOUT)    # a launcher's own words
 
 
 def launcher_said(info: ExceptionInfo | None, line: str) -> Said | None:
@@ -86,7 +88,7 @@ def said(ending: Ending) -> Said | None:
     if found is None:
         line = watchdog(text)
         if line is not None and line.timeout_ms is not None:
-            return Said(Failure.COLLECTIVE_TIMEOUT, {"ms": line.timeout_ms, "seq": line.seq, "op": line.op})
+            return Said(K.TIMEOUT_UNKNOWN_ROOT, {"ms": line.timeout_ms, "seq": line.seq, "op": line.op})
     return found
 
 
@@ -102,7 +104,7 @@ def by_words(endings: Sequence[Ending], running: Sequence[Evidence] = (), contex
              launchers: Sequence[LauncherSaid] = ()) -> Named | None:
     """The first root the failure words name, in the order a run fails in: its launchers' (torchrun's
     parser, its store's port, its rendezvous), then its ranks'; None: they name none."""
-    by: dict[Failure, list[tuple[Ending, Said]]] = {}
+    by: dict[K, list[tuple[Ending, Said]]] = {}
     for e in endings:
         s = said(e)
         if s is not None:
@@ -120,7 +122,7 @@ def by_words(endings: Sequence[Ending], running: Sequence[Evidence] = (), contex
 def by_launchers(launchers: Sequence[LauncherSaid]) -> Named | None:
     """What a launcher's own lines name: torchrun's parser took the script's options, its store's
     port is in use, its rendezvous timed out. No rank started (or none is to blame): nodes are named."""
-    for failure, reason in ((Failure.SCRIPT_OPTIONS, Reason.SCRIPT_OPTIONS), (Failure.PORT_IN_USE, Reason.PORT_IN_USE)):
+    for failure, reason in ((K.SCRIPT_OPTIONS, Reason.SCRIPT_OPTIONS), (K.PORT_IN_USE, Reason.PORT_IN_USE)):
         said = [n for n in launchers if n.said.failure is failure]
         if not said:
             continue
@@ -135,7 +137,7 @@ def by_launchers(launchers: Sequence[LauncherSaid]) -> Named | None:
         return Named(Diagnosis(Kind.EXITED, (), (), reason, Certainty.CERTAIN, nodes=nodes,
                                store=str(port) if port else None, basis=Basis.WORDS),
                      who_holds(nodes[0] if nodes else "the master", port or "MASTER_PORT"), launchers=tuple(said))
-    said = [n for n in launchers if n.said.failure is Failure.RENDEZVOUS_TIMEOUT]
+    said = [n for n in launchers if n.said.failure is K.STORE_TIMEOUT]
     if not said:
         return None
     details = [n.said.detail for n in said]
@@ -162,46 +164,48 @@ def _as_named(e: Evidence, d: Diagnosis, said: str | None) -> Evidence:
                    named_by=said)
 
 
-def _said_of(d: Diagnosis, e: Ending, by: dict[Failure, list[tuple[Ending, Said]]]) -> str | None:
+def _said_of(d: Diagnosis, e: Ending, by: dict[K, list[tuple[Ending, Said]]]) -> str | None:
     """What the words said of this rank, where the verdict rests on it: its address family."""
     if d.reason is not Reason.ADDRESS_FAMILY:
         return None
-    for ending, s in by.get(Failure.ADDRESS_FAMILY, ()):
+    for ending, s in by.get(K.ADDRESS_FAMILY, ()):
         if ending.key == e.key:
             return (f"{family_name(s.detail['own'])} on {e.node or 'its node'} while its peer binds "
                     f"{family_name(s.detail['peer'])}")
     return None
 
 
-def _decide(by: dict[Failure, list[tuple[Ending, Said]]], endings: Sequence[Ending], running: Sequence[Evidence],
+def _decide(by: dict[K, list[tuple[Ending, Said]]], endings: Sequence[Ending], running: Sequence[Evidence],
             context: Context) -> Named | None:
-    if Failure.ADDRESS_FAMILY in by:
-        return _address_family(by[Failure.ADDRESS_FAMILY], context)
-    if Failure.SIZE_MISMATCH in by:
-        return _size_mismatch(by[Failure.SIZE_MISMATCH])
-    if Failure.CANNOT_CONNECT in by:
-        return _cannot_connect(by[Failure.CANNOT_CONNECT], endings, context)
-    if Failure.RENDEZVOUS_TIMEOUT in by:
-        return _rendezvous(by[Failure.RENDEZVOUS_TIMEOUT])
-    for failure in (Failure.DUPLICATE_GPU, Failure.NCCL_INVALID_USAGE, Failure.NCCL_SYSTEM_ERROR, Failure.NCCL_ERROR):
-        if failure in by:
-            ranks = by[failure]
-            named = ranks
-            if failure is Failure.DUPLICATE_GPU:
-                extra = ranks[0][1].detail["ranks"][0]
-                named = [(e, s) for e, s in ranks if e.rank == extra] or ranks
-            keys = tuple(sorted(e.key for e, _ in named))
-            return Named(Diagnosis(Kind.EXITED, keys, (), Reason.NCCL_ERROR, Certainty.CERTAIN, basis=Basis.WORDS),
-                         said_by=keys)
-    for failure, reason in ((Failure.CUDA_OUT_OF_MEMORY, Reason.OUT_OF_MEMORY), (Failure.UNSUPPORTED, Reason.UNSUPPORTED)):
+    if K.ADDRESS_FAMILY in by:
+        return _address_family(by[K.ADDRESS_FAMILY], context)
+    if K.MISMATCH in by:
+        return _size_mismatch(by[K.MISMATCH])
+    if K.CANNOT_CONNECT in by:
+        return _cannot_connect(by[K.CANNOT_CONNECT], endings, context)
+    if K.STORE_TIMEOUT in by:
+        return _rendezvous(by[K.STORE_TIMEOUT])
+    if K.NCCL_ERROR in by:
+        # NCCL's causes in the order a run fails in: a duplicate GPU is why NCCL said invalid usage
+        order = (Cause.DUPLICATE_GPU, Cause.NCCL_INVALID_USAGE, Cause.NCCL_SYSTEM_ERROR)
+        said = by[K.NCCL_ERROR]
+        first = min((s.cause for _, s in said), key=lambda c: order.index(c) if c in order else len(order))
+        ranks = named = [(e, s) for e, s in said if s.cause is first]
+        if first is Cause.DUPLICATE_GPU:
+            extra = ranks[0][1].detail["ranks"][0]
+            named = [(e, s) for e, s in ranks if e.rank == extra] or ranks
+        keys = tuple(sorted(e.key for e, _ in named))
+        return Named(Diagnosis(Kind.EXITED, keys, (), Reason.NCCL_ERROR, Certainty.CERTAIN, basis=Basis.WORDS),
+                     said_by=keys)
+    for failure, reason in ((K.OOM_CUDA, Reason.OUT_OF_MEMORY), (K.UNSUPPORTED, Reason.UNSUPPORTED)):
         if failure in by:
             own = [(e, s) for e, s in by[failure] if e.exception is not None and not e.exception.lost_peer] or \
                 by[failure]
             keys = tuple(sorted(e.key for e, _ in own))
             fix = _unsupported_fix(by[failure]) if reason is Reason.UNSUPPORTED else None
             return Named(Diagnosis(Kind.EXITED, keys, (), reason, Certainty.CERTAIN, basis=Basis.WORDS), fix, keys)
-    if Failure.COLLECTIVE_TIMEOUT in by:
-        return _timed_out(by[Failure.COLLECTIVE_TIMEOUT], endings, running)
+    if K.TIMEOUT_UNKNOWN_ROOT in by:
+        return _timed_out(by[K.TIMEOUT_UNKNOWN_ROOT], endings, running)
     return None
 
 

@@ -30,6 +30,11 @@ class FailureKind(str, enum.Enum):
     UNUSED_PARAMETERS = "ddp-unused-parameters"
     NODE_NOT_STARTED = "node-not-started"              # a launch could not start its training on a node
     CANNOT_CONNECT = "cannot-connect"                  # a rank could not open a connection to a peer it had the address of
+    SCRIPT_OPTIONS = "script-options"                  # torchrun's parser took the script's options for its own
+    # Older names of two members, from when hangwatch's reading of a failure's words had a vocabulary
+    # of its own (hangwatch/failures.py's Failure is this enum now): the same members, not more kinds.
+    OOM_KILLED = "oom-host"
+    RENDEZVOUS_TIMEOUT = "store-timeout"
 
 
 class Cause(str, enum.Enum):
