@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 import time
 import warnings
@@ -383,3 +384,8 @@ def main():
 if __name__ == "__main__":
     signing.key_from_environment()
     main()
+    # Its group is closed and its lines are out: the teardown with torch loaded measures nothing,
+    # and torchrun waits for it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
