@@ -248,7 +248,7 @@ def say_waiting(error):
     """The GATE line: this rank's probes are done (`error`: what a part raised) and it waits."""
     sys.stdout.write(GATE_LINE + json.dumps({"rank": int(os.environ.get("RANK", "0")),
                                               "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                                              "error": error}) + "\n")
+                                              "pid": os.getpid(), "error": error}) + "\n")
     sys.stdout.flush()
 
 

@@ -24,9 +24,9 @@ PORT_CHECK = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKE
               "s.bind(('', 29500)); s.listen()")
 
 
-def command(lab, tmp_path, *options, script_args=("--steps", "3"), nproc=2):
+def command(lab, tmp_path, *options, script_args=("--steps", "3"), nproc=2, script=TRAIN):
     return [*CLI, *NODES, "--ssh-config", str(lab.ssh_config), "--launch", "--nproc-per-node", str(nproc),
-            "--log-dir", str(tmp_path / "run"), *options, "--", str(TRAIN), *script_args]
+            "--log-dir", str(tmp_path / "run"), *options, "--", str(script), *script_args]
 
 
 def launch(lab, tmp_path, *options, timeout=180, **kwargs) -> subprocess.CompletedProcess:
