@@ -128,7 +128,9 @@ class InRanks:
         if self.asked:
             return None
         self.asked = True
-        plan = self.plan_for(nodes, options)
+        # NCCL: its ranks' Flight Recorder is read through torch's own pipe, which would hold the
+        # probes' collectives among the training's (rank_bootstrap.py leaves them out of Gloo's).
+        plan = self.plan_for(nodes, options) if options.backend == "gloo" else None
         if plan is None or not carries(plan, job, indexes, nodes):
             return None
         launch = Launch(self.cluster, plan, None) if not self.lease else Launch(self.cluster, plan, None, lease=self.lease)

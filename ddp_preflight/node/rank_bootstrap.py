@@ -60,9 +60,7 @@ def _answer(folder, pid):
         if not os.path.exists(request):
             continue
         try:
-            import torch._C._distributed_c10d as c10d
-            text = c10d._dump_fr_trace_json(True, False)      # every collective kept, not only active ones
-            text = text.decode() if isinstance(text, bytes) else text
+            text = json.dumps(_scripts_record())
         except Exception as exc:      # no process group yet, or a torch without it: say so
             text = json.dumps({"error": "%s: %s" % (type(exc).__name__, exc)})
         partial = answer + ".part"
@@ -83,6 +81,34 @@ def _write_new(path, text):
         f.write(text)
 
 
+_probes_up_to: list = []     # the record id of the probes' last collective in this process (run_probes), if any
+
+
+def _scripts_record():
+    """torch's Flight Recorder of this process (every collective kept, not only active ones),
+    without the probes' collectives: theirs were the same group "0", with sequence numbers the
+    script's own group starts again from 1 (the recorder keeps them after destroy_process_group)."""
+    import torch._C._distributed_c10d as c10d
+    text = c10d._dump_fr_trace_json(True, False)
+    trace = json.loads(text.decode() if isinstance(text, bytes) else text)
+    if _probes_up_to and isinstance(trace, dict) and isinstance(trace.get("entries"), list):
+        trace["entries"] = [e for e in trace["entries"] if not isinstance(e, dict) or
+                            not isinstance(e.get("record_id"), int) or e["record_id"] > _probes_up_to[0]]
+    return trace
+
+
+def _last_record_id():
+    """The newest record id in this process's Flight Recorder, or None (none kept, or no recorder)."""
+    try:
+        import torch._C._distributed_c10d as c10d
+        text = c10d._dump_fr_trace_json(True, False)
+        entries = json.loads(text.decode() if isinstance(text, bytes) else text).get("entries") or []
+        ids = [e["record_id"] for e in entries if isinstance(e, dict) and isinstance(e.get("record_id"), int)]
+        return max(ids) if ids else None
+    except Exception:
+        return None
+
+
 # -- how the script ended ---------------------------------------------------------------------------
 
 ENDING = "%d.end"             # in the folder, by pid
@@ -100,9 +126,7 @@ def collectives_run():
     try:
         if int(os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or 0) <= 0:
             return None
-        text = loaded._dump_fr_trace_json(True, False)
-        text = text.decode() if isinstance(text, bytes) else text
-        return len(json.loads(text).get("entries") or [])
+        return len(_scripts_record().get("entries") or [])
     except Exception:
         return None
 
@@ -238,6 +262,9 @@ def run_probes(options, package, token):
         from ddp_preflight.node.jobs import probes
         return probes.in_rank(json.loads(options))
     finally:
+        last = _last_record_id()
+        if last is not None:
+            _probes_up_to.append(last)
         os.environ.pop(TOKEN_VARIABLE, None)
         sys.path[:] = path
         for name in [n for n in sys.modules if n == "ddp_preflight" or n.startswith("ddp_preflight.")]:

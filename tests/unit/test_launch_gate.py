@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from ddp_preflight.node import protocol, rank_bootstrap, supervisor
+from ddp_preflight.node import flight, protocol, rank_bootstrap, supervisor
 from ddp_preflight.transport import LocalNode
 
 from .ports import free_port
@@ -22,16 +22,22 @@ from .ports import free_port
 BOOTSTRAP = Path(rank_bootstrap.__file__)
 
 TRAIN = """\
-import json, os, sys
+import json, os, sys, time
 print("first line of train.py", flush=True)
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-print("seen", json.dumps({"rank": dist.get_rank(), "sum": t.item(), "threads": torch.get_num_threads(),
+print("seen", json.dumps({"rank": dist.get_rank(), "pid": os.getpid(), "sum": t.item(), "threads": torch.get_num_threads(),
       "ours": sorted(k for k in os.environ if k.startswith("DDP_PREFLIGHT_") and "FLIGHT" not in k),
       "gloo": os.environ.get("GLOO_SOCKET_IFNAME"), "omp": os.environ.get("OMP_NUM_THREADS"),
       "argv": sys.argv, "modules": sorted(m for m in sys.modules if m.startswith("ddp_preflight"))}), flush=True)
+dist.barrier()
+# Until the test has asked hangwatch's way for this rank's Flight Recorder.
+for _ in range(400):
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "asked")):
+        break
+    time.sleep(0.05)
 dist.destroy_process_group()
 """
 
@@ -81,6 +87,10 @@ def test_the_ranks_run_every_probe_then_the_script_only_after_the_masters_word(t
         time.sleep(0.5)        # a rank past the gate would print its first line now
         assert not any("first line of train.py" in t for t in texts(lines))
         assert job.send({"cmd": "open-gate"})
+        wait_for(lambda: sum("seen {" in t for t in texts(lines)) == 2, 60, f"no script line: {texts(lines)[-5:]}")
+        pids = [json.loads(t.split("seen ", 1)[1])["pid"] for t in texts(lines) if "seen {" in t]
+        recorded = [flight.ask(pid, wait=5.0) for pid in pids]
+        (tmp_path / "asked").touch()
         result = job.wait(60)
     finally:
         job.stop()
@@ -104,6 +114,11 @@ def test_the_ranks_run_every_probe_then_the_script_only_after_the_masters_word(t
         assert s["ours"] == [] and s["modules"] == []
         assert s["argv"] == [str(tmp_path / "train.py"), "--steps", "3"]
     assert result.exit == 0, said[-5:]
+    # hangwatch reads the script's collectives alone: the probes' hundred and more ran in a group
+    # "0" too, with sequence numbers the script's own group starts again from 1.
+    for found in recorded:
+        assert found is not None and found["entries"] == 2, found
+        assert [(g["id"], g["seq"], g["op"]) for g in found["groups"]] == [("0", 2, "barrier")], found
 
 
 def test_without_the_masters_word_no_line_of_the_script_runs(tmp_path):

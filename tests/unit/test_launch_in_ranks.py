@@ -9,6 +9,7 @@ import json
 from ddp_preflight.launch.in_ranks import Gate, InRanks, carries
 from ddp_preflight.launch.run import Launch
 from ddp_preflight.node import protocol
+from ddp_preflight.preflight.model import Options
 from ddp_preflight.preflight.probes.together import Part, fitting, shared_job
 
 from .facts_fixtures import clean, context
@@ -58,9 +59,12 @@ def test_a_job_the_ranks_cannot_run_as_its_own_run_would_runs_on_its_own():
 def test_only_the_first_shared_job_is_asked_of_the_ranks():
     built = []
     in_ranks = InRanks(None, lambda nodes, options: built.append(nodes))
-    assert in_ranks(job_for(), [0, 1], (), None) is None      # no plan: the job's own run
-    assert in_ranks(job_for(), [0, 1], (), None) is None      # a second job: its own run, unasked
+    assert in_ranks(job_for(), [0, 1], (), Options()) is None      # no plan: the job's own run
+    assert in_ranks(job_for(), [0, 1], (), Options()) is None      # a second job: its own run, unasked
     assert len(built) == 1
+    # NCCL: never in the ranks (torch's own pipe would give hangwatch the probes' collectives).
+    nccl = InRanks(None, lambda nodes, options: built.append(nodes))
+    assert nccl(job_for(), [0, 1], (), Options(backend="nccl", device="cuda")) is None and len(built) == 1
 
 
 def line(local: int, marker: str, data: dict) -> str:
