@@ -24,11 +24,19 @@ BOOTSTRAP = Path(rank_bootstrap.__file__)
 TRAIN = """\
 import json, os, sys, time
 print("first line of train.py", flush=True)
+def links():
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            yield os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            pass
+sockets = sum(link.startswith("socket:") for link in links())
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-print("seen", json.dumps({"rank": dist.get_rank(), "pid": os.getpid(), "sum": t.item(), "threads": torch.get_num_threads(),
+print("seen", json.dumps({"rank": dist.get_rank(), "pid": os.getpid(), "sockets": sockets, "sum": t.item(),
+      "threads": torch.get_num_threads(),
       "ours": sorted(k for k in os.environ if k.startswith("DDP_PREFLIGHT_") and "FLIGHT" not in k),
       "gloo": os.environ.get("GLOO_SOCKET_IFNAME"), "omp": os.environ.get("OMP_NUM_THREADS"),
       "argv": sys.argv, "modules": sorted(m for m in sys.modules if m.startswith("ddp_preflight"))}), flush=True)
@@ -113,6 +121,9 @@ def test_the_ranks_run_every_probe_then_the_script_only_after_the_masters_word(t
         assert (s["gloo"], s["omp"], s["threads"]) == (None, "2", 2)
         assert s["ours"] == [] and s["modules"] == []
         assert s["argv"] == [str(tmp_path / "train.py"), "--steps", "3"]
+        # No connection of the probes' left open (their store clients, their groups' pairs):
+        # hangwatch tells ranks that train alone by the connections they never made.
+        assert s["sockets"] == 0
     assert result.exit == 0, said[-5:]
     # hangwatch reads the script's collectives alone: the probes' hundred and more ran in a group
     # "0" too, with sequence numbers the script's own group starts again from 1.

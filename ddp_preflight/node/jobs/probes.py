@@ -120,9 +120,17 @@ def in_rank(argv: list) -> Optional[str]:
         traceback.print_exc()
         error = "%s: %s" % (type(exc).__name__, exc)
     finally:
+        import gc
+
         import torch.distributed as dist
+
+        from ddp_preflight.node.jobs import signed_store
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        # Their store clients closed too: hangwatch tells ranks that train alone by the
+        # connections they never made, and the script's own connections are all it should see.
+        signed_store.forget()
+        gc.collect()
         torch.set_num_threads(threads)
         sys.argv[:] = argv_as_started
         os.environ.clear()
