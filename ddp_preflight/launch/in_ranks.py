@@ -55,6 +55,8 @@ class Gate:
         self.pids: dict[int, int] = {}                     # each rank's process, as it said GATE
         self.opened = False
         self.changed = threading.Condition()
+        self.started = time.monotonic()                    # the launch starts now
+        self.seconds: dict[str, float] = {}                # node -> until its last rank said GATE
         launch.hold = self.held
         launch.on_end.append(lambda _result: self._wake())
 
@@ -73,6 +75,8 @@ class Gate:
                             self.errors[line.rank] = str(said["error"])
                         if isinstance(said, dict) and isinstance(said.get("pid"), int):
                             self.pids[line.rank] = said["pid"]
+                        if not self.waiting & set(node.ranks):
+                            self.seconds[node.node] = round(time.monotonic() - self.started, 3)
                 else:
                     self.later.append((node, whole))
             self.changed.notify_all()
@@ -91,9 +95,10 @@ class Gate:
             return not self.waiting and not self.errors and not self.launch.done
 
     def results(self) -> list[JobResult]:
-        """Each node's part lines, as the probe job's result on that node."""
-        return [JobResult(node=n.node, exit=0, marked=list(self.parts[n.node]), stdout="\n".join(self.parts[n.node]))
-                for n in self.launch.plan.nodes]
+        """Each node's part lines, as the probe job's result on that node (its seconds: until the
+        node's last rank waited, as a job's run on the node until its end)."""
+        return [JobResult(node=n.node, exit=0, seconds=self.seconds.get(n.node, 0.0), marked=list(self.parts[n.node]),
+                          stdout="\n".join(self.parts[n.node])) for n in self.launch.plan.nodes]
 
     def open(self, log_dir) -> None:
         """READY: the log folder from now on, the lines held shown and logged in their order, then the
@@ -134,15 +139,14 @@ class InRanks:
         if plan is None or not carries(plan, job, indexes, nodes):
             return None
         launch = Launch(self.cluster, plan, None) if not self.lease else Launch(self.cluster, plan, None, lease=self.lease)
-        gate = Gate(launch)
         launch.probes = {"args": list(job.args), "store_token": secrets.token_hex(16)}
-        started = time.monotonic()
+        gate = Gate(launch)
         launch.start()
         # As long as the job's own run may take (torchjob.run's bound), and its wait after it.
         if not gate.reached(job.timeout * slowdown(nodes[i] for i in indexes) + 30):
             stop(launch)
             return None
-        self.gate, self.seconds = gate, time.monotonic() - started
+        self.gate, self.seconds = gate, time.monotonic() - gate.started
         return gate.results()
 
     def ready(self, plan: Plan) -> Gate | None:

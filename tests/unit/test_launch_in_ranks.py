@@ -95,5 +95,6 @@ def test_the_gate_keeps_each_nodes_probe_lines_and_holds_the_rest_until_the_word
     assert [c["i"] for c in results["master"].json_lines(protocol.COLLECTIVES)] == [0]
     assert results["worker1"].json_lines(protocol.BANDWIDTH) == [{"world_size": 2}]
     assert results["master"].json_lines(protocol.BANDWIDTH) == [] and results["master"].exit == 0
+    assert 0 <= results["master"].seconds <= results["worker1"].seconds      # until each node's last GATE
     assert [raw for _, raw in gate.later] == [said[1][1], said[2][1], said[3][1]]
     assert gate.pids == {0: 100, 1: 101, 2: 200, 3: 201}
