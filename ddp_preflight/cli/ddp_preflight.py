@@ -255,9 +255,14 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from ddp_preflight.preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config, slurm_job) as cluster:
+        # Under --launch, the probes that need torch run in the training's own ranks (cli/launch.py).
+        in_ranks = None
+        if launch is not None and not args.no_probes:
+            from .launch import in_ranks_for
+            in_ranks = in_ranks_for(args, cluster, targets, launch)
         with progress(targets, quiet=args.json or args.quiet, color=color_wanted(args)) as hashing:
             try:
-                done = api.check(cluster, options, checks, on_progress=hashing)
+                done = api.check(cluster, options, checks, on_progress=hashing, in_ranks=in_ranks)
             except NprocError as exc:
                 raise UsageError(str(exc)) from None
         if args.verbose:        # preflight's own time per stage, beside the report
@@ -268,10 +273,12 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
             done = dataclasses.replace(done, report=dataclasses.replace(done.report, results=kept))
         code = _render(args, done.report)
         if launch is None or code == Exit.USAGE:
+            if in_ranks is not None:
+                in_ranks.refuse()
             return code
         # The connections preflight opened carry the training: no new handshakes.
         from .launch import launch_training
-        return launch_training(args, cluster, done, targets, launch)
+        return launch_training(args, cluster, done, targets, launch, in_ranks)
 
 
 def _render(args, report) -> int:

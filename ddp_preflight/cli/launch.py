@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ddp_preflight.hangwatch.events import Event, EventKind
+from ddp_preflight.launch.in_ranks import InRanks
 from ddp_preflight.launch.outcome import render
 from ddp_preflight.launch.plan import Command, PlanError, build_plan
 from ddp_preflight.launch.run import Launch
@@ -21,7 +22,8 @@ from ddp_preflight.node.private import hold, why_refused
 from ddp_preflight.node.redact import redact_argv, redact_env, redact_text
 from ddp_preflight.node.terminal import shown, shown_text
 from ddp_preflight.preflight.api import Preflight
-from ddp_preflight.preflight.model import Report, Status
+from ddp_preflight.preflight.checks import CHECKS, run_checks
+from ddp_preflight.preflight.model import Context, Report, Status
 from ddp_preflight.rules.facts import Missing
 from ddp_preflight.rules.launch_args import too_many_ranks
 
@@ -110,7 +112,40 @@ def _try_making(folder: Path, existing: Path) -> None:
                 break
 
 
-def launch_training(args, cluster, done: Preflight, targets, command: Command) -> int:
+PLAN_CHECKS = ("interface-choice", "omp-threads")    # the results the plan reads (launch/plan.py), from facts alone
+
+
+def in_ranks_for(args, cluster, targets, command: Command) -> InRanks:
+    """Under --launch with probes: preflight's torch probes in the training's own ranks, which
+    then wait for launch_training's word (launch/in_ranks.py). The plan it starts is the one
+    launch_training builds, from the results the plan reads (facts alone); where the final one
+    differs, that launch is stopped and the training started anew."""
+    def plan_for(nodes, options):
+        cpus = {n.node: None if isinstance(n.parsed.cpu, Missing) else n.parsed.cpu.usable_cores or n.parsed.cpu.logical_cores
+                for n in nodes if n.error is None}
+        if too_many_ranks(options.nproc_per_node, cpus):
+            return None
+        ctx = Context(nodes, options, {}, cluster.slurm_job)
+        report = Report(tuple(run_checks(ctx, [c for c in CHECKS if c.id in PLAN_CHECKS])), tuple(n.node for n in nodes))
+        try:
+            return build_plan(report, nodes, options, targets, command, cwd=os.getcwd(),
+                              flight_recorder=not args.no_flight_recorder)
+        except PlanError:
+            return None
+    return InRanks(cluster, plan_for, lease=args.node_lease)
+
+
+def launch_training(args, cluster, done: Preflight, targets, command: Command, in_ranks: InRanks | None = None) -> int:
+    """`in_ranks`: the launch preflight's probes started, its ranks waiting for the word: given
+    it when READY with the same plan; else stopped, no line of the training run."""
+    try:
+        return _launch_training(args, cluster, done, targets, command, in_ranks)
+    finally:
+        if in_ranks is not None:
+            in_ranks.refuse()
+
+
+def _launch_training(args, cluster, done: Preflight, targets, command: Command, in_ranks: InRanks | None) -> int:
     report = done.report
     cpus = {n.node: None if isinstance(n.parsed.cpu, Missing) else n.parsed.cpu.usable_cores or n.parsed.cpu.logical_cores
             for n in done.nodes if n.error is None}
@@ -170,7 +205,8 @@ def launch_training(args, cluster, done: Preflight, targets, command: Command) -
         say(f"hangwatch: {event.text}")
 
     run = WatchedLaunch(cluster, plan, log_dir, lease=args.node_lease, stop_on_hang=args.stop_on_hang,
-                        endless_after=args.endless_after, notes=preflight_notes(report), on_event=on_event)
+                        endless_after=args.endless_after, notes=preflight_notes(report), on_event=on_event,
+                        gate=in_ranks.ready(plan) if in_ranks is not None else None)
     launch = run.launch
     launch.on_line.append(show)
     launch.on_logs_failed.append(logs_failed)

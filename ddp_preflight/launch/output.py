@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ddp_preflight.node.private import Folder, folder
+from ddp_preflight.node.redact import redact_json
 from ddp_preflight.node.terminal import shown, visible
 
 TEE_PREFIX = re.compile(r"^\[([A-Za-z_]\D*?)(\d+)\]:(.*)$")
@@ -186,3 +187,13 @@ class NodeLogs:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+def keep_evidence(logs: NodeLogs, node: str, rank: int, data: dict) -> None:
+    """A rank's evidence into the log folder, for `ddp-preflight explain`: its Flight Recorder
+    (flight-rank-N.json) and its torchelastic error file (error-rank-N.json), secrets redacted."""
+    if data["kind"] == "flight" and isinstance(data.get("trace"), dict):
+        logs.write_json(f"flight-rank-{rank}.json", redact_json(
+            {"rank": rank, "node": node, "pid": data.get("pid"), "flight": data["trace"]}))
+    elif data["kind"] == "error_file" and isinstance(data.get("document"), dict):
+        logs.write_json(f"error-rank-{rank}.json", redact_json({"rank": rank, "node": node, **data["document"]}))

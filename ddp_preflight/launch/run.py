@@ -28,7 +28,7 @@ from ddp_preflight.transport import RunningJob
 from .ends import judge
 from .launched import NodeRun
 from .outcome import LaunchedRank, LaunchResult, NodeState, explain
-from .output import Line, NodeLogs, Tee, parse
+from .output import Line, NodeLogs, Tee, keep_evidence, parse
 from .plan import NodePlan, Plan
 
 NO_LIMIT = 7 * 24 * 3600.0      # the supervisor's bound: a week; the channel is the real one
@@ -87,15 +87,14 @@ class Launch:
         self._tails: dict[tuple[str, int | None], collections.deque] = {}
         self._logs = NodeLogs(self.log_dir, on_failure=lambda why: self._tell(self.on_logs_failed, why)) \
             if self.log_dir else None
+        # The probes in the ranks, and the hold on the nodes' lines until the master's word (in_ranks.py).
+        self.probes: dict | None = None
+        self.hold: Callable[[NodePlan, str], bool] | None = None
 
     # -- control --------------------------------------------------------------------------------
     def start(self) -> None:
         self.started_at = time.time()
-        if self._logs:
-            self._logs.write_json("plan.json", self.plan.to_json())
-            for n in self.plan.nodes:
-                self._logs.write(n.node, f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {n.node}: "
-                                         f"{n.command_line()}")
+        self.keep_logs(self.log_dir)
         for index, node in enumerate(self.plan.nodes):
             with self._lock:
                 if self.stop_reason is not None:     # a node already failed: start no more
@@ -104,7 +103,8 @@ class Launch:
                     continue
                 spec = {"program": "launch", "cwd": node.cwd, "module": self.plan.command.module,
                         "flight_recorder": self.plan.flight_recorder, "torchrun": list(node.torchrun),
-                        "torch_pip": node.torch_pip, "data_dir": node.data_dir}
+                        "torch_pip": node.torch_pip, "data_dir": node.data_dir,
+                        **({"probes": self.probes} if self.probes else {})}
                 try:
                     env = {**node.env, RUN_VARIABLE: self.run_token}     # its processes, told from others'
                     job = self.cluster.job(index, spec, env=env, timeout=NO_LIMIT, lease=self.lease,
@@ -118,6 +118,18 @@ class Launch:
                 self.nodes[node.node].status = NodeRun.RUNNING
             threading.Thread(target=self._watch, args=(node, job), daemon=True,
                              name=f"launch-{node.node}").start()
+
+    def keep_logs(self, log_dir: str | Path | None, documents: dict[str, dict] | None = None) -> None:
+        """The log folder from now on (at the start; behind the gate, once open): the plan, each node's command."""
+        if log_dir is not None and self._logs is None:
+            self.log_dir = Path(log_dir)
+            self._logs = NodeLogs(self.log_dir, on_failure=lambda why: self._tell(self.on_logs_failed, why))
+        if self._logs:
+            for name, document in {"plan.json": self.plan.to_json(), **(documents or {})}.items():
+                self._logs.write_json(name, document)
+            for n in self.plan.nodes:
+                self._logs.write(n.node, f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {n.node}: "
+                                         f"{n.command_line()}")
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop every node still running; the first reason given is the one reported. Returns at
@@ -204,6 +216,8 @@ class Launch:
             if isinstance(data, dict):
                 self._marker(node, data)
             return
+        if self.hold is not None and self.hold(node, raw):
+            return
         for whole in self._tee(node).feed(raw):
             self._one_line(node, whole)
 
@@ -252,8 +266,9 @@ class Launch:
                 pass     # a broken viewer must not stop the reading of a node's output
 
     def _marker(self, node: NodePlan, data: dict) -> None:
-        if data.get("kind") in ("flight", "error_file"):
-            self._keep(node, data)
+        if data.get("kind") in ("flight", "error_file"):      # a rank's evidence, for explain
+            if self._logs and isinstance(data.get("local_rank"), int) and self._global(node, data) in node.ranks:
+                keep_evidence(self._logs, node.node, self._global(node, data), data)
             return
         with self._lock:
             state = self.nodes[node.node]
@@ -295,21 +310,6 @@ class Launch:
         for r in ended:
             status = ExitStatus(code=r.exit) if r.exit is not None else ExitStatus(signal=r.signal)
             self._tell(self.on_rank_end, r.node, r.rank, r.pid, status)
-
-    def _keep(self, node: NodePlan, data: dict) -> None:
-        """A rank's evidence into the log folder, for `ddp-preflight explain`: its Flight Recorder
-        (flight-rank-N.json) and its torchelastic error file (error-rank-N.json), secrets redacted."""
-        if not self._logs or not isinstance(data.get("local_rank"), int):
-            return
-        rank = self._global(node, data)
-        if rank not in node.ranks:
-            return          # not a rank of this node's plan: nothing this node can speak for
-        if data["kind"] == "flight" and isinstance(data.get("trace"), dict):
-            self._logs.write_json(f"flight-rank-{rank}.json", redact_json(
-                {"rank": rank, "node": node.node, "pid": data.get("pid"), "flight": data["trace"]}))
-        elif data["kind"] == "error_file" and isinstance(data.get("document"), dict):
-            self._logs.write_json(f"error-rank-{rank}.json", redact_json(
-                {"rank": rank, "node": node.node, **data["document"]}))
 
     def _global(self, node: NodePlan, entry: dict) -> int:
         """A marker's rank entry's global rank (the node's first rank + its local rank, as torchrun numbers them)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddp_preflight.hangwatch.events import Event, EventKind
 from ddp_preflight.hangwatch.model import Diagnosis, Kind, NodeNote
@@ -27,6 +28,9 @@ from .ends import by_launchers
 from .outcome import LaunchResult
 from .plan import Plan
 from .run import Launch
+
+if TYPE_CHECKING:
+    from .in_ranks import Gate
 
 STOP_WAIT = 30.0      # seconds for every node to confirm a stop (the freeze, up to 8 s; the supervisors' grace, 5 s)
 
@@ -64,10 +68,15 @@ class WatchedLaunch:
 
     def __init__(self, cluster, plan: Plan, log_dir: str | Path, *, lease: float | None = None,
                  stop_on_hang: bool = False, endless_after: float | None = None,
-                 notes: dict[str, tuple[NodeNote, ...]] | None = None, on_event: Callable[[Event], None] | None = None):
+                 notes: dict[str, tuple[NodeNote, ...]] | None = None, on_event: Callable[[Event], None] | None = None,
+                 gate: Gate | None = None):
+        """`gate`: the launch already started, its ranks waiting for the word (in_ranks.py): start()
+        gives it, and hangwatch follows the ranks from then on, never the probes or the wait."""
         from ddp_preflight.hangwatch.watch import Watcher, WatchTarget
 
-        self.launch = Launch(cluster, plan, log_dir) if not lease else Launch(cluster, plan, log_dir, lease=lease)
+        self.gate, self.log_dir = gate, log_dir
+        self.launch = gate.launch if gate is not None else \
+            Launch(cluster, plan, log_dir) if not lease else Launch(cluster, plan, log_dir, lease=lease)
         self.stop_on_hang = stop_on_hang
         self.on_event = on_event
         self.said = RunVerdict()
@@ -86,7 +95,10 @@ class WatchedLaunch:
         self._steps: dict[int, int] = {}
 
     def start(self) -> WatchedLaunch:
-        self.launch.start()
+        if self.gate is not None:
+            self.gate.open(self.log_dir)
+        else:
+            self.launch.start()
         self.watcher.start()
         return self
 

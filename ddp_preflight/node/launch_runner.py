@@ -4,11 +4,17 @@ torchrun itself does not print for ranks it stopped. Its folders (torchrun's --t
 the supervisor's private folder and go with it, however the run ends.
 
 spec: {"cwd": path, "module": bool, "flight_recorder": bool,
-       "torchrun": [torchrun's options..., SCRIPT, "--", the script's options...]}
+       "torchrun": [torchrun's options..., SCRIPT, "--", the script's options...],
+       "probes": {"args": node/jobs/probes.py's options, "store_token": hex} or absent}
 The script's options never go through torchrun's parser: they are handed to it as parsed, so
 no option of the script can be taken for one of torchrun's (seed 000).
 
-With the Flight Recorder on, torchrun runs each rank through rank_bootstrap.py (written into this
+With "probes", each rank first runs the probes that need torch (node/jobs/probes.py's in_rank),
+prints their marked lines and a GATE line, and waits for the master's word (its "open-gate",
+which the supervisor puts in this program's private folder) before the script's first line;
+without that word the master's stop ends the ranks there (a refusal: no line of the script ran).
+
+With the Flight Recorder on (or "probes"), torchrun runs each rank through rank_bootstrap.py (written into this
 program's private folder), which runs the script as python would; the ranks' Flight Recorder
 files go in a private folder beside it (flight.rank_environment), read by hangwatch's agent.
 
@@ -52,7 +58,7 @@ import sys
 import threading
 import time
 
-from . import flight, proc, protocol, signing, tail
+from . import flight, proc, protocol, rank_bootstrap, signing, tail
 from .private import write_file
 from .protocol import LAUNCH as MARKER
 
@@ -250,20 +256,29 @@ def exits(contexts):
     return out
 
 
-def with_flight_recorder(work, module, script, script_args):
+def with_flight_recorder(work, module, script, script_args, recorder=True, probes=None):
     """(the script torchrun runs, its arguments) for ranks whose Flight Recorder hangwatch can
-    read: the bootstrap, with the user's command after it. The ranks' variables go into this
-    process's environment, which torchrun hands on to them."""
+    read (`recorder`), or that run the probes first and wait for the master's word (`probes`:
+    {"args": node/jobs/probes.py's options, "store_token": hex}): the bootstrap, with the user's
+    command after it. The ranks' variables go into this process's environment, which torchrun
+    hands on to them. None: the bootstrap could not be written."""
     folder = os.path.join(work.folder, "flight-recorder")
     bootstrap = os.path.join(work.folder, "rank_bootstrap.py")
     try:
-        os.mkdir(folder, 0o700)
+        if recorder:
+            os.mkdir(folder, 0o700)
         write_file(bootstrap, pkgutil.get_data(__package__, "rank_bootstrap.py").decode())
     except OSError as exc:       # a full disk: the run matters more than its Flight Recorder
         print(f"ddp-preflight: the Flight Recorder is off on this node: cannot write in {work.folder}: "
               f"{exc.strerror}")
         return None
-    os.environ.update(flight.rank_environment(folder, dict(os.environ), has_nccl()))
+    if recorder:
+        os.environ.update(flight.rank_environment(folder, dict(os.environ), has_nccl()))
+    if probes:
+        # The master's word comes into this program's private folder (node/supervisor.py's "open-gate").
+        os.environ.update({rank_bootstrap.GATE_VARIABLE: work.folder, rank_bootstrap.PACKAGE_VARIABLE: work.zip_path,
+                           rank_bootstrap.PROBES_VARIABLE: json.dumps(list(probes["args"])),
+                           rank_bootstrap.TOKEN_VARIABLE: str(probes["store_token"])})
     return bootstrap, [*(["-m"] if module else []), script, *script_args]
 
 
@@ -312,14 +327,21 @@ def main(spec, work):
     code = 0
     try:
         options = own[:-1]
-        bootstrapped = spec.get("flight_recorder") and with_flight_recorder(work, spec["module"], script, script_args)
+        probes = spec.get("probes") if isinstance(spec.get("probes"), dict) else None
+        bootstrapped = (spec.get("flight_recorder") or probes) and \
+            with_flight_recorder(work, spec["module"], script, script_args, bool(spec.get("flight_recorder")), probes)
+        if probes and not bootstrapped:
+            # Never the training without its gate: the master's READY would come after its first line.
+            say("error", message=f"cannot run the probes in the ranks: cannot write in {work.folder}", fix=None)
+            code = 2
+            return code
         if bootstrapped:
             script, script_args = bootstrapped
             if spec["module"]:
                 options = options[:-1]      # torchrun's -m: the bootstrap is the script, the module its argument
         args = torchrun.get_args_parser().parse_args(options + ["--log-dir", logs, script])
         args.training_script_args = script_args
-        say("started", watched=bool(watched))
+        say("started", watched=bool(watched), gated=bool(probes))
         torchrun.run(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 2

@@ -45,6 +45,7 @@ LONG_FROM = 60 * 1024                       # bytes of a marked line from which 
 FLAGS = ("-I", "-s", "-S")
 PYTHON = "DDP_PREFLIGHT_PYTHON "            # (stderr) what --python is when it cannot run: missing, a folder...
 INTERFERED = "DDP_PREFLIGHT_INTERFERED "    # a probe's store held a value no client of this run wrote
+GATE = "DDP_PREFLIGHT_GATE "                # a launched rank ran its probes and waits for the master's word
 
 _lock = threading.Lock()
 

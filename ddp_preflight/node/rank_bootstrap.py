@@ -28,6 +28,7 @@ import atexit
 import json
 import os
 import runpy
+import stat
 import sys
 import threading
 import time
@@ -59,9 +60,7 @@ def _answer(folder, pid):
         if not os.path.exists(request):
             continue
         try:
-            import torch._C._distributed_c10d as c10d
-            text = c10d._dump_fr_trace_json(True, False)      # every collective kept, not only active ones
-            text = text.decode() if isinstance(text, bytes) else text
+            text = json.dumps(_scripts_record())
         except Exception as exc:      # no process group yet, or a torch without it: say so
             text = json.dumps({"error": "%s: %s" % (type(exc).__name__, exc)})
         partial = answer + ".part"
@@ -82,6 +81,34 @@ def _write_new(path, text):
         f.write(text)
 
 
+_probes_up_to: list = []     # the record id of the probes' last collective in this process (run_probes), if any
+
+
+def _scripts_record():
+    """torch's Flight Recorder of this process (every collective kept, not only active ones),
+    without the probes' collectives: theirs were the same group "0", with sequence numbers the
+    script's own group starts again from 1 (the recorder keeps them after destroy_process_group)."""
+    import torch._C._distributed_c10d as c10d
+    text = c10d._dump_fr_trace_json(True, False)
+    trace = json.loads(text.decode() if isinstance(text, bytes) else text)
+    if _probes_up_to and isinstance(trace, dict) and isinstance(trace.get("entries"), list):
+        trace["entries"] = [e for e in trace["entries"] if not isinstance(e, dict) or
+                            not isinstance(e.get("record_id"), int) or e["record_id"] > _probes_up_to[0]]
+    return trace
+
+
+def _last_record_id():
+    """The newest record id in this process's Flight Recorder, or None (none kept, or no recorder)."""
+    try:
+        import torch._C._distributed_c10d as c10d
+        text = c10d._dump_fr_trace_json(True, False)
+        entries = json.loads(text.decode() if isinstance(text, bytes) else text).get("entries") or []
+        ids = [e["record_id"] for e in entries if isinstance(e, dict) and isinstance(e.get("record_id"), int)]
+        return max(ids) if ids else None
+    except Exception:
+        return None
+
+
 # -- how the script ended ---------------------------------------------------------------------------
 
 ENDING = "%d.end"             # in the folder, by pid
@@ -99,9 +126,7 @@ def collectives_run():
     try:
         if int(os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or 0) <= 0:
             return None
-        text = loaded._dump_fr_trace_json(True, False)
-        text = text.decode() if isinstance(text, bytes) else text
-        return len(json.loads(text).get("entries") or [])
+        return len(_scripts_record().get("entries") or [])
     except Exception:
         return None
 
@@ -193,6 +218,83 @@ def _forget(ready, pid):
         pass
 
 
+# -- the probes, then the master's word ---------------------------------------------------------
+
+PROBES_VARIABLE = "DDP_PREFLIGHT_PROBES"       # JSON: node/jobs/probes.py's options, run before the script
+PACKAGE_VARIABLE = "DDP_PREFLIGHT_PACKAGE"     # the node package's zip, where the probes' code is
+TOKEN_VARIABLE = "DDP_PREFLIGHT_STORE_TOKEN"   # the probes' store token (node/jobs/signed_store.py's name)
+GATE_VARIABLE = "DDP_PREFLIGHT_GATE"           # the launch program's private folder: the master's word
+GATE_OPEN = "gate-open"        # in that folder: the master read the probes and said READY (node/supervisor.py)
+GATE_POLL = 0.05               # seconds between looks for it
+GATE_LINE = "DDP_PREFLIGHT_GATE "   # node/protocol.py's GATE: this rank ran its probes and waits (unsigned:
+                                    # the master reads the ranks' lines only until it gives its word)
+NOT_OWN_FOLDER = 2             # the exit code of a rank whose gate is not in its own private folder
+
+
+def gated():
+    """The rank's variables for the probes and the gate, taken out of its environment (the
+    script never sees them): (gate folder or None, probes' options or None, zip, token)."""
+    return tuple(os.environ.pop(name, None) for name in (GATE_VARIABLE, PROBES_VARIABLE, PACKAGE_VARIABLE,
+                                                           TOKEN_VARIABLE))
+
+
+def own_private_folder(folder):
+    """Whether `folder` is this process's user's alone (nobody else can put the master's word there)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def run_probes(options, package, token):
+    """node/jobs/probes.py's parts in this rank (in_rank: torch imported once, for the script
+    too), or none (an empty list). Their code comes from the package's zip, for this phase only:
+    the script finds neither the zip on sys.path nor this package's modules in sys.modules.
+    Returns what a part raised (said on the rank's stderr too), or None."""
+    if not json.loads(options):
+        return None
+    path = list(sys.path)
+    sys.path.insert(0, package)
+    if token:
+        os.environ[TOKEN_VARIABLE] = token
+    try:
+        from ddp_preflight.node.jobs import probes
+        return probes.in_rank(json.loads(options))
+    finally:
+        last = _last_record_id()
+        if last is not None:
+            _probes_up_to.append(last)
+        os.environ.pop(TOKEN_VARIABLE, None)
+        sys.path[:] = path
+        for name in [n for n in sys.modules if n == "ddp_preflight" or n.startswith("ddp_preflight.")]:
+            del sys.modules[name]
+
+
+def say_waiting(error):
+    """The GATE line: this rank's probes are done (`error`: what a part raised) and it waits."""
+    sys.stdout.write(GATE_LINE + json.dumps({"rank": int(os.environ.get("RANK", "0")),
+                                              "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+                                              "pid": os.getpid(), "error": error}) + "\n")
+    sys.stdout.flush()
+
+
+def wait_for_gate(folder):
+    """Until the master's word is in the folder. Only the master's run puts it there (the
+    supervisor, on the master's command over its channel); a stop from the master ends this rank
+    here, before any line of the script ran."""
+    word = os.path.join(folder, GATE_OPEN)
+    while True:
+        try:
+            st = os.lstat(word)
+        except FileNotFoundError:
+            time.sleep(GATE_POLL)
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            return
+        time.sleep(GATE_POLL)
+
+
 # -- the script, as python runs it ---------------------------------------------------------------
 
 def run(argv):
@@ -246,6 +348,14 @@ def _scripts_own(tb):
 
 
 if __name__ == "__main__":
+    _gate, _probes, _package, _token = gated()
+    if _gate is not None:
+        if not own_private_folder(_gate):
+            sys.stderr.write("ddp-preflight: %s is not this rank's own private folder: the training was not started "
+                             "(run the launch as the user who owns it)\n" % _gate)
+            sys.exit(NOT_OWN_FOLDER)
+        say_waiting(run_probes(_probes or "[]", _package, _token))
+        wait_for_gate(_gate)
     _folder = os.environ.get(FOLDER_VARIABLE)
     _fatal = None
     if _folder:

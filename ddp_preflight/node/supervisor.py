@@ -26,6 +26,7 @@ import time
 from . import proc, protocol, signing, trust
 from .control import Control
 from .loader_env import job_refusal
+from .rank_bootstrap import GATE_OPEN
 
 GRACE = 5.0      # seconds between SIGTERM and SIGKILL: torchrun stops its ranks and the launch
                  # program says their exits (at load average 5, 2 s cut that off)
@@ -134,14 +135,23 @@ def start_child(job: dict, work, env: dict, cwd=None) -> subprocess.Popen:
     return proc
 
 
-def asked(command: dict, job: dict, pid: int) -> None:
+def asked(command: dict, job: dict, pid: int, folder: str | None = None) -> None:
     """A command on the master's line: "prepare-stop" goes to a launch job as SIGUSR2 (its ranks'
-    evidence kept and the ranks frozen, before the stop itself); to any other job, nothing."""
+    evidence kept and the ranks frozen, before the stop itself); "open-gate" to a launch job
+    whose ranks ran the probes puts the master's READY in this program's private folder, the
+    launch program's too (`folder`), where the ranks wait for it (node/rank_bootstrap.py): no
+    other user can write there. To any other job, nothing."""
     if command.get("cmd") == "prepare-stop" and job.get("program") in PREPARES:
         try:
             os.kill(pid, signal.SIGUSR2)
         except ProcessLookupError:
             pass
+    if command.get("cmd") == "open-gate" and job.get("program") in PREPARES and job.get("probes") and folder:
+        try:
+            os.close(os.open(os.path.join(folder, GATE_OPEN), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600))
+        except FileExistsError:
+            pass       # said twice
 
 
 def refused(job: dict, env: dict, cwd: str) -> bool:
@@ -177,7 +187,7 @@ def main(spec: dict, work) -> int:
     looking = threading.Event()
     threading.Thread(target=tree.watch, args=(looking,), name="tree", daemon=True).start()
     control = Control(spec.get("lease"), on_gone=lambda why: end_job(job.pid, tree),
-                      on_command=lambda command: asked(command, spec["job"], job.pid)).start()
+                      on_command=lambda command: asked(command, spec["job"], job.pid, work.folder)).start()
     timed_out = False
     try:
         job.wait(timeout=float(spec.get("timeout") or 60))

@@ -41,7 +41,9 @@ class Preflight:
 
 
 def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
-          on_progress: Progress | None = None) -> Preflight:
+          on_progress: Progress | None = None, in_ranks=None) -> Preflight:
+    """`in_ranks` (under --launch, launch/in_ranks.py): the probes that need torch run inside the
+    training's own ranks, which then wait for the launcher's word (probes/together.py)."""
     checks = tuple(checks)
     request = {"master_port": options.master_port, "master_addr": options.master_addr,
                "launch_args": list(options.launch_args), "nnodes": len(cluster.targets),
@@ -61,9 +63,11 @@ def check(cluster: Cluster, options: Options, checks: Iterable[Check] = CHECKS,
     needed = sorted({p for c in checks for p in c.needs})
     seconds: dict[str, float] = {}
     started = time.monotonic()
-    probes = run_probes(needed, cluster, nodes, options, seconds) if needed else {}
+    probes = run_probes(needed, cluster, nodes, options, seconds, in_ranks) if needed else {}
     if needed:
         stages += [("probes", time.monotonic() - started), *((f"probe {name}", s) for name, s in seconds.items())]
+        if in_ranks is not None and in_ranks.seconds is not None:
+            stages.append(("probes in the training's ranks, until every rank waited", in_ranks.seconds))
     started = time.monotonic()
     ctx = Context(nodes, options, probes, cluster.slurm_job)
     report = Report(tuple(run_checks(ctx, checks)), tuple(n.node for n in nodes))

@@ -24,9 +24,9 @@ PORT_CHECK = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKE
               "s.bind(('', 29500)); s.listen()")
 
 
-def command(lab, tmp_path, *options, script_args=("--steps", "3"), nproc=2):
+def command(lab, tmp_path, *options, script_args=("--steps", "3"), nproc=2, script=TRAIN):
     return [*CLI, *NODES, "--ssh-config", str(lab.ssh_config), "--launch", "--nproc-per-node", str(nproc),
-            "--log-dir", str(tmp_path / "run"), *options, "--", str(TRAIN), *script_args]
+            "--log-dir", str(tmp_path / "run"), *options, "--", str(script), *script_args]
 
 
 def launch(lab, tmp_path, *options, timeout=180, **kwargs) -> subprocess.CompletedProcess:
@@ -105,6 +105,12 @@ def test_four_ranks_on_two_nodes_stream_prefixed_output_and_keep_a_log_per_node(
     assert plan["master_addr"] == clean_lab.node("master").ipv4
     assert "all 4 ranks exited with code 0" in done.stderr and "port 29500 on master is free again" in done.stderr
     assert json.loads((logs / "result.json").read_text())["ok"] is True
+    # The probes that need torch ran in these very processes before the script (one torchrun and
+    # one torch import per rank, launch/in_ranks.py): the pids that waited at the gate trained.
+    probed = json.loads((logs / "probes-in-ranks.json").read_text())
+    trained = {int(m[1]): int(m[2]) for m in re.finditer(r"\] rank (\d) of 4 on \w+ \(pid (\d+)\)", done.stdout)}
+    assert {r["rank"]: r["pid"] for r in probed["ranks"]} == trained and sorted(trained) == [0, 1, 2, 3]
+    assert "DDP_PREFLIGHT_" not in done.stdout + done.stderr          # none of their lines shown
     assert_nothing_left(clean_lab, before)
 
 

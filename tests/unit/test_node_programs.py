@@ -68,7 +68,8 @@ def wait_for(predicate, timeout: float, what: str):
 # -- what the package is made of -------------------------------------------------------------
 
 OPTIONAL = {"xxhash", "blake3"}                                     # used where the node has them
-TORCH_MODULES = {"jobs/collectives.py", "jobs/bandwidth.py", "jobs/compute.py", "jobs/signed_store.py", "torchjob.py",
+TORCH_MODULES = {"jobs/collectives.py", "jobs/bandwidth.py", "jobs/compute.py", "jobs/signed_store.py", "jobs/probes.py",
+                 "torchjob.py",
                  "launch_runner.py", "rank_bootstrap.py", "facts/launch.py", "facts/torchinfo.py"}
 
 

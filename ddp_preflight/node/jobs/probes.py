@@ -23,15 +23,16 @@ import datetime
 import json
 import os
 import sys
+from typing import Optional
 
 from ddp_preflight.node import protocol, signing
 
 BARRIER_SECONDS = 60.0     # every rank's torch import, then each node's benchmark
 
 
-def barrier(store, name: str, rank: int, world: int) -> bool:
+def barrier(store, name: str, rank: int, world: int, prefix: str = "") -> bool:
     """Every rank of the job reached `name` (signed keys, as every value of this store)."""
-    keys = ["probes/%s/%d" % (name, r) for r in range(world)]
+    keys = ["%sprobes/%s/%d" % (prefix, name, r) for r in range(world)]
     store.set(keys[rank], "1")
     try:
         store.wait(keys, datetime.timedelta(seconds=BARRIER_SECONDS))
@@ -40,7 +41,7 @@ def barrier(store, name: str, rank: int, world: int) -> bool:
     return True
 
 
-def compute_part(specs: list, rank: int, world: int, node_rank: int, local_rank: int) -> None:
+def compute_part(specs: list, rank: int, world: int, node_rank: int, local_rank: int, prefix: str = "") -> None:
     spec = specs[node_rank] if local_rank == 0 else None
     if spec and not spec.get("threads") and spec.get("device") != "cuda":
         # The benchmark measures with torch's own thread count there (no OMP_NUM_THREADS in the
@@ -49,7 +50,7 @@ def compute_part(specs: list, rank: int, world: int, node_rank: int, local_rank:
     from ddp_preflight.node.jobs import compute, signed_store  # torch, from here on
 
     store = signed_store.rank_store(datetime.timedelta(seconds=BARRIER_SECONDS))
-    ready = barrier(store, "imported", rank, world)
+    ready = barrier(store, "imported", rank, world, prefix)
     signed_store.stop_if_interfered("rank %d" % rank)
     if spec:
         try:
@@ -57,30 +58,31 @@ def compute_part(specs: list, rank: int, world: int, node_rank: int, local_rank:
         except Exception as exc:     # the benchmark's failure is its figure's error, not the job's end
             protocol.emit(protocol.COMPUTE, {"error": "%s: %s" % (type(exc).__name__, exc)})
     if ready:
-        barrier(store, "computed", rank, world)
+        barrier(store, "computed", rank, world, prefix)
         signed_store.stop_if_interfered("rank %d" % rank)
 
 
-def main() -> None:
+def main(argv=None, prefix: str = "") -> None:
+    """`prefix`: every store key of the parts goes under it (in_rank)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--compute")
     parser.add_argument("--collectives")
     parser.add_argument("--bandwidth")
     parser.add_argument("--bandwidth-per-node", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank, node_rank = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("GROUP_RANK", "0"))
     # Each part starts with torchrun's environment: each takes the store's token out of it (its
     # children do not inherit it), and the collectives set the interface their way.
     as_started = dict(os.environ)
     if args.compute:
-        compute_part(json.loads(args.compute), rank, world, node_rank, local_rank)
+        compute_part(json.loads(args.compute), rank, world, node_rank, local_rank, prefix)
         os.environ.clear()
         os.environ.update(as_started)
     if args.collectives:
         from ddp_preflight.node.jobs import collectives
         sys.argv = ["collectives", *json.loads(args.collectives)]
-        collectives.main()
+        collectives.main(prefix or None)
         os.environ.clear()
         os.environ.update(as_started)
     if args.bandwidth and (local_rank == 0 or not args.bandwidth_per_node):
@@ -88,9 +90,52 @@ def main() -> None:
         if args.bandwidth_per_node:
             # torchrun's nodes (they may run different counts); a torchrun that does not say: even counts
             nodes = int(os.environ.get("GROUP_WORLD_SIZE") or world // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-            bandwidth.main(json.loads(args.bandwidth), rank=node_rank, world=nodes, prefix="bandwidth/")
+            bandwidth.main(json.loads(args.bandwidth), rank=node_rank, world=nodes, prefix=prefix + "bandwidth/")
         else:
-            bandwidth.main(json.loads(args.bandwidth), rank=rank, world=world, prefix="bandwidth/")
+            bandwidth.main(json.loads(args.bandwidth), rank=rank, world=world, prefix=prefix + "bandwidth/")
+
+
+
+IN_RANK_PREFIX = "ddp-preflight-probes/"     # the store keys of the probes inside a launched rank
+
+
+def in_rank(argv: list) -> Optional[str]:
+    """The same parts inside a rank of `ddp-preflight --launch`, before the training's code
+    (node/rank_bootstrap.py): one torch import and one rendezvous for the probes and training.
+
+    What the parts change is given back before the training's code runs: the environment (the
+    collectives' interface, the compute part's OMP_NUM_THREADS, the store's token), sys.argv and
+    torch's thread count; every process group they made is destroyed. Their store keys are under
+    IN_RANK_PREFIX: after destroy_process_group the training's own default group is again group
+    "0" with the same keys, and must never read the probes'. Returns what a part raised, or None."""
+    as_started, argv_as_started = dict(os.environ), list(sys.argv)
+    import torch  # as the training's script imports it: with the training's environment
+
+    threads = torch.get_num_threads()
+    error = None
+    try:
+        main(argv, prefix=IN_RANK_PREFIX)
+    except Exception as exc:       # that part's figure is missing: the master runs its own job
+        import traceback
+        traceback.print_exc()
+        error = "%s: %s" % (type(exc).__name__, exc)
+    finally:
+        import gc
+
+        import torch.distributed as dist
+
+        from ddp_preflight.node.jobs import signed_store
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        # Their store clients closed too: hangwatch tells ranks that train alone by the
+        # connections they never made, and the script's own connections are all it should see.
+        signed_store.forget()
+        gc.collect()
+        torch.set_num_threads(threads)
+        sys.argv[:] = argv_as_started
+        os.environ.clear()
+        os.environ.update(as_started)
+    return error
 
 
 if __name__ == "__main__":
@@ -101,3 +146,8 @@ if __name__ == "__main__":
         from ddp_preflight.node.jobs import signed_store
         signed_store.stop_if_interfered("rank %s" % os.environ.get("RANK"))
         raise
+    # Every part said what it found and closed its group: the interpreter's teardown with torch
+    # loaded (its modules, its threads, Gloo's) measures nothing, and torchrun waits for it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -167,6 +167,12 @@ def rank_store(timeout: datetime.timedelta) -> SignedStore:
     return store
 
 
+def forget() -> None:
+    """Let go of this process's clients (their connections close with them): the probes that ran
+    in a launched rank, before the training's code (node/jobs/probes.py's in_rank)."""
+    _kept.clear()
+
+
 def stop_if_interfered(by: str) -> None:
     """Once a stranger's value was seen: one marked line, and this process ends (its results
     would rest on the stranger's numbers)."""

@@ -26,8 +26,9 @@ READS = {"bandwidth": {"seen": "path-mtu", "network": "network"}, "collectives":
 
 
 def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options: Options,
-               seconds: dict[str, float] | None = None) -> dict:
-    """`seconds`, when given, gets each probe's wall time (preflight's own time per stage, -v).
+               seconds: dict[str, float] | None = None, in_ranks=None) -> dict:
+    """`seconds`, when given, gets each probe's wall time (preflight's own time per stage, -v);
+    `in_ranks`, under --launch, runs the shared job's parts in the training's ranks (together.py).
     The probes that need torch, when more than one is asked for, run together: one torch job on
     every node at once (together.py), after the ones they read; the network and path-MTU probes
     run at the same time as each other."""
@@ -43,7 +44,7 @@ def run_probes(names: list[str], cluster, nodes: tuple[NodeFacts, ...], options:
     for name in sorted((n for n in names if n not in shared and n not in first), key=lambda n: n in READS):
         _one(name, cluster, nodes, options, out, seconds)
     if shared:
-        _at_once(shared, cluster, nodes, options, out, seconds, Together(cluster, nodes, options, shared))
+        _at_once(shared, cluster, nodes, options, out, seconds, Together(cluster, nodes, options, shared, in_ranks))
     return {name: out[name] for name in names if name in out}
 
 

@@ -9,7 +9,11 @@ lines from, as from its own job. A part the shared job could not carry (ranks pe
 not fit, other nodes) and a part that printed nothing there (bandwidth after the collectives broke the group, compute where
 the job never started) get None: that probe then runs its own job, as before. Every other job
 of these probes (a second look, a second attempt) runs alone too: `serial` keeps them one at a
-time, as the master port and the figures need."""
+time, as the master port and the figures need.
+
+Under --launch the shared job may be the training's own torchrun (`in_ranks`, launch/in_ranks.py):
+the same parts, run in its ranks before the training's code; where it cannot carry them, the
+job runs as above."""
 
 from __future__ import annotations
 
@@ -40,8 +44,11 @@ class Part:
 
 
 class Together:
-    def __init__(self, cluster, nodes: tuple[NodeFacts, ...], options: Options, members):
+    def __init__(self, cluster, nodes: tuple[NodeFacts, ...], options: Options, members, in_ranks=None):
         self.cluster, self.nodes, self.options = cluster, nodes, options
+        # Under --launch: (job, indexes, nodes, options) -> the nodes' results of the same parts run
+        # inside the training's own ranks (launch/in_ranks.py), or None where they cannot be.
+        self.in_ranks = in_ranks
         self.waiting = set(members)
         self.asked: dict[str, Part] = {}
         self.given: dict[str, list[JobResult] | None] = {}
@@ -91,7 +98,9 @@ class Together:
             return {}
         env = {k: v for m in carried for k, v in asked[m].extra_env.items()}
         indexes = list(asked[next(m for m in carried if m != "compute")].indexes)
-        results = torchjob.run(self.cluster, self.nodes, self.options, job, indexes=indexes, extra_env=env)
+        results = self.in_ranks(job, indexes, self.nodes, self.options) if self.in_ranks is not None else None
+        if results is None:
+            results = torchjob.run(self.cluster, self.nodes, self.options, job, indexes=indexes, extra_env=env)
         return {m: results if printed(results, m) else None for m in carried}
 
 
