@@ -255,9 +255,8 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
     from ddp_preflight.preflight.cluster import Cluster
 
     with Cluster(targets, ssh_config, slurm_job) as cluster:
-        # Under --launch, the probes that need torch run in the training's own ranks (cli/launch.py).
         in_ranks = None
-        if launch is not None and not args.no_probes:
+        if launch is not None and not args.no_probes:     # the torch probes in the training's ranks (cli/launch.py)
             from .launch import in_ranks_for
             in_ranks = in_ranks_for(args, cluster, targets, launch)
         with progress(targets, quiet=args.json or args.quiet, color=color_wanted(args)) as hashing:
@@ -315,8 +314,7 @@ def _training_env(args: argparse.Namespace, config, hosts: list[str]):
 
 
 def _slurm_job(args: argparse.Namespace):
-    """The Slurm job whose nodes preflight reaches through srun: --slurm-job ID, or --slurm inside
-    an allocation; None otherwise."""
+    """The Slurm job whose nodes preflight reaches through srun: --slurm-job ID, or --slurm in one; else None."""
     job_id = args.slurm_job or (os.environ.get("SLURM_JOB_ID") if args.slurm else None)
     if not job_id:
         return None
@@ -328,11 +326,10 @@ def _slurm_job(args: argparse.Namespace):
 
 
 def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str], int | None, dict[str, int]]:
-    """Every host from the command line, the hostfile and Slurm (else the config), each machine
-    once; and the processes per node the hostfile's slots ask for, when they decide it (the most,
-    and each host's own where they differ). Every
-    host of every source passes the one check (transport/host_names.py) here, before anything is
-    done with it: one line naming the host and where it came from, exit 2."""
+    """Every host from the command line, the hostfile and Slurm (else the config), each machine once;
+    and the processes per node the hostfile's slots ask for, when they decide it (the most, and each
+    host's own where they differ). Every host of every source passes the one check (transport/host_names.py)
+    here, before anything is done with it: one line naming the host and where it came from, exit 2."""
     from ddp_preflight.preflight.hosts import (
         MAX_HOSTS,
         HostListError,
@@ -370,8 +367,7 @@ def _hosts(args: argparse.Namespace, config, slurm_job=None) -> tuple[list[str],
 
 
 def _folders(args: argparse.Namespace, hosts: list[str]):
-    """--data-dir and --code-dir, each PATH for every node or NODE:PATH for one: checked before
-    any node is contacted."""
+    """--data-dir and --code-dir, each PATH for every node or NODE:PATH for one, checked before any node is."""
     from ddp_preflight.preflight.hosts import HostListError, node_paths
 
     names = hosts or [socket.gethostname()]
@@ -380,8 +376,6 @@ def _folders(args: argparse.Namespace, hosts: list[str]):
                 node_paths("--code-dir", args.code_dir or [], names))
     except HostListError as exc:
         raise UsageError(str(exc)) from None
-
-
 
 
 def _targets(args, config, hosts, launch_args, data_dirs=None, code_paths=None):
