@@ -215,8 +215,7 @@ def _preflight(args: argparse.Namespace, launch_args: list[str], launch=None) ->
         params=int(args.params) if args.params else None, scan=args.scan,
         # A data folder given only per node (NODE:PATH, config [nodes.X]) still means: compare shards.
         data_dir=data_paths.every or config.values.get("data_dir") or next((d for d in targets_data if d), None),
-        env=training_env, launch=launch is not None,
-        min_time_left=min_time_left,
+        env=training_env, launch=launch is not None, min_time_left=min_time_left,
         data_dirs={h: d for h, d in zip(names, targets_data, strict=True) if d},
         pythons={h: p.path for h in hosts or [socket.gethostname()] if (p := python_of(args, config, h)).named},
         nprocs=host_slots)
