@@ -41,7 +41,7 @@ def test_each_recorded_report_is_what_it_decided(name, answer):
         assert d is not None and (d.kind.value, d.culprits, d.certainty.value) == \
             ("deadlock" if answer is BEHIND else "mismatch", (2,), answer[2])
     if name == "missing-dump":     # the analyzer's own assert is the tool's, not a rank's failure
-        assert e.diagnosis is None or not [k for k in e.diagnosis.culprits]
+        assert e.diagnosis is None
 
 
 @pytest.mark.parametrize("prefix", ["0: ", "[2025-03-01 10:00:00,123] INFO ", "> ", "node1: "])

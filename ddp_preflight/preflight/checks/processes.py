@@ -122,12 +122,13 @@ def check_stale_processes(ctx: Context) -> Iterator[Verdict]:
             continue
         details = {"processes": [p.to_json() for p in found]}
         probing = [p for p in found if p.job is not None and p.node_program is not None]
-        also_probing = f"; {_probing(probing, node.node)}" if probing else ""
+        probing_said = _probing(probing, node.node) if probing else ""
+        also_probing = f"; {probing_said}" if probing else ""
         found = tuple(p for p in found if p not in probing)
         if not found:
             # Another ddp-preflight's probe job, running now: it ends by itself within its bound,
             # and its ranks are never this run's to stop (nor a run at all).
-            yield Verdict(Status.WARN, node.node, _probing(probing, node.node),
+            yield Verdict(Status.WARN, node.node, probing_said,
                           change(f"wait for that run's {probing[0].job} to end, then run preflight again: two "
                                  f"preflights at once share {node.node}'s CPUs and ports, and each one's figures"),
                           details)
